@@ -1,0 +1,18 @@
+"""Typer apps shared by the command modules in this package.
+
+A module here adds its commands to `app` (top level), `bench_app` (`bpm bench ...`)
+or a group of its own that it attaches with `app.add_typer`.
+"""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="bpm",
+    help="Federated load manager for Spark streaming (Bounded-Price Mechanism).",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+bench_app = typer.Typer(help="Benchmarks; each prints one JSON object with --json.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
