@@ -1,0 +1,1 @@
+"""The contract registry: a FastAPI service over SQLAlchemy, plus the admin UI."""

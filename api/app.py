@@ -1,0 +1,111 @@
+"""The registry application: `create_app()` plus a lifespan that owns the database engine."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from datetime import datetime
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
+
+from api.db import make_engine, session_factories, utcnow
+from api.errors import install_error_handlers
+from api.routers import contracts, ledger, offers, participants, tasks
+from bpm import __version__
+from bpm.settings import Settings, get_settings
+
+log = logging.getLogger("bpm.registry")
+
+ADMIN_KEY_FILE = ".bpm-admin-key"
+
+
+class ProductionKeyMissing(RuntimeError):
+    pass
+
+
+def resolve_admin_key(settings: Settings, key_file: Path = Path(ADMIN_KEY_FILE)) -> tuple[str, bool]:
+    """The operator key and whether it was just generated.
+
+    Production refuses to run without BPM_ADMIN_KEY. Locally a key is generated once and
+    kept in `.bpm-admin-key` (mode 0600) so it survives restarts, like the SQLite file.
+    """
+    if settings.admin_key:
+        return settings.admin_key, False
+    if settings.mode == "production":
+        raise ProductionKeyMissing("BPM_ADMIN_KEY must be set in production mode")
+    if key_file.exists():
+        return key_file.read_text().strip(), False
+    key = "bpm_admin_" + secrets.token_urlsafe(32)
+    fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(key + "\n")
+    return key, True
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    admin_key: str | None = None,
+    migrate: bool = True,
+    clock: Callable[[], datetime] = utcnow,
+) -> FastAPI:
+    """Build the registry app; the engine is created and disposed by the lifespan."""
+    settings = settings or get_settings()
+    if admin_key is None:
+        admin_key, _ = resolve_admin_key(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if migrate:
+            from api.migrate import upgrade
+
+            upgrade(settings.database_url)
+        engine = make_engine(settings.database_url)
+        app.state.engine = engine
+        app.state.read_session, app.state.write_session = session_factories(engine)
+        try:
+            yield
+        finally:
+            engine.dispose()
+
+    app = FastAPI(
+        title="BPM contract registry",
+        version=__version__,
+        description="Participants, bounded-price contracts, tasks, offers, movements and the ledger of a federation.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.admin_key = admin_key
+    app.state.clock = clock
+    install_error_handlers(app)
+
+    @app.exception_handler(IntegrityError)
+    async def _integrity(_request: Request, _exc: IntegrityError) -> JSONResponse:
+        return JSONResponse({"detail": "the change conflicts with the registry's current state; retry"}, status_code=409)
+
+    for module in (participants, contracts, tasks, offers, ledger):
+        app.include_router(module.router, prefix="/api/v1")
+
+    @app.get("/healthz", tags=["health"])
+    def healthz(request: Request):
+        """Ready when the database answers."""
+        try:
+            with request.app.state.engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+        except Exception as exc:  # any database failure means not ready
+            return JSONResponse({"status": "unavailable", "detail": str(exc)}, status_code=503)
+        return {"status": "ok", "version": __version__}
+
+    return app
+
+
+def create_app_from_env() -> FastAPI:
+    """Factory for `uvicorn --factory` (several workers): settings from the environment, no migration."""
+    return create_app(migrate=False)

@@ -1,0 +1,79 @@
+"""Keys and who is calling: the operator, or one participant (`Authorization: Bearer KEY`)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from api.errors import Forbidden, Unauthorized
+from api.models import Participant
+
+_bearer = HTTPBearer(auto_error=False, description="The operator's key or a participant's key")
+
+
+def new_key() -> str:
+    return "bpm_" + secrets.token_urlsafe(32)
+
+
+def hash_key(key: str) -> str:
+    # Keys are 256 random bits, so a fast hash is enough: no dictionary attack applies.
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: `participant` is None for the operator."""
+
+    participant: Participant | None
+
+    @property
+    def is_operator(self) -> bool:
+        return self.participant is None
+
+    @property
+    def name(self) -> str:
+        return "operator" if self.participant is None else self.participant.name
+
+    def require_operator(self) -> None:
+        if not self.is_operator:
+            raise Forbidden("only the operator may do this")
+
+    def require_participant(self) -> Participant:
+        if self.participant is None:
+            raise Forbidden("this action belongs to a participant; sign in with a participant's key")
+        return self.participant
+
+    def may_see(self, *participant_ids: int) -> bool:
+        return self.participant is None or self.participant.id in participant_ids
+
+
+def authenticate(session: Session, admin_key: str, key: str | None) -> Principal:
+    if not key:
+        raise Unauthorized("missing API key: send 'Authorization: Bearer <key>'")
+    if hmac.compare_digest(key.encode(), admin_key.encode()):
+        return Principal(participant=None)
+    participant = session.scalar(select(Participant).where(Participant.key_hash == hash_key(key)))
+    if participant is None:
+        raise Unauthorized("invalid API key")
+    return Principal(participant=participant)
+
+
+def principal_dependency(session_dependency):
+    """A FastAPI dependency resolving the caller with the given session dependency."""
+
+    def _principal(
+        request: Request,
+        credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),
+        session: Session = Depends(session_dependency, scope="function"),
+    ) -> Principal:
+        key = credentials.credentials if credentials else None
+        return authenticate(session, request.app.state.admin_key, key)
+
+    return _principal

@@ -1,0 +1,48 @@
+"""Request-scoped dependencies: the session whose transaction the request owns, and the caller."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from api.auth import Principal, principal_dependency
+from api.errors import Conflict
+
+_READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def _session(request: Request) -> Iterator[Session]:
+    """Commit when the endpoint returns, roll back when it raises: services only flush."""
+    state = request.app.state
+    factory = state.read_session if request.method in _READ_METHODS else state.write_session
+    session = factory()
+    try:
+        yield session
+        try:
+            session.commit()
+        except IntegrityError as exc:
+            session.rollback()
+            raise Conflict("the change conflicts with the registry's current state; retry") from exc
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+# "function" scope runs the commit before the response is sent, so a failed commit is never reported as success.
+DbSession = Annotated[Session, Depends(_session, scope="function")]
+Caller = Annotated[Principal, Depends(principal_dependency(_session), scope="function")]
+
+
+def _now(request: Request):
+    """The registry's clock; tests replace `app.state.clock` to step time without sleeping."""
+    return request.app.state.clock()
+
+
+Now = Annotated[datetime, Depends(_now)]

@@ -1,0 +1,52 @@
+"""Domain errors raised by services, and their JSON rendering (never a bare 500 for bad input)."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+
+class RegistryError(Exception):
+    status_code = 400
+
+    def __init__(self, message: str, **extra: object) -> None:
+        super().__init__(message)
+        self.message = message
+        self.extra = extra
+
+
+class Unauthorized(RegistryError):
+    status_code = 401
+
+
+class Forbidden(RegistryError):
+    status_code = 403
+
+
+class NotFound(RegistryError):
+    status_code = 404
+
+
+class Conflict(RegistryError):
+    status_code = 409
+
+
+class Invalid(RegistryError):
+    status_code = 422
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RegistryError)
+    async def _registry_error(_request: Request, exc: RegistryError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+        return JSONResponse({"detail": exc.message, **exc.extra}, status_code=exc.status_code, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+            for e in exc.errors()
+        ]
+        summary = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors)
+        return JSONResponse({"detail": errors, "message": summary or "invalid request"}, status_code=422)

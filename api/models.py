@@ -1,0 +1,156 @@
+"""The registry's tables: participants, contracts, tasks, offers, movements, events, load samples."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from api.db import Base, UTCDateTime, utcnow
+
+
+class Participant(Base):
+    """A member of the federation; the last heartbeat's load report is kept on the row."""
+
+    __tablename__ = "participants"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    endpoint: Mapped[str] = mapped_column(String(512))
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    load: Mapped[float | None] = mapped_column(Float, nullable=True)
+    threshold: Mapped[float | None] = mapped_column(Float, nullable=True)
+    marginal_cost: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    report: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+
+
+class Contract(Base):
+    """A bilateral bounded-price contract; `pair_lo`/`pair_hi` order the two parties' ids."""
+
+    __tablename__ = "contracts"
+    __table_args__ = (
+        # At most one active contract per pair, enforced by the database under races too.
+        Index(
+            "uq_contracts_active_pair",
+            "pair_lo",
+            "pair_hi",
+            unique=True,
+            sqlite_where=text("state = 'active'"),
+            postgresql_where=text("state = 'active'"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    proposer_id: Mapped[int] = mapped_column(ForeignKey("participants.id"))
+    counterparty_id: Mapped[int] = mapped_column(ForeignKey("participants.id"))
+    last_proposed_by_id: Mapped[int] = mapped_column(ForeignKey("participants.id"))
+    pair_lo: Mapped[int] = mapped_column(Integer)
+    pair_hi: Mapped[int] = mapped_column(Integer)
+    price_min: Mapped[float] = mapped_column(Float)
+    price_max: Mapped[float] = mapped_column(Float)
+    min_duration_s: Mapped[float] = mapped_column(Float)
+    valid_until: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    ha_mode: Mapped[str] = mapped_column(String(32), default="none")
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    proposer: Mapped[Participant] = relationship(foreign_keys=[proposer_id], lazy="joined")
+    counterparty: Mapped[Participant] = relationship(foreign_keys=[counterparty_id], lazy="joined")
+    last_proposed_by: Mapped[Participant] = relationship(foreign_keys=[last_proposed_by_id], lazy="joined")
+
+
+class Task(Base):
+    """A movable unit of load; `epoch` grows at every change of host (fencing for HA)."""
+
+    __tablename__ = "tasks"
+    __table_args__ = (UniqueConstraint("origin_id", "name", name="uq_tasks_origin_name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    origin_id: Mapped[int] = mapped_column(ForeignKey("participants.id"), index=True)
+    host_id: Mapped[int] = mapped_column(ForeignKey("participants.id"), index=True)
+    load: Mapped[float] = mapped_column(Float, default=0.0)
+    input_uri: Mapped[str | None] = mapped_column(String(1024), nullable=True)
+    params: Mapped[dict] = mapped_column(JSON, default=dict)
+    ha_mode: Mapped[str] = mapped_column(String(32), default="none")
+    epoch: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    origin: Mapped[Participant] = relationship(foreign_keys=[origin_id], lazy="joined")
+    host: Mapped[Participant] = relationship(foreign_keys=[host_id], lazy="joined")
+
+
+class Offer(Base):
+    """A proposal to move tasks from `from_id` to `to_id` under a contract at one price."""
+
+    __tablename__ = "offers"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    contract_id: Mapped[int] = mapped_column(ForeignKey("contracts.id"), index=True)
+    from_id: Mapped[int] = mapped_column(ForeignKey("participants.id"), index=True)
+    to_id: Mapped[int] = mapped_column(ForeignKey("participants.id"), index=True)
+    task_ids: Mapped[list] = mapped_column(JSON)
+    accepted_task_ids: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    price: Mapped[float] = mapped_column(Float)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    decided_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+    from_participant: Mapped[Participant] = relationship(foreign_keys=[from_id], lazy="joined")
+    to_participant: Mapped[Participant] = relationship(foreign_keys=[to_id], lazy="joined")
+
+
+class Movement(Base):
+    """One task hosted away from its origin under an accepted offer; accrues payment while active."""
+
+    __tablename__ = "movements"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    offer_id: Mapped[int] = mapped_column(ForeignKey("offers.id"), index=True)
+    contract_id: Mapped[int] = mapped_column(ForeignKey("contracts.id"), index=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id"), index=True)
+    from_id: Mapped[int] = mapped_column(ForeignKey("participants.id"), index=True)
+    to_id: Mapped[int] = mapped_column(ForeignKey("participants.id"), index=True)
+    price: Mapped[float] = mapped_column(Float)
+    load: Mapped[float] = mapped_column(Float)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    earliest_end_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    ended_by_id: Mapped[int | None] = mapped_column(ForeignKey("participants.id"), nullable=True)
+
+    task: Mapped[Task] = relationship(lazy="joined")
+    from_participant: Mapped[Participant] = relationship(foreign_keys=[from_id], lazy="joined")
+    to_participant: Mapped[Participant] = relationship(foreign_keys=[to_id], lazy="joined")
+
+
+class Event(Base):
+    """A readable record of something that happened: offers, refusals, movements, errors."""
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+    kind: Mapped[str] = mapped_column(String(64), index=True)
+    actor: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    subject: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    message: Mapped[str] = mapped_column(Text)
+    data: Mapped[dict] = mapped_column(JSON, default=dict)
+
+
+class LoadSample(Base):
+    """A participant's load and threshold at one heartbeat, for the load-over-time chart."""
+
+    __tablename__ = "load_samples"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    participant_id: Mapped[int] = mapped_column(ForeignKey("participants.id"), index=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    load: Mapped[float] = mapped_column(Float)
+    threshold: Mapped[float | None] = mapped_column(Float, nullable=True)

@@ -1,0 +1,1 @@
+"""HTTP routers of the JSON API, one per domain."""

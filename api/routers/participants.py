@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+from fastapi import APIRouter, Request
+
+from api import schemas
+from api.deps import Caller, DbSession, Now
+from api.models import Participant
+from api.services import participants as service
+
+router = APIRouter(prefix="/participants", tags=["participants"])
+
+
+def _out(request: Request, participant: Participant, hosted: list[int], now: datetime, cls=schemas.ParticipantOut, **extra):
+    status, age = service.liveness(participant, now, request.app.state.settings.heartbeat_timeout_s)
+    return cls(
+        name=participant.name,
+        endpoint=participant.endpoint,
+        created_at=participant.created_at,
+        status=status,
+        heartbeat_at=participant.heartbeat_at,
+        heartbeat_age_s=age,
+        load=participant.load,
+        threshold=participant.threshold,
+        marginal_cost=participant.marginal_cost,
+        hosted_tasks=hosted,
+        **extra,
+    )
+
+
+@router.post("", status_code=201, response_model=schemas.ParticipantCreated)
+def register_participant(body: schemas.ParticipantCreate, request: Request, session: DbSession, caller: Caller, now: Now):
+    """Register a participant (operator only); the response carries its API key, shown this once."""
+    participant, key = service.register(session, caller, body)
+    return _out(request, participant, [], now, schemas.ParticipantCreated, api_key=key)
+
+
+@router.get("", response_model=list[schemas.ParticipantOut])
+def list_participants(request: Request, session: DbSession, caller: Caller, now: Now):
+    """List all participants with their liveness and last load report."""
+    from sqlalchemy import select
+
+    rows = list(session.scalars(select(Participant).order_by(Participant.name)))
+    hosted = service.hosted_task_ids(session, [p.id for p in rows])
+    return [_out(request, p, hosted[p.id], now) for p in rows]
+
+
+@router.get("/{name}", response_model=schemas.ParticipantOut)
+def get_participant(name: str, request: Request, session: DbSession, caller: Caller, now: Now):
+    """One participant with its liveness, last load report and hosted tasks."""
+    participant = service.get(session, name)
+    return _out(request, participant, service.hosted_task_ids(session, [participant.id])[participant.id], now)
+
+
+@router.post("/{name}/heartbeat", response_model=schemas.ParticipantOut)
+def heartbeat(name: str, body: schemas.Heartbeat, request: Request, session: DbSession, caller: Caller, now: Now):
+    """Report the participant's load, threshold, marginal costs and hosted tasks (that participant only)."""
+    participant = service.heartbeat(session, caller, name, body, now)
+    return _out(request, participant, service.hosted_task_ids(session, [participant.id])[participant.id], now)
+
+
+@router.get("/{name}/loads", response_model=list[schemas.LoadSampleOut])
+def load_history(name: str, session: DbSession, caller: Caller, since: datetime | None = None):
+    """The participant's recent load and threshold samples, oldest first."""
+    return [schemas.LoadSampleOut(at=s.at, load=s.load, threshold=s.threshold) for s in service.load_samples(session, name, since)]

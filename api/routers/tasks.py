@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from api import schemas
+from api.deps import Caller, DbSession
+from api.services import tasks as service
+
+router = APIRouter(prefix="/tasks", tags=["tasks"])
+
+
+@router.post("", status_code=201, response_model=schemas.TaskOut)
+def register_task(body: schemas.TaskCreate, session: DbSession, caller: Caller):
+    """Register a task whose origin and current host are the caller."""
+    return service.to_out(service.register(session, caller, body))
+
+
+@router.get("", response_model=list[schemas.TaskOut])
+def list_tasks(session: DbSession, caller: Caller, host: str | None = None, origin: str | None = None):
+    """Tasks, optionally those hosted by or originating at one participant."""
+    return [service.to_out(t) for t in service.list_tasks(session, host, origin)]
+
+
+@router.get("/{task_id}", response_model=schemas.TaskOut)
+def get_task(task_id: int, session: DbSession, caller: Caller):
+    """One task: its origin, current host, load and epoch."""
+    return service.to_out(service.get(session, task_id))

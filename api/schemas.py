@@ -1,0 +1,220 @@
+"""Request and response bodies of the JSON API."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+HaMode = Literal["none", "upstream_backup", "passive_standby", "active_standby"]
+Name = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class In(BaseModel):
+    """Inputs refuse unknown fields and non-finite numbers, so typos fail loudly with a 422."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class Out(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+
+# Participants
+
+
+class ParticipantCreate(In):
+    name: str = Name
+    endpoint: str = Field(min_length=1, max_length=512, description="URL where the participant's agent listens")
+
+
+class ParticipantOut(Out):
+    name: str
+    endpoint: str
+    created_at: datetime
+    status: Literal["new", "alive", "suspected", "failed"]
+    heartbeat_at: datetime | None
+    heartbeat_age_s: float | None
+    load: float | None
+    threshold: float | None
+    marginal_cost: dict | None
+    hosted_tasks: list[int]
+
+
+class ParticipantCreated(ParticipantOut):
+    api_key: str = Field(description="The participant's key: shown once, stored only as a hash")
+
+
+class TaskLoad(In):
+    task_id: int
+    load: float = Field(ge=0)
+
+
+class Heartbeat(In):
+    load: float = Field(ge=0, description="Total load, as a fraction of the participant's capacity")
+    threshold: float | None = Field(default=None, ge=0)
+    marginal_cost: dict[str, float | None] | None = Field(
+        default=None, description="e.g. {'shed': ..., 'take': ...} per unit of load"
+    )
+    tasks: list[TaskLoad] = Field(default_factory=list, description="Hosted tasks with their measured loads")
+    details: dict = Field(default_factory=dict, description="Anything else the agent reports (cost model, backlog)")
+
+
+class LoadSampleOut(Out):
+    at: datetime
+    load: float
+    threshold: float | None
+
+
+# Contracts
+
+
+class ContractTermsIn(In):
+    price_min: float = Field(gt=0)
+    price_max: float = Field(gt=0)
+    min_duration_s: float = Field(gt=0)
+
+
+class ContractCreate(ContractTermsIn):
+    counterparty: str = Name
+    valid_until: datetime | None = None
+    ha_mode: HaMode = "none"
+
+
+class ContractOut(Out):
+    id: int
+    proposer: str
+    counterparty: str
+    last_proposed_by: str
+    awaiting: str | None = Field(description="The party whose answer the contract waits for, if negotiating")
+    price_min: float
+    price_max: float
+    min_duration_s: float
+    valid_until: datetime | None
+    ha_mode: str
+    state: str
+    in_force: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+# Tasks
+
+
+class TaskCreate(In):
+    name: str = Field(min_length=1, max_length=128)
+    load: float = Field(default=0.0, ge=0)
+    input_uri: str | None = Field(default=None, max_length=1024)
+    params: dict = Field(default_factory=dict)
+    ha_mode: HaMode = "none"
+
+
+class TaskOut(Out):
+    id: int
+    name: str
+    origin: str
+    host: str
+    away: bool
+    load: float
+    input_uri: str | None
+    params: dict
+    ha_mode: str
+    epoch: int
+
+
+# Offers and movements
+
+
+class OfferCreate(In):
+    contract_id: int
+    task_ids: list[int] = Field(min_length=1, max_length=1000)
+    price: float = Field(gt=0)
+    ttl_s: float = Field(default=30.0, gt=0, le=3600, description="The offer expires unless decided within this time")
+
+
+class OfferAccept(In):
+    task_ids: list[int] | None = Field(default=None, min_length=1, description="A subset of the offer's tasks; all by default")
+
+
+class OfferReject(In):
+    reason: str | None = Field(default=None, max_length=1000)
+
+
+class OfferOut(Out):
+    id: int
+    contract_id: int
+    from_: str = Field(alias="from")
+    to: str
+    task_ids: list[int]
+    accepted_task_ids: list[int] | None
+    price: float
+    state: str
+    reason: str | None
+    created_at: datetime
+    expires_at: datetime
+    decided_at: datetime | None
+    movements: list[int] = Field(default_factory=list)
+
+
+class MovementOut(Out):
+    id: int
+    offer_id: int
+    contract_id: int
+    task_id: int
+    task_name: str
+    origin: str
+    from_: str = Field(alias="from")
+    to: str
+    price: float
+    load: float
+    state: str
+    started_at: datetime
+    earliest_end_at: datetime
+    ended_at: datetime | None
+    accrued: float
+
+
+# Ledger and events
+
+
+class LedgerEntry(Out):
+    movement_id: int
+    task_id: int
+    from_: str = Field(alias="from")
+    to: str
+    price: float
+    load: float
+    seconds: float
+    amount: float
+    state: str
+
+
+class LedgerBalance(Out):
+    participant: str
+    paid: float
+    earned: float
+    balance: float
+
+
+class LedgerOut(Out):
+    as_of: datetime
+    balances: list[LedgerBalance]
+    entries: list[LedgerEntry]
+
+
+class EventCreate(In):
+    kind: str = Field(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_.]*$")
+    message: str = Field(min_length=1, max_length=4000)
+    subject: str | None = Field(default=None, max_length=64)
+    data: dict = Field(default_factory=dict)
+
+
+class EventOut(Out):
+    id: int
+    at: datetime
+    kind: str
+    actor: str | None
+    subject: str | None
+    message: str
+    data: dict

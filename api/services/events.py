@@ -1,0 +1,50 @@
+"""The readable record: every negotiation step, movement and reported error is an event."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from api.auth import Principal
+from api.db import utcnow
+from api.models import Event
+
+
+def record(
+    session: Session,
+    kind: str,
+    message: str,
+    *,
+    actor: str | None = None,
+    subject: str | None = None,
+    data: dict | None = None,
+    at: datetime | None = None,
+) -> Event:
+    event = Event(kind=kind, message=message, actor=actor, subject=subject, data=data or {}, at=at or utcnow())
+    session.add(event)
+    return event
+
+
+def list_events(
+    session: Session,
+    caller: Principal,
+    *,
+    participant: str | None,
+    kind: str | None,
+    after_id: int | None,
+    limit: int,
+) -> list[Event]:
+    """Newest last; a participant sees only events it caused or that concern it."""
+    query = select(Event)
+    names = [caller.name] if not caller.is_operator else ([participant] if participant else [])
+    if names:
+        query = query.where(or_(Event.actor.in_(names), Event.subject.in_(names)))
+    if kind:
+        query = query.where(Event.kind.startswith(kind))
+    if after_id is not None:
+        query = query.where(Event.id > after_id).order_by(Event.id).limit(limit)
+        return list(session.scalars(query))
+    newest = list(session.scalars(query.order_by(Event.id.desc()).limit(limit)))
+    return newest[::-1]

@@ -1,0 +1,314 @@
+"""Offers and movements: the run-time half of the mechanism as the registry records it.
+
+Decisions on offers are made exactly once: the pending -> decided change is a
+conditional UPDATE, so of two concurrent accepts (or an accept and a reject) one
+changes the row and the other sees that it changed nothing and gets a 409. Moving a
+task is conditional on its host in the same way.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import and_, or_, select, update
+from sqlalchemy.orm import Session
+
+from api import schemas
+from api.auth import Principal
+from api.errors import Conflict, Forbidden, Invalid, NotFound
+from api.models import Contract, Movement, Offer, Task
+from api.services import contracts as contract_service
+from api.services import events, participants
+
+
+def _pending_of(session: Session, participant_id: int, now: datetime) -> Offer | None:
+    return session.scalar(
+        select(Offer).where(Offer.from_id == participant_id, Offer.state == "pending", Offer.expires_at > now).limit(1)
+    )
+
+
+def create(session: Session, caller: Principal, body: schemas.OfferCreate, now: datetime) -> Offer:
+    me = caller.require_participant()
+    contract = session.get(Contract, body.contract_id)
+    if contract is None or not caller.may_see(contract.proposer_id, contract.counterparty_id):
+        raise NotFound(f"no contract #{body.contract_id} of yours")
+    if not contract_service.in_force(contract, now):
+        raise Conflict(f"contract #{contract.id} is {contract.state}{'' if contract.state != 'active' else ' but expired'}; offers need an active contract")
+    if not contract.price_min <= body.price <= contract.price_max:
+        raise Invalid(
+            f"price {body.price:g} is outside contract #{contract.id}'s range [{contract.price_min:g}, {contract.price_max:g}]"
+        )
+    task_ids = list(dict.fromkeys(body.task_ids))
+    tasks = {t.id: t for t in session.scalars(select(Task).where(Task.id.in_(task_ids)))}
+    missing = [t for t in task_ids if t not in tasks]
+    if missing:
+        raise NotFound(f"no tasks {missing}")
+    not_home = [t for t in task_ids if tasks[t].host_id != me.id or tasks[t].origin_id != me.id]
+    if not_home:
+        raise Conflict(f"tasks {not_home} are not {me.name}'s own tasks at home; only those can be offered")
+    outstanding = _pending_of(session, me.id, now)
+    if outstanding is not None:
+        raise Conflict(
+            f"{me.name} already has an outstanding offer (#{outstanding.id}); one at a time",
+            offer_id=outstanding.id,
+        )
+    partner = contract.counterparty if contract.proposer_id == me.id else contract.proposer
+    offer = Offer(
+        contract_id=contract.id,
+        from_id=me.id,
+        to_id=partner.id,
+        task_ids=task_ids,
+        price=body.price,
+        state="pending",
+        created_at=now,
+        expires_at=now + timedelta(seconds=body.ttl_s),
+    )
+    session.add(offer)
+    session.flush()
+    events.record(
+        session,
+        "offer.made",
+        f"{me.name} offered tasks {task_ids} to {partner.name} at {body.price:g} under contract #{contract.id}",
+        actor=me.name,
+        subject=partner.name,
+        data={"offer_id": offer.id, "contract_id": contract.id, "task_ids": task_ids, "price": body.price},
+        at=now,
+    )
+    return offer
+
+
+def get_visible(session: Session, caller: Principal, offer_id: int) -> Offer:
+    offer = session.get(Offer, offer_id)
+    if offer is None:
+        raise NotFound(f"no offer #{offer_id}")
+    if not caller.may_see(offer.from_id, offer.to_id):
+        raise Forbidden(f"offer #{offer_id} is private to its two parties")
+    return offer
+
+
+def list_offers(session: Session, caller: Principal, state: str | None, now: datetime) -> list[Offer]:
+    query = select(Offer).order_by(Offer.id)
+    if not caller.is_operator:
+        me = caller.participant.id
+        query = query.where(or_(Offer.from_id == me, Offer.to_id == me))
+    if state == "pending":
+        query = query.where(Offer.state == "pending", Offer.expires_at > now)
+    elif state:
+        query = query.where(Offer.state == state)
+    return list(session.scalars(query))
+
+
+def state_of(offer: Offer, now: datetime) -> str:
+    return "expired" if offer.state == "pending" and offer.expires_at <= now else offer.state
+
+
+def _decide(session: Session, offer: Offer, new_state: str, now: datetime, **values) -> None:
+    """Move the offer out of 'pending' once and only once, whatever runs concurrently."""
+    changed = session.execute(
+        update(Offer)
+        .where(Offer.id == offer.id, Offer.state == "pending", Offer.expires_at > now)
+        .values(state=new_state, decided_at=now, **values)
+        .execution_options(synchronize_session=False)
+    ).rowcount
+    if changed != 1:
+        session.refresh(offer)
+        raise Conflict(f"offer #{offer.id} is already {state_of(offer, now)}", state=state_of(offer, now))
+    session.refresh(offer)
+
+
+def _require_receiver(caller: Principal, offer: Offer, action: str) -> None:
+    me = caller.require_participant()
+    if me.id != offer.to_id:
+        raise Forbidden(f"only {offer.to_participant.name}, to whom offer #{offer.id} was made, may {action} it")
+
+
+def accept(session: Session, caller: Principal, offer_id: int, body: schemas.OfferAccept, now: datetime) -> tuple[Offer, list[Movement]]:
+    offer = get_visible(session, caller, offer_id)
+    _require_receiver(caller, offer, "accept")
+    chosen = list(dict.fromkeys(body.task_ids)) if body.task_ids else list(offer.task_ids)
+    extra = [t for t in chosen if t not in offer.task_ids]
+    if extra:
+        raise Invalid(f"tasks {extra} are not part of offer #{offer.id}")
+    contract = session.get(Contract, offer.contract_id)
+    if not contract_service.in_force(contract, now):
+        raise Conflict(f"contract #{contract.id} is no longer in force")
+    _decide(session, offer, "accepted", now, accepted_task_ids=chosen)
+    moved = session.execute(
+        update(Task)
+        .where(Task.id.in_(chosen), Task.host_id == offer.from_id, Task.origin_id == offer.from_id)
+        .values(host_id=offer.to_id, epoch=Task.epoch + 1)
+        .execution_options(synchronize_session=False)
+    ).rowcount
+    if moved != len(chosen):
+        raise Conflict(f"some of tasks {chosen} left {offer.from_participant.name} since the offer; nothing moved")
+    movements = []
+    for task in session.scalars(select(Task).where(Task.id.in_(chosen)).order_by(Task.id)):
+        session.refresh(task)
+        movement = Movement(
+            offer_id=offer.id,
+            contract_id=contract.id,
+            task=task,
+            from_id=offer.from_id,
+            to_id=offer.to_id,
+            price=offer.price,
+            load=task.load,
+            state="active",
+            started_at=now,
+            earliest_end_at=now + timedelta(seconds=contract.min_duration_s),
+        )
+        session.add(movement)
+        movements.append(movement)
+    session.flush()
+    events.record(
+        session,
+        "offer.accepted",
+        f"{offer.to_participant.name} accepted tasks {chosen} of offer #{offer.id} from {offer.from_participant.name} at {offer.price:g}",
+        actor=offer.to_participant.name,
+        subject=offer.from_participant.name,
+        data={"offer_id": offer.id, "task_ids": chosen, "movement_ids": [m.id for m in movements], "price": offer.price},
+        at=now,
+    )
+    return offer, movements
+
+
+def reject(session: Session, caller: Principal, offer_id: int, body: schemas.OfferReject, now: datetime) -> Offer:
+    offer = get_visible(session, caller, offer_id)
+    _require_receiver(caller, offer, "reject")
+    _decide(session, offer, "rejected", now, reason=body.reason)
+    events.record(
+        session,
+        "offer.rejected",
+        f"{offer.to_participant.name} refused offer #{offer.id} from {offer.from_participant.name}"
+        + (f": {body.reason}" if body.reason else ""),
+        actor=offer.to_participant.name,
+        subject=offer.from_participant.name,
+        data={"offer_id": offer.id, "reason": body.reason},
+        at=now,
+    )
+    return offer
+
+
+def withdraw(session: Session, caller: Principal, offer_id: int, now: datetime) -> Offer:
+    offer = get_visible(session, caller, offer_id)
+    me = caller.require_participant()
+    if me.id != offer.from_id:
+        raise Forbidden(f"only {offer.from_participant.name}, who made offer #{offer.id}, may withdraw it")
+    _decide(session, offer, "withdrawn", now)
+    events.record(session, "offer.withdrawn", f"{me.name} withdrew offer #{offer.id}", actor=me.name, subject=offer.to_participant.name, data={"offer_id": offer.id}, at=now)
+    return offer
+
+
+def movement_ids(session: Session, offer_ids: list[int]) -> dict[int, list[int]]:
+    result: dict[int, list[int]] = {oid: [] for oid in offer_ids}
+    for offer_id, movement_id in session.execute(select(Movement.offer_id, Movement.id).where(Movement.offer_id.in_(offer_ids)).order_by(Movement.id)):
+        result[offer_id].append(movement_id)
+    return result
+
+
+def to_out(offer: Offer, now: datetime, movements: list[int]) -> schemas.OfferOut:
+    return schemas.OfferOut(
+        id=offer.id,
+        contract_id=offer.contract_id,
+        from_=offer.from_participant.name,
+        to=offer.to_participant.name,
+        task_ids=offer.task_ids,
+        accepted_task_ids=offer.accepted_task_ids,
+        price=offer.price,
+        state=state_of(offer, now),
+        reason=offer.reason,
+        created_at=offer.created_at,
+        expires_at=offer.expires_at,
+        decided_at=offer.decided_at,
+        movements=movements,
+    )
+
+
+# Movements
+
+
+def get_movement(session: Session, caller: Principal, movement_id: int) -> Movement:
+    movement = session.get(Movement, movement_id)
+    if movement is None:
+        raise NotFound(f"no movement #{movement_id}")
+    if not caller.may_see(movement.from_id, movement.to_id):
+        raise Forbidden(f"movement #{movement_id} is private to its two parties")
+    return movement
+
+
+def list_movements(session: Session, caller: Principal, participant: str | None, state: str | None) -> list[Movement]:
+    query = select(Movement).order_by(Movement.id)
+    ids = []
+    if not caller.is_operator:
+        ids.append(caller.participant.id)
+    if participant:
+        ids.append(participants.get(session, participant).id)
+    for pid in ids:
+        query = query.where(or_(Movement.from_id == pid, Movement.to_id == pid))
+    if state:
+        query = query.where(Movement.state == state)
+    return list(session.scalars(query))
+
+
+def end_movement(session: Session, caller: Principal, movement_id: int, now: datetime) -> Movement:
+    movement = get_movement(session, caller, movement_id)
+    if movement.state != "active":
+        raise Conflict(f"movement #{movement.id} already ended")
+    if now < movement.earliest_end_at:
+        remaining = (movement.earliest_end_at - now).total_seconds()
+        raise Conflict(
+            f"movement #{movement.id} cannot end before {movement.earliest_end_at.isoformat()} ({remaining:.1f} s left)",
+            earliest_end_at=movement.earliest_end_at.isoformat(),
+        )
+    changed = session.execute(
+        update(Movement)
+        .where(Movement.id == movement.id, Movement.state == "active")
+        .values(state="ended", ended_at=now, ended_by_id=caller.participant.id if caller.participant else None)
+        .execution_options(synchronize_session=False)
+    ).rowcount
+    if changed != 1:
+        raise Conflict(f"movement #{movement.id} already ended")
+    session.execute(
+        update(Task)
+        .where(and_(Task.id == movement.task_id, Task.host_id == movement.to_id))
+        .values(host_id=Task.origin_id, epoch=Task.epoch + 1)
+        .execution_options(synchronize_session=False)
+    )
+    session.refresh(movement)
+    session.refresh(movement.task)
+    events.record(
+        session,
+        "movement.ended",
+        f"{caller.name} ended movement #{movement.id}: task #{movement.task_id} returns from {movement.to_participant.name} to {movement.task.origin.name}",
+        actor=caller.name,
+        subject=movement.from_participant.name if caller.participant and caller.participant.id == movement.to_id else movement.to_participant.name,
+        data={"movement_id": movement.id, "task_id": movement.task_id},
+        at=now,
+    )
+    return movement
+
+
+def accrued(movement: Movement, now: datetime) -> tuple[float, float]:
+    """(seconds hosted away so far, amount the origin owes the host): price x load x seconds."""
+    end = movement.ended_at or now
+    seconds = max(0.0, (end - movement.started_at).total_seconds())
+    return seconds, movement.price * movement.load * seconds
+
+
+def movement_out(movement: Movement, now: datetime) -> schemas.MovementOut:
+    return schemas.MovementOut(
+        id=movement.id,
+        offer_id=movement.offer_id,
+        contract_id=movement.contract_id,
+        task_id=movement.task_id,
+        task_name=movement.task.name,
+        origin=movement.task.origin.name,
+        from_=movement.from_participant.name,
+        to=movement.to_participant.name,
+        price=movement.price,
+        load=movement.load,
+        state=movement.state,
+        started_at=movement.started_at,
+        earliest_end_at=movement.earliest_end_at,
+        ended_at=movement.ended_at,
+        accrued=accrued(movement, now)[1],
+    )

@@ -1,0 +1,84 @@
+"""Participants: registration with a one-time key, heartbeats with load reports, liveness."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from api import schemas
+from api.auth import Principal, hash_key, new_key
+from api.errors import Conflict, Forbidden, NotFound
+from api.models import LoadSample, Participant, Task
+from api.services import events
+
+# Load samples older than this are dropped: the UI charts the recent past only.
+SAMPLE_RETENTION = timedelta(hours=2)
+
+
+def get(session: Session, name: str) -> Participant:
+    participant = session.scalar(select(Participant).where(Participant.name == name))
+    if participant is None:
+        raise NotFound(f"no participant named {name!r}")
+    return participant
+
+
+def register(session: Session, caller: Principal, body: schemas.ParticipantCreate) -> tuple[Participant, str]:
+    caller.require_operator()
+    if session.scalar(select(Participant.id).where(Participant.name == body.name)) is not None:
+        raise Conflict(f"the name {body.name!r} is taken")
+    key = new_key()
+    participant = Participant(name=body.name, endpoint=body.endpoint, key_hash=hash_key(key))
+    session.add(participant)
+    session.flush()
+    events.record(session, "participant.registered", f"{body.name} joined at {body.endpoint}", actor="operator", subject=body.name)
+    return participant, key
+
+
+def liveness(participant: Participant, now: datetime, timeout_s: float) -> tuple[str, float | None]:
+    """('new'|'alive'|'suspected'|'failed', heartbeat age): suspected past the timeout, failed past twice it."""
+    if participant.heartbeat_at is None:
+        return "new", None
+    age = max(0.0, (now - participant.heartbeat_at).total_seconds())
+    if age <= timeout_s:
+        return "alive", age
+    return ("suspected" if age <= 2 * timeout_s else "failed"), age
+
+
+def hosted_task_ids(session: Session, participant_ids: list[int]) -> dict[int, list[int]]:
+    hosted: dict[int, list[int]] = {pid: [] for pid in participant_ids}
+    rows = session.execute(select(Task.host_id, Task.id).where(Task.host_id.in_(participant_ids)).order_by(Task.id))
+    for host_id, task_id in rows:
+        hosted[host_id].append(task_id)
+    return hosted
+
+
+def heartbeat(session: Session, caller: Principal, name: str, body: schemas.Heartbeat, now: datetime) -> Participant:
+    participant = get(session, name)
+    if caller.participant is None or caller.participant.id != participant.id:
+        raise Forbidden(f"only {name} may send its heartbeat")
+    participant.heartbeat_at = now
+    participant.load = body.load
+    participant.threshold = body.threshold
+    participant.marginal_cost = body.marginal_cost
+    participant.report = {"tasks": [t.model_dump() for t in body.tasks], **body.details}
+    reported = {t.task_id: t.load for t in body.tasks}
+    if reported:
+        # Only the current host's measurement counts; a stale report about a task that moved is ignored.
+        for task in session.scalars(select(Task).where(Task.id.in_(reported), Task.host_id == participant.id)):
+            task.load = reported[task.id]
+    session.add(LoadSample(participant_id=participant.id, at=now, load=body.load, threshold=body.threshold))
+    session.execute(
+        delete(LoadSample).where(LoadSample.participant_id == participant.id, LoadSample.at < now - SAMPLE_RETENTION)
+    )
+    session.flush()
+    return participant
+
+
+def load_samples(session: Session, name: str, since: datetime | None) -> list[LoadSample]:
+    participant = get(session, name)
+    query = select(LoadSample).where(LoadSample.participant_id == participant.id)
+    if since is not None:
+        query = query.where(LoadSample.at > since)
+    return list(session.scalars(query.order_by(LoadSample.at)))

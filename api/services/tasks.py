@@ -1,0 +1,63 @@
+"""Tasks: registered by their origin, which hosts them until an accepted offer moves them."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from api import schemas
+from api.auth import Principal
+from api.errors import Conflict, NotFound
+from api.models import Task
+from api.services import events, participants
+
+
+def register(session: Session, caller: Principal, body: schemas.TaskCreate) -> Task:
+    me = caller.require_participant()
+    taken = session.scalar(select(Task.id).where(Task.origin_id == me.id, Task.name == body.name))
+    if taken is not None:
+        raise Conflict(f"{me.name} already has a task named {body.name!r} (#{taken})", task_id=taken)
+    task = Task(
+        name=body.name,
+        origin=me,
+        host=me,
+        load=body.load,
+        input_uri=body.input_uri,
+        params=body.params,
+        ha_mode=body.ha_mode,
+    )
+    session.add(task)
+    session.flush()
+    events.record(session, "task.registered", f"{me.name} registered task #{task.id} {body.name}", actor=me.name, data={"task_id": task.id})
+    return task
+
+
+def get(session: Session, task_id: int) -> Task:
+    task = session.get(Task, task_id)
+    if task is None:
+        raise NotFound(f"no task #{task_id}")
+    return task
+
+
+def list_tasks(session: Session, host: str | None, origin: str | None) -> list[Task]:
+    query = select(Task).order_by(Task.id)
+    if host:
+        query = query.where(Task.host_id == participants.get(session, host).id)
+    if origin:
+        query = query.where(Task.origin_id == participants.get(session, origin).id)
+    return list(session.scalars(query))
+
+
+def to_out(task: Task) -> schemas.TaskOut:
+    return schemas.TaskOut(
+        id=task.id,
+        name=task.name,
+        origin=task.origin.name,
+        host=task.host.name,
+        away=task.host_id != task.origin_id,
+        load=task.load,
+        input_uri=task.input_uri,
+        params=task.params,
+        ha_mode=task.ha_mode,
+        epoch=task.epoch,
+    )

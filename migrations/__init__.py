@@ -1,0 +1,1 @@
+"""Alembic migrations of the registry database (the same scripts build SQLite and PostgreSQL)."""

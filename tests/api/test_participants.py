@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+from sqlalchemy import create_engine, text
+
+from tests.api.conftest import ADMIN_KEY
+
+
+def test_registration_returns_key_once_and_stores_only_its_hash(registry):
+    key = registry.participant("alpha")
+    assert key.startswith("bpm_")
+    listed = registry.ok("GET", "/participants")
+    assert [p["name"] for p in listed] == ["alpha"]
+    assert "api_key" not in listed[0]
+    assert "api_key" not in registry.ok("GET", "/participants/alpha")
+    engine = create_engine(registry.url)
+    with engine.connect() as conn:
+        stored = conn.execute(text("SELECT key_hash FROM participants")).scalar_one()
+    engine.dispose()
+    assert stored != key and key not in stored and len(stored) == 64
+
+
+def test_registration_refusals(registry):
+    body = {"name": "alpha", "endpoint": "http://127.0.0.2:9000"}
+    assert registry.call("POST", "/participants", key=None, json=body).status_code == 401
+    assert registry.call("POST", "/participants", key="wrong", json=body).status_code == 401
+    alpha = registry.participant("alpha")
+    assert registry.call("POST", "/participants", key=alpha, json={**body, "name": "beta"}).status_code == 403
+    taken = registry.call("POST", "/participants", json=body)
+    assert taken.status_code == 409 and "taken" in taken.json()["detail"]
+    for bad in ({"name": "", "endpoint": "x"}, {"name": "a b", "endpoint": "x"}, {"name": "ok"}, {"name": "ok", "endpoint": "x", "extra": 1}):
+        response = registry.call("POST", "/participants", json=bad)
+        assert response.status_code == 422, bad
+        assert response.json()["message"]
+    assert registry.call("GET", "/participants/nobody").status_code == 404
+
+
+def test_heartbeat_only_by_that_participant_and_updates_load(registry):
+    alpha, beta = registry.participant("alpha"), registry.participant("beta")
+    task = registry.task(alpha, "t1", load=0.1)
+    report = {"load": 0.7, "threshold": 0.6, "marginal_cost": {"shed": 3.0, "take": 4.0}, "tasks": [{"task_id": task["id"], "load": 0.25}]}
+    assert registry.call("POST", "/participants/alpha/heartbeat", beta, json=report).status_code == 403
+    assert registry.call("POST", "/participants/alpha/heartbeat", ADMIN_KEY, json=report).status_code == 403
+    assert registry.call("POST", "/participants/alpha/heartbeat", alpha, json={**report, "load": -1}).status_code == 422
+    body = registry.ok("POST", "/participants/alpha/heartbeat", alpha, json=report)
+    assert body["load"] == 0.7 and body["threshold"] == 0.6 and body["status"] == "alive"
+    assert body["hosted_tasks"] == [task["id"]]
+    assert registry.ok("GET", f"/tasks/{task['id']}")["load"] == 0.25
+    assert [s["load"] for s in registry.ok("GET", "/participants/alpha/loads")] == [0.7]
+
+
+def test_liveness_follows_heartbeat_age(registry):
+    alpha = registry.participant("alpha")
+    assert registry.ok("GET", "/participants/alpha")["status"] == "new"
+    registry.ok("POST", "/participants/alpha/heartbeat", alpha, json={"load": 0.1})
+    registry.clock.advance(2.0)
+    assert registry.ok("GET", "/participants/alpha")["status"] == "alive"
+    registry.clock.advance(2.0)
+    assert registry.ok("GET", "/participants/alpha")["status"] == "suspected"
+    registry.clock.advance(3.0)
+    got = registry.ok("GET", "/participants/alpha")
+    assert got["status"] == "failed" and got["heartbeat_age_s"] == 7.0
+
+
+def test_health_and_docs(registry):
+    assert registry.client.get("/healthz").json()["status"] == "ok"
+    spec = registry.client.get("/openapi.json").json()
+    operations = [op for path in spec["paths"].values() for op in path.values()]
+    assert all(op.get("description") for op in operations), "every endpoint carries a docstring"
