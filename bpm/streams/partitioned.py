@@ -1,0 +1,189 @@
+"""A replayable, partitioned stream on a file system.
+
+Layout of a stream at `<root>`:
+
+* `_stream.json`: the number of partitions and the partitioning rule;
+* `partition=<k>/<position>.csv`: immutable files of records, numbered from 0 per partition.
+  A file is written under a hidden temporary name and renamed, so Spark's file source
+  (which ignores names starting with `.` or `_`) never sees half a file;
+* `_positions/<k>`: the next position of partition k, so numbering survives trimming;
+* `_acks/<consumer>.json`: per partition, the position from which the consumer still needs
+  input (every lower position is processed and checkpointed).
+
+Trimming deletes, per partition, the files below the smallest acknowledged position of all
+consumers, and nothing when no consumer has registered. Any retained position can be read again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+MARK_DATA, MARK_TICK, MARK_END = 0, 1, 2
+_FILE = re.compile(r"^(\d{12})\.csv$")
+_CONSUMER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+PARTITIONER = "crc32(source prefix) mod partitions"
+
+
+class StreamError(ValueError):
+    """A stream that cannot be opened or used as asked; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRecord:
+    """One row of the stream: a connection, or a punctuation mark that only advances event time.
+
+    Attributes:
+        ts_us: event time in microseconds since the epoch.
+        src: source address (empty for punctuation).
+        prefix: the source's prefix, the partitioning key (empty for punctuation).
+        dst: destination address.
+        dport: destination port.
+        proto: transport protocol.
+        mark: 0 for a connection, 1 for a time-advance tick, 2 for end of input.
+    """
+
+    ts_us: int
+    src: str = ""
+    prefix: str = ""
+    dst: str = ""
+    dport: int = 0
+    proto: str = ""
+    mark: int = MARK_DATA
+
+    def to_line(self) -> str:
+        return f"{self.ts_us},{self.src},{self.prefix},{self.dst},{self.dport},{self.proto},{self.mark}\n"
+
+    @classmethod
+    def from_line(cls, line: str) -> StreamRecord:
+        ts, src, prefix, dst, dport, proto, mark = line.rstrip("\n").split(",")
+        return cls(int(ts), src, prefix, dst, int(dport), proto, int(mark))
+
+
+def stream_path(uri: str | Path) -> Path:
+    """The local folder of a stream given as a path or a `file://` URI."""
+    text = str(uri)
+    parsed = urlparse(text)
+    if parsed.scheme in ("", "file") or len(parsed.scheme) == 1:  # one letter: a Windows drive, not a scheme
+        return Path(unquote(parsed.path) if parsed.scheme == "file" else text)
+    raise StreamError(f"unsupported stream URI {text!r}: use a local path or a file:// URI")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with temp.open("w", encoding="utf-8") as out:
+        out.write(text)
+    os.replace(temp, path)
+
+
+class PartitionedStream:
+    """A stream folder with `partitions` partitions; see the module text for the layout."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = stream_path(root)
+        meta = self.root / "_stream.json"
+        if not meta.exists():
+            raise StreamError(f"{self.root} is not a stream (no _stream.json); create it with a number of partitions")
+        self.partitions = int(json.loads(meta.read_text())["partitions"])
+
+    @classmethod
+    def create(cls, root: str | Path, partitions: int) -> PartitionedStream:
+        """Create the stream, or open it when it exists with the same number of partitions."""
+        if partitions < 1:
+            raise StreamError("a stream needs at least one partition")
+        path = stream_path(root)
+        meta = path / "_stream.json"
+        if meta.exists():
+            stream = cls(path)
+            if stream.partitions != partitions:
+                raise StreamError(f"{path} already has {stream.partitions} partitions, not {partitions}")
+            return stream
+        if path.exists() and any(path.iterdir()):
+            raise StreamError(f"{path} exists, is not empty and is not a stream")
+        for k in range(partitions):
+            (path / f"partition={k}").mkdir(parents=True, exist_ok=True)
+        (path / "_positions").mkdir(exist_ok=True)
+        (path / "_acks").mkdir(exist_ok=True)
+        _write_atomic(meta, json.dumps({"partitions": partitions, "partitioner": PARTITIONER, "format": "csv"}))
+        return cls(path)
+
+    def _check(self, k: int) -> None:
+        if not 0 <= k < self.partitions:
+            raise StreamError(f"partition {k} out of range 0..{self.partitions - 1}")
+
+    def partition_path(self, k: int) -> Path:
+        """The folder a task over partition k reads."""
+        self._check(k)
+        return self.root / f"partition={k}"
+
+    def positions(self, k: int) -> list[int]:
+        """The retained positions of partition k, in order."""
+        found = (_FILE.match(name) for name in os.listdir(self.partition_path(k)))
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def next_position(self, k: int) -> int:
+        marker = self.root / "_positions" / str(k)
+        return int(marker.read_text()) if marker.exists() else 0
+
+    def append(self, k: int, records: Iterable[StreamRecord]) -> int:
+        """Write records as the next file of partition k; returns its position."""
+        position = self.next_position(k)
+        target = self.partition_path(k) / f"{position:012d}.csv"
+        _write_atomic(target, "".join(r.to_line() for r in records))
+        _write_atomic(self.root / "_positions" / str(k), str(position + 1))
+        return position
+
+    def read(self, k: int, start: int = 0) -> Iterator[tuple[int, list[StreamRecord]]]:
+        """Replay partition k from a retained position: `(position, records)` per file."""
+        retained = self.positions(k)
+        if start < self.next_position(k) and (not retained or start < retained[0]):
+            raise StreamError(f"position {start} of partition {k} was trimmed (oldest retained: {retained[0] if retained else 'none'})")
+        for position in retained:
+            if position >= start:
+                with (self.partition_path(k) / f"{position:012d}.csv").open(encoding="utf-8") as handle:
+                    yield position, [StreamRecord.from_line(line) for line in handle if line.strip()]
+
+    def ack(self, consumer: str, k: int, position: int) -> None:
+        """Record that `consumer` needs partition k only from `position` on; acknowledgements never move back."""
+        if not _CONSUMER.match(consumer):
+            raise StreamError(f"bad consumer name {consumer!r}")
+        self._check(k)
+        if not 0 <= position <= self.next_position(k):
+            raise StreamError(f"position {position} beyond the end of partition {k}")
+        acks = self.acks().get(consumer, {})
+        acks[k] = max(position, acks.get(k, 0))
+        _write_atomic(self.root / "_acks" / f"{consumer}.json", json.dumps({str(p): v for p, v in sorted(acks.items())}))
+
+    def register(self, consumer: str) -> None:
+        """Make `consumer` hold every retained file until it acknowledges."""
+        path = self.root / "_acks" / f"{consumer}.json"
+        if not path.exists():
+            self.ack(consumer, 0, 0)
+
+    def acks(self) -> dict[str, dict[int, int]]:
+        """Per consumer, per partition, the acknowledged position (0 where it never acknowledged)."""
+        result: dict[str, dict[int, int]] = {}
+        for path in sorted((self.root / "_acks").glob("*.json")):
+            result[path.stem] = {int(p): int(v) for p, v in json.loads(path.read_text()).items()}
+        return result
+
+    def trim_point(self, k: int) -> int:
+        """The lowest position still needed by some consumer of partition k (0 without consumers)."""
+        acks = self.acks()
+        return min((a.get(k, 0) for a in acks.values()), default=0)
+
+    def trim(self) -> dict[int, int]:
+        """Delete, per partition, the files below the trim point; returns how many were deleted."""
+        deleted: dict[int, int] = {}
+        for k in range(self.partitions):
+            point = self.trim_point(k)
+            gone = [p for p in self.positions(k) if p < point]
+            for position in gone:
+                (self.partition_path(k) / f"{position:012d}.csv").unlink(missing_ok=True)
+            deleted[k] = len(gone)
+        return deleted

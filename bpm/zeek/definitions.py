@@ -1,0 +1,150 @@
+"""The definitions of the network-monitoring query, shared by Spark and the plain computation.
+
+Per tumbling window (aligned to the epoch):
+
+* `connections`: a source IP with more than `min_connections` connections;
+* `ports`: a source IP with more than `min_ports` distinct destination ports (TCP and UDP
+  only: Zeek stores ICMP type/code in the port fields, which are not ports);
+* `prefix`: a source prefix (/24 for IPv4, /64 for IPv6) with the number of its sources
+  that raised a `ports` alert (rows only for prefixes with at least one).
+
+Late rows: a row whose timestamp is at or below `newest seen so far - lateness_s`, in the
+order of the input, is late and not counted (`admit`). The streaming watermark uses the
+same lateness, so it never drops a row that `admit` kept.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+
+from bpm.zeek.conn import Conn
+
+KINDS = ("connections", "ports", "prefix")
+PORT_PROTOCOLS = ("tcp", "udp")
+MICROS = 1_000_000
+
+
+@dataclass(frozen=True)
+class QueryParams:
+    """Parameters of the monitoring query.
+
+    Attributes:
+        window_s: length of the tumbling window in seconds (windows start at multiples of it since the epoch).
+        min_connections: a source alerts when its connections in a window are strictly more than this.
+        min_ports: a source alerts when its distinct destination ports are strictly more than this.
+        lateness_s: how far behind the newest timestamp seen a row may be and still count; also the watermark delay.
+    """
+
+    window_s: int = 60
+    min_connections: int = 100
+    min_ports: int = 10
+    lateness_s: int = 60
+
+    def __post_init__(self) -> None:
+        if self.window_s < 1:
+            raise ValueError("window_s must be at least 1 second")
+        if self.min_connections < 0 or self.min_ports < 0:
+            raise ValueError("thresholds must not be negative")
+        if self.lateness_s < 0:
+            raise ValueError("lateness_s must not be negative")
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, order=True)
+class ResultRow:
+    """One output row of the query: an alert or a prefix count for one window."""
+
+    kind: str
+    window_start: int
+    window_end: int
+    key: str
+    value: int
+
+    def to_json(self) -> dict[str, object]:
+        """The JSON form printed by `bpm pipeline run --json` and written by tasks."""
+        return {
+            "kind": self.kind,
+            "window_start": iso_utc(self.window_start),
+            "window_end": iso_utc(self.window_end),
+            "key": self.key,
+            "value": self.value,
+        }
+
+    @classmethod
+    def from_json(cls, record: dict[str, object]) -> ResultRow:
+        return cls(
+            kind=str(record["kind"]),
+            window_start=parse_iso_utc(str(record["window_start"])),
+            window_end=parse_iso_utc(str(record["window_end"])),
+            key=str(record["key"]),
+            value=int(record["value"]),  # type: ignore[arg-type]
+        )
+
+
+def iso_utc(epoch_s: int) -> str:
+    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_iso_utc(text: str) -> int:
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp())
+
+
+def source_prefix(address: str) -> str:
+    """The prefix a source belongs to: its /24 for IPv4, its /64 for IPv6."""
+    ip = ipaddress.ip_address(address)
+    bits = 24 if ip.version == 4 else 64
+    return ipaddress.ip_network(f"{ip}/{bits}", strict=False).compressed
+
+
+def partition_of(prefix: str, partitions: int) -> int:
+    """The stream partition of a source prefix: a stable hash (CRC-32), the same in every process."""
+    return zlib.crc32(prefix.encode()) % partitions
+
+
+def ts_micros(ts: float) -> int:
+    """Timestamp in whole microseconds, truncated as Spark's `timestamp_seconds` does."""
+    return int(ts * MICROS)
+
+
+def window_start(ts_us: int, window_s: int) -> int:
+    """Start (epoch seconds) of the tumbling window holding a timestamp in microseconds."""
+    return (ts_us // (window_s * MICROS)) * window_s
+
+
+def counts_port(proto: str) -> bool:
+    return proto in PORT_PROTOCOLS
+
+
+class Admission:
+    """The lateness rule applied in input order: keeps rows not more than `lateness_s` behind the newest.
+
+    Attributes:
+        newest_us: the newest timestamp admitted so far (microseconds), None before the first row.
+        late: how many rows were refused as late.
+    """
+
+    def __init__(self, lateness_s: int, newest_us: int | None = None) -> None:
+        self.lateness_us = lateness_s * MICROS
+        self.newest_us = newest_us
+        self.late = 0
+
+    def admit(self, ts_us: int) -> bool:
+        if self.newest_us is not None and ts_us <= self.newest_us - self.lateness_us:
+            self.late += 1
+            return False
+        if self.newest_us is None or ts_us > self.newest_us:
+            self.newest_us = ts_us
+        return True
+
+
+def admitted(conns: Iterable[Conn], admission: Admission) -> Iterator[Conn]:
+    """The connections that the lateness rule keeps, in order."""
+    for conn in conns:
+        if admission.admit(ts_micros(conn.ts)):
+            yield conn

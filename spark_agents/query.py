@@ -1,0 +1,106 @@
+"""The network-monitoring query in Structured Streaming, as a task over one stream partition.
+
+Per task, the streaming part reads the partition's CSV files, sets the watermark on the
+event time (delay = the query's lateness), removes punctuation rows *after* the watermark
+(they only move event time), and aggregates per tumbling window and source: connection
+count and the set of distinct TCP/UDP destination ports. In append mode a window's rows are
+emitted once, in the micro-batch where the watermark passes its end, all sources of the
+window together. Each micro-batch then derives the alerts and the per-prefix counts of port
+alerts with Spark and writes them to `<output>/<task>/batch-<id>.jsonl` (temp file, rename),
+so a replayed batch overwrites its own file and never duplicates a result.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bpm.zeek.definitions import PORT_PROTOCOLS, QueryParams, ResultRow
+from bpm.zeek.results import write_batch
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+STREAM_SCHEMA_DDL = "ts_us BIGINT, src STRING, prefix STRING, dst STRING, dport INT, proto STRING, mark INT"
+
+
+def per_source(spark: SparkSession, input_path: str | Path, params: QueryParams) -> DataFrame:
+    """The streaming aggregate: one row per (window, source) once the window closes."""
+    from pyspark.sql import functions as F
+
+    raw = spark.readStream.schema(STREAM_SCHEMA_DDL).csv(str(input_path))
+    events = raw.withColumn("event_time", F.timestamp_micros("ts_us")).withWatermark(
+        "event_time", f"{params.lateness_s} seconds"
+    )
+    # The filter must mention event_time: Spark pushes filters that do not reference the
+    # watermark column below the watermark, and then punctuation would never move it.
+    data = events.where(F.when(F.col("mark") == 0, F.col("event_time").isNotNull()).otherwise(F.lit(False)))
+    port = F.when(F.col("proto").isin(*PORT_PROTOCOLS), F.col("dport"))
+    return data.groupBy(F.window("event_time", f"{params.window_s} seconds"), "src", "prefix").agg(
+        F.count(F.lit(1)).alias("connections"), F.size(F.collect_set(port)).alias("ports")
+    )
+
+
+def batch_results(batch: DataFrame, params: QueryParams) -> list[ResultRow]:
+    """The result rows of one micro-batch of `per_source` output.
+
+    The per-prefix count of port alerts is a window function over the alerting sources, so
+    the batch is read once (reading a foreachBatch frame twice would run the stateful stage twice).
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    port_alert = F.col("ports") > params.min_ports
+    alerting = batch.where((F.col("connections") > params.min_connections) | port_alert).select(
+        F.col("window.start").cast("long").alias("start"),
+        F.col("window.end").cast("long").alias("end"),
+        "src", "prefix", "connections", "ports",
+        F.sum(F.when(port_alert, 1).otherwise(0)).over(Window.partitionBy("window", "prefix")).alias("prefix_alerts"),
+    )
+    rows: set[ResultRow] = set()
+    for r in alerting.collect():
+        if r.connections > params.min_connections:
+            rows.add(ResultRow("connections", r.start, r.end, r.src, r.connections))
+        if r.ports > params.min_ports:
+            rows.add(ResultRow("ports", r.start, r.end, r.src, r.ports))
+        if r.prefix_alerts > 0:
+            rows.add(ResultRow("prefix", r.start, r.end, r.prefix, r.prefix_alerts))
+    return sorted(rows)
+
+
+class BatchWriter:
+    """The foreachBatch function of a task: writes each batch's rows to its own file."""
+
+    def __init__(self, output_dir: str | Path, task_id: str, params: QueryParams) -> None:
+        self.output_dir, self.task_id, self.params = Path(output_dir), task_id, params
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        rows = batch_results(batch, self.params)
+        if rows:
+            write_batch(self.output_dir, self.task_id, batch_id, rows)
+
+
+def start_query(
+    spark: SparkSession,
+    task_id: str,
+    input_path: str | Path,
+    checkpoint_dir: str | Path,
+    output_dir: str | Path,
+    params: QueryParams,
+    trigger_s: float | None = None,
+) -> StreamingQuery:
+    """Start the task's streaming query, resuming from `checkpoint_dir` when it holds a checkpoint.
+
+    `trigger_s` sets a processing-time trigger; None runs micro-batches back to back.
+    """
+    writer = (
+        per_source(spark, input_path, params)
+        .writeStream.queryName(task_id)
+        .outputMode("append")
+        .option("checkpointLocation", str(checkpoint_dir))
+        .foreachBatch(BatchWriter(output_dir, task_id, params))
+    )
+    if trigger_s is not None:
+        writer = writer.trigger(processingTime=f"{int(trigger_s * 1000)} milliseconds")
+    return writer.start()
