@@ -68,7 +68,8 @@ class Registry:
         return {"Authorization": f"Bearer {key}"} if key else {}
 
     def call(self, method: str, path: str, key: str | None = ADMIN_KEY, **kwargs):
-        return self.client.request(method, "/api/v1" + path, headers=self.as_key(key), **kwargs)
+        headers = {**self.as_key(key), **kwargs.pop("headers", {})}
+        return self.client.request(method, "/api/v1" + path, headers=headers, **kwargs)
 
     def ok(self, method: str, path: str, key: str | None = ADMIN_KEY, status: int = 200, **kwargs):
         response = self.call(method, path, key, **kwargs)

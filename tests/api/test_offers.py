@@ -1,0 +1,142 @@
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def pair(registry):
+    """a and b with an active contract at [1, 2] and 10 s minimum duration; a hosts three tasks."""
+    a, b = registry.participant("a"), registry.participant("b")
+    contract = registry.active_contract(a, "b", b, price_min=1.0, price_max=2.0, duration=10.0)
+    tasks = [registry.task(a, f"t{i}", load=0.1 * (i + 1)) for i in range(3)]
+    return a, b, contract, [t["id"] for t in tasks]
+
+
+def _offer(registry, key, contract_id, task_ids, price=1.5, **extra):
+    return registry.call("POST", "/offers", key, json={"contract_id": contract_id, "task_ids": task_ids, "price": price, **extra})
+
+
+def test_offer_accept_moves_tasks_and_end_returns_them(registry, pair):
+    a, b, contract, tasks = pair
+    offer = _offer(registry, a, contract["id"], tasks[:2]).json()
+    assert offer["state"] == "pending" and offer["from"] == "a" and offer["to"] == "b"
+    accepted = registry.ok("POST", f"/offers/{offer['id']}/accept", b)
+    assert accepted["state"] == "accepted" and len(accepted["movements"]) == 2
+    moved = registry.ok("GET", "/tasks?host=b")
+    assert [t["id"] for t in moved] == tasks[:2] and all(t["away"] and t["epoch"] == 1 for t in moved)
+    movement = registry.ok("GET", f"/movements/{accepted['movements'][0]}", b)
+    assert (movement["from"], movement["to"], movement["price"], movement["origin"]) == ("a", "b", 1.5, "a")
+    assert movement["state"] == "active"
+    registry.clock.advance(5)
+    early = registry.call("POST", f"/movements/{movement['id']}/end", a)
+    assert early.status_code == 409 and "5.0 s left" in early.json()["detail"]
+    registry.clock.advance(5)
+    ended = registry.ok("POST", f"/movements/{movement['id']}/end", b)
+    assert ended["state"] == "ended"
+    task = registry.ok("GET", f"/tasks/{movement['task_id']}")
+    assert task["host"] == "a" and not task["away"] and task["epoch"] == 2
+    assert registry.call("POST", f"/movements/{movement['id']}/end", a).status_code == 409
+
+
+def test_subset_accept(registry, pair):
+    a, b, contract, tasks = pair
+    offer = _offer(registry, a, contract["id"], tasks).json()
+    assert registry.call("POST", f"/offers/{offer['id']}/accept", b, json={"task_ids": [999]}).status_code == 422
+    accepted = registry.ok("POST", f"/offers/{offer['id']}/accept", b, json={"task_ids": [tasks[2]]})
+    assert accepted["accepted_task_ids"] == [tasks[2]]
+    assert [t["id"] for t in registry.ok("GET", "/tasks?host=a")] == tasks[:2]
+
+
+def test_offer_refusals(registry, pair):
+    a, b, contract, tasks = pair
+    c = registry.participant("c")
+    c_task = registry.task(c, "ct")["id"]
+    assert _offer(registry, a, contract["id"], tasks, price=2.5).status_code == 422
+    assert _offer(registry, a, contract["id"], tasks, price=0.99).status_code == 422
+    assert _offer(registry, a, contract["id"], []).status_code == 422
+    assert _offer(registry, a, 999, tasks).status_code == 404
+    assert _offer(registry, c, contract["id"], [c_task]).status_code == 404  # not c's contract
+    assert _offer(registry, a, contract["id"], [c_task]).status_code == 409  # not a's task
+    assert _offer(registry, a, contract["id"], [12345]).status_code == 404
+    assert _offer(registry, None, contract["id"], tasks).status_code == 401
+    offer = _offer(registry, a, contract["id"], tasks[:1]).json()
+    second = _offer(registry, a, contract["id"], tasks[1:])
+    assert second.status_code == 409 and second.json()["offer_id"] == offer["id"]
+    assert registry.call("POST", f"/offers/{offer['id']}/accept", a).status_code == 403  # own offer
+    assert registry.call("POST", f"/offers/{offer['id']}/accept", c).status_code == 403  # third party
+    assert registry.call("POST", f"/offers/{offer['id']}/accept").status_code == 403  # operator is no party
+    assert registry.call("POST", f"/offers/{offer['id']}/reject", a).status_code == 403
+
+
+def test_first_decision_wins(registry, pair):
+    a, b, contract, tasks = pair
+    offer = _offer(registry, a, contract["id"], tasks[:1]).json()
+    registry.ok("POST", f"/offers/{offer['id']}/reject", b, json={"reason": "too busy"})
+    late = registry.call("POST", f"/offers/{offer['id']}/accept", b)
+    assert late.status_code == 409 and late.json()["state"] == "rejected"
+    assert registry.call("POST", f"/offers/{offer['id']}/reject", b).status_code == 409
+    refusal = registry.ok("GET", "/events?kind=offer.rejected", a)[-1]
+    assert "too busy" in refusal["message"]
+    # After a refusal a new offer may be made.
+    again = _offer(registry, a, contract["id"], tasks[:1]).json()
+    registry.ok("POST", f"/offers/{again['id']}/accept", b)
+    assert registry.call("POST", f"/offers/{again['id']}/accept", b).status_code == 409
+
+
+def test_offer_expires_and_can_be_withdrawn(registry, pair):
+    a, b, contract, tasks = pair
+    offer = _offer(registry, a, contract["id"], tasks[:1], ttl_s=5).json()
+    registry.clock.advance(6)
+    assert registry.ok("GET", f"/offers/{offer['id']}", a)["state"] == "expired"
+    assert registry.call("POST", f"/offers/{offer['id']}/accept", b).status_code == 409
+    fresh = _offer(registry, a, contract["id"], tasks[:1]).json()
+    assert registry.call("POST", f"/offers/{fresh['id']}/withdraw", b).status_code == 403
+    assert registry.ok("POST", f"/offers/{fresh['id']}/withdraw", a)["state"] == "withdrawn"
+    assert registry.ok("GET", "/offers?state=pending", a) == []
+
+
+def test_offer_needs_contract_in_force(registry, pair):
+    a, b, contract, tasks = pair
+    registry.ok("POST", f"/contracts/{contract['id']}/terminate", b)
+    assert _offer(registry, a, contract["id"], tasks[:1]).status_code == 409
+
+
+def test_tasks_away_cannot_be_offered_again(registry, pair):
+    a, b, contract, tasks = pair
+    offer = _offer(registry, a, contract["id"], tasks[:1]).json()
+    registry.ok("POST", f"/offers/{offer['id']}/accept", b)
+    assert _offer(registry, a, contract["id"], tasks[:1]).status_code == 409
+    # b hosts the task now but it is not b's own: b cannot pass it on.
+    assert _offer(registry, b, contract["id"], tasks[:1]).status_code == 409
+
+
+def test_ledger_accrues_price_times_load_times_seconds_and_balances(registry, pair):
+    a, b, contract, tasks = pair
+    offer = _offer(registry, a, contract["id"], tasks[1:], price=2.0).json()  # loads 0.2 and 0.3
+    registry.ok("POST", f"/offers/{offer['id']}/accept", b)
+    registry.clock.advance(10)
+    first = registry.ok("GET", "/movements", a)[0]
+    registry.ok("POST", f"/movements/{first['id']}/end", a)  # 2.0 * 0.2 * 10 = 4.0, then stops
+    registry.clock.advance(10)  # the other: 2.0 * 0.3 * 20 = 12.0
+    ledger = registry.ok("GET", "/ledger")
+    amounts = sorted(round(e["amount"], 9) for e in ledger["entries"])
+    assert amounts == [4.0, 12.0]
+    balances = {x["participant"]: x for x in ledger["balances"]}
+    assert balances["a"]["paid"] == pytest.approx(16.0) and balances["a"]["balance"] == pytest.approx(-16.0)
+    assert balances["b"]["earned"] == pytest.approx(16.0)
+    assert sum(x["balance"] for x in ledger["balances"]) == pytest.approx(0.0)
+    mine = registry.ok("GET", "/ledger", b)
+    assert [x["participant"] for x in mine["balances"]] == ["b"]
+    c = registry.participant("c")
+    assert registry.call("GET", "/ledger?participant=a", c).status_code == 403
+    assert registry.ok("GET", "/ledger", c)["entries"] == []
+
+
+def test_participant_events_are_private(registry, pair):
+    a, b, contract, tasks = pair
+    c = registry.participant("c")
+    reported = registry.ok("POST", "/events", c, status=201, json={"kind": "agent.error", "message": "spark restarted"})
+    assert reported["actor"] == "c"
+    assert [e["kind"] for e in registry.ok("GET", "/events", c)] == ["participant.registered", "agent.error"]
+    assert all(e["actor"] in ("a", "b") or e["subject"] in ("a", "b") for e in registry.ok("GET", "/events", a))
+    assert registry.call("POST", "/events", json={"kind": "x", "message": "y"}).status_code == 403

@@ -1,0 +1,166 @@
+"""The registry as a real process: concurrency, restarts, migrations, production refusal, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from threading import Barrier
+
+import pytest
+from sqlalchemy import create_engine, inspect
+
+from api.migrate import downgrade, upgrade
+from bpm.client import RegistryClient, RegistryError
+from tests.conftest import require_postgres
+from tests.registry_server import BPM, running_registry
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend_url(request, tmp_path):
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'served.db'}"
+        return
+    url = require_postgres()
+    downgrade(url, "base")  # start from an empty database
+    yield url
+    # Leave the schema in place for the other registry tests that share this database.
+    upgrade(url)
+
+
+def _setup_pair(client: RegistryClient, url: str):
+    a = RegistryClient(url, client.add_participant("a", "http://127.0.0.2:9000")["api_key"])
+    b = RegistryClient(url, client.add_participant("b", "http://127.0.0.3:9000")["api_key"])
+    contract = a.propose("b", 1.0, 2.0, 5.0)
+    b.contract_action(contract["id"], "accept")
+    return a, b, contract
+
+
+def test_concurrent_accepts_exactly_one_wins(tmp_path, backend_url):
+    with running_registry(tmp_path, backend_url) as reg:
+        with RegistryClient(reg.url, reg.admin_key) as operator:
+            a, b, contract = _setup_pair(operator, reg.url)
+            b_key = b._http.headers["Authorization"].split()[1]
+            for round_ in range(5):
+                task = a.register_task(f"t{round_}", load=0.1)
+                offer = a.offer(contract["id"], [task["id"]], 1.5)
+                barrier = Barrier(8)
+
+                def decide(i: int):
+                    with RegistryClient(reg.url, b_key) as client:
+                        barrier.wait()
+                        try:
+                            if i % 2:
+                                client.reject_offer(offer["id"])
+                            else:
+                                client.accept_offer(offer["id"])
+                            return 200
+                        except RegistryError as exc:
+                            return exc.status
+
+                with ThreadPoolExecutor(8) as pool:
+                    statuses = list(pool.map(decide, range(8)))
+                assert sorted(statuses) == [200] + [409] * 7, statuses
+                final = a.request("GET", f"/offers/{offer['id']}")
+                moved = [m for m in a.movements() if m["offer_id"] == offer["id"]]
+                assert len(moved) == (1 if final["state"] == "accepted" else 0)
+                # Reset for the next round: a decided offer frees the slot for a new one.
+            a.close()
+            b.close()
+
+
+def test_concurrent_contract_accepts_keep_one_active_per_pair(tmp_path, backend_url):
+    with running_registry(tmp_path, backend_url) as reg:
+        with RegistryClient(reg.url, reg.admin_key) as operator:
+            a = RegistryClient(reg.url, operator.add_participant("a", "x")["api_key"])
+            b_key = operator.add_participant("b", "y")["api_key"]
+            proposals = [a.propose("b", 1.0, 1.0 + i, 5.0)["id"] for i in range(6)]
+            barrier = Barrier(len(proposals))
+
+            def accept(cid: int):
+                with RegistryClient(reg.url, b_key) as client:
+                    barrier.wait()
+                    try:
+                        client.contract_action(cid, "accept")
+                        return 200
+                    except RegistryError as exc:
+                        return exc.status
+
+            with ThreadPoolExecutor(len(proposals)) as pool:
+                statuses = list(pool.map(accept, proposals))
+            assert sorted(statuses) == [200] + [409] * 5
+            assert len(operator.contracts(state="active")) == 1
+            a.close()
+
+
+def test_data_survives_restart_and_migrations_repeat(tmp_path, backend_url):
+    with running_registry(tmp_path, backend_url) as reg:
+        with RegistryClient(reg.url, reg.admin_key) as operator:
+            a, b, contract = _setup_pair(operator, reg.url)
+            a_key = a._http.headers["Authorization"].split()[1]
+            a.close()
+            b.close()
+    with running_registry(tmp_path, backend_url) as reg:
+        with RegistryClient(reg.url, a_key) as a:
+            assert a.contract(contract["id"])["state"] == "active"
+            assert [p["name"] for p in a.participants()] == ["a", "b"]
+
+
+def test_migrations_up_from_empty_and_down_to_base(backend_url):
+    upgrade(backend_url)
+    engine = create_engine(backend_url)
+    tables = set(inspect(engine).get_table_names())
+    assert {"participants", "contracts", "tasks", "offers", "movements", "events", "load_samples"} <= tables
+    downgrade(backend_url, "base")
+    assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
+    upgrade(backend_url)
+    assert "movements" in inspect(engine).get_table_names()
+    engine.dispose()
+
+
+def test_production_mode_refuses_to_start_without_key(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "BPM_ADMIN_KEY"}
+    env["BPM_MODE"] = "production"
+    result = subprocess.run([BPM, "registry", "serve", "--port", "1"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "BPM_ADMIN_KEY" in result.stderr
+
+
+def test_local_mode_generates_key_once(tmp_path):
+    from bpm.settings import Settings
+    from api.app import resolve_admin_key
+
+    key_file = tmp_path / ".bpm-admin-key"
+    key, generated = resolve_admin_key(Settings(admin_key=None), key_file)
+    assert generated and key_file.read_text().strip() == key
+    assert oct(key_file.stat().st_mode & 0o777) == "0o600"
+    assert resolve_admin_key(Settings(admin_key=None), key_file) == (key, False)
+
+
+def test_two_participants_negotiate_with_the_cli(tmp_path):
+    with running_registry(tmp_path) as reg:
+        env = {**os.environ, "BPM_REGISTRY_URL": reg.url, "BPM_ADMIN_KEY": reg.admin_key}
+
+        def bpm(*args: str, key: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+            full = [BPM, *args] + (["--key", key] if key else [])
+            result = subprocess.run(full, env=env, capture_output=True, text=True, timeout=60)
+            if check:
+                assert result.returncode == 0, result.stderr
+            return result
+
+        keys = {}
+        for name in ("north", "south"):
+            keys[name] = json.loads(bpm("participants", "add", name, "--endpoint", f"http://127.0.0.9:9000/{name}", "--json").stdout)["api_key"]
+        proposed = json.loads(bpm("contracts", "propose", "south", "--price-min", "1", "--price-max", "1.5", "--min-duration", "30", "--json", key=keys["north"]).stdout)
+        cid = str(proposed["id"])
+        refused = bpm("contracts", "accept", cid, key=keys["north"], check=False)
+        assert refused.returncode == 1 and "other party" in refused.stderr
+        bpm("contracts", "counter", cid, "--price-min", "1.2", "--price-max", "1.4", "--min-duration", "20", key=keys["south"])
+        accepted = json.loads(bpm("contracts", "accept", cid, "--json", key=keys["north"]).stdout)
+        assert accepted["state"] == "active" and accepted["price_min"] == 1.2
+        listed = bpm("contracts", "list", key=keys["south"]).stdout
+        assert "active" in listed
+        assert json.loads(bpm("participants", "list", "--json").stdout)[0]["name"] == "north"
