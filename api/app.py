@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import threading
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -70,6 +71,7 @@ def create_app(
         engine = make_engine(settings.database_url)
         app.state.engine = engine
         app.state.read_session, app.state.write_session = session_factories(engine)
+        app.state.write_lock = threading.Lock() if engine.dialect.name == "sqlite" else None
         try:
             yield
         finally:

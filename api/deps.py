@@ -19,7 +19,13 @@ _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 def _session(request: Request) -> Iterator[Session]:
     """Commit when the endpoint returns, roll back when it raises: services only flush."""
     state = request.app.state
-    factory = state.read_session if request.method in _READ_METHODS else state.write_session
+    writing = request.method not in _READ_METHODS
+    factory = state.write_session if writing else state.read_session
+    # SQLite has one writer at a time; queueing writers on a lock here wakes them in turn
+    # at once, where SQLite's own busy handler would poll with growing sleeps.
+    lock = state.write_lock if writing else None
+    if lock is not None:
+        lock.acquire()
     session = factory()
     try:
         yield session
@@ -33,6 +39,8 @@ def _session(request: Request) -> Iterator[Session]:
         raise
     finally:
         session.close()
+        if lock is not None:
+            lock.release()
 
 
 # "function" scope runs the commit before the response is sent, so a failed commit is never reported as success.

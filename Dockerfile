@@ -1,0 +1,12 @@
+# One image for every service of the federation (registry, agents, replayer).
+FROM python:3.11-slim
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY bpm bpm
+COPY api api
+COPY spark_agents spark_agents
+COPY migrations migrations
+RUN pip install --no-cache-dir .

@@ -1,0 +1,1 @@
+"""Benchmarks behind `bpm bench ...`: each measures and returns a JSON-ready dict."""
