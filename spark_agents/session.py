@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -14,11 +16,33 @@ DEFAULT_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.log.level": "ERROR",
     "spark.sql.session.timeZone": "UTC",
+    # A task's state is small; Spark's default of 200 shuffle partitions would make every
+    # micro-batch schedule 200 state-store tasks. Fixed per checkpoint once a task has started.
+    "spark.sql.shuffle.partitions": "2",
     "spark.sql.streaming.stopTimeout": "60s",
     # Servers of this project bind to loopback addresses only; a real deployment overrides these.
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
 }
+
+
+_LOG4J2 = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+def _log_config() -> Path:
+    """A log4j2 configuration that shows only errors (the JVM reads it before any SparkConf applies)."""
+    path = Path(tempfile.gettempdir()) / "bpm-spark-log4j2.properties"
+    if not path.exists() or path.read_text() != _LOG4J2:
+        path.write_text(_LOG4J2)
+    return path
 
 
 def make_session(master: str = "local[*]", app_name: str = "bpm", conf: dict[str, str] | None = None) -> SparkSession:
@@ -27,8 +51,7 @@ def make_session(master: str = "local[*]", app_name: str = "bpm", conf: dict[str
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
+    defaults = {**DEFAULT_CONF, "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{_log_config()}"}
+    for key, value in {**defaults, **(conf or {})}.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return builder.getOrCreate()
