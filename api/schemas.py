@@ -135,6 +135,11 @@ class OfferCreate(In):
 
 class OfferAccept(In):
     task_ids: list[int] | None = Field(default=None, min_length=1, description="A subset of the offer's tasks; all by default")
+    price: float | None = Field(
+        default=None,
+        gt=0,
+        description="The settled price: at least the contract's price_min, at most the offered price (the offerer's cap); the offered price by default",
+    )
 
 
 class OfferReject(In):

@@ -109,8 +109,9 @@ class RegistryClient:
     def offers(self, state: str | None = None) -> list[dict]:
         return self.request("GET", "/offers", params={"state": state})
 
-    def accept_offer(self, offer_id: int, task_ids: list[int] | None = None) -> dict:
-        return self.request("POST", f"/offers/{offer_id}/accept", json={"task_ids": task_ids} if task_ids else None)
+    def accept_offer(self, offer_id: int, task_ids: list[int] | None = None, price: float | None = None) -> dict:
+        body = {k: v for k, v in {"task_ids": task_ids, "price": price}.items() if v is not None}
+        return self.request("POST", f"/offers/{offer_id}/accept", json=body or None)
 
     def reject_offer(self, offer_id: int, reason: str | None = None) -> dict:
         return self.request("POST", f"/offers/{offer_id}/reject", json={"reason": reason} if reason else None)

@@ -132,7 +132,12 @@ def accept(session: Session, caller: Principal, offer_id: int, body: schemas.Off
     contract = session.get(Contract, offer.contract_id)
     if not contract_service.in_force(contract, now):
         raise Conflict(f"contract #{contract.id} is no longer in force")
-    _decide(session, offer, "accepted", now, accepted_task_ids=chosen)
+    price = offer.price if body.price is None else body.price
+    if not contract.price_min <= price <= offer.price:
+        raise Invalid(
+            f"the settled price {price:g} must lie between the contract's price_min {contract.price_min:g} and the offered {offer.price:g}"
+        )
+    _decide(session, offer, "accepted", now, accepted_task_ids=chosen, price=price)
     moved = session.execute(
         update(Task)
         .where(Task.id.in_(chosen), Task.host_id == offer.from_id, Task.origin_id == offer.from_id)

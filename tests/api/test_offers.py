@@ -140,3 +140,13 @@ def test_participant_events_are_private(registry, pair):
     assert [e["kind"] for e in registry.ok("GET", "/events", c)] == ["participant.registered", "agent.error"]
     assert all(e["actor"] in ("a", "b") or e["subject"] in ("a", "b") for e in registry.ok("GET", "/events", a))
     assert registry.call("POST", "/events", json={"kind": "x", "message": "y"}).status_code == 403
+
+
+def test_accept_settles_the_price_between_range_minimum_and_offered_cap(registry, pair):
+    a, b, contract, tasks = pair
+    offer = _offer(registry, a, contract["id"], tasks[:1], price=1.8).json()
+    for bad in (0.5, 1.9, 2.5):
+        assert registry.call("POST", f"/offers/{offer['id']}/accept", b, json={"price": bad}).status_code == 422
+    accepted = registry.ok("POST", f"/offers/{offer['id']}/accept", b, json={"price": 1.4})
+    assert accepted["price"] == 1.4
+    assert registry.ok("GET", f"/movements/{accepted['movements'][0]}", a)["price"] == 1.4
