@@ -1,0 +1,377 @@
+"""The participant's agent: hosts its tasks on Spark and runs the mechanism's loop.
+
+Every tick the agent makes what it runs agree with the registry (tasks that arrived are
+started from the checkpoint their previous host releases; tasks that left are stopped
+at a batch boundary and wait for their new host to fetch the checkpoint) and sends its
+heartbeat. Every period it runs the mechanism with the pure decisions of
+`bpm.negotiation`: answer offers made to it, end movements that no longer pay, and make
+its next offer. Each step is guarded and timed: a failure is logged, reported to the
+registry as an event, and the loop goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from bpm.client import RegistryClient, RegistryError
+from bpm.costs.base import CostFunction
+from bpm.federation.views import (
+    active_contracts,
+    movement_views,
+    offer_view,
+    offerable_tasks,
+    reconcile,
+    seconds,
+    task_key,
+)
+from bpm.negotiation import (
+    DEFAULT_HYSTERESIS,
+    DEFAULT_MARGIN,
+    choose_offer,
+    evaluate_offer,
+    movements_to_end,
+    settle_price,
+)
+from spark_agents import handover
+
+log = logging.getLogger("bpm.agent")
+
+
+class TaskHost(Protocol):
+    """What the agent needs of the Spark side (`spark_agents.host.TaskHost`)."""
+
+    def start_task(self, task_id: str, input_path: str, checkpoint_dir: Path, params: Mapping[str, Any]) -> None: ...
+
+    def stop_task(self, task_id: str) -> Path: ...
+
+    def running(self) -> set[str]: ...
+
+    def loads(self) -> dict[str, float]: ...
+
+    def cost_function(self) -> CostFunction: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class OwnTask:
+    """A task this participant brings to the federation."""
+
+    name: str
+    input_uri: str
+    params: dict = field(default_factory=dict)
+
+
+@dataclass
+class AgentConfig:
+    """How one participant's agent runs.
+
+    Attributes:
+        period_s: how often the mechanism runs (offers, answers, ends); Borealis used 7 s.
+        tick_s: how often the agent reconciles its tasks with the registry and heartbeats.
+        hysteresis: the relative margin of `bpm.negotiation` on ending movements.
+        margin: the relative margin of `bpm.negotiation` on offering and accepting load.
+        reference_price: the price at which its threshold is reported; by default the
+            lowest price_min of its active contracts.
+    """
+
+    name: str
+    workdir: Path
+    output_dir: Path
+    endpoint: str
+    tasks: list[OwnTask] = field(default_factory=list)
+    period_s: float = 7.0
+    tick_s: float = 0.5
+    hysteresis: float = DEFAULT_HYSTERESIS
+    margin: float = DEFAULT_MARGIN
+    reference_price: float | None = None
+    offer_ttl_s: float = 20.0
+
+
+@dataclass
+class Record:
+    at: float
+    kind: str
+    message: str
+
+
+class Agent:
+    def __init__(
+        self,
+        config: AgentConfig,
+        client: RegistryClient,
+        host: TaskHost,
+        *,
+        clock: Callable[[], float] = time.time,
+        fetch: Callable[[str, str, int, str], bytes] = handover.fetch,
+    ) -> None:
+        self.config = config
+        self.client = client
+        self.host = host
+        self.clock = clock
+        self.records: deque[Record] = deque(maxlen=500)
+        self.errors = 0
+        self.steps = 0
+        self._lock = threading.RLock()
+        self._task_ids: dict[str, int] = {}  # task key -> registry id
+        self._released: dict[str, int] = {}  # task key -> epoch at which it was handed over
+        self._refused: dict[str, float] = {}  # partner -> time of its last refusal of my offer
+        self._unreachable: set[str] = set()
+        self._endpoints: dict[str, str] = {}
+        self._next_mechanism = 0.0
+        self._last_report: dict[str, Any] = {}
+        self._contracts: list = []
+        self.fetch = fetch
+
+    # Records
+
+    def note(self, kind: str, message: str, *, report: bool = False, subject: str | None = None, data: dict | None = None) -> None:
+        self.records.append(Record(self.clock(), kind, message))
+        (log.warning if kind.endswith("error") else log.info)("%s: %s", kind, message)
+        if report:
+            try:
+                self.client.report_event(kind, message, subject=subject, data=data)
+            except Exception:  # the registry may be the thing that failed; the log keeps it
+                log.debug("could not report %s to the registry", kind)
+
+    def _guarded(self, name: str, step: Callable[[], None]) -> None:
+        started = time.perf_counter()
+        try:
+            step()
+        except Exception as exc:
+            self.errors += 1
+            self.note("agent.error", f"{self.config.name}: {name} failed: {type(exc).__name__}: {exc}", report=True)
+        finally:
+            elapsed = time.perf_counter() - started
+            if elapsed > 5:
+                log.info("%s took %.1f s", name, elapsed)
+
+    # Setup
+
+    def checkpoint_dir(self, key: str) -> Path:
+        return self.config.workdir / "checkpoints" / key
+
+    def connect(self) -> None:
+        """Register my own tasks (or find them again after a restart)."""
+        mine = {t["name"]: t for t in self.client.tasks(origin=self.config.name)}
+        for task in self.config.tasks:
+            record = mine.get(task.name)
+            if record is None:
+                record = self.client.register_task(task.name, input_uri=task.input_uri, params=task.params)
+                self.note("task.registered", f"registered task {task.name} (#{record['id']})")
+            self._task_ids[task_key(record)] = record["id"]
+
+    # The loop
+
+    def run(self, stop: threading.Event) -> None:
+        self._guarded("connect", self.connect)
+        while not stop.is_set():
+            started = self.clock()
+            self.tick()
+            stop.wait(max(0.0, self.config.tick_s - (self.clock() - started)))
+
+    def tick(self) -> None:
+        self.steps += 1
+        self._guarded("sync", self.sync)
+        self._guarded("heartbeat", self.heartbeat)
+        if self.clock() >= self._next_mechanism:
+            self._next_mechanism = self.clock() + self.config.period_s
+            self._guarded("mechanism", self.mechanism)
+
+    def sync(self) -> None:
+        """Run exactly the tasks the registry says I host."""
+        me = self.config.name
+        tasks = self.client.tasks()
+        movements = self.client.movements(participant=me)
+        plan = reconcile(me, tasks, self.host.running(), movements)
+        by_key = {task_key(t): t for t in tasks}
+        for key in plan.stop:
+            self._release_locally(key, by_key[key]["epoch"])
+        for start in plan.start:
+            self._start(start.task, start.source)
+
+    def _release_locally(self, key: str, epoch: int) -> None:
+        with self._lock:
+            if key not in self.host.running():
+                return
+            started = time.perf_counter()
+            self.host.stop_task(key)
+            self._released[key] = epoch
+        self.note("task.released", f"stopped {key} at a batch boundary in {time.perf_counter() - started:.2f} s; its checkpoint waits for its new host")
+
+    def _start(self, task: Mapping, source: str | None) -> None:
+        key = task_key(task)
+        checkpoint = self.checkpoint_dir(key)
+        epoch = task["epoch"]
+        if source is not None and handover.local_epoch(checkpoint) != epoch:
+            endpoint = self._endpoint(source)
+            fetched_at = time.perf_counter()
+            data = self.fetch(endpoint, key, epoch, self.config.name)
+            handover.unpack(data, checkpoint, epoch)
+            self.note(
+                "task.received",
+                f"received the checkpoint of {key} from {source} ({len(data)} bytes) in {time.perf_counter() - fetched_at:.2f} s",
+                report=True,
+                subject=source,
+                data={"task_id": task["id"], "epoch": epoch},
+            )
+        else:
+            handover.mark_epoch(checkpoint, epoch)
+        with self._lock:
+            self.host.start_task(key, task["input_uri"], checkpoint, task.get("params") or {})
+            self._released.pop(key, None)
+            self._task_ids[key] = task["id"]
+        self.note("task.started", f"started {key} (epoch {epoch})")
+
+    def _endpoint(self, participant: str) -> str:
+        if participant not in self._endpoints:
+            self._endpoints[participant] = self.client.participant(participant)["endpoint"]
+        return self._endpoints[participant]
+
+    def release(self, key: str, epoch: int, to: str) -> bytes:
+        """Hand the checkpoint of `key` to `to`, once the registry says it hosts the task at `epoch`."""
+        task_id = self._task_ids.get(key)
+        if task_id is None:
+            raise handover.HandoverNotReady(f"{key} is not known here")
+        current = self.client.request("GET", f"/tasks/{task_id}")
+        if current["host"] != to or current["epoch"] != epoch:
+            raise PermissionError(f"the registry gives {key} to {current['host']} at epoch {current['epoch']}, not to {to} at {epoch}")
+        self._release_locally(key, epoch)
+        with self._lock:
+            if key in self.host.running():
+                raise handover.HandoverNotReady(f"{key} is still running here")
+            data = handover.pack(self.checkpoint_dir(key))
+        self.note("task.handed_over", f"handed {key} over to {to} at epoch {epoch} ({len(data)} bytes)")
+        return data
+
+    # Measurement
+
+    def measure(self) -> tuple[float, dict[str, float], CostFunction, float]:
+        loads = self.host.loads()
+        load = sum(loads.values())
+        cost = self.host.cost_function()
+        return load, loads, cost, self.reference_price()
+
+    def reference_price(self, contracts: list | None = None) -> float:
+        if self.config.reference_price is not None:
+            return self.config.reference_price
+        prices = [c.price_min for c in (contracts if contracts is not None else self._contracts)]
+        return min(prices) if prices else 1.0
+
+    def heartbeat(self) -> None:
+        load, loads, cost, price = self.measure()
+        threshold = cost.threshold(price)
+        report = {
+            "load": load,
+            "threshold": threshold if threshold != float("inf") else None,
+            "marginal_cost": {"at_load": cost.marginal(load), "reference_price": price},
+            "tasks": [{"task_id": self._task_ids[k], "load": v} for k, v in loads.items() if k in self._task_ids],
+            "details": {"cost_model": cost.to_dict(), "fallback": cost.fallback_used, "host": self.host.status()},
+        }
+        self.client.heartbeat(self.config.name, report)
+        self._last_report = report
+
+    def mechanism(self) -> None:
+        me = self.config.name
+        now = self.clock()
+        contracts_json = self.client.contracts(participant=me, state="active")
+        self._contracts = active_contracts(me, contracts_json)
+        load, loads, cost, _ = self.measure()
+        load = self._answer_offers(load, cost, contracts_json)
+        load = self._end_movements(now, load, cost)
+        self._offer(load, loads, cost)
+
+    def _answer_offers(self, load: float, cost: CostFunction, contracts_json: list[dict]) -> float:
+        me = self.config.name
+        contracts = {c["id"]: c for c in contracts_json}
+        for offer in self.client.offers(state="pending"):
+            if offer["to"] != me:
+                continue
+            contract = contracts.get(offer["contract_id"])
+            if contract is None:
+                self.client.reject_offer(offer["id"], "no active contract")
+                continue
+            loads = {t["id"]: t["load"] for t in self.client.tasks(host=offer["from"]) if t["id"] in offer["task_ids"]}
+            view = offer_view(offer, contract, loads)
+            answer = evaluate_offer(load=load, cost=cost, offer=view, margin=self.config.margin)
+            price = None
+            if answer.accepted:
+                price = settle_price(shedder_limit=view.price_cap, taker_limit=answer.price_floor, price_min=view.price_min, price_max=view.price_max)
+            if price is None:
+                reason = f"marginal cost at load {load:.3f} is {cost.marginal(load):.3f}; not below the offered {view.price_cap:.3f} with margin"
+                self._refuse(offer, reason)
+                continue
+            try:
+                accepted = self.client.accept_offer(offer["id"], [int(t) for t in answer.task_ids], price=price)
+            except RegistryError as exc:
+                self.note("offer.lost", f"offer #{offer['id']} could not be accepted: {exc}")
+                continue
+            self.note("offer.accepted", f"accepted tasks {accepted['accepted_task_ids']} from {offer['from']} at {price:.3f}")
+            load += answer.load
+        return load
+
+    def _refuse(self, offer: dict, reason: str) -> None:
+        try:
+            self.client.reject_offer(offer["id"], reason)
+            self.note("offer.refused", f"refused offer #{offer['id']} from {offer['from']}: {reason}")
+        except RegistryError as exc:
+            self.note("offer.lost", f"offer #{offer['id']}: {exc}")
+
+    def _end_movements(self, now: float, load: float, cost: CostFunction) -> float:
+        me = self.config.name
+        movements = self.client.movements(participant=me, state="active")
+        views = movement_views(movements)
+        by_id = {v.id: v for v in views}
+        for movement_id in movements_to_end(me=me, now_s=now, load=load, cost=cost, movements=views, hysteresis=self.config.hysteresis):
+            try:
+                self.client.end_movement(int(movement_id))
+            except RegistryError as exc:
+                self.note("movement.end_refused", f"movement #{movement_id}: {exc}")
+                continue
+            m = by_id[movement_id]
+            load += m.load if m.origin == me else -m.load
+            self.note("movement.ended", f"ended movement #{movement_id}: task {m.task_ids[0]} returns to {m.origin}")
+        return load
+
+    def _offer(self, load: float, loads: dict[str, float], cost: CostFunction) -> None:
+        me = self.config.name
+        mine = [o for o in self.client.offers() if o["from"] == me]
+        for o in mine:
+            if o["state"] == "rejected" and o["decided_at"]:
+                self._refused[o["to"]] = max(self._refused.get(o["to"], 0.0), seconds(o["decided_at"]))
+        outstanding = any(o["state"] == "pending" for o in mine)
+        tasks = offerable_tasks(me, self.client.tasks(origin=me), loads, self.host.running())
+        offer = choose_offer(
+            load=load,
+            cost=cost,
+            tasks=tasks,
+            contracts=self._contracts,
+            refused_last=self._refused,
+            unreachable=self._unreachable,
+            outstanding=outstanding,
+            margin=self.config.margin,
+        )
+        if offer is None:
+            return
+        made = self.client.offer(int(offer.contract_id), [int(t) for t in offer.task_ids], offer.price_cap, ttl_s=self.config.offer_ttl_s)
+        self.note("offer.made", f"offered tasks {made['task_ids']} ({offer.load:.3f} load) to {offer.partner} at up to {offer.price_cap:.3f}")
+
+    # Status
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "name": self.config.name,
+            "steps": self.steps,
+            "errors": self.errors,
+            "running": sorted(self.host.running()),
+            "released": dict(self._released),
+            "last_report": self._last_report,
+            "records": [r.__dict__ for r in list(self.records)[-50:]],
+        }

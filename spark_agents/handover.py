@@ -1,0 +1,77 @@
+"""Moving a task's checkpoint between agents: packed at the releasing host, fetched by the new one.
+
+The new host pulls (`GET {previous}/handover/{task}?epoch=E&to=ME`); the previous host
+answers only once the registry says the task now belongs to the caller at epoch E
+(fencing: a stale or foreign request gets 409), after stopping the task at a batch
+boundary. The checkpoint travels as a tar.gz of its folder and replaces the receiver's
+copy atomically (extracted beside it, then renamed).
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import tarfile
+import time
+from pathlib import Path
+
+import httpx
+
+EPOCH_FILE = ".bpm-epoch"
+
+
+class HandoverNotReady(Exception):
+    """The previous host has not released the task yet (or the registry has not caught up)."""
+
+
+def pack(checkpoint_dir: Path) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as tar:
+        if checkpoint_dir.exists():
+            for path in sorted(checkpoint_dir.rglob("*")):
+                if path.name != EPOCH_FILE:
+                    tar.add(path, arcname=str(path.relative_to(checkpoint_dir)), recursive=False)
+    return buffer.getvalue()
+
+
+def unpack(data: bytes, checkpoint_dir: Path, epoch: int) -> None:
+    staging = checkpoint_dir.with_name(checkpoint_dir.name + ".incoming")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        tar.extractall(staging, filter="data")
+    (staging / EPOCH_FILE).write_text(str(epoch))
+    shutil.rmtree(checkpoint_dir, ignore_errors=True)
+    staging.rename(checkpoint_dir)
+
+
+def local_epoch(checkpoint_dir: Path) -> int | None:
+    try:
+        return int((checkpoint_dir / EPOCH_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def mark_epoch(checkpoint_dir: Path, epoch: int) -> None:
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    (checkpoint_dir / EPOCH_FILE).write_text(str(epoch))
+
+
+def fetch(endpoint: str, task_key: str, epoch: int, me: str, *, timeout_s: float = 60.0, poll_s: float = 0.1) -> bytes:
+    """The checkpoint of `task_key` from its previous host, retrying while it is not released yet."""
+    deadline = time.monotonic() + timeout_s
+    last = "no answer"
+    with httpx.Client(base_url=endpoint.rstrip("/"), timeout=30.0) as http:
+        while time.monotonic() < deadline:
+            try:
+                response = http.get(f"/handover/{task_key}", params={"epoch": epoch, "to": me})
+            except httpx.HTTPError as exc:
+                last = f"unreachable: {exc}"
+            else:
+                if response.status_code == 200:
+                    return response.content
+                last = f"{response.status_code}: {response.text[:200]}"
+                if response.status_code not in (404, 409, 503):
+                    break
+            time.sleep(poll_s)
+    raise HandoverNotReady(f"checkpoint of {task_key} at epoch {epoch} not released by {endpoint}: {last}")
