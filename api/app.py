@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import secrets
-import threading
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from api.db import make_engine, session_factories, utcnow
 from api.errors import install_error_handlers
 from api.routers import contracts, ledger, offers, participants, tasks
+from api.ui import router as ui_router
 from bpm import __version__
 from bpm.settings import Settings, get_settings
 
@@ -71,7 +72,7 @@ def create_app(
         engine = make_engine(settings.database_url)
         app.state.engine = engine
         app.state.read_session, app.state.write_session = session_factories(engine)
-        app.state.write_lock = threading.Lock() if engine.dialect.name == "sqlite" else None
+        app.state.write_lock = asyncio.Lock() if engine.dialect.name == "sqlite" else None
         try:
             yield
         finally:
@@ -105,6 +106,7 @@ def create_app(
             return JSONResponse({"status": "unavailable", "detail": str(exc)}, status_code=503)
         return {"status": "ok", "version": __version__}
 
+    app.include_router(ui_router)
     return app
 
 

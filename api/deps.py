@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 from typing import Annotated
 
@@ -16,16 +16,25 @@ from api.errors import Conflict
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
-def _session(request: Request) -> Iterator[Session]:
+async def _write_turn(request: Request) -> AsyncIterator[None]:
+    """On SQLite, writing requests take turns here, on the event loop.
+
+    SQLite has one writer at a time. Queued here, writers wake in turn at once, where
+    SQLite's busy handler would poll with growing sleeps; and waiting costs no worker
+    thread, so a crowd of writers cannot starve the thread the current one needs to finish.
+    """
+    lock = request.app.state.write_lock
+    if lock is None or request.method in _READ_METHODS:
+        yield
+        return
+    async with lock:
+        yield
+
+
+def _session(request: Request, _turn: None = Depends(_write_turn, scope="function")) -> Iterator[Session]:
     """Commit when the endpoint returns, roll back when it raises: services only flush."""
     state = request.app.state
-    writing = request.method not in _READ_METHODS
-    factory = state.write_session if writing else state.read_session
-    # SQLite has one writer at a time; queueing writers on a lock here wakes them in turn
-    # at once, where SQLite's own busy handler would poll with growing sleeps.
-    lock = state.write_lock if writing else None
-    if lock is not None:
-        lock.acquire()
+    factory = state.read_session if request.method in _READ_METHODS else state.write_session
     session = factory()
     try:
         yield session
@@ -39,8 +48,6 @@ def _session(request: Request) -> Iterator[Session]:
         raise
     finally:
         session.close()
-        if lock is not None:
-            lock.release()
 
 
 # "function" scope runs the commit before the response is sent, so a failed commit is never reported as success.
