@@ -126,7 +126,7 @@ class Agent:
         self._unreachable: set[str] = set()
         self._endpoints: dict[str, str] = {}
         self._next_mechanism = 0.0
-        self._last_report: dict[str, Any] = {}
+        self.last_report: dict[str, Any] = {}
         self._contracts: list = []
         self.fetch = fetch
 
@@ -162,11 +162,20 @@ class Agent:
         """Register my own tasks (or find them again after a restart)."""
         mine = {t["name"]: t for t in self.client.tasks(origin=self.config.name)}
         for task in self.config.tasks:
-            record = mine.get(task.name)
-            if record is None:
-                record = self.client.register_task(task.name, input_uri=task.input_uri, params=task.params)
-                self.note("task.registered", f"registered task {task.name} (#{record['id']})")
-            self._task_ids[task_key(record)] = record["id"]
+            self._register(task, mine.get(task.name))
+
+    def add_task(self, task: OwnTask) -> dict:
+        """Take on a new task of my own (a new query); the next tick starts it."""
+        existing = {t["name"]: t for t in self.client.tasks(origin=self.config.name)}
+        self.config.tasks.append(task)
+        return self._register(task, existing.get(task.name))
+
+    def _register(self, task: OwnTask, record: dict | None) -> dict:
+        if record is None:
+            record = self.client.register_task(task.name, input_uri=task.input_uri, params=task.params)
+            self.note("task.registered", f"registered task {task.name} (#{record['id']})")
+        self._task_ids[task_key(record)] = record["id"]
+        return record
 
     # The loop
 
@@ -276,7 +285,7 @@ class Agent:
             "details": {"cost_model": cost.to_dict(), "fallback": cost.fallback_used, "host": self.host.status()},
         }
         self.client.heartbeat(self.config.name, report)
-        self._last_report = report
+        self.last_report = report
 
     def mechanism(self) -> None:
         me = self.config.name
@@ -372,6 +381,6 @@ class Agent:
             "errors": self.errors,
             "running": sorted(self.host.running()),
             "released": dict(self._released),
-            "last_report": self._last_report,
+            "last_report": self.last_report,
             "records": [r.__dict__ for r in list(self.records)[-50:]],
         }

@@ -1,0 +1,97 @@
+"""The agent's own HTTP endpoint: JSON status, Prometheus metrics, and checkpoint handover."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from fastapi import FastAPI, HTTPException, Query
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from spark_agents.handover import HandoverNotReady
+
+if TYPE_CHECKING:
+    from spark_agents.agent import Agent
+
+
+class NewTask(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    input_uri: str = Field(min_length=1)
+    params: dict = Field(default_factory=dict)
+
+
+class _AgentCollector:
+    """Reads the agent's last load report at scrape time, so metrics never go stale."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+
+    def collect(self):
+        name = self.agent.config.name
+        report = self.agent.last_report
+        load = GaugeMetricFamily("bpm_load", "Participant load (fraction of its capacity)", labels=["participant"])
+        threshold = GaugeMetricFamily("bpm_threshold", "Load at which marginal cost reaches the reference price", labels=["participant"])
+        marginal = GaugeMetricFamily("bpm_marginal_cost", "Marginal cost at the current load", labels=["participant"])
+        task_load = GaugeMetricFamily("bpm_task_load", "Measured load of each hosted task", labels=["participant", "task_id"])
+        if report:
+            load.add_metric([name], report["load"])
+            if report.get("threshold") is not None:
+                threshold.add_metric([name], report["threshold"])
+            marginal.add_metric([name], report["marginal_cost"]["at_load"])
+            for task in report["tasks"]:
+                task_load.add_metric([name, str(task["task_id"])], task["load"])
+        steps = CounterMetricFamily("bpm_agent_steps", "Control loop ticks", labels=["participant"])
+        steps.add_metric([name], self.agent.steps)
+        errors = CounterMetricFamily("bpm_agent_errors", "Control loop steps that failed", labels=["participant"])
+        errors.add_metric([name], self.agent.errors)
+        running = GaugeMetricFamily("bpm_tasks_running", "Tasks running here", labels=["participant"])
+        running.add_metric([name], len(self.agent.host.running()))
+        yield from (load, threshold, marginal, task_load, steps, errors, running)
+
+
+def create_agent_app(agent: Agent) -> FastAPI:
+    app = FastAPI(title=f"BPM agent {agent.config.name}")
+    metrics = CollectorRegistry()
+    metrics.register(_AgentCollector(agent))
+    handover_lock = threading.Lock()
+
+    @app.get("/status")
+    def status():
+        """The agent's state: running tasks, last load report, recent records, Spark host details."""
+        return agent.status()
+
+    @app.get("/metrics")
+    def prometheus():
+        """Prometheus metrics of this participant."""
+        return Response(generate_latest(metrics), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz")
+    def healthz():
+        """Alive while the control loop runs."""
+        return {"status": "ok", "participant": agent.config.name, "steps": agent.steps}
+
+    @app.post("/tasks", status_code=201)
+    def add_task(body: NewTask):
+        """Take on a new task of this participant's own (a new query over one input partition)."""
+        from spark_agents.agent import OwnTask
+
+        return agent.add_task(OwnTask(body.name, body.input_uri, body.params))
+
+    @app.get("/handover/{task_key}")
+    def handover(task_key: str, epoch: int = Query(ge=0), to: str = Query(min_length=1)):
+        """Stop the task here at a batch boundary and return its checkpoint (tar.gz) to its new host."""
+        with handover_lock:
+            try:
+                data = agent.release(task_key, epoch, to)
+            except PermissionError as exc:
+                raise HTTPException(409, str(exc)) from exc
+            except HandoverNotReady as exc:
+                raise HTTPException(503, str(exc)) from exc
+        return Response(data, media_type="application/gzip")
+
+    return app
