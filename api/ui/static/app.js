@@ -1,0 +1,741 @@
+// The admin UI: signs in with a key, polls the registry's JSON API and renders the views.
+// The key lives in sessionStorage (this tab only) and travels only in the Authorization header.
+
+import { empty, h, replace, table } from './dom.js';
+import { contractGraph, loadBar, loadChart, loadLevel, movementTimeline } from './charts.js';
+import { DASH, clock, duration, ms, num, price, priceRange, refusal, when } from './format.js';
+
+const KEY_SLOT = 'bpm.registry.key';
+const POLL_MS = 2000;
+const EVENT_LIMIT = 500;
+const SAMPLE_KEEP_MS = 2 * 3600 * 1000; // the registry keeps two hours of load samples
+const VIEWS = ['participants', 'contracts', 'movements', 'ledger', 'ha', 'events'];
+const NEGOTIATING = new Set(['proposed', 'countered']);
+const HA_MODES = ['none', 'upstream_backup', 'passive_standby', 'active_standby'];
+
+const $ = (id) => document.getElementById(id);
+
+/** Everything the page knows; reset on sign-out so nothing of a session outlives it. */
+function freshState() {
+  return {
+    key: null,
+    me: null, // {operator: boolean, name: string}
+    view: 'participants',
+    data: {}, // the latest answer of each list endpoint
+    events: [], // oldest first
+    lastEventId: null,
+    samples: new Map(), // participant name -> [{at (ms), iso, load, threshold}]
+    ha: {}, // endpoint -> {status, body | message}
+    rendered: new Map(), // container id -> JSON of the data it shows
+    timer: null,
+    busy: false,
+    again: false,
+    generation: 0, // answers that arrive after a sign-out carry an old generation and are dropped
+  };
+}
+
+let state = freshState();
+
+// ---------------------------------------------------------------- the JSON API
+
+class Refused extends Error {
+  constructor(status, message, body) {
+    super(message);
+    this.status = status;
+    this.body = body;
+  }
+}
+
+async function call(path, { method = 'GET', body } = {}) {
+  const init = { method, headers: { Authorization: `Bearer ${state.key}` }, cache: 'no-store', credentials: 'omit' };
+  if (body !== undefined) {
+    init.headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  let response;
+  try {
+    response = await fetch(`/api/v1${path}`, init);
+  } catch (err) {
+    throw new Refused(0, `cannot reach the registry (${err.message})`);
+  }
+  const text = await response.text();
+  let payload = null;
+  if (text) {
+    try {
+      payload = JSON.parse(text);
+    } catch {
+      payload = { detail: text };
+    }
+  }
+  if (!response.ok) throw new Refused(response.status, refusal(response.status, payload), payload);
+  return payload;
+}
+
+// The API has no "who am I" endpoint. A participant's ledger always lists exactly its own
+// balance; the operator's lists nobody or both sides of every movement (two names or more).
+async function identify() {
+  const ledger = await call('/ledger');
+  if (ledger.balances.length === 1) return { operator: false, name: ledger.balances[0].participant };
+  return { operator: true, name: 'operator' };
+}
+
+// ---------------------------------------------------------------- signing in and out
+
+async function signIn(key) {
+  state.key = key;
+  state.me = await identify();
+  sessionStorage.setItem(KEY_SLOT, key);
+  $('signin').hidden = true;
+  $('app').hidden = false;
+  $('session').hidden = false;
+  document.querySelector('.skip').hidden = false;
+  $('who').textContent = state.me.operator ? 'Signed in as the operator' : `Signed in as ${state.me.name} (participant)`;
+  buildContractForms();
+  showView(viewFromHash());
+  poke();
+}
+
+function signOut(message = '') {
+  clearTimeout(state.timer);
+  sessionStorage.removeItem(KEY_SLOT);
+  const view = state.view;
+  state = { ...freshState(), generation: state.generation + 1, view };
+  for (const node of document.querySelectorAll('#app [id]')) {
+    if (node.tagName === 'DIV' && !node.closest('nav')) node.replaceChildren();
+  }
+  for (const id of ['contract-message', 'contract-error']) $(id).textContent = '';
+  setBanner('');
+  $('app').hidden = true;
+  $('session').hidden = true;
+  document.querySelector('.skip').hidden = true;
+  $('signin').hidden = false;
+  $('signin-error').textContent = message;
+  $('key').focus();
+}
+
+$('signin-form').addEventListener('submit', async (event) => {
+  event.preventDefault();
+  const input = $('key');
+  const error = $('signin-error');
+  const button = event.target.querySelector('button[type=submit]');
+  const key = input.value.trim();
+  error.textContent = '';
+  if (!key) {
+    error.textContent = 'Enter an API key.';
+    input.focus();
+    return;
+  }
+  button.disabled = true;
+  try {
+    await signIn(key);
+    input.value = '';
+  } catch (err) {
+    state.key = null;
+    error.textContent = err.status === 401 ? `The registry refused this key: ${err.message}.` : `Cannot sign in: ${err.message}.`;
+    input.focus();
+  } finally {
+    button.disabled = false;
+  }
+});
+
+$('sign-out').addEventListener('click', () => signOut('Signed out.'));
+
+// ---------------------------------------------------------------- views and polling
+
+function viewFromHash() {
+  const name = location.hash.slice(1);
+  return VIEWS.includes(name) ? name : state.view;
+}
+
+function showView(name) {
+  state.view = name;
+  for (const view of VIEWS) $(`view-${view}`).hidden = view !== name;
+  for (const link of document.querySelectorAll('nav.views a')) {
+    if (link.dataset.view === name) link.setAttribute('aria-current', 'page');
+    else link.removeAttribute('aria-current');
+  }
+  render();
+}
+
+window.addEventListener('hashchange', () => {
+  if (!state.me) return;
+  const name = viewFromHash();
+  if (name !== state.view) {
+    showView(name);
+    poke();
+  }
+});
+
+/** Refresh now (or right after the refresh under way), then keep polling. */
+function poke() {
+  if (state.busy) {
+    state.again = true;
+    return;
+  }
+  clearTimeout(state.timer);
+  tick();
+}
+
+async function tick() {
+  const generation = state.generation;
+  state.busy = true;
+  try {
+    await refresh(generation);
+  } finally {
+    if (generation === state.generation) {
+      state.busy = false;
+      if (state.again) {
+        state.again = false;
+        tick();
+      } else {
+        state.timer = setTimeout(tick, POLL_MS);
+      }
+    }
+  }
+}
+
+async function refresh(generation) {
+  const lists = {
+    participants: '/participants',
+    contracts: '/contracts',
+    tasks: '/tasks',
+    offers: '/offers',
+    movements: '/movements',
+    ledger: '/ledger',
+  };
+  const eventsPath = state.lastEventId === null ? `/events?limit=${EVENT_LIMIT}` : `/events?after_id=${state.lastEventId}&limit=${EVENT_LIMIT}`;
+  const names = Object.keys(lists);
+  const answers = await Promise.allSettled([...names.map((n) => call(lists[n])), call(eventsPath)]);
+  if (generation !== state.generation) return;
+  const failures = [];
+  answers.forEach((answer, i) => {
+    if (answer.status === 'rejected') failures.push(answer.reason);
+    else if (i < names.length) state.data[names[i]] = answer.value;
+    else mergeEvents(answer.value);
+  });
+  // Load history and HA records are read only while their view is shown.
+  if (state.view === 'participants' && state.data.participants) failures.push(...(await refreshSamples(state.data.participants)));
+  if (state.view === 'ha') await refreshHa();
+  if (generation !== state.generation) return;
+  const revoked = failures.find((f) => f.status === 401);
+  if (revoked) {
+    signOut(`The registry no longer accepts this key: ${revoked.message}.`);
+    return;
+  }
+  const live = $('live');
+  if (failures.length) {
+    setBanner(`Could not refresh everything: ${failures[0].message}. Retrying every ${POLL_MS / 1000} s.`);
+    live.textContent = 'offline · retrying';
+    live.className = 'live offline';
+  } else {
+    setBanner('');
+    live.textContent = `live · updated ${clock(new Date().toISOString())}`;
+    live.className = 'live ok';
+  }
+  render();
+}
+
+function mergeEvents(events) {
+  state.events = state.lastEventId === null ? events : [...state.events, ...events];
+  state.events = state.events.slice(-EVENT_LIMIT);
+  if (state.events.length) state.lastEventId = state.events[state.events.length - 1].id;
+}
+
+async function refreshSamples(participants) {
+  const cutoff = serverNow() - SAMPLE_KEEP_MS;
+  const answers = await Promise.allSettled(
+    participants.map((p) => {
+      const known = state.samples.get(p.name) || [];
+      const since = known.length ? `?since=${encodeURIComponent(known[known.length - 1].iso)}` : '';
+      return call(`/participants/${encodeURIComponent(p.name)}/loads${since}`);
+    }),
+  );
+  const failures = [];
+  answers.forEach((answer, i) => {
+    if (answer.status === 'rejected') {
+      failures.push(answer.reason);
+      return;
+    }
+    const name = participants[i].name;
+    const added = answer.value.map((x) => ({ at: ms(x.at), iso: x.at, load: x.load, threshold: x.threshold }));
+    state.samples.set(name, [...(state.samples.get(name) || []), ...added].filter((x) => x.at >= cutoff));
+  });
+  return failures;
+}
+
+// Replicas and failovers are recorded by a later part of the registry; until those
+// endpoints answer 200 the view says so instead of showing anything made up.
+async function refreshHa() {
+  await Promise.all(
+    ['replicas', 'failovers'].map(async (name) => {
+      try {
+        state.ha[name] = { status: 200, body: await call(`/${name}`) };
+      } catch (err) {
+        state.ha[name] = { status: err.status, message: err.message };
+      }
+    }),
+  );
+}
+
+function setBanner(text) {
+  const banner = $('banner');
+  banner.textContent = text;
+  banner.hidden = !text;
+}
+
+/** The registry's clock (the ledger's as_of), so ages and timelines do not depend on this machine's clock. */
+function serverNow() {
+  return ms(state.data.ledger?.as_of) ?? Date.now();
+}
+
+/** Re-render a container only when what it shows changed, so focus and scroll stay put. */
+function show(id, deps, build) {
+  const json = JSON.stringify(deps);
+  if (state.rendered.get(id) === json) return;
+  state.rendered.set(id, json);
+  replace($(id), build());
+}
+
+function render() {
+  if (!state.me || !state.data.participants) return;
+  ({ participants: renderParticipants, contracts: renderContracts, movements: renderMovements, ledger: renderLedger, ha: renderHa, events: renderEvents })[state.view]();
+}
+
+// ---------------------------------------------------------------- small pieces
+
+const badge = (text, kind = text) => h('span', { class: `badge ${kind}` }, text);
+const route = (from, to) => `${from} → ${to}`;
+const youMark = (name) => (state.me && name === state.me.name ? h('span', { class: 'you' }, ' (you)') : null);
+
+function marginalCost(mc) {
+  if (!mc || !Object.keys(mc).length) return DASH;
+  return Object.entries(mc)
+    .map(([k, v]) => `${k} ${v === null ? DASH : price(v)}`)
+    .join(' · ');
+}
+
+// ---------------------------------------------------------------- participants
+
+function renderParticipants() {
+  const { participants, tasks = [] } = state.data;
+  show('participants-summary', [participants.map((p) => [p.name, p.status, p.load, p.threshold])], () => participantSummary(participants));
+  show('participants-table', [participants, tasks], () => {
+    if (!participants.length) return empty('No participants yet.', 'The operator registers them: bpm participants add NAME ENDPOINT.');
+    const byId = new Map(tasks.map((t) => [t.id, t]));
+    return table(
+      'Participants',
+      ['Participant', 'Status', 'Load against threshold', 'Marginal cost', 'Heartbeat', 'Hosted tasks'],
+      participants.map((p) => [
+        h('div', {}, h('strong', {}, p.name), youMark(p.name), h('div', { class: 'sub' }, p.endpoint)),
+        badge(p.status),
+        h('div', { class: 'load' }, loadBar(p.load, p.threshold), h('span', { class: 'num' }, `${num(p.load)} / ${num(p.threshold)}`)),
+        { cell: marginalCost(p.marginal_cost), class: 'num' },
+        p.heartbeat_age_s === null ? 'never' : `${duration(p.heartbeat_age_s)} ago`,
+        hostedTasks(p, byId),
+      ]),
+      { class: 'participants' },
+    );
+  });
+  const windowS = Number($('load-window').value);
+  const end = serverNow();
+  const start = end - windowS * 1000;
+  const series = participants.map((p) => [p.name, p.status, (state.samples.get(p.name) || []).filter((x) => x.at >= start).map((x) => [x.at, x.load, x.threshold])]);
+  show('load-charts', [series, start], () => {
+    if (!participants.length) return [];
+    return participants.map((p) =>
+      h(
+        'figure',
+        { class: 'chart-card' },
+        h('figcaption', {}, h('strong', {}, p.name), ' ', badge(p.status)),
+        loadChart(p.name, state.samples.get(p.name) || [], start, end),
+      ),
+    );
+  });
+}
+
+function participantSummary(participants) {
+  if (!participants.length) return [];
+  const counts = {};
+  for (const p of participants) counts[p.status] = (counts[p.status] || 0) + 1;
+  const over = participants.filter((p) => loadLevel(p.load, p.threshold) === 'over');
+  return h(
+    'p',
+    {},
+    `${participants.length} participant${participants.length === 1 ? '' : 's'}: `,
+    Object.entries(counts)
+      .map(([status, n]) => `${n} ${status}`)
+      .join(', '),
+    '. ',
+    over.length
+      ? h('span', { class: 'warn' }, `Over threshold: ${over.map((p) => `${p.name} (${num(p.load)} > ${num(p.threshold)})`).join(', ')}.`)
+      : 'Nobody is over its threshold.',
+  );
+}
+
+function hostedTasks(participant, byId) {
+  if (!participant.hosted_tasks.length) return h('span', { class: 'sub' }, 'none');
+  const shown = participant.hosted_tasks.slice(0, 8).map((id) => {
+    const task = byId.get(id);
+    if (!task) return h('li', {}, `#${id}`);
+    const away = task.origin !== participant.name;
+    return h('li', { class: away ? 'away' : undefined, title: away ? `${task.name}, from ${task.origin}` : task.name }, `#${id}`, away ? ` from ${task.origin}` : null);
+  });
+  const more = participant.hosted_tasks.length - shown.length;
+  return h('ul', { class: 'inline-list', 'aria-label': `${participant.hosted_tasks.length} hosted tasks` }, shown, more > 0 ? h('li', { class: 'sub' }, `+${more} more`) : null);
+}
+
+$('load-window').addEventListener('change', () => render());
+
+// ---------------------------------------------------------------- contracts
+
+function renderContracts() {
+  const { participants, contracts } = state.data;
+  const me = state.me.operator ? null : state.me.name;
+  show('contract-graph', [participants.map((p) => [p.name, p.status]), contracts, me], () => {
+    if (!participants.length) return empty('No participants yet.', 'Contracts appear here once participants sign them.');
+    return contractGraph(participants, contracts, me);
+  });
+  show('contracts-table', [contracts, me], () => {
+    if (!contracts.length) {
+      return empty('No contracts yet.', me ? 'Propose one with the form above.' : 'Participants propose them to each other (bpm contracts propose).');
+    }
+    const headers = ['Contract', 'Parties', 'Price range', 'Min duration', 'Valid until', 'HA mode', 'State', 'Waiting for'];
+    return table(
+      'Contracts',
+      me ? [...headers, 'Actions'] : headers,
+      [...contracts].reverse().map((c) => {
+        const row = [
+          `#${c.id}`,
+          h('span', {}, route(c.proposer, c.counterparty)),
+          { cell: priceRange(c.price_min, c.price_max), class: 'num' },
+          { cell: duration(c.min_duration_s), class: 'num' },
+          c.valid_until ? when(c.valid_until) : 'open-ended',
+          c.ha_mode,
+          h('span', {}, badge(c.state), c.state === 'active' && !c.in_force ? badge('expired') : null),
+          c.awaiting ? h('span', {}, c.awaiting, youMark(c.awaiting)) : DASH,
+        ];
+        return me ? [...row, contractActions(c, me)] : row;
+      }),
+      { class: 'contracts' },
+    );
+  });
+  syncContractForms();
+}
+
+function contractActions(contract, me) {
+  const button = (action, text, extra = {}) =>
+    h(
+      'button',
+      { type: 'button', class: extra.class || 'small', 'aria-label': `${text} contract #${contract.id}`, dataset: { focusKey: `${action}-${contract.id}` }, onclick: () => (extra.onclick || (() => act(contract.id, action)))() },
+      text,
+    );
+  const buttons = [];
+  if (NEGOTIATING.has(contract.state) && contract.awaiting === me) {
+    buttons.push(button('accept', 'Accept'), button('reject', 'Reject', { class: 'small danger' }), button('counter', 'Counter', { class: 'small secondary', onclick: () => startCounter(contract) }));
+  }
+  if (NEGOTIATING.has(contract.state) || contract.state === 'active') buttons.push(button('terminate', 'Terminate', { class: 'small danger' }));
+  return buttons.length ? h('div', { class: 'actions' }, buttons) : DASH;
+}
+
+const FINAL_WORDS = { reject: 'Reject', terminate: 'Terminate' };
+
+async function act(contractId, action) {
+  // Rejecting and terminating cannot be undone, so they ask first.
+  if (FINAL_WORDS[action] && !window.confirm(`${FINAL_WORDS[action]} contract #${contractId}? This cannot be undone.`)) return;
+  await submit(() => call(`/contracts/${contractId}/${action}`, { method: 'POST' }), (c) => `Contract #${c.id} is now ${c.state}.`);
+}
+
+/** Run an action with the signed-in key; show the outcome, or the registry's refusal word for word. */
+async function submit(request, success) {
+  const message = $('contract-message');
+  const error = $('contract-error');
+  message.textContent = '';
+  error.textContent = '';
+  try {
+    const result = await request();
+    message.textContent = success(result);
+    poke();
+    return true;
+  } catch (err) {
+    error.textContent = err.status ? `Refused (${err.status}): ${err.message}` : `Not sent: ${err.message}`;
+    return false;
+  }
+}
+
+function field(label, input) {
+  return h('label', { class: 'field' }, h('span', {}, label), input);
+}
+
+const numberInput = (name, extra = {}) => h('input', { name, type: 'number', step: 'any', min: '0', required: true, inputmode: 'decimal', ...extra });
+
+function termsFields(prefix) {
+  return [
+    field('Price min', numberInput('price_min', { id: `${prefix}-price-min` })),
+    field('Price max', numberInput('price_max', { id: `${prefix}-price-max` })),
+    field('Min duration (s)', numberInput('min_duration_s', { id: `${prefix}-duration` })),
+  ];
+}
+
+function termsOf(form) {
+  const data = new FormData(form);
+  return { price_min: Number(data.get('price_min')), price_max: Number(data.get('price_max')), min_duration_s: Number(data.get('min_duration_s')) };
+}
+
+function buildContractForms() {
+  const box = $('contract-forms');
+  if (state.me.operator) {
+    replace(
+      box,
+      h(
+        'div',
+        { class: 'note' },
+        h('h3', {}, 'Acting on contracts'),
+        h('p', {}, 'Contracts are negotiated by their two parties. Sign in with a participant\'s key to propose, counter, accept, reject or terminate; the operator watches.'),
+      ),
+    );
+    return;
+  }
+  const propose = h(
+    'form',
+    { id: 'propose-form', class: 'card', 'aria-labelledby': 'propose-title' },
+    h('h3', { id: 'propose-title' }, 'Propose a contract'),
+    h('div', { class: 'fields' },
+      field('Counterparty', h('select', { name: 'counterparty', id: 'propose-counterparty', required: true })),
+      termsFields('propose'),
+      field('Valid until (optional)', h('input', { name: 'valid_until', type: 'datetime-local', id: 'propose-valid-until' })),
+      field('HA mode', h('select', { name: 'ha_mode', id: 'propose-ha-mode' }, HA_MODES.map((m) => h('option', { value: m }, m)))),
+    ),
+    h('button', { type: 'submit' }, 'Propose'),
+  );
+  propose.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    const data = new FormData(propose);
+    const body = { counterparty: data.get('counterparty'), ...termsOf(propose), ha_mode: data.get('ha_mode') };
+    if (data.get('valid_until')) body.valid_until = new Date(data.get('valid_until')).toISOString();
+    if (await submit(() => call('/contracts', { method: 'POST', body }), (c) => `Proposed contract #${c.id} to ${c.counterparty}; it waits for ${c.awaiting}.`)) propose.reset();
+  });
+  const counter = h(
+    'form',
+    { id: 'counter-form', class: 'card', 'aria-labelledby': 'counter-title' },
+    h('h3', { id: 'counter-title' }, 'Counter a proposal'),
+    h('div', { class: 'fields' }, field('Contract', h('select', { name: 'contract', id: 'counter-contract', required: true })), termsFields('counter')),
+    h('button', { type: 'submit' }, 'Send counter-proposal'),
+  );
+  counter.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    const id = new FormData(counter).get('contract');
+    if (await submit(() => call(`/contracts/${id}/counter`, { method: 'POST', body: termsOf(counter) }), (c) => `Countered contract #${c.id}; it waits for ${c.awaiting}.`)) counter.reset();
+  });
+  replace(box, propose, counter);
+}
+
+/** Keep the forms' choices current without disturbing what is being typed. */
+function syncContractForms() {
+  if (state.me.operator) return;
+  const me = state.me.name;
+  syncOptions($('propose-counterparty'), state.data.participants.filter((p) => p.name !== me).map((p) => [p.name, p.name]), 'nobody else yet');
+  const awaiting = state.data.contracts.filter((c) => NEGOTIATING.has(c.state) && c.awaiting === me);
+  syncOptions($('counter-contract'), awaiting.map((c) => [String(c.id), `#${c.id} with ${c.proposer === me ? c.counterparty : c.proposer} (${priceRange(c.price_min, c.price_max)})`]), 'no proposal waits for you');
+}
+
+function syncOptions(select, options, none) {
+  const json = JSON.stringify(options);
+  if (select.dataset.options === json) return;
+  select.dataset.options = json;
+  const keep = select.value;
+  select.replaceChildren(...(options.length ? options.map(([value, label]) => h('option', { value }, label)) : [h('option', { value: '' }, none)]));
+  if (options.some(([value]) => value === keep)) select.value = keep;
+}
+
+function startCounter(contract) {
+  const select = $('counter-contract');
+  select.value = String(contract.id);
+  $('counter-price-min').value = contract.price_min;
+  $('counter-price-max').value = contract.price_max;
+  $('counter-duration').value = contract.min_duration_s;
+  $('counter-price-min').focus();
+}
+
+// ---------------------------------------------------------------- tasks and movements
+
+function renderMovements() {
+  const { movements, tasks, offers } = state.data;
+  const now = serverNow();
+  show('movement-timeline', [movements, Math.round(now / 1000)], () => {
+    if (!movements.length) return empty('No movements yet.', 'A movement starts when a partner accepts an offer of tasks.');
+    const rows = movements.map((m) => ({ ...m, started: ms(m.started_at), ended: ms(m.ended_at), earliest_end: ms(m.earliest_end_at) }));
+    const key = (kind, text) => [h('span', { class: `key ${kind}` }), text];
+    return [movementTimeline(rows, now), h('p', { class: 'legend', 'aria-hidden': 'true' }, key('active', 'running'), key('ended', 'ended'), key('min-end', 'earliest end'), key('now', 'now'))];
+  });
+  show('movements-table', [movements], () => {
+    if (!movements.length) return [];
+    return table(
+      'Movements',
+      ['Movement', 'Task', 'From → to', 'Price', 'Load', 'Started', 'Earliest end', 'Ended', 'State', 'Accrued'],
+      [...movements].reverse().map((m) => [
+        `#${m.id}`,
+        `#${m.task_id} ${m.task_name}`,
+        route(m.from, m.to),
+        { cell: price(m.price), class: 'num' },
+        { cell: num(m.load), class: 'num' },
+        when(m.started_at),
+        when(m.earliest_end_at),
+        m.ended_at ? when(m.ended_at) : DASH,
+        badge(m.state),
+        { cell: num(m.accrued), class: 'num' },
+      ]),
+      { class: 'movements' },
+    );
+  });
+  show('tasks-table', [tasks], () => {
+    if (!tasks.length) return empty('No tasks yet.', 'Each participant registers its own tasks; they start at home.');
+    return table(
+      'Tasks',
+      ['Task', 'Origin', 'Runs at', 'Load', 'HA mode', 'Epoch'],
+      tasks.map((t) => [
+        `#${t.id} ${t.name}`,
+        t.origin,
+        h('span', {}, t.host, t.away ? badge('away') : null),
+        { cell: num(t.load), class: 'num' },
+        t.ha_mode,
+        { cell: String(t.epoch), class: 'num' },
+      ]),
+      { class: 'tasks' },
+    );
+  });
+  show('offers-table', [offers], () => {
+    if (!offers.length) return empty('No offers yet.', 'An overloaded participant offers tasks to a contract partner.');
+    return table(
+      'Recent offers',
+      ['Offer', 'From → to', 'Tasks', 'Price', 'State', 'Reason', 'Made at'],
+      [...offers].reverse().slice(0, 15).map((o) => [
+        `#${o.id}`,
+        route(o.from, o.to),
+        (o.accepted_task_ids || o.task_ids).map((id) => `#${id}`).join(' '),
+        { cell: price(o.price), class: 'num' },
+        badge(o.state),
+        o.reason || DASH,
+        when(o.created_at),
+      ]),
+      { class: 'offers' },
+    );
+  });
+}
+
+// ---------------------------------------------------------------- ledger
+
+function renderLedger() {
+  const { ledger } = state.data;
+  show('ledger-balances', [ledger.balances], () => {
+    if (!ledger.entries.length) return empty('No payments yet.', 'The ledger fills as soon as a movement starts: the origin pays the host price × load × seconds away.');
+    return [
+      h('p', { class: 'summary' }, `As of ${clock(ledger.as_of)}. The origin of a moved task pays its host price × load × seconds away.`),
+      table(
+        'Balances',
+        ['Participant', 'Paid', 'Earned', 'Balance'],
+        ledger.balances.map((b) => [
+          h('span', {}, b.participant, youMark(b.participant)),
+          { cell: num(b.paid), class: 'num' },
+          { cell: num(b.earned), class: 'num' },
+          { cell: (b.balance > 0 ? '+' : '') + num(b.balance), class: `num ${b.balance < 0 ? 'neg' : 'pos'}` },
+        ]),
+        { class: 'balances' },
+      ),
+    ];
+  });
+  show('ledger-entries', [ledger.entries], () => {
+    if (!ledger.entries.length) return [];
+    return table(
+      'Ledger entries',
+      ['Movement', 'Task', 'Payer → payee', 'Price', 'Load', 'Seconds', 'Amount', 'State'],
+      [...ledger.entries].reverse().map((e) => [
+        `#${e.movement_id}`,
+        `#${e.task_id}`,
+        route(e.from, e.to),
+        { cell: price(e.price), class: 'num' },
+        { cell: num(e.load), class: 'num' },
+        { cell: num(e.seconds, 0), class: 'num' },
+        { cell: num(e.amount), class: 'num' },
+        badge(e.state),
+      ]),
+      { class: 'entries' },
+    );
+  });
+}
+
+// ---------------------------------------------------------------- HA
+
+function renderHa() {
+  const { contracts, tasks } = state.data;
+  show('ha-asked', [contracts, tasks], () => haAsked(contracts, tasks));
+  show('ha-replicas', [state.ha.replicas], () => haRecords('replicas', state.ha.replicas, ['task_id', 'task']));
+  show('ha-failovers', [state.ha.failovers], () => haRecords('failovers', state.ha.failovers, ['at', 'started_at', 'id']));
+}
+
+/** What the contracts and tasks ask for: the registry's own data, shown whether or not replicas are recorded. */
+function haAsked(contracts, tasks) {
+  const wanting = contracts.filter((c) => c.ha_mode !== 'none' && (c.state === 'active' || NEGOTIATING.has(c.state)));
+  const tasksWanting = tasks.filter((t) => t.ha_mode !== 'none');
+  if (!wanting.length && !tasksWanting.length) return h('p', { class: 'summary' }, 'No contract or task asks for an HA mode.');
+  return h(
+    'ul',
+    { class: 'summary plain' },
+    wanting.map((c) => h('li', {}, `Contract #${c.id} ${c.proposer} – ${c.counterparty} (${c.state}) asks for `, h('strong', {}, c.ha_mode), '.')),
+    tasksWanting.map((t) => h('li', {}, `Task #${t.id} ${t.name} at ${t.host} asks for `, h('strong', {}, t.ha_mode), '.')),
+  );
+}
+
+/** HA records as the registry gives them: their shape is the registry's, so columns follow the data. */
+function haRecords(name, answer, sortKeys) {
+  if (!answer) return h('p', { class: 'sub' }, 'Loading…');
+  if (answer.status !== 200) {
+    return empty('No HA records yet.', `The registry does not record ${name} yet (GET /api/v1/${name} answered ${answer.status || 'nothing'}: ${answer.message}).`);
+  }
+  let rows = answer.body;
+  if (rows && !Array.isArray(rows) && typeof rows === 'object') rows = Object.values(rows).find(Array.isArray) ?? [rows];
+  if (!Array.isArray(rows) || !rows.length) return empty(`No ${name} recorded.`, name === 'replicas' ? 'Moved tasks with an HA mode get replicas here.' : 'Failovers and repairs appear when a host fails.');
+  const key = sortKeys.find((k) => rows.some((r) => r && k in r));
+  if (key) rows = [...rows].sort((a, b) => String(a[key]).localeCompare(String(b[key]), undefined, { numeric: true }));
+  const columns = [...new Set(rows.flatMap((r) => Object.keys(r || {})))];
+  const text = (v) => (v === null || v === undefined ? DASH : typeof v === 'object' ? JSON.stringify(v) : String(v));
+  return table(name, columns.map((c) => c.replaceAll('_', ' ')), rows.map((r) => columns.map((c) => text(r[c]))), { class: `ha ${name}` });
+}
+
+// ---------------------------------------------------------------- the record
+
+function renderEvents() {
+  show('events-list', [state.events.length ? state.events[state.events.length - 1].id : null, state.events.length], () => {
+    if (!state.events.length) return empty('Nothing recorded yet.', 'Registrations, negotiation steps, offers, refusals and movements are recorded here.');
+    return h(
+      'ol',
+      { class: 'events' },
+      [...state.events].reverse().slice(0, 200).map((e) =>
+        h(
+          'li',
+          {},
+          h('time', { datetime: e.at }, when(e.at)),
+          badge(e.kind, `kind ${e.kind.split('.')[0]}`),
+          h('span', { class: 'event-text' }, e.message),
+        ),
+      ),
+    );
+  });
+}
+
+// ---------------------------------------------------------------- start
+
+(async function start() {
+  const key = sessionStorage.getItem(KEY_SLOT);
+  if (!key) {
+    $('key').focus();
+    return;
+  }
+  try {
+    await signIn(key);
+  } catch (err) {
+    if (err.status === 401) sessionStorage.removeItem(KEY_SLOT);
+    state.key = null;
+    $('signin-error').textContent = `Cannot sign in again: ${err.message}.`;
+    $('key').focus();
+  }
+})();
