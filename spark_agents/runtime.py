@@ -6,6 +6,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,20 @@ class SparkTasks:
         return set(self.host.running())
 
     def loads(self) -> dict[str, float]:
-        return self.host.loads(window_s=self.load_window_s)
+        """Per task, its share of the participant's measured CPU utilisation.
+
+        Batch wall times overlap when several queries share the participant's cores, and
+        waiting for a core is not work: the tasks' busy times split the CPU time the
+        participant's processes really used in the window, so the loads add up to it.
+        """
+        raw = self.host.loads(window_s=self.load_window_s)
+        busy = sum(raw.values())
+        horizon = time.time() - self.load_window_s
+        cpu = [i.cpu_utilisation for i in list(self.host.intervals) if i.end_s > horizon and i.cpu_utilisation is not None]
+        if busy <= 0 or not cpu:
+            return raw
+        used = sum(cpu) / len(cpu)
+        return {task: used * value / busy for task, value in raw.items()}
 
     def cost_function(self) -> CostFunction:
         # A fixed model stands in for the fitted one when the operator chose it (--cost-model mm1).
@@ -50,8 +64,13 @@ class SparkTasks:
 
     def status(self) -> dict[str, Any]:
         status = self.host.status()
-        # The fitted curve and per-task details are long; the registry keeps the summary.
-        return {k: status[k] for k in ("master", "cores", "utilisation", "cpu_utilisation", "mean_batch_s", "fallback_used", "intervals")}
+        # The fitted curve and per-task details are long; the registry keeps a summary.
+        summary = {k: status[k] for k in ("master", "cores", "utilisation", "cpu_utilisation", "mean_batch_s", "fallback_used", "intervals")}
+        summary["tasks"] = [
+            {"task_id": t["task_id"], "state": t["state"], "batches": t["batches"], "backlog_files": t["backlog"]["files"]}
+            for t in status["tasks"]
+        ]
+        return summary
 
 
 def participant_key(registry_url: str, name: str, endpoint: str, workdir: Path, key: str | None, admin_key: str | None) -> str:

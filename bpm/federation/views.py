@@ -34,12 +34,14 @@ def active_contracts(me: str, contracts: Iterable[Mapping]) -> list[Contract]:
 
 
 def offerable_tasks(me: str, tasks: Iterable[Mapping], measured: Mapping[str, float], running: Iterable[str]) -> list[Task]:
-    """My own tasks running at home, with their measured loads (registry ids as strings)."""
+    """My own tasks running at home with a measured load (registry ids as strings); a task
+    not measured yet has no price and is not offered."""
     running = set(running)
     out = []
     for t in tasks:
-        if t["origin"] == me and t["host"] == me and task_key(t) in running:
-            out.append(Task(id=str(t["id"]), load=max(measured.get(task_key(t), 0.0), MIN_TASK_LOAD)))
+        load = measured.get(task_key(t), 0.0)
+        if t["origin"] == me and t["host"] == me and task_key(t) in running and load >= MIN_TASK_LOAD:
+            out.append(Task(id=str(t["id"]), load=load))
     return out
 
 

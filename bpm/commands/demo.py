@@ -1,0 +1,64 @@
+"""`bpm demo`: the README's main command."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bpm.commands import app
+
+
+@app.command("demo")
+def demo(
+    headless: Annotated[bool, typer.Option("--headless", help="No live terminal view.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object on stdout.")] = False,
+    workdir: Annotated[Path, typer.Option(help="Where the run keeps its registry, streams, checkpoints, output and logs.")] = Path("demo-run"),
+    report_dir: Annotated[Path, typer.Option("--report", help="Report folder: report.json and timeline.png.")] = Path("demo-report"),
+    port: Annotated[int, typer.Option(help="Registry port (the admin UI is served there too).")] = 8700,
+    phase_timeout: Annotated[float, typer.Option(help="Longest wait of a phase for an acceptable allocation, seconds.")] = 120.0,
+) -> None:
+    """Run the four phases of the Borealis poster on a local federation (SQLite, Spark local, 127.0.0.2-5)."""
+    from bpm.demo.report import write_report
+    from bpm.demo.run import Demo, DemoSettings
+
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    settings = DemoSettings(workdir=workdir.resolve(), port=port, phase_timeout_s=phase_timeout)
+    say = (lambda msg: print(msg, file=sys.stderr, flush=True))
+    if headless:
+        runner = Demo(settings, say=say)
+        report = _run(runner)
+    else:
+        from rich.console import Console
+        from rich.live import Live
+
+        from bpm.demo.view import render
+
+        console = Console(stderr=as_json)
+        with Live(console=console, refresh_per_second=2, transient=False) as live:
+            runner = Demo(settings, view=lambda state: live.update(render(state)), say=lambda msg: live.console.print(msg))
+            report = _run(runner)
+    folder = write_report(report, report_dir, runner.t0)
+    if as_json:
+        typer.echo(json.dumps({k: v for k, v in report.items() if k != "timeline"}))
+    else:
+        typer.echo(f"report: {folder / 'report.json'} and {folder / 'timeline.png'}")
+        for phase in report["phases"]:
+            typer.echo(f"  {phase['name']}: {'acceptable' if phase['acceptable'] else 'not acceptable'}")
+        typer.echo(f"  movements {len(report['movements'])}, lost results {report['lost_results']}, duplicate results {report['duplicate_results']}")
+
+
+def _run(runner) -> dict:
+    try:
+        return runner.run()
+    except KeyboardInterrupt:
+        print("interrupted: every process of the demo has been stopped", file=sys.stderr)
+        raise typer.Exit(130) from None
+
+

@@ -1,0 +1,55 @@
+"""The demo's report folder: `report.json` and the timeline plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+COLOURS = {"a": "tab:red", "b": "tab:blue", "c": "tab:green", "d": "tab:purple"}
+
+
+def write_report(report: dict, folder: Path, t0_epoch: float | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "report.json").write_text(json.dumps(report, indent=2))
+    plot_timeline(report, folder / "timeline.png", t0_epoch)
+    return folder
+
+
+def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> None:
+    """Each participant's load (solid) and threshold (dashed) over time, phases shaded, movements marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bpm.federation.views import seconds
+
+    fig, ax = plt.subplots(figsize=(11, 5.5), dpi=110)
+    names = sorted({row["participant"] for row in report["timeline"]})
+    for name in names:
+        rows = [r for r in report["timeline"] if r["participant"] == name]
+        colour = COLOURS.get(name)
+        ax.plot([r["t"] for r in rows], [r["load"] for r in rows], color=colour, lw=2, label=f"{name} load")
+        ax.plot([r["t"] for r in rows], [r["threshold"] for r in rows], color=colour, lw=1, ls="--", label=f"{name} threshold")
+    for i, phase in enumerate(report["phases"]):
+        ax.axvspan(phase["started_s"], phase["ended_s"], color="0.9" if i % 2 else "0.96", zorder=0)
+        ax.text(phase["started_s"] + 1, 1.02, phase["name"].split(":")[0], transform=ax.get_xaxis_transform(), fontsize=8, va="bottom")
+    if t0_epoch is not None:
+        ymax = ax.get_ylim()[1]
+        for m in report["movements"]:
+            t = seconds(m["started_at"]) - t0_epoch
+            ax.annotate("", xy=(t, ymax * 0.97), xytext=(t, ymax * 0.9), arrowprops={"arrowstyle": "->", "color": COLOURS.get(m["to"], "k")})
+            if m.get("ended_at"):
+                ax.plot([seconds(m["ended_at"]) - t0_epoch], [ymax * 0.93], marker="x", color=COLOURS.get(m["from"], "k"), ms=5)
+    ax.set_xlabel("seconds since the demo started")
+    ax.set_ylabel("load (fraction of the participant's capacity)")
+    ax.set_title(
+        f"Federation timeline: {len(report['movements'])} movements (arrows at the start, in the taker's colour; x = ended), "
+        f"lost {report['lost_results']}, duplicated {report['duplicate_results']}",
+        fontsize=9,
+    )
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,38 @@
+"""The live terminal view of the demo (rich)."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+
+def _bar(load: float | None, threshold: float | None, width: int = 30) -> Text:
+    if load is None:
+        return Text("waiting for a measurement", style="dim")
+    scale = max(1.0, load, threshold or 0)
+    filled = int(round(width * load / scale))
+    mark = int(round(width * (threshold or 0) / scale))
+    text = Text()
+    for i in range(width):
+        ch = "█" if i < filled else " "
+        style = "red" if threshold is not None and load > threshold else "green"
+        text.append("|" if i == mark else ch, style="bold yellow" if i == mark else style)
+    text.append(f" {load:.2f} / {threshold:.2f}" if threshold is not None else f" {load:.2f}")
+    return text
+
+
+def render(state: dict) -> Group:
+    table = Table(title=f"phase: {state['phase']}   t = {state['t']:.0f} s", expand=False)
+    for column in ("participant", "status", "load against threshold (|)", "tasks"):
+        table.add_column(column)
+    for p in state["participants"]:
+        table.add_row(p["name"], p["status"], _bar(p["load"], p["threshold"]), str(len(p["hosted_tasks"])))
+    movements = state["movements"]
+    active = [m for m in movements if m["state"] == "active"]
+    recent = ", ".join(f"{m['task_name']} {m['from']}→{m['to']} @{m['price']:.2f}" for m in movements[-4:])
+    balances = ", ".join(f"{b['participant']} {b['balance']:+.1f}" for b in state["ledger"]["balances"])
+    lines = Text(
+        f"movements: {len(movements)} ({len(active)} active)  {recent}\npayments: {balances or 'none yet'}\nadmin UI: {state['registry']}/"
+    )
+    return Group(table, lines)
