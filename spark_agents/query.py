@@ -6,12 +6,13 @@ event time (delay = the query's lateness), removes punctuation rows *after* the 
 count and the set of distinct TCP/UDP destination ports. In append mode a window's rows are
 emitted once, in the micro-batch where the watermark passes its end, all sources of the
 window together. Each micro-batch then derives the alerts and the per-prefix counts of port
-alerts with Spark and writes them to `<output>/<task>/batch-<id>.jsonl` (temp file, rename),
+alerts (complete, since a closed window's sources all arrive in one batch) and writes them to `<output>/<task>/batch-<id>.jsonl` (temp file, rename),
 so a replayed batch overwrites its own file and never duplicates a result.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,27 +46,26 @@ def per_source(spark: SparkSession, input_path: str | Path, params: QueryParams)
 def batch_results(batch: DataFrame, params: QueryParams) -> list[ResultRow]:
     """The result rows of one micro-batch of `per_source` output.
 
-    The per-prefix count of port alerts is a window function over the alerting sources, so
-    the batch is read once (reading a foreachBatch frame twice would run the stateful stage twice).
+    Spark filters the closed windows' per-source rows down to the alerting sources; the
+    per-prefix count of port alerts is then taken over those few rows here. The batch is
+    read once: reading a foreachBatch frame twice would run the stateful stage twice, and a
+    second Spark job (a window function over prefixes) would add a shuffle to every batch.
     """
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    port_alert = F.col("ports") > params.min_ports
-    alerting = batch.where((F.col("connections") > params.min_connections) | port_alert).select(
-        F.col("window.start").cast("long").alias("start"),
-        F.col("window.end").cast("long").alias("end"),
+    alerting = batch.where((F.col("connections") > params.min_connections) | (F.col("ports") > params.min_ports)).select(
+        F.col("window.start").cast("long").alias("start"), F.col("window.end").cast("long").alias("end"),
         "src", "prefix", "connections", "ports",
-        F.sum(F.when(port_alert, 1).otherwise(0)).over(Window.partitionBy("window", "prefix")).alias("prefix_alerts"),
     )
-    rows: set[ResultRow] = set()
+    rows: list[ResultRow] = []
+    port_alerts: Counter[tuple[int, int, str]] = Counter()
     for r in alerting.collect():
         if r.connections > params.min_connections:
-            rows.add(ResultRow("connections", r.start, r.end, r.src, r.connections))
+            rows.append(ResultRow("connections", r.start, r.end, r.src, r.connections))
         if r.ports > params.min_ports:
-            rows.add(ResultRow("ports", r.start, r.end, r.src, r.ports))
-        if r.prefix_alerts > 0:
-            rows.add(ResultRow("prefix", r.start, r.end, r.prefix, r.prefix_alerts))
+            rows.append(ResultRow("ports", r.start, r.end, r.src, r.ports))
+            port_alerts[(r.start, r.end, r.prefix)] += 1
+    rows += [ResultRow("prefix", start, end, prefix, n) for (start, end, prefix), n in port_alerts.items()]
     return sorted(rows)
 
 

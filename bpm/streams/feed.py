@@ -110,3 +110,64 @@ def feed_all(stream: PartitionedStream, conns: Iterable[Conn], params: QueryPara
             feeder.flush()
     feeder.close()
     return feeder
+
+
+def due_time(index: int, ts: float, first_ts: float, rate: float, speedup: float | None) -> float:
+    """Seconds after the start at which row `index` (timestamp `ts`) is due: at most `rate` rows
+    per second (0: no limit), and with `speedup`, not before its recorded time divided by it."""
+    due = index / rate if rate > 0 else 0.0
+    if speedup:
+        due = max(due, (ts - first_ts) / speedup)
+    return due
+
+
+def replay(
+    feeder: Feeder,
+    conns: Iterable[Conn],
+    rate: float,
+    speedup: float | None = None,
+    flush_interval_s: float = 1.0,
+    clock=None,
+    sleep=None,
+    stop=None,
+    on_flush=None,
+) -> Feeder:
+    """Feed connections at a paced rate, writing one file per partition every `flush_interval_s`.
+
+    `clock`/`sleep` default to `time.monotonic`/`time.sleep`; `stop` is an optional
+    `threading.Event` that ends the replay early (without an end mark); `on_flush(rows_done)`
+    is called after each flush. The stream is closed (end mark) when the input is exhausted.
+    """
+    import time
+
+    clock = clock or time.monotonic
+    sleep = sleep or time.sleep
+    started = clock()
+    next_flush = started + flush_interval_s
+    first_ts: float | None = None
+    done = 0
+    for index, conn in enumerate(conns):
+        if first_ts is None:
+            first_ts = conn.ts
+        due = started + due_time(index, conn.ts, first_ts, rate, speedup)
+        while clock() < due:
+            if stop is not None and stop.is_set():
+                feeder.flush()
+                return feeder
+            if clock() >= next_flush:
+                feeder.flush()
+                next_flush += flush_interval_s
+                if on_flush:
+                    on_flush(done)
+            sleep(max(0.0, min(due, next_flush) - clock()))
+        feeder.add(conn)
+        done += 1
+        if clock() >= next_flush:
+            feeder.flush()
+            next_flush = max(next_flush + flush_interval_s, clock())
+            if on_flush:
+                on_flush(done)
+    feeder.close()
+    if on_flush:
+        on_flush(done)
+    return feeder

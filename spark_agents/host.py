@@ -1,0 +1,313 @@
+"""The task host: runs tasks (the monitoring query over one stream partition) on one SparkSession,
+starts and stops them at batch boundaries with their own checkpoint folders, and measures them.
+
+Typical use::
+
+    host = TaskHost(spark, work_dir, output_dir)
+    host.start_task("p0", stream.partition_path(0))
+    ...
+    checkpoint = host.stop_task("p0")          # after the current batch
+    hand_over(checkpoint, elsewhere)           # copy, then another host:
+    other.start_task("p0", stream.partition_path(0), elsewhere)   # resumes at the next batch
+
+Measurements come from a `StreamingQueryListener` (`BatchRecorder`); `sample()` closes one
+measuring interval (the sampler thread started by `start_sampling` calls it periodically),
+and the cost model is fitted to the intervals recorded so far.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bpm.costs import CostFunction, MM1Cost, fit_cost_function
+from bpm.zeek.definitions import QueryParams
+from spark_agents.checkpoint import processed_position
+from spark_agents.listener import BatchRecorder
+from spark_agents.metrics import BatchSample, IntervalSample, cost_samples, interval_sample, process_cpu_seconds
+from spark_agents.query import start_query
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+_TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_STREAM_FILE = re.compile(r"^(\d{12})\.csv$")
+
+
+class TaskError(RuntimeError):
+    """A task operation that cannot be done (unknown task, already running, bad id)."""
+
+
+@dataclass
+class HostedTask:
+    """A task on this host.
+
+    Attributes:
+        task_id: the task's name (also the streaming query's name and its output folder).
+        input_path: the stream partition it reads.
+        checkpoint_dir: its own checkpoint folder (offsets and state).
+        params: the query's parameters.
+        trigger_s: processing-time trigger interval.
+        query: the running Spark query (None once stopped).
+        started_s: when it was started here.
+        position: highest stream position it has processed, as of its last batch.
+        error: the query's failure, if it failed.
+    """
+
+    task_id: str
+    input_path: Path
+    checkpoint_dir: Path
+    params: QueryParams
+    trigger_s: float | None
+    query: StreamingQuery | None
+    started_s: float
+    position: int | None = None
+    error: str | None = None
+    batches: int = 0
+    rows: int = 0
+    last_batch: BatchSample | None = field(default=None, repr=False)
+
+    @property
+    def state(self) -> str:
+        if self.error:
+            return "failed"
+        if self.query is None:
+            return "stopped"
+        if not self.query.isActive:
+            exc = self.query.exception()
+            self.error = str(exc) if exc else None
+            return "failed" if exc else "stopped"
+        return "running"
+
+
+class TaskHost:
+    """Hosts tasks on one SparkSession and measures their load.
+
+    Attributes:
+        spark: the session (its master decides where tasks run).
+        work_dir: default parent of the tasks' checkpoint folders.
+        output_dir: where tasks write `<task>/batch-<id>.jsonl`.
+        cores: the participant's cores, the denominator of load.
+        intervals: recent measuring intervals (bounded).
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        work_dir: str | Path,
+        output_dir: str | Path,
+        cores: int | None = None,
+        interval_s: float = 5.0,
+        history: int = 720,
+    ) -> None:
+        self.spark = spark
+        self.work_dir = Path(work_dir)
+        self.output_dir = Path(output_dir)
+        self.cores = int(cores or spark.sparkContext.defaultParallelism)
+        self.interval_s = interval_s
+        self.intervals: deque[IntervalSample] = deque(maxlen=history)
+        self._tasks: dict[str, HostedTask] = {}
+        self._lock = threading.RLock()
+        self.recorder = BatchRecorder(on_batch=self._on_batch)
+        spark.streams.addListener(self.recorder)
+        gateway = getattr(spark.sparkContext, "_gateway", None)
+        proc = getattr(gateway, "proc", None)
+        # The Spark driver JVM is a child of this process when PySpark launched it; its CPU and
+        # ours (foreachBatch runs here) cross-check the measured utilisation.
+        self._jvm_pid: int | None = proc.pid if proc is not None and spark.sparkContext.master.startswith("local") else None
+        self._last_tick = (time.time(), self._cpu_seconds())
+        self._sampler: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    # -- tasks -------------------------------------------------------------------------
+
+    def start_task(
+        self,
+        task_id: str,
+        input_path: str | Path,
+        checkpoint_dir: str | Path | None = None,
+        params: QueryParams | None = None,
+        trigger_s: float | None = 1.0,
+    ) -> HostedTask:
+        """Start (or resume, when `checkpoint_dir` holds a checkpoint) a task over one stream partition."""
+        if not _TASK_ID.match(task_id):
+            raise TaskError(f"bad task id {task_id!r}: letters, digits, '.', '_' and '-' only")
+        input_path = Path(input_path)
+        if not input_path.is_dir():
+            raise TaskError(f"input {input_path} is not a stream partition folder")
+        with self._lock:
+            current = self._tasks.get(task_id)
+            if current is not None and current.state == "running":
+                raise TaskError(f"task {task_id} is already running here")
+            checkpoint = Path(checkpoint_dir) if checkpoint_dir else self.work_dir / "checkpoints" / task_id
+            params = params or QueryParams()
+            query = start_query(self.spark, task_id, input_path, checkpoint, self.output_dir, params, trigger_s)
+            task = HostedTask(task_id, input_path, checkpoint, params, trigger_s, query, time.time(),
+                              position=processed_position(checkpoint))
+            self._tasks[task_id] = task
+            return task
+
+    def stop_task(self, task_id: str, timeout_s: float = 60.0) -> Path:
+        """Stop a task after its current batch and return its checkpoint folder, ready to hand over.
+
+        Should a new trigger begin between the wait and the stop, Spark abandons that batch
+        uncommitted; the next start runs it again and rewrites the same output file.
+        """
+        task = self._task(task_id)
+        query = task.query
+        if query is not None:
+            deadline = time.monotonic() + timeout_s
+            while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+                time.sleep(0.01)
+            query.stop()
+            task.query = None
+        return task.checkpoint_dir
+
+    def remove_task(self, task_id: str) -> None:
+        """Forget a stopped task (its measurements stay in the history)."""
+        with self._lock:
+            if self._task(task_id).state == "running":
+                raise TaskError(f"task {task_id} is running; stop it first")
+            del self._tasks[task_id]
+
+    def _task(self, task_id: str) -> HostedTask:
+        try:
+            return self._tasks[task_id]
+        except KeyError:
+            raise TaskError(f"no task {task_id} on this host") from None
+
+    def tasks(self) -> list[HostedTask]:
+        with self._lock:
+            return list(self._tasks.values())
+
+    def running(self) -> list[str]:
+        return [t.task_id for t in self.tasks() if t.state == "running"]
+
+    def _on_batch(self, sample: BatchSample, end_offset: dict | None) -> None:
+        task = self._tasks.get(sample.task_id)
+        if task is None:
+            return
+        task.batches += 1
+        task.rows += sample.rows
+        task.last_batch = sample
+        if end_offset and "logOffset" in end_offset:
+            position = processed_position(task.checkpoint_dir, int(end_offset["logOffset"]))
+            if position is not None:
+                task.position = position
+
+    # -- measurements ------------------------------------------------------------------
+
+    def _cpu_seconds(self) -> float | None:
+        if self._jvm_pid is None:
+            return None
+        jvm = process_cpu_seconds(self._jvm_pid)
+        return None if jvm is None else jvm + time.process_time()
+
+    def sample(self) -> IntervalSample:
+        """Close the current measuring interval and record it."""
+        now, cpu = time.time(), self._cpu_seconds()
+        start, start_cpu = self._last_tick
+        if now <= start:
+            now = start + 1e-6
+        samples = self.recorder.samples(since_s=start)
+        used = None if cpu is None or start_cpu is None else cpu - start_cpu
+        interval = interval_sample(samples, start, now, self.cores, self.running(), used)
+        self._last_tick = (now, cpu)
+        self.intervals.append(interval)
+        return interval
+
+    def start_sampling(self) -> None:
+        """Record an interval every `interval_s` seconds on a background thread."""
+        if self._sampler is not None:
+            return
+        self._last_tick = (time.time(), self._cpu_seconds())
+
+        def loop() -> None:
+            while not self._stop.wait(self.interval_s):
+                self.sample()
+
+        self._sampler = threading.Thread(target=loop, name="bpm-load-sampler", daemon=True)
+        self._sampler.start()
+
+    def loads(self, window_s: float | None = None) -> dict[str, float]:
+        """Each running task's load over the last `window_s` seconds (default: the measuring interval)."""
+        from spark_agents.metrics import task_loads
+
+        now = time.time()
+        window = window_s or self.interval_s
+        return task_loads(self.recorder.samples(now - window), now - window, now, self.cores, self.running())
+
+    def backlog(self, task: HostedTask) -> dict[str, float]:
+        """Stream files the task has not taken yet, and the age of the oldest of them in seconds."""
+        pending = []
+        for entry in os.scandir(task.input_path):
+            m = _STREAM_FILE.match(entry.name)
+            if m and (task.position is None or int(m.group(1)) > task.position):
+                pending.append(entry.stat().st_mtime)
+        return {"files": len(pending), "age_s": max(0.0, time.time() - min(pending)) if pending else 0.0}
+
+    def cost_function(self) -> CostFunction:
+        """The convex cost model fitted to (utilisation, mean batch duration) of the recorded
+        intervals; the M/M/1 form when the samples do not allow a fit (`fallback_used`)."""
+        loads, durations = cost_samples(self.intervals)
+        return fit_cost_function(loads, durations, fallback=MM1Cost())
+
+    def marginal_costs(self, loads: dict[str, float] | None = None) -> dict[str, Any]:
+        """The participant's load, and per task the marginal cost of shedding it and of taking as much more."""
+        loads = loads if loads is not None else self.loads()
+        total = sum(loads.values())
+        model = self.cost_function()
+        # A task that used no capacity in the window is priced at the margin (the limit of both formulas).
+        per_task = {
+            task: {
+                "load": load,
+                "shed": model.marginal_shed(total, load) if load > 0 else model.marginal(total),
+                "take": model.marginal_take(total, load) if load > 0 else model.marginal(total),
+            }
+            for task, load in loads.items()
+        }
+        return {"load": total, "marginal": model.marginal(total), "tasks": per_task}
+
+    def status(self) -> dict[str, Any]:
+        """Everything a person or the control loop wants to know, as JSON-ready data."""
+        loads = self.loads()
+        last = self.intervals[-1] if self.intervals else None
+        model = self.cost_function()
+        tasks = []
+        for task in self.tasks():
+            batch = task.last_batch
+            tasks.append({
+                "task_id": task.task_id, "state": task.state, "input": str(task.input_path),
+                "checkpoint": str(task.checkpoint_dir), "params": task.params.to_dict(), "trigger_s": task.trigger_s,
+                "batches": task.batches, "rows": task.rows, "position": task.position,
+                "last_batch_id": batch.batch_id if batch else None,
+                "last_batch_duration_s": batch.duration_s if batch else None,
+                "load": loads.get(task.task_id, 0.0), "backlog": self.backlog(task), "error": task.error,
+            })
+        return {
+            "master": self.spark.sparkContext.master, "cores": self.cores, "interval_s": self.interval_s,
+            "utilisation": sum(loads.values()),
+            "cpu_utilisation": last.cpu_utilisation if last else None,
+            "mean_batch_s": last.mean_batch_s if last else None,
+            "tasks": tasks,
+            "cost_function": model.to_dict(), "fallback_used": model.fallback_used,
+            "marginal_costs": self.marginal_costs(loads),
+            "intervals": len(self.intervals),
+        }
+
+    def close(self, stop_tasks: bool = True) -> None:
+        """Stop sampling, optionally the tasks, and detach the listener."""
+        self._stop.set()
+        if self._sampler is not None:
+            self._sampler.join(timeout=self.interval_s + 1)
+        if stop_tasks:
+            for task_id in self.running():
+                self.stop_task(task_id)
+        self.spark.streams.removeListener(self.recorder)
