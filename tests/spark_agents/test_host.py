@@ -1,0 +1,116 @@
+"""The task host on the shared local session: movement at batch boundaries, measurements, HTTP status."""
+
+import time
+
+import httpx
+import pytest
+
+from bpm.costs import CostFunction
+from bpm.streams import PartitionedStream
+from bpm.streams.feed import Feeder
+from bpm.zeek.definitions import QueryParams
+from bpm.zeek.generator import TrafficProfile, generate
+from bpm.zeek.reference import compute
+from bpm.zeek.results import read_outputs
+from spark_agents.checkpoint import hand_over
+from spark_agents.host import TaskError, TaskHost
+from spark_agents.metrics import IntervalSample
+from spark_agents.status import StatusServer
+
+PARAMS = QueryParams(window_s=30, min_connections=30, min_ports=10, lateness_s=10)
+
+
+def wait_for(condition, timeout_s=120.0):
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def host(spark, tmp_path):
+    h = TaskHost(spark, tmp_path / "work", tmp_path / "output", interval_s=1.0)
+    yield h
+    h.close()
+
+
+def test_a_task_moved_at_a_batch_boundary_loses_and_duplicates_nothing(spark, host, tmp_path):
+    conns = generate(TrafficProfile(duration_s=240, rate=60, sources=100), seed=21)
+    stream = PartitionedStream.create(tmp_path / "stream", 1)
+    feeder = Feeder(stream, PARAMS)
+    half = len(conns) // 2
+    for i, conn in enumerate(conns[:half]):
+        feeder.add(conn)
+        if i % 2000 == 1999:
+            feeder.flush()
+    feeder.flush()
+    task = host.start_task("p0", stream.partition_path(0), params=PARAMS, trigger_s=0.2)
+    last = stream.next_position(0) - 1
+    wait_for(lambda: task.position == last)
+    assert task.batches > 0 and task.rows > 0 and host.tasks()[0].state == "running"
+
+    checkpoint = host.stop_task("p0")
+    assert host.tasks()[0].state == "stopped" and host.running() == []
+    moved = hand_over(checkpoint, tmp_path / "elsewhere")
+    before = read_outputs(tmp_path / "output")
+
+    for conn in conns[half:]:
+        feeder.add(conn)
+    feeder.close()
+    other = TaskHost(spark, tmp_path / "other", tmp_path / "output", interval_s=1.0)
+    try:
+        resumed = other.start_task("p0", stream.partition_path(0), moved, params=PARAMS, trigger_s=0.2)
+        assert resumed.position == last, "resumes after the files the first host took"
+        resumed.query.processAllAvailable()
+        after = read_outputs(tmp_path / "output")
+        assert after.rows == set(compute(conns, PARAMS))
+        assert after.duplicates == [] and before.rows <= after.rows
+        assert min(int(p.stem.split("-")[1]) for p in set(after.files) - set(before.files)) > max(
+            (int(p.stem.split("-")[1]) for p in before.files), default=-1), "batch ids continue after the move"
+    finally:
+        other.close()
+
+
+def test_measurements_status_and_http(host, tmp_path):
+    stream = PartitionedStream.create(tmp_path / "stream", 2)
+    feeder = Feeder(stream, PARAMS)
+    for conn in generate(TrafficProfile(duration_s=120, rate=40, sources=50), seed=22):
+        feeder.add(conn)
+    feeder.close()
+    host.sample()
+    for k in range(2):
+        host.start_task(f"p{k}", stream.partition_path(k), params=PARAMS, trigger_s=0.2)
+    with pytest.raises(TaskError, match="already running"):
+        host.start_task("p0", stream.partition_path(0))
+    with pytest.raises(TaskError, match="bad task id"):
+        host.start_task("../x", stream.partition_path(0))
+    wait_for(lambda: all(t.position == stream.next_position(0 if t.task_id == "p0" else 1) - 1 for t in host.tasks()))
+    interval = host.sample()
+    loads = host.loads(window_s=60)
+    assert set(loads) == {"p0", "p1"} and all(0 < v <= 1.5 for v in loads.values())
+    assert interval.batches > 0 and interval.utilisation > 0
+    assert interval.cpu_utilisation is not None and interval.cpu_utilisation > 0
+
+    server = StatusServer(host)
+    url = server.start()
+    try:
+        status = httpx.get(f"{url}/status", timeout=30).json()
+        assert {t["task_id"] for t in status["tasks"]} == {"p0", "p1"}
+        assert all(t["backlog"] == {"files": 0, "age_s": 0.0} and t["state"] == "running" for t in status["tasks"])
+        assert status["cores"] == 2 and "marginal" in status["marginal_costs"]
+        metrics = httpx.get(f"{url}/metrics", timeout=30).text
+        assert 'bpm_task_load{task="p0"}' in metrics and "bpm_task_batches_total" in metrics
+        assert "bpm_utilisation" in metrics
+    finally:
+        server.stop()
+
+
+def test_cost_function_is_fitted_from_intervals_and_falls_back_without_samples(host):
+    assert host.cost_function().fallback_used
+    for i, u in enumerate([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]):
+        host.intervals.append(IntervalSample(i, i + 1, {"a": u}, u, None, 0.2 / (1 - u), 3, 100))
+    model = host.cost_function()
+    assert isinstance(model, CostFunction) and not model.fallback_used
+    costs = host.marginal_costs({"a": 0.3, "b": 0.2})
+    assert costs["load"] == 0.5
+    assert costs["tasks"]["a"]["shed"] <= costs["marginal"] <= costs["tasks"]["a"]["take"]
