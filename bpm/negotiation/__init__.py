@@ -1,0 +1,30 @@
+"""The Bounded-Price Mechanism's decisions: pure functions, no I/O, no clock, no Spark.
+
+The simulator (`bpm.sim`) and the live agents call exactly these.
+"""
+
+from bpm.negotiation.decisions import (
+    choose_offer,
+    contract_order,
+    evaluate_offer,
+    is_acceptable,
+    movements_to_end,
+    settle_price,
+)
+from bpm.negotiation.models import DEFAULT_HYSTERESIS, DEFAULT_MARGIN, Acceptance, Contract, Movement, Offer, Task
+
+__all__ = [
+    "DEFAULT_HYSTERESIS",
+    "DEFAULT_MARGIN",
+    "Acceptance",
+    "Contract",
+    "Movement",
+    "Offer",
+    "Task",
+    "choose_offer",
+    "contract_order",
+    "evaluate_offer",
+    "is_acceptable",
+    "movements_to_end",
+    "settle_price",
+]
