@@ -135,8 +135,12 @@ class TaskHost:
         checkpoint_dir: str | Path | None = None,
         params: QueryParams | None = None,
         trigger_s: float | None = 1.0,
+        max_files_per_trigger: int | None = None,
     ) -> HostedTask:
-        """Start (or resume, when `checkpoint_dir` holds a checkpoint) a task over one stream partition."""
+        """Start (or resume, when `checkpoint_dir` holds a checkpoint) a task over one stream partition.
+
+        `max_files_per_trigger` bounds a batch, e.g. while a moved task catches up on its backlog.
+        """
         if not _TASK_ID.match(task_id):
             raise TaskError(f"bad task id {task_id!r}: letters, digits, '.', '_' and '-' only")
         input_path = Path(input_path)
@@ -148,7 +152,8 @@ class TaskHost:
                 raise TaskError(f"task {task_id} is already running here")
             checkpoint = Path(checkpoint_dir) if checkpoint_dir else self.work_dir / "checkpoints" / task_id
             params = params or QueryParams()
-            query = start_query(self.spark, task_id, input_path, checkpoint, self.output_dir, params, trigger_s)
+            query = start_query(self.spark, task_id, input_path, checkpoint, self.output_dir, params, trigger_s,
+                                max_files_per_trigger)
             task = HostedTask(task_id, input_path, checkpoint, params, trigger_s, query, time.time(),
                               position=processed_position(checkpoint))
             self._tasks[task_id] = task

@@ -26,11 +26,17 @@ if TYPE_CHECKING:
 STREAM_SCHEMA_DDL = "ts_us BIGINT, src STRING, prefix STRING, dst STRING, dport INT, proto STRING, mark INT"
 
 
-def per_source(spark: SparkSession, input_path: str | Path, params: QueryParams) -> DataFrame:
-    """The streaming aggregate: one row per (window, source) once the window closes."""
+def per_source(spark: SparkSession, input_path: str | Path, params: QueryParams, max_files_per_trigger: int | None = None) -> DataFrame:
+    """The streaming aggregate: one row per (window, source) once the window closes.
+
+    `max_files_per_trigger` bounds how many stream files one micro-batch takes (None: all new files).
+    """
     from pyspark.sql import functions as F
 
-    raw = spark.readStream.schema(STREAM_SCHEMA_DDL).csv(str(input_path))
+    reader = spark.readStream.schema(STREAM_SCHEMA_DDL)
+    if max_files_per_trigger is not None:
+        reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
+    raw = reader.csv(str(input_path))
     events = raw.withColumn("event_time", F.timestamp_micros("ts_us")).withWatermark(
         "event_time", f"{params.lateness_s} seconds"
     )
@@ -89,13 +95,14 @@ def start_query(
     output_dir: str | Path,
     params: QueryParams,
     trigger_s: float | None = None,
+    max_files_per_trigger: int | None = None,
 ) -> StreamingQuery:
     """Start the task's streaming query, resuming from `checkpoint_dir` when it holds a checkpoint.
 
     `trigger_s` sets a processing-time trigger; None runs micro-batches back to back.
     """
     writer = (
-        per_source(spark, input_path, params)
+        per_source(spark, input_path, params, max_files_per_trigger)
         .writeStream.queryName(task_id)
         .outputMode("append")
         .option("checkpointLocation", str(checkpoint_dir))

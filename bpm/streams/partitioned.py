@@ -135,8 +135,23 @@ class PartitionedStream:
         position = self.next_position(k)
         target = self.partition_path(k) / f"{position:012d}.csv"
         _write_atomic(target, "".join(r.to_line() for r in records))
+        self._order_after(target, self.partition_path(k) / f"{position - 1:012d}.csv")
         _write_atomic(self.root / "_positions" / str(k), str(position + 1))
         return position
+
+    @staticmethod
+    def _order_after(target: Path, previous: Path) -> None:
+        """Give `target` a modification time at least 1 ms after `previous`: Spark's file source
+        orders new files by modification time in milliseconds, and with `maxFilesPerTrigger`
+        two files in the same millisecond could be taken out of order."""
+        try:
+            before = previous.stat().st_mtime_ns
+        except FileNotFoundError:
+            return
+        now = target.stat().st_mtime_ns
+        if now // 1_000_000 <= before // 1_000_000:
+            later = (before // 1_000_000 + 1) * 1_000_000
+            os.utime(target, ns=(later, later))
 
     def read(self, k: int, start: int = 0) -> Iterator[tuple[int, list[StreamRecord]]]:
         """Replay partition k from a retained position: `(position, records)` per file."""

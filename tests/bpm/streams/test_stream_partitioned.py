@@ -75,3 +75,10 @@ def test_uris(tmp_path):
         (tmp_path / "x").mkdir()
         (tmp_path / "x" / "f").write_text("")
         PartitionedStream.create(tmp_path / "x", 1)
+
+
+def test_files_of_a_partition_get_increasing_millisecond_modification_times(stream):
+    for _ in range(20):
+        stream.append(0, [R1])
+    times = [(stream.partition_path(0) / f"{p:012d}.csv").stat().st_mtime_ns // 1_000_000 for p in stream.positions(0)]
+    assert all(a < b for a, b in zip(times, times[1:]))
