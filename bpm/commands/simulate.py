@@ -149,6 +149,7 @@ def _summary_table(s: dict) -> None:
         ("reached an acceptable allocation", f"{s['acceptable_fraction']:.0%} of runs"),
         ("acceptable at the end", f"{s['acceptable_at_end_fraction']:.0%} of runs"),
         ("acceptable within one task", f"{s['within_one_task_fraction']:.0%} of runs"),
+        ("participants keeping it unacceptable (median)", _fmt(s["median_unacceptable_participants"], 1)),
         ("stable (nothing moves any more)", f"{s['stable_fraction']:.0%} of runs"),
         ("median rounds to acceptable", _fmt(s["median_rounds"], 1)),
         ("median movements", _fmt(s["median_movements"], 1)),
@@ -269,7 +270,8 @@ def bench_simulate(
         limit = limits.get(n)
         scale.append({
             "participants": n, "tasks": round(n * config.tasks_per_participant), "elapsed_s": elapsed, "rounds": r.rounds_run,
-            "movements": r.movements, "reached_acceptable": r.reached_acceptable, "cost_ratio": r.cost_ratio,
+            "movements": r.movements, "reached_acceptable": r.reached_acceptable, "within_one_task": r.within_one_task,
+            "unacceptable_participants": r.unacceptable_participants, "cost_ratio": r.cost_ratio,
             "limit_s": limit, "within_limit": None if limit is None else elapsed <= limit,
         })
     out = {"benchmark": "simulate", "quality": quality, "scale": scale}

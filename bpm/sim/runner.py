@@ -26,6 +26,8 @@ class RunResult:
         acceptable_at_end: whether the final allocation is acceptable.
         within_one_task: whether the final allocation is acceptable once every threshold
             is raised by the mean task load (the granularity a mover has).
+        unacceptable_participants: at the end, how many participants keep the allocation
+            from being acceptable (above their threshold; in overload, below it).
         stable: whether the run stopped because nothing changed any more (not at max_rounds).
         rounds_run: rounds stepped.
         movements, endings, refusals: counts over the run.
@@ -43,6 +45,7 @@ class RunResult:
     rounds: int | None
     acceptable_at_end: bool
     within_one_task: bool
+    unacceptable_participants: int
     stable: bool
     rounds_run: int
     movements: int
@@ -97,6 +100,7 @@ def simulate_once(config: SimConfig, seed: int, run: int = 0) -> RunResult:
         rounds=first[0] if first else None,
         acceptable_at_end=is_acceptable(loads, thresholds),
         within_one_task=is_acceptable(loads, thresholds + fed.mean_task_load()),
+        unacceptable_participants=_unacceptable(loads, thresholds),
         stable=stable,
         rounds_run=fed.rounds,
         movements=fed.movement_count,
@@ -109,6 +113,12 @@ def simulate_once(config: SimConfig, seed: int, run: int = 0) -> RunResult:
         worse_off=int(np.sum(now > alone * (1 + 1e-9) + 1e-12)),
         elapsed_s=time.perf_counter() - start,
     )
+
+
+def _unacceptable(loads: np.ndarray, thresholds: np.ndarray, tolerance: float = 1e-9) -> int:
+    if loads.sum() <= thresholds.sum():
+        return int(np.sum(loads > thresholds + tolerance))
+    return int(np.sum(loads < thresholds - tolerance))
 
 
 def _median(values: Iterable[float]) -> float | None:
@@ -135,6 +145,7 @@ def summarize(config: SimConfig, results: Sequence[RunResult], elapsed_s: float)
         "acceptable_at_end_fraction": sum(r.acceptable_at_end for r in results) / n if n else None,
         "within_one_task_fraction": sum(r.within_one_task for r in results) / n if n else None,
         "stable_fraction": sum(r.stable for r in results) / n if n else None,
+        "median_unacceptable_participants": _median(r.unacceptable_participants for r in results),
         "median_rounds": _median(r.rounds for r in results),
         "median_movements": _median(r.movements for r in results),
         "median_endings": _median(r.endings for r in results),
