@@ -48,6 +48,7 @@ class Participant:
         movements_out / movements_in: active movements of its tasks elsewhere / of others' tasks here.
         paid, earned: payments so far (price x load x seconds).
         own_load: the total load of its own tasks wherever they run.
+        min_price: the lowest `price_min` of its contracts (below it no offer can pay).
     """
 
     name: str

@@ -137,11 +137,10 @@ def initial_tasks(config: SimConfig, thresholds: np.ndarray, rng: np.random.Gene
     out: list[list[Task]] = []
     next_id = 0
     for i in range(n):
-        count = int(round(targets[i] / mean_task))
-        if targets[i] <= 0 or count == 0 and targets[i] < 1e-12:
+        if targets[i] < 1e-12:
             out.append([])
             continue
-        sizes = rng.uniform(0.5, 1.5, max(count, 1))
+        sizes = rng.uniform(0.5, 1.5, max(int(round(targets[i] / mean_task)), 1))
         sizes *= targets[i] / sizes.sum()
         out.append([Task(f"t{next_id + k}", float(x), f"p{i}") for k, x in enumerate(sizes)])
         next_id += sizes.size

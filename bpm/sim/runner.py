@@ -12,6 +12,7 @@ from statistics import median
 
 import numpy as np
 
+from bpm.negotiation import is_acceptable
 from bpm.sim.bound import divisible_optimum
 from bpm.sim.generate import SimConfig, build_federation
 
@@ -78,8 +79,6 @@ def simulate_once(config: SimConfig, seed: int, run: int = 0) -> RunResult:
     start = time.perf_counter()
     fed = build_federation(config, seed, run)
     thresholds = fed.thresholds()
-    from bpm.negotiation import is_acceptable
-
     first: list[int] = [0] if is_acceptable(fed.loads(), thresholds) else []
 
     def on_round(f) -> None:
