@@ -120,7 +120,7 @@ class Round:
         origin, partner: the sides it went from and to (the same side for a floor).
         last: the task's last batch before the stop.
         first: its first batch with new input after the start.
-        phases: seconds spent per step (stop, pack, unpack, start) and the checkpoint's size.
+        phases: seconds per step (see `measured_round`) and, for a movement, `checkpoint_bytes`.
     """
 
     kind: str
@@ -619,24 +619,34 @@ def run_move_bench(settings: MoveSettings, work_dir: str | Path, progress: Calla
 
 
 def plot_rounds(result: dict[str, Any], path: str | Path) -> Path:
-    """A PNG of each measured pause beside each floor restart, with the goals drawn in."""
+    """A PNG with, per round, the floor restart and the movement as bars split into their steps, and the goals."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    pauses, floors = result["pauses"], result["floors"]
-    ax.plot(range(1, len(pauses) + 1), pauses, "o-", label="movement pause (two processes)")
-    ax.plot(range(1, len(floors) + 1), floors, "s--", label="floor (restart in one process)")
+    fig, ax = plt.subplots(figsize=(10, 4.8))
+    colours = plt.get_cmap("tab10")
+    for offset, kind in ((-0.2, "floor"), (0.2, "move")):
+        rounds = [r for r in result["rounds"] if r["kind"] == kind]
+        x = [i + 1 + offset for i in range(len(rounds))]
+        bottom = [0.0] * len(rounds)
+        for n, step in enumerate(_STEPS + ("other_s",)):
+            heights = [max(0.0, r.get(step, 0.0)) for r in rounds]
+            label = step.removesuffix("_s").replace("_", " ") if kind == "move" else None
+            ax.bar(x, heights, 0.38, bottom=bottom, color=colours(n), label=label, edgecolor="white", linewidth=0.5)
+            bottom = [b + h for b, h in zip(bottom, heights)]
+        for xi, total in zip(x, bottom):
+            ax.text(xi, total, "F" if kind == "floor" else "M", ha="center", va="bottom", fontsize=7)
     ax.axhline(PAUSE_GOAL_S, color="red", linestyle=":", label=f"goal: median under {PAUSE_GOAL_S:g} s")
     if result["floor_median_s"]:
-        ax.axhline(RATIO_GOAL * result["floor_median_s"], color="orange", linestyle=":", label=f"{RATIO_GOAL:g} x floor median")
-    ax.set_xlabel("round")
-    ax.set_ylabel("seconds, end of last batch to end of first new batch")
-    ax.set_ylim(bottom=0)
-    ax.set_title(f"Task movement: median pause {result['pause_median_s']} s, floor {result['floor_median_s']} s")
-    ax.legend(loc="best", fontsize="small")
+        ax.axhline(RATIO_GOAL * result["floor_median_s"], color="black", linestyle="--", linewidth=0.8,
+                   label=f"{RATIO_GOAL:g} x floor median")
+    ax.set_xticks(range(1, len(result["pauses"]) + 1))
+    ax.set_xlabel("round (F: restart in one process, M: movement to the other process)")
+    ax.set_ylabel("pause, s")
+    ax.set_title(f"Task movement: median pause {result['pause_median_s']} s, floor median {result['floor_median_s']} s")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=120)

@@ -30,7 +30,6 @@ def bench_move_command(
     """Pause of a task movement between two processes (median, max) against restarting it in one process."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-    from rich.table import Table
 
     from bpm.bench.move import MoveBenchError, MoveSettings, plot_rounds, run_move_bench
 
@@ -57,14 +56,7 @@ def bench_move_command(
         typer.echo(json.dumps(result))
         return
     console = Console()
-    table = Table(title="Task movement pause (end of last batch to end of first new batch), seconds")
-    for column in ("round", "kind", "from -> to", "pause", "stop", "pack", "unpack", "start", "idle", "first batch", "other"):
-        table.add_column(column, justify="right" if column not in ("kind", "from -> to") else "left")
-    for i, r in enumerate(result["rounds"], start=1):
-        cells = [r.get(k) for k in ("stop_s", "pack_s", "unpack_s", "start_s", "idle_s", "first_batch_s", "other_s")]
-        table.add_row(str((i + 1) // 2), r["kind"], f"{r['from']} -> {r['to']}", f"{r['pause_s']:.3f}",
-                      *("" if c is None else f"{c:.3f}" for c in cells))
-    console.print(table)
+    console.print(_rounds_table(result))
     goal = result["goal"]
     console.print(
         f"movement pause: median {result['pause_median_s']} s, max {result['pause_max_s']} s over {result['moves']} movements\n"
@@ -78,3 +70,17 @@ def bench_move_command(
     )
     if plot is not None:
         console.print(f"plot: {result['plot']}")
+
+
+def _rounds_table(result: dict):
+    """Every measured round with its pause split into steps."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title="Pause: end of last batch to end of first new batch (s)", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, collapse_padding=True)
+    for column in ("#", "kind", "route", "pause", "stop", "pack", "unpack", "start", "idle", "batch1", "other"):
+        table.add_column(column, min_width=len(column), justify="left" if column in ("kind", "route") else "right")
+    for i, r in enumerate(result["rounds"], start=1):
+        cells = [r.get(k) for k in ("pause_s", "stop_s", "pack_s", "unpack_s", "start_s", "idle_s", "first_batch_s", "other_s")]
+        table.add_row(str((i + 1) // 2), r["kind"], f"{r['from']}->{r['to']}", *("" if c is None else f"{c:.2f}" for c in cells))
+    return table
