@@ -296,6 +296,11 @@ function show(id, deps, build) {
   replace($(id), build());
 }
 
+/** A list as a table, or its empty state (`none`: [title, hint], or nothing) when it has no rows. */
+function showTable(id, rows, { caption, headers, row, none, cls }) {
+  show(id, [rows], () => (rows.length ? table(caption, headers, rows.map(row), { class: cls }) : none ? empty(...none) : []));
+}
+
 function render() {
   if (!state.me || !state.data.participants) return;
   ({ participants: renderParticipants, contracts: renderContracts, movements: renderMovements, ledger: renderLedger, ha: renderHa, events: renderEvents })[state.view]();
@@ -567,58 +572,51 @@ function renderMovements() {
     const key = (kind, text) => [h('span', { class: `key ${kind}` }), text];
     return [movementTimeline(rows, now), h('p', { class: 'legend', 'aria-hidden': 'true' }, key('active', 'running'), key('ended', 'ended'), key('min-end', 'earliest end'), key('now', 'now'))];
   });
-  show('movements-table', [movements], () => {
-    if (!movements.length) return [];
-    return table(
-      'Movements',
-      ['Movement', 'Task', 'From → to', 'Price', 'Load', 'Started', 'Earliest end', 'Ended', 'State', 'Accrued'],
-      [...movements].reverse().map((m) => [
-        `#${m.id}`,
-        `#${m.task_id} ${m.task_name}`,
-        route(m.from, m.to),
-        { cell: price(m.price), class: 'num' },
-        { cell: num(m.load), class: 'num' },
-        when(m.started_at),
-        when(m.earliest_end_at),
-        m.ended_at ? when(m.ended_at) : DASH,
-        badge(m.state),
-        { cell: num(m.accrued), class: 'num' },
-      ]),
-      { class: 'movements' },
-    );
+  showTable('movements-table', [...movements].reverse(), {
+    caption: 'Movements',
+    headers: ['Movement', 'Task', 'From → to', 'Price', 'Load', 'Started', 'Earliest end', 'Ended', 'State', 'Accrued'],
+    cls: 'movements',
+    row: (m) => [
+      `#${m.id}`,
+      `#${m.task_id} ${m.task_name}`,
+      route(m.from, m.to),
+      { cell: price(m.price), class: 'num' },
+      { cell: num(m.load), class: 'num' },
+      when(m.started_at),
+      when(m.earliest_end_at),
+      m.ended_at ? when(m.ended_at) : DASH,
+      badge(m.state),
+      { cell: num(m.accrued), class: 'num' },
+    ],
   });
-  show('tasks-table', [tasks], () => {
-    if (!tasks.length) return empty('No tasks yet.', 'Each participant registers its own tasks; they start at home.');
-    return table(
-      'Tasks',
-      ['Task', 'Origin', 'Runs at', 'Load', 'HA mode', 'Epoch'],
-      tasks.map((t) => [
-        `#${t.id} ${t.name}`,
-        t.origin,
-        h('span', {}, t.host, t.away ? badge('away') : null),
-        { cell: num(t.load), class: 'num' },
-        t.ha_mode,
-        { cell: String(t.epoch), class: 'num' },
-      ]),
-      { class: 'tasks' },
-    );
+  showTable('tasks-table', tasks, {
+    caption: 'Tasks',
+    headers: ['Task', 'Origin', 'Runs at', 'Load', 'HA mode', 'Epoch'],
+    cls: 'tasks',
+    none: ['No tasks yet.', 'Each participant registers its own tasks; they start at home.'],
+    row: (t) => [
+      `#${t.id} ${t.name}`,
+      t.origin,
+      h('span', {}, t.host, t.away ? badge('away') : null),
+      { cell: num(t.load), class: 'num' },
+      t.ha_mode,
+      { cell: String(t.epoch), class: 'num' },
+    ],
   });
-  show('offers-table', [offers], () => {
-    if (!offers.length) return empty('No offers yet.', 'An overloaded participant offers tasks to a contract partner.');
-    return table(
-      'Recent offers',
-      ['Offer', 'From → to', 'Tasks', 'Price', 'State', 'Reason', 'Made at'],
-      [...offers].reverse().slice(0, 15).map((o) => [
-        `#${o.id}`,
-        route(o.from, o.to),
-        (o.accepted_task_ids || o.task_ids).map((id) => `#${id}`).join(' '),
-        { cell: price(o.price), class: 'num' },
-        badge(o.state),
-        o.reason || DASH,
-        when(o.created_at),
-      ]),
-      { class: 'offers' },
-    );
+  showTable('offers-table', [...offers].reverse().slice(0, 15), {
+    caption: 'Recent offers',
+    headers: ['Offer', 'From → to', 'Tasks', 'Price', 'State', 'Reason', 'Made at'],
+    cls: 'offers',
+    none: ['No offers yet.', 'An overloaded participant offers tasks to a contract partner.'],
+    row: (o) => [
+      `#${o.id}`,
+      route(o.from, o.to),
+      (o.accepted_task_ids || o.task_ids).map((id) => `#${id}`).join(' '),
+      { cell: price(o.price), class: 'num' },
+      badge(o.state),
+      o.reason || DASH,
+      when(o.created_at),
+    ],
   });
 }
 
@@ -643,23 +641,20 @@ function renderLedger() {
       ),
     ];
   });
-  show('ledger-entries', [ledger.entries], () => {
-    if (!ledger.entries.length) return [];
-    return table(
-      'Ledger entries',
-      ['Movement', 'Task', 'Payer → payee', 'Price', 'Load', 'Seconds', 'Amount', 'State'],
-      [...ledger.entries].reverse().map((e) => [
-        `#${e.movement_id}`,
-        `#${e.task_id}`,
-        route(e.from, e.to),
-        { cell: price(e.price), class: 'num' },
-        { cell: num(e.load), class: 'num' },
-        { cell: num(e.seconds, 0), class: 'num' },
-        { cell: num(e.amount), class: 'num' },
-        badge(e.state),
-      ]),
-      { class: 'entries' },
-    );
+  showTable('ledger-entries', [...ledger.entries].reverse(), {
+    caption: 'Ledger entries',
+    headers: ['Movement', 'Task', 'Payer → payee', 'Price', 'Load', 'Seconds', 'Amount', 'State'],
+    cls: 'entries',
+    row: (e) => [
+      `#${e.movement_id}`,
+      `#${e.task_id}`,
+      route(e.from, e.to),
+      { cell: price(e.price), class: 'num' },
+      { cell: num(e.load), class: 'num' },
+      { cell: num(e.seconds, 0), class: 'num' },
+      { cell: num(e.amount), class: 'num' },
+      badge(e.state),
+    ],
   });
 }
 

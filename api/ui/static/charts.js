@@ -113,7 +113,8 @@ export function loadChart(name, samples, start, end) {
       s('line', { class: 'grid', x1: pad.left, x2: W - pad.right, y1: y(v), y2: y(v) }),
       s('text', { class: 'tick', x: pad.left - 4, y: y(v) + 3, 'text-anchor': 'end' }, num(v, 1)),
     ]),
-    axisLabels(timeTicks(start, end, 4), (t, text) => s('text', { class: 'tick', x: x(t), y: H - 6, 'text-anchor': 'middle' }, text)),
+    // Ticks too near the right edge would have their labels cut off.
+    axisLabels(timeTicks(start, end, 4).filter((t) => x(t) <= W - 16), (t, text) => s('text', { class: 'tick', x: x(t), y: H - 6, 'text-anchor': 'middle' }, text)),
     thresholdPoints.length ? s('path', { class: 'threshold-line', d: path(thresholdPoints) }) : null,
     loadPoints.length > 1 ? s('path', { class: 'load-line', d: path(loadPoints) }) : null,
     loadPoints.length === 1 ? s('circle', { class: 'load-dot', cx: loadPoints[0][0], cy: loadPoints[0][1], r: 3 }) : null,

@@ -1,4 +1,4 @@
-"""Browser fixtures: one Chromium for the session, a real registry process per test."""
+"""Browser fixtures: one Chromium for this package's tests, a real registry process per test."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from tests.api.ui.browser import VIEWPORT, launch, require_chromium
 from tests.registry_server import RunningRegistry, running_registry
 
 
-@pytest.fixture(scope="session")
+# Package scope: Playwright's sync API keeps an event loop current in this thread while it
+# runs, so it is stopped before tests outside this package run.
+@pytest.fixture(scope="package")
 def browser():
     require_chromium()
     from playwright.sync_api import expect, sync_playwright

@@ -30,21 +30,18 @@ SHOTS = [
 ]
 
 
-def capture(out_dir: Path, console: Console | None = None) -> list[Path]:
-    """Play the scenario, then photograph every view in SHOTS plus the sign-in page; returns the files."""
-    from playwright.sync_api import sync_playwright
-
+def capture(out_dir: Path, browser, console: Console | None = None, duration_s: float = DURATION_S) -> list[Path]:
+    """Play `duration_s` of the scenario, then photograph the sign-in page and every view in SHOTS; returns the files."""
     console = console or Console(stderr=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     # The scenario ends at the real present, so the page's local times read naturally.
-    clock = SteppedClock(datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=DURATION_S))
+    clock = SteppedClock(datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=duration_s))
     saved = []
     with tempfile.TemporaryDirectory() as work, in_process_registry(Path(work), clock) as registry:
-        with console.status(f"playing {DURATION_S / 60:.0f} simulated minutes of a federation through the API"):
-            keys = play(registry.url, clock, DURATION_S)
+        with console.status(f"playing {duration_s / 60:.0f} simulated minutes of a federation through the API"):
+            keys = play(registry.url, clock, duration_s)
         keys["operator"] = registry.admin_key
-        with sync_playwright() as playwright, console.status("taking screenshots"):
-            browser = launch(playwright)
+        with console.status("taking screenshots"):
             page = browser.new_page(viewport=VIEWPORT)
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -60,7 +57,7 @@ def capture(out_dir: Path, console: Console | None = None) -> list[Path]:
                 page.get_by_role("link", name=_link_text(view)).click()
                 page.locator(ready).first.wait_for()
                 saved.append(_shot(page, out_dir / name))
-            browser.close()
+            page.close()
             if errors:
                 raise RuntimeError(f"the page raised errors: {errors}")
     for path in saved:
@@ -78,5 +75,16 @@ def _shot(page, path: Path) -> Path:
     return path
 
 
+def main() -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = launch(playwright)
+        try:
+            capture(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("docs/img"), browser)
+        finally:
+            browser.close()
+
+
 if __name__ == "__main__":
-    capture(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("docs/img"))
+    main()
