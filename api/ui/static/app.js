@@ -301,8 +301,11 @@ function showTable(id, rows, { caption, headers, row, none, cls }) {
   show(id, [rows], () => (rows.length ? table(caption, headers, rows.map(row), { class: cls }) : none ? empty(...none) : []));
 }
 
+const LISTS = ['participants', 'contracts', 'tasks', 'offers', 'movements', 'ledger'];
+
 function render() {
-  if (!state.me || !state.data.participants) return;
+  // Views combine several lists; draw once all of them have arrived at least once.
+  if (!state.me || !LISTS.every((name) => state.data[name])) return;
   ({ participants: renderParticipants, contracts: renderContracts, movements: renderMovements, ledger: renderLedger, ha: renderHa, events: renderEvents })[state.view]();
 }
 

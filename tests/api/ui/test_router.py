@@ -68,7 +68,7 @@ def test_every_file_the_page_loads_is_served_with_its_type(client):
         assert response.headers["x-content-type-options"] == "nosniff"
 
 
-@pytest.mark.parametrize("path", ["/ui/static/missing.js", "/ui/static/index.html", "/ui/static/..%2Frouter.py", "/ui/static/../router.py"])
+@pytest.mark.parametrize("path", ["/ui/static/missing.js", "/ui/static/index.html", "/ui/static/__init__.py", "/ui/static/..%2Frouter.py", "/ui/static/../router.py"])
 def test_only_shipped_assets_are_served(client, path):
     response = client.get(path)
     assert response.status_code == 404
