@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from bpm.client import RegistryClient, RegistryError
@@ -190,7 +190,7 @@ def play(url: str, clock: SteppedClock, duration_s: float = 1800.0) -> dict:
 
 def _negotiate(members: dict[str, Member], tasks: list[dict], loads: dict[str, float], operator: RegistryClient) -> None:
     """Over threshold: offer the smallest task at home to the partner with room; end movements no longer needed."""
-    contracts = [c for c in operator.contracts(state="active")]
+    contracts = operator.contracts(state="active")
     for m in members.values():
         if not m.client:
             continue
