@@ -93,8 +93,8 @@ def create_app(
     async def _integrity(_request: Request, _exc: IntegrityError) -> JSONResponse:
         return JSONResponse({"detail": "the change conflicts with the registry's current state; retry"}, status_code=409)
 
-    for module in (participants, contracts, tasks, offers, ledger):
-        app.include_router(module.router, prefix="/api/v1")
+    for router in (participants.router, participants.me_router, contracts.router, tasks.router, offers.router, ledger.router):
+        app.include_router(router, prefix="/api/v1")
 
     @app.get("/healthz", tags=["health"])
     def healthz(request: Request):

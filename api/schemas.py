@@ -42,6 +42,11 @@ class ParticipantOut(Out):
     hosted_tasks: list[int]
 
 
+class Identity(Out):
+    name: str
+    role: Literal["operator", "participant"]
+
+
 class ParticipantCreated(ParticipantOut):
     api_key: str = Field(description="The participant's key: shown once, stored only as a hash")
 

@@ -10,6 +10,7 @@ from api.models import Participant
 from api.services import participants as service
 
 router = APIRouter(prefix="/participants", tags=["participants"])
+me_router = APIRouter(tags=["participants"])
 
 
 def _out(request: Request, participant: Participant, hosted: list[int], now: datetime, cls=schemas.ParticipantOut, **extra):
@@ -44,6 +45,12 @@ def list_participants(request: Request, session: DbSession, caller: Caller, now:
     rows = list(session.scalars(select(Participant).order_by(Participant.name)))
     hosted = service.hosted_task_ids(session, [p.id for p in rows])
     return [_out(request, p, hosted[p.id], now) for p in rows]
+
+
+@me_router.get("/me", response_model=schemas.Identity)
+def who_am_i(caller: Caller):
+    """Who the key in use belongs to: the operator, or one participant."""
+    return schemas.Identity(name=caller.name, role="operator" if caller.is_operator else "participant")
 
 
 @router.get("/{name}", response_model=schemas.ParticipantOut)

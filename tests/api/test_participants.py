@@ -66,3 +66,10 @@ def test_health_and_docs(registry):
     spec = registry.client.get("/openapi.json").json()
     operations = [op for path in spec["paths"].values() for op in path.values()]
     assert all(op.get("description") for op in operations), "every endpoint carries a docstring"
+
+
+def test_me_tells_whose_key_is_in_use(registry):
+    alpha = registry.participant("alpha")
+    assert registry.ok("GET", "/me") == {"name": "operator", "role": "operator"}
+    assert registry.ok("GET", "/me", alpha) == {"name": "alpha", "role": "participant"}
+    assert registry.call("GET", "/me", "nope").status_code == 401
