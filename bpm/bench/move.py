@@ -4,7 +4,8 @@ Two processes each keep a warm SparkSession and a `TaskHost`: the caller (one si
 child started as `python -m bpm.bench.move --worker` (the other side), which takes orders
 over a loopback socket (`multiprocessing.connection`, authenticated with a random key). A
 paced feeder keeps appending Zeek-like traffic to a one-partition stream, so the task always
-has a next batch. Rounds alternate, on the same task:
+has a next batch. The task first runs `age_batches` batches, so that the checkpoint it
+hands over is as large as a long-running task's. Then rounds alternate, on the same task:
 
 * floor: the host that runs the task stops it after a batch and starts it again from its own
   checkpoint, in the same process and session;
@@ -66,6 +67,10 @@ class MoveSettings:
     Attributes:
         moves: measured movements (and as many measured floor restarts).
         warmup: unmeasured rounds first, so both sessions have run the task before measuring.
+        age_batches: batches the task runs before the first round. Its checkpoint grows with
+            every batch until Spark's retention (`spark.sql.streaming.minBatchesToRetain`, 100)
+            starts deleting old logs and state versions, so a task past that age has the
+            checkpoint a long-running task hands over; a younger one moves faster.
         master: Spark master of both sessions.
         trigger_s: the task's processing-time trigger.
         flush_s: how often the feeder writes a stream file.
@@ -79,6 +84,7 @@ class MoveSettings:
 
     moves: int = 10
     warmup: int = 2
+    age_batches: int = 100
     master: str = "local[2]"
     trigger_s: float = 1.0
     flush_s: float = 0.25
@@ -92,8 +98,8 @@ class MoveSettings:
     def __post_init__(self) -> None:
         if self.moves < 1:
             raise ValueError("moves must be at least 1")
-        if self.warmup < 0:
-            raise ValueError("warmup must not be negative")
+        if self.warmup < 0 or self.age_batches < 0:
+            raise ValueError("warmup and age_batches must not be negative")
         if min(self.trigger_s, self.flush_s, self.rate, self.speedup, self.timeout_s, self.step_timeout_s) <= 0:
             raise ValueError("trigger, flush interval, rate, speedup and time limits must be positive")
 
@@ -560,7 +566,10 @@ def run_move_bench(settings: MoveSettings, work_dir: str | Path, progress: Calla
         here, there = local, remote
         call(here, "start", TASK_ID, input_path, params, settings.trigger_s)
         latest = call(here, "wait_new_batch", TASK_ID, -1, step_limit())
-        resumed = {latest.batch_id}  # first batches after a start, left out of the steady figure
+        resumed = {latest.batch_id}
+        while latest.batch_id < settings.age_batches:
+            progress(f"ageing the task: batch {latest.batch_id}/{settings.age_batches}", 0)
+            latest = call(here, "wait_new_batch", TASK_ID, latest.batch_id, step_limit())  # first batches after a start, left out of the steady figure
         rounds: list[Round] = []
         epoch = 0
         for i in range(settings.warmup + settings.moves):

@@ -71,7 +71,7 @@ def test_traffic_is_endless_and_the_same_again_for_a_seed():
     assert first != list(itertools.islice(traffic(profile, seed=4, chunk_s=30.0), 400))
 
 
-@pytest.mark.parametrize("bad", [{"moves": 0}, {"warmup": -1}, {"trigger_s": 0.0}, {"speedup": -1.0}, {"timeout_s": 0.0}])
+@pytest.mark.parametrize("bad", [{"moves": 0}, {"warmup": -1}, {"age_batches": -1}, {"trigger_s": 0.0}, {"speedup": -1.0}, {"timeout_s": 0.0}])
 def test_settings_refuse_what_cannot_run(bad):
     with pytest.raises(ValueError):
         MoveSettings(**bad)
@@ -80,7 +80,7 @@ def test_settings_refuse_what_cannot_run(bad):
 @pytest.mark.slow
 def test_tasks_move_back_and_forth_between_two_processes_without_losing_or_duplicating_results(tmp_path):
     bpm = str(Path(sys.executable).with_name("bpm"))
-    args = [bpm, "bench", "move", "--json", "--moves", "3", "--warmup", "1", "--timeout", "480",
+    args = [bpm, "bench", "move", "--json", "--moves", "3", "--warmup", "1", "--age", "0", "--timeout", "480",
             "--work-dir", str(tmp_path / "run"), "--plot", str(tmp_path / "move.png")]
     done = subprocess.run(args, capture_output=True, text=True, timeout=540)
     assert done.returncode == 0, done.stderr[-3000:]
