@@ -29,8 +29,16 @@ from typing import TYPE_CHECKING, Any
 from bpm.costs import CostFunction, MM1Cost, fit_cost_function
 from bpm.zeek.definitions import QueryParams
 from spark_agents.checkpoint import processed_position
-from spark_agents.listener import BatchRecorder
-from spark_agents.metrics import BatchSample, IntervalSample, cost_samples, interval_sample, process_cpu_seconds
+from spark_agents.listener import BatchRecorder, TaskCpuMeter
+from spark_agents.metrics import (
+    BatchSample,
+    IntervalSample,
+    cost_samples,
+    interval_sample,
+    overhead_factor,
+    process_cpu_seconds,
+    task_loads,
+)
 from spark_agents.query import start_query
 
 if TYPE_CHECKING:
@@ -96,6 +104,7 @@ class TaskHost:
         output_dir: where tasks write `<task>/batch-<id>.jsonl`.
         cores: the participant's cores, the denominator of load.
         intervals: recent measuring intervals (bounded).
+        factor: process CPU per unit of task CPU over the recorded intervals (see `spark_agents.metrics`).
     """
 
     def __init__(
@@ -115,7 +124,9 @@ class TaskHost:
         self.intervals: deque[IntervalSample] = deque(maxlen=history)
         self._tasks: dict[str, HostedTask] = {}
         self._lock = threading.RLock()
-        self.recorder = BatchRecorder(on_batch=self._on_batch)
+        self.cpu_meter = TaskCpuMeter(spark)
+        self._run_ids: set[str] = set()
+        self.recorder = BatchRecorder(self.cpu_meter, on_batch=self._on_batch, accept=self._run_ids.__contains__)
         spark.streams.addListener(self.recorder)
         gateway = getattr(spark.sparkContext, "_gateway", None)
         proc = getattr(gateway, "proc", None)
@@ -123,6 +134,8 @@ class TaskHost:
         # ours (foreachBatch runs here) cross-check the measured utilisation.
         self._jvm_pid: int | None = proc.pid if proc is not None and spark.sparkContext.master.startswith("local") else None
         self._last_tick = (time.time(), self._cpu_seconds())
+        self.factor = 1.0
+        self._model: tuple[tuple, CostFunction] | None = None
         self._sampler: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -153,7 +166,8 @@ class TaskHost:
             checkpoint = Path(checkpoint_dir) if checkpoint_dir else self.work_dir / "checkpoints" / task_id
             params = params or QueryParams()
             query = start_query(self.spark, task_id, input_path, checkpoint, self.output_dir, params, trigger_s,
-                                max_files_per_trigger)
+                                max_files_per_trigger, self.cpu_meter.record_python)
+            self._run_ids.add(str(query.runId))
             task = HostedTask(task_id, input_path, checkpoint, params, trigger_s, query, time.time(),
                               position=processed_position(checkpoint))
             self._tasks[task_id] = task
@@ -223,7 +237,10 @@ class TaskHost:
             now = start + 1e-6
         samples = self.recorder.samples(since_s=start)
         used = None if cpu is None or start_cpu is None else cpu - start_cpu
-        interval = interval_sample(samples, start, now, self.cores, self.running(), used)
+        running = self.running()
+        raw = interval_sample(samples, start, now, self.cores, running, used)
+        self.factor = overhead_factor([*self.intervals, raw], default=self.factor)
+        interval = interval_sample(samples, start, now, self.cores, running, used, self.factor)
         self._last_tick = (now, cpu)
         self.intervals.append(interval)
         return interval
@@ -243,11 +260,10 @@ class TaskHost:
 
     def loads(self, window_s: float | None = None) -> dict[str, float]:
         """Each running task's load over the last `window_s` seconds (default: the measuring interval)."""
-        from spark_agents.metrics import task_loads
-
         now = time.time()
         window = window_s or self.interval_s
-        return task_loads(self.recorder.samples(now - window), now - window, now, self.cores, self.running())
+        own = task_loads(self.recorder.samples(now - window), now - window, now, self.cores, self.running())
+        return {task: load * self.factor for task, load in own.items()}
 
     def backlog(self, task: HostedTask) -> dict[str, float]:
         """Stream files the task has not taken yet, and the age of the oldest of them in seconds."""
@@ -260,9 +276,13 @@ class TaskHost:
 
     def cost_function(self) -> CostFunction:
         """The convex cost model fitted to (utilisation, mean batch duration) of the recorded
-        intervals; the M/M/1 form when the samples do not allow a fit (`fallback_used`)."""
-        loads, durations = cost_samples(self.intervals)
-        return fit_cost_function(loads, durations, fallback=MM1Cost())
+        intervals; the M/M/1 form when the samples do not allow a fit (`fallback_used`).
+        Refitted only when a new interval was recorded."""
+        key = (len(self.intervals), self.intervals[-1].end_s if self.intervals else None)
+        if self._model is None or self._model[0] != key:
+            loads, durations = cost_samples(self.intervals)
+            self._model = (key, fit_cost_function(loads, durations, fallback=MM1Cost()))
+        return self._model[1]
 
     def marginal_costs(self, loads: dict[str, float] | None = None) -> dict[str, Any]:
         """The participant's load, and per task the marginal cost of shedding it and of taking as much more."""
@@ -300,6 +320,8 @@ class TaskHost:
             "master": self.spark.sparkContext.master, "cores": self.cores, "interval_s": self.interval_s,
             "utilisation": sum(loads.values()),
             "cpu_utilisation": last.cpu_utilisation if last else None,
+            "wall_utilisation": last.wall_utilisation if last else None,
+            "overhead_factor": self.factor,
             "mean_batch_s": last.mean_batch_s if last else None,
             "tasks": tasks,
             "cost_function": model.to_dict(), "fallback_used": model.fallback_used,

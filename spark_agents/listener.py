@@ -1,15 +1,103 @@
-"""A StreamingQueryListener that records every finished micro-batch of the host's tasks."""
+"""Measuring the host's tasks: a StreamingQueryListener that records every finished micro-batch,
+with the CPU time the batch used.
+
+A batch's CPU time is the sum of three parts, each read from where it is spent:
+
+* the task's stream execution thread in the driver JVM (planning, state commits, offset logs),
+  from the JVM's ThreadMXBean;
+* the executor tasks of the batch's Spark jobs (Spark puts every job of a query run in a job
+  group named after the run id), from Spark's status store (`executorCpuTime`), local or remote;
+* the `foreachBatch` function in this Python process, measured by `BatchWriter`.
+"""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import deque
 from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from pyspark.sql.streaming import StreamingQueryListener
 
 from spark_agents.metrics import BatchSample
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_DONE = ("SUCCEEDED", "FAILED")
+
+
+class TaskCpuMeter:
+    """CPU seconds used by each micro-batch of the session's streaming queries (see the module text)."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        sc = spark.sparkContext
+        self._tracker = sc.statusTracker()
+        self._store = sc._jsc.sc().statusStore()
+        self._threads = sc._jvm.java.lang.management.ManagementFactory.getThreadMXBean()
+        self._lock = threading.Lock()
+        self._counted_jobs: dict[str, set[int]] = {}
+        self._thread: dict[str, int | None] = {}
+        self._thread_cpu_ns: dict[str, int] = {}
+        self._python: dict[tuple[str, int], float] = {}
+
+    def record_python(self, task_id: str, batch_id: int, seconds: float) -> None:
+        """CPU seconds the batch's foreachBatch function used in this process."""
+        with self._lock:
+            self._python[(task_id, batch_id)] = self._python.get((task_id, batch_id), 0.0) + seconds
+
+    def _stream_thread(self, run_id: str) -> int | None:
+        if run_id not in self._thread:
+            marker = f"runId = {run_id}]"
+            found = None
+            for info in self._threads.getThreadInfo(self._threads.getAllThreadIds()):
+                if info is not None and marker in info.getThreadName():
+                    found = info.getThreadId()
+                    break
+            self._thread[run_id] = found
+        return self._thread[run_id]
+
+    def _thread_seconds(self, run_id: str) -> float:
+        thread = self._stream_thread(run_id)
+        if thread is None:
+            return 0.0
+        now = self._threads.getThreadCpuTime(thread)
+        if now < 0:  # the thread ended
+            return 0.0
+        before = self._thread_cpu_ns.get(run_id, 0)
+        self._thread_cpu_ns[run_id] = now
+        return (now - before) / 1e9
+
+    def _executor_seconds(self, run_id: str) -> float:
+        counted = self._counted_jobs.setdefault(run_id, set())
+        total_ns = 0
+        for job in self._tracker.getJobIdsForGroup(run_id):
+            if job in counted:
+                continue
+            info = self._tracker.getJobInfo(job)
+            if info is None or info.status not in _DONE:
+                continue  # the next batch's job, or still running: counted with a later batch
+            counted.add(job)
+            for stage in info.stageIds:
+                try:
+                    data = self._store.lastStageAttempt(stage)
+                except Exception:  # noqa: BLE001 - a stage the store no longer keeps or never ran
+                    continue
+                total_ns += data.executorCpuTime() + data.executorDeserializeCpuTime()
+        return total_ns / 1e9
+
+    def batch_seconds(self, task_id: str, run_id: str, batch_id: int) -> float:
+        """CPU seconds of one finished batch; call once per batch, in batch order."""
+        with self._lock:
+            python = self._python.pop((task_id, batch_id), 0.0)
+            return self._thread_seconds(run_id) + self._executor_seconds(run_id) + python
+
+    def forget(self, run_id: str) -> None:
+        with self._lock:
+            for table in (self._counted_jobs, self._thread, self._thread_cpu_ns):
+                table.pop(run_id, None)
 
 
 class BatchRecorder(StreamingQueryListener):
@@ -18,13 +106,23 @@ class BatchRecorder(StreamingQueryListener):
     Spark calls it on its listener thread; readers take a copy under the lock.
 
     Attributes:
+        cpu: measures each batch's CPU time (None: batches are recorded without it).
         on_batch: optional callback with each new sample and the source's end offset (called outside the lock).
+        accept: optional filter on the query run id (a session's listeners see every query of the session).
     """
 
-    def __init__(self, capacity: int = 20_000, on_batch: Callable[[BatchSample, dict | None], None] | None = None) -> None:
+    def __init__(
+        self,
+        cpu: TaskCpuMeter | None = None,
+        capacity: int = 20_000,
+        on_batch: Callable[[BatchSample, dict | None], None] | None = None,
+        accept: Callable[[str], bool] | None = None,
+    ) -> None:
         self._lock = threading.Lock()
         self._samples: deque[BatchSample] = deque(maxlen=capacity)
+        self.cpu = cpu
         self.on_batch = on_batch
+        self.accept = accept
 
     def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's method names
         pass
@@ -33,19 +131,22 @@ class BatchRecorder(StreamingQueryListener):
         pass
 
     def onQueryTerminated(self, event) -> None:  # noqa: N802
-        pass
+        if self.cpu is not None:
+            self.cpu.forget(str(event.runId))
 
     def onQueryProgress(self, event) -> None:  # noqa: N802
         progress = event.progress
-        if not progress.name:
+        if not progress.name or (self.accept is not None and not self.accept(str(progress.runId))):
             return
         start = datetime.fromisoformat(progress.timestamp.replace("Z", "+00:00")).timestamp()
+        cpu = self.cpu.batch_seconds(progress.name, str(progress.runId), int(progress.batchId)) if self.cpu else None
         sample = BatchSample(
             task_id=progress.name,
             batch_id=int(progress.batchId),
             start_s=start,
             duration_s=progress.durationMs.get("triggerExecution", 0) / 1000.0,
-            rows=int(progress.numInputRows),
+            rows=int(progress.numInputRows or 0),
+            cpu_s=cpu,
         )
         with self._lock:
             self._samples.append(sample)
@@ -60,8 +161,6 @@ class BatchRecorder(StreamingQueryListener):
 
 
 def _end_offset(offset) -> dict | None:
-    import json
-
     if offset is None:
         return None
     if isinstance(offset, str):

@@ -2,19 +2,29 @@
 
 Definitions (docs/pipeline.md, "Measuring load"):
 
-* a task's busy time is the wall time of its micro-batches (Spark's `triggerExecution`);
+* a task's busy time is the CPU time its micro-batches used (`spark_agents.listener`: its
+  stream thread, its jobs' executor tasks and its `foreachBatch`), spread evenly over each
+  batch's wall time; the wall time of the batches (Spark's `triggerExecution`) is kept too,
+  but it counts waiting (for task slots, for a CPU other processes hold) as work;
+* the JVM also spends CPU that no task thread shows (garbage collection, JIT compilation,
+  event buses), in proportion to the work it serves. Where the process CPU is measurable
+  (Spark local), the host estimates one overhead factor k = process CPU / task CPU (the
+  median over its recorded intervals) and a task's busy time is k times its own CPU; loads stay proportional
+  to what each task itself used (so they add up), and their sum tracks the process CPU.
+  Elsewhere k = 1;
 * a task's load over an interval is its busy time inside the interval, divided by the
   interval's length and by the participant's cores: the share of the participant's
   processing capacity the task used;
-* the participant's utilisation is the sum of its tasks' loads; the CPU time of the Spark
-  driver process (and of this Python process, which runs `foreachBatch`) over the same
-  interval, divided by the cores, cross-checks it where the process is local;
+* the participant's utilisation is the sum of its tasks' loads. Whether loads add up (the
+  loads of tasks measured alone against the utilisation with all of them together) is what
+  `bpm bench load-model` measures;
 * the cost model is fitted to (utilisation, mean batch duration) pairs, one per interval.
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
@@ -29,6 +39,7 @@ class BatchSample:
         start_s: when the batch started (epoch seconds).
         duration_s: its wall time (Spark's `triggerExecution`).
         rows: input rows it read.
+        cpu_s: CPU seconds it used (None where not measured).
     """
 
     task_id: str
@@ -36,6 +47,7 @@ class BatchSample:
     start_s: float
     duration_s: float
     rows: int
+    cpu_s: float | None = None
 
     @property
     def end_s(self) -> float:
@@ -50,6 +62,8 @@ class IntervalSample:
         start_s, end_s: the interval (epoch seconds).
         loads: load per task.
         utilisation: sum of the loads.
+        task_cpu_utilisation: sum of the tasks' own CPU time / (length x cores), before scaling.
+        wall_utilisation: the same from the batches' wall time instead of their CPU time.
         cpu_utilisation: process CPU time over the interval / (length x cores), None where not measurable.
         mean_batch_s: mean duration of the batches that ended in the interval (None without batches).
         batches: how many batches ended in the interval.
@@ -60,6 +74,8 @@ class IntervalSample:
     end_s: float
     loads: dict[str, float]
     utilisation: float
+    task_cpu_utilisation: float
+    wall_utilisation: float
     cpu_utilisation: float | None
     mean_batch_s: float | None
     batches: int
@@ -69,38 +85,57 @@ class IntervalSample:
         return asdict(self)
 
 
-def busy_seconds(samples: Iterable[BatchSample], start_s: float, end_s: float) -> dict[str, float]:
-    """Per task, the part of its batches' wall time that falls inside [start_s, end_s)."""
+def busy_seconds(samples: Iterable[BatchSample], start_s: float, end_s: float, wall: bool = False) -> dict[str, float]:
+    """Per task, the busy time of its batches that falls inside [start_s, end_s): CPU time spread
+    evenly over each batch's wall time (wall time itself with `wall`, or where CPU was not measured)."""
     busy: dict[str, float] = {}
     for s in samples:
-        overlap = min(s.end_s, end_s) - max(s.start_s, start_s)
-        if overlap > 0:
-            busy[s.task_id] = busy.get(s.task_id, 0.0) + overlap
+        amount = s.duration_s if wall or s.cpu_s is None else s.cpu_s
+        if s.duration_s > 0:
+            share = max(0.0, min(s.end_s, end_s) - max(s.start_s, start_s)) / s.duration_s
+        else:
+            share = 1.0 if start_s <= s.start_s < end_s else 0.0
+        if share > 0:
+            busy[s.task_id] = busy.get(s.task_id, 0.0) + amount * share
     return busy
 
 
-def task_loads(samples: Iterable[BatchSample], start_s: float, end_s: float, cores: int, tasks: Iterable[str] = ()) -> dict[str, float]:
+def task_loads(
+    samples: Iterable[BatchSample], start_s: float, end_s: float, cores: int, tasks: Iterable[str] = (), wall: bool = False,
+) -> dict[str, float]:
     """Per task, busy seconds per wall-clock second over the participant's cores; listed tasks without batches get 0."""
     if end_s <= start_s:
         raise ValueError("the interval must have a positive length")
     if cores < 1:
         raise ValueError("cores must be at least 1")
     loads = {t: 0.0 for t in tasks}
-    for task, busy in busy_seconds(samples, start_s, end_s).items():
+    for task, busy in busy_seconds(samples, start_s, end_s, wall).items():
         loads[task] = busy / (end_s - start_s) / cores
     return loads
 
 
+def overhead_factor(history: Iterable[IntervalSample], default: float = 1.0) -> float:
+    """Process CPU per unit of task CPU: the median over the intervals that measured both (at
+    least 1). The median keeps a warm-up (JIT compilation) or one odd interval from setting it."""
+    ratios = [i.cpu_utilisation / i.task_cpu_utilisation for i in history
+              if i.cpu_utilisation is not None and i.task_cpu_utilisation > 0]
+    return max(1.0, statistics.median(ratios)) if ratios else default
+
+
 def interval_sample(
     samples: Sequence[BatchSample], start_s: float, end_s: float, cores: int,
-    tasks: Iterable[str] = (), cpu_seconds: float | None = None,
+    tasks: Iterable[str] = (), cpu_seconds: float | None = None, factor: float = 1.0,
 ) -> IntervalSample:
-    """Summarise one interval; `cpu_seconds` is the process CPU time measured over it, if any."""
-    loads = task_loads(samples, start_s, end_s, cores, tasks)
+    """Summarise one interval; `cpu_seconds` is the process CPU time measured over it, if any;
+    `factor` scales task CPU to busy time (see `overhead_factor`)."""
+    tasks = list(tasks)
+    own = task_loads(samples, start_s, end_s, cores, tasks)
+    wall = task_loads(samples, start_s, end_s, cores, tasks, wall=True)
     ended = [s for s in samples if start_s <= s.end_s < end_s]
     cpu = None if cpu_seconds is None else cpu_seconds / (end_s - start_s) / cores
+    loads = {task: load * factor for task, load in own.items()}
     return IntervalSample(
-        start_s, end_s, loads, sum(loads.values()), cpu,
+        start_s, end_s, loads, sum(loads.values()), sum(own.values()), sum(wall.values()), cpu,
         sum(s.duration_s for s in ended) / len(ended) if ended else None,
         len(ended), sum(s.rows for s in ended),
     )

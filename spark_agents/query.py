@@ -12,7 +12,9 @@ so a replayed batch overwrites its own file and never duplicates a result.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -76,15 +78,23 @@ def batch_results(batch: DataFrame, params: QueryParams) -> list[ResultRow]:
 
 
 class BatchWriter:
-    """The foreachBatch function of a task: writes each batch's rows to its own file."""
+    """The foreachBatch function of a task: writes each batch's rows to its own file.
 
-    def __init__(self, output_dir: str | Path, task_id: str, params: QueryParams) -> None:
-        self.output_dir, self.task_id, self.params = Path(output_dir), task_id, params
+    `on_cpu(task_id, batch_id, seconds)`, when given, receives the CPU time the function used
+    in this process (Spark calls it on a callback thread, so the thread's CPU clock is its own).
+    """
+
+    def __init__(self, output_dir: str | Path, task_id: str, params: QueryParams,
+                 on_cpu: Callable[[str, int, float], None] | None = None) -> None:
+        self.output_dir, self.task_id, self.params, self.on_cpu = Path(output_dir), task_id, params, on_cpu
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        started = time.thread_time()
         rows = batch_results(batch, self.params)
         if rows:
             write_batch(self.output_dir, self.task_id, batch_id, rows)
+        if self.on_cpu is not None:
+            self.on_cpu(self.task_id, batch_id, time.thread_time() - started)
 
 
 def start_query(
@@ -96,6 +106,7 @@ def start_query(
     params: QueryParams,
     trigger_s: float | None = None,
     max_files_per_trigger: int | None = None,
+    on_cpu: Callable[[str, int, float], None] | None = None,
 ) -> StreamingQuery:
     """Start the task's streaming query, resuming from `checkpoint_dir` when it holds a checkpoint.
 
@@ -106,7 +117,7 @@ def start_query(
         .writeStream.queryName(task_id)
         .outputMode("append")
         .option("checkpointLocation", str(checkpoint_dir))
-        .foreachBatch(BatchWriter(output_dir, task_id, params))
+        .foreachBatch(BatchWriter(output_dir, task_id, params, on_cpu))
     )
     if trigger_s is not None:
         writer = writer.trigger(processingTime=f"{int(trigger_s * 1000)} milliseconds")

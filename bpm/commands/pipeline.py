@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -11,8 +12,25 @@ from rich.table import Table
 
 from bpm.commands import app
 
+if TYPE_CHECKING:
+    from bpm.zeek.conn import Conn, ParseStats
+
 pipeline_app = typer.Typer(help="Run the network-monitoring query on Spark.", no_args_is_help=True)
 app.add_typer(pipeline_app, name="pipeline")
+
+
+def read_input(files: list[Path], err: Console) -> tuple[list[Conn], ParseStats]:
+    """All connections of the files and the parse statistics; exits with status 2 when a file is missing."""
+    from bpm.zeek.conn import ParseStats, read_logs
+
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        err.print(f"[red]error:[/] no such file: {', '.join(missing)}")
+        raise typer.Exit(2)
+    stats = ParseStats()
+    with err.status("reading Zeek logs"):
+        conns = list(read_logs(files, stats))
+    return conns, stats
 
 
 @pipeline_app.command("run")
@@ -27,18 +45,11 @@ def run(
     as_json: bool = typer.Option(False, "--json", help="One JSON object per result row."),
 ) -> None:
     """Run the monitoring query over finite input to completion and print every result row."""
-    from bpm.zeek.conn import ParseStats, read_logs
     from bpm.zeek.definitions import QueryParams
 
     err = Console(stderr=True)
-    missing = [str(f) for f in files if not f.is_file()]
-    if missing:
-        err.print(f"[red]error:[/] no such file: {', '.join(missing)}")
-        raise typer.Exit(2)
     params = QueryParams(window_s=window, min_connections=min_connections, min_ports=min_ports, lateness_s=lateness)
-    stats = ParseStats()
-    with err.status("reading Zeek logs"):
-        conns = list(read_logs(files, stats))
+    conns, stats = read_input(files, err)
     if not conns:
         err.print(f"[red]error:[/] no connection records in the input ({stats.summary()})")
         raise typer.Exit(1)

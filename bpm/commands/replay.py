@@ -24,24 +24,19 @@ def replay_command(
     flush_interval: float = typer.Option(1.0, "--flush-interval", min=0.01, help="Seconds between stream files."),
 ) -> None:
     """Feed recorded or generated conn.logs into a replayable, partitioned input stream."""
+    from bpm.commands.pipeline import read_input
     from bpm.streams import PartitionedStream, StreamError
     from bpm.streams.feed import Feeder, amplified, replay
-    from bpm.zeek.conn import ParseStats, read_logs
     from bpm.zeek.definitions import QueryParams
 
     err = Console(stderr=True)
-    missing = [str(f) for f in files if not f.is_file()]
-    if missing:
-        err.print(f"[red]error:[/] no such file: {', '.join(missing)}")
-        raise typer.Exit(2)
     try:
         target = PartitionedStream.create(stream, partitions)
     except StreamError as exc:
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
-    stats = ParseStats()
-    with err.status("reading Zeek logs"):
-        conns = list(amplified(read_logs(files, stats), amplify))
+    recorded, stats = read_input(files, err)
+    conns = list(amplified(recorded, amplify))
     params = QueryParams(window_s=window, lateness_s=lateness)
     feeder = Feeder(target, params)
     columns = (TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TextColumn("rows"), TimeElapsedColumn())

@@ -108,7 +108,7 @@ def test_measurements_status_and_http(host, tmp_path):
 def test_cost_function_is_fitted_from_intervals_and_falls_back_without_samples(host):
     assert host.cost_function().fallback_used
     for i, u in enumerate([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]):
-        host.intervals.append(IntervalSample(i, i + 1, {"a": u}, u, None, 0.2 / (1 - u), 3, 100))
+        host.intervals.append(IntervalSample(i, i + 1, {"a": u}, u, u, u, None, 0.2 / (1 - u), 3, 100))
     model = host.cost_function()
     assert isinstance(model, CostFunction) and not model.fallback_used
     costs = host.marginal_costs({"a": 0.3, "b": 0.2})

@@ -2,16 +2,30 @@ import os
 
 import pytest
 
-from spark_agents.metrics import BatchSample, busy_seconds, cost_samples, interval_sample, process_cpu_seconds, task_loads
+from spark_agents.metrics import (
+    BatchSample,
+    busy_seconds,
+    cost_samples,
+    interval_sample,
+    overhead_factor,
+    process_cpu_seconds,
+    task_loads,
+)
 
 
-def b(task, start, duration, rows=10, batch=0):
-    return BatchSample(task, batch, start, duration, rows)
+def b(task, start, duration, rows=10, batch=0, cpu=None):
+    return BatchSample(task, batch, start, duration, rows, cpu)
 
 
 def test_busy_time_counts_only_the_part_of_each_batch_inside_the_interval():
     samples = [b("a", 8, 4), b("a", 13, 1), b("b", 19, 5), b("c", 30, 1)]
     assert busy_seconds(samples, 10, 20) == {"a": 3.0, "b": 1.0}
+
+
+def test_cpu_time_is_spread_over_the_batch_and_wall_time_stays_available():
+    samples = [b("a", 8, 4, cpu=2.0), b("a", 12, 0, cpu=0.5), b("b", 19, 2, cpu=None)]
+    assert busy_seconds(samples, 10, 20) == {"a": 1.5, "b": 1.0}
+    assert busy_seconds(samples, 10, 20, wall=True) == {"a": 2.0, "b": 1.0}
 
 
 def test_load_is_busy_time_per_second_over_cores_and_idle_tasks_get_zero():
@@ -24,14 +38,23 @@ def test_load_is_busy_time_per_second_over_cores_and_idle_tasks_get_zero():
 
 
 def test_interval_sample_and_cost_samples():
-    samples = [b("a", 0, 2, rows=100), b("a", 4, 4, rows=50), b("b", 9, 3)]
-    interval = interval_sample(samples, 0, 10, cores=2, tasks=["a", "b"], cpu_seconds=7.0)
-    assert interval.loads == {"a": 0.3, "b": 0.05}
-    assert interval.utilisation == pytest.approx(0.35) and interval.cpu_utilisation == 0.35
+    samples = [b("a", 0, 2, rows=100, cpu=1.0), b("a", 4, 4, rows=50, cpu=2.0), b("b", 9, 3, cpu=0.3)]
+    unscaled = interval_sample(samples, 0, 10, cores=2, tasks=["a", "b"])
+    assert unscaled.loads == {"a": 0.15, "b": pytest.approx(0.005)} and unscaled.cpu_utilisation is None
+    assert unscaled.utilisation == unscaled.task_cpu_utilisation == pytest.approx(0.155)
+    assert overhead_factor([unscaled]) == 1.0, "no process CPU measured"
+    measured = interval_sample(samples, 0, 10, cores=2, tasks=["a", "b"], cpu_seconds=6.2)
+    assert overhead_factor([measured, unscaled]) == pytest.approx(2.0)
+    odd = interval_sample(samples, 0, 10, cores=2, tasks=["a", "b"], cpu_seconds=31.0)
+    assert overhead_factor([measured, odd, measured]) == pytest.approx(2.0), "the median ignores one odd interval"
+    interval = interval_sample(samples, 0, 10, cores=2, tasks=["a", "b"], cpu_seconds=6.2, factor=2.0)
+    assert interval.loads == {"a": pytest.approx(0.3), "b": pytest.approx(0.01)}, "task CPU scaled by the factor"
+    assert interval.utilisation == pytest.approx(0.31) == interval.cpu_utilisation
+    assert interval.task_cpu_utilisation == pytest.approx(0.155) and interval.wall_utilisation == pytest.approx(0.35)
     assert interval.batches == 2 and interval.rows == 150 and interval.mean_batch_s == 3.0
     idle = interval_sample([], 10, 20, cores=2)
     assert idle.mean_batch_s is None and idle.cpu_utilisation is None
-    assert cost_samples([interval, idle]) == ([pytest.approx(0.35)], [3.0])
+    assert cost_samples([interval, idle]) == ([pytest.approx(0.31)], [3.0])
 
 
 def test_process_cpu_of_this_process_is_readable_and_grows():

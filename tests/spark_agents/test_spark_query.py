@@ -42,11 +42,15 @@ def test_a_replayed_batch_overwrites_its_file_instead_of_duplicating(spark, tmp_
     stream = PartitionedStream.create(tmp_path / "s", 1)
     feed_all(stream, conns, params, rows_per_file=1000)
     checkpoint, output = tmp_path / "ck", tmp_path / "out"
-    query = start_query(spark, "t0", stream.partition_path(0), checkpoint, output, params)
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
+
+    def run_to_end():
+        query = start_query(spark, "t0", stream.partition_path(0), checkpoint, output, params)
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+
+    run_to_end()
     first = read_outputs(output)
     assert first.rows == set(compute(conns, params))
     written = {p: p.stat().st_mtime_ns for p in first.files}
@@ -57,11 +61,7 @@ def test_a_replayed_batch_overwrites_its_file_instead_of_duplicating(spark, tmp_
     shutil.rmtree(checkpoint / "commits" / ".tmp", ignore_errors=True)
     for crc in (checkpoint / "commits").glob(".*.crc"):
         crc.unlink()
-    query = start_query(spark, "t0", stream.partition_path(0), checkpoint, output, params)
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    run_to_end()
     again = read_outputs(output)
     assert again.rows == first.rows and again.duplicates == [] and again.files == first.files
     assert any(p.stat().st_mtime_ns != t for p, t in written.items()), "the replayed batch rewrote its file"
