@@ -34,7 +34,8 @@ class TaskCpuMeter:
 
     def __init__(self, spark: SparkSession) -> None:
         sc = spark.sparkContext
-        self._tracker = sc.statusTracker()
+        self._tracker = sc._jsc.statusTracker()
+        self._arrays = sc._jvm.java.util.Arrays
         self._store = sc._jsc.sc().statusStore()
         self._threads = sc._jvm.java.lang.management.ManagementFactory.getThreadMXBean()
         self._lock = threading.Lock()
@@ -70,22 +71,26 @@ class TaskCpuMeter:
         self._thread_cpu_ns[run_id] = now
         return (now - before) / 1e9
 
+    def _ints(self, java_array) -> list[int]:
+        # One Py4J call for the whole array: iterating a Java array from Python costs one call per element.
+        text = self._arrays.toString(java_array)
+        return [int(x) for x in text.strip("[]").split(",") if x.strip()]
+
     def _executor_seconds(self, run_id: str) -> float:
         counted = self._counted_jobs.setdefault(run_id, set())
         total_ns = 0
-        for job in self._tracker.getJobIdsForGroup(run_id):
+        for job in self._ints(self._tracker.getJobIdsForGroup(run_id)):
             if job in counted:
                 continue
             info = self._tracker.getJobInfo(job)
-            if info is None or info.status not in _DONE:
+            if info is None or info.status().name() not in _DONE:
                 continue  # the next batch's job, or still running: counted with a later batch
             counted.add(job)
-            for stage in info.stageIds:
+            for stage in self._ints(info.stageIds()):
                 try:
-                    data = self._store.lastStageAttempt(stage)
+                    total_ns += self._store.lastStageAttempt(stage).executorCpuTime()
                 except Exception:  # noqa: BLE001 - a stage the store no longer keeps or never ran
                     continue
-                total_ns += data.executorCpuTime() + data.executorDeserializeCpuTime()
         return total_ns / 1e9
 
     def batch_seconds(self, task_id: str, run_id: str, batch_id: int) -> float:
@@ -100,10 +105,37 @@ class TaskCpuMeter:
                 table.pop(run_id, None)
 
 
-class BatchRecorder(StreamingQueryListener):
-    """Keeps the last `capacity` batch samples of every streaming query that has a name.
+class _JsonBridge:
+    """The Java side of `BatchRecorder`: takes each progress event as one JSON string.
 
-    Spark calls it on its listener thread; readers take a copy under the lock.
+    PySpark's own bridge converts every field of an event through a separate Py4J call
+    (well over a hundred per batch for a stateful query); `progress().json()` is one call.
+    """
+
+    def __init__(self, recorder: BatchRecorder) -> None:
+        self.recorder = recorder
+
+    def onQueryStarted(self, jevent) -> None:  # noqa: N802 - the Java interface's names
+        pass
+
+    def onQueryProgress(self, jevent) -> None:  # noqa: N802
+        self.recorder.record(json.loads(jevent.progress().json()))
+
+    def onQueryIdle(self, jevent) -> None:  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, jevent) -> None:  # noqa: N802
+        self.recorder.terminated(jevent.runId().toString())
+
+    class Java:
+        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
+
+
+class BatchRecorder(StreamingQueryListener):
+    """A StreamingQueryListener that keeps the last `capacity` batch samples of every named query.
+
+    Register it with `spark.streams.addListener`. Spark calls it on its listener thread;
+    readers take a copy under the lock.
 
     Attributes:
         cpu: measures each batch's CPU time (None: batches are recorded without it).
@@ -124,35 +156,51 @@ class BatchRecorder(StreamingQueryListener):
         self.on_batch = on_batch
         self.accept = accept
 
-    def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's method names
+    @property
+    def _jlistener(self):
+        from pyspark import SparkContext
+
+        if not hasattr(self, "_jlistenerobj"):
+            self._jlistenerobj = SparkContext._jvm.PythonStreamingQueryListenerWrapper(_JsonBridge(self))
+        return self._jlistenerobj
+
+    # PySpark's listener interface; events arrive through `record` and `terminated` instead.
+    def onQueryStarted(self, event) -> None:  # noqa: N802
+        pass
+
+    def onQueryProgress(self, event) -> None:  # noqa: N802
         pass
 
     def onQueryIdle(self, event) -> None:  # noqa: N802
         pass
 
     def onQueryTerminated(self, event) -> None:  # noqa: N802
-        if self.cpu is not None:
-            self.cpu.forget(str(event.runId))
+        pass
 
-    def onQueryProgress(self, event) -> None:  # noqa: N802
-        progress = event.progress
-        if not progress.name or (self.accept is not None and not self.accept(str(progress.runId))):
+    def terminated(self, run_id: str) -> None:
+        if self.cpu is not None:
+            self.cpu.forget(run_id)
+
+    def record(self, progress: dict) -> None:
+        """Record one progress event (Spark's `StreamingQueryProgress` as JSON)."""
+        name, run_id = progress.get("name"), str(progress.get("runId"))
+        if not name or (self.accept is not None and not self.accept(run_id)):
             return
-        start = datetime.fromisoformat(progress.timestamp.replace("Z", "+00:00")).timestamp()
-        cpu = self.cpu.batch_seconds(progress.name, str(progress.runId), int(progress.batchId)) if self.cpu else None
+        batch_id = int(progress["batchId"])
+        start = datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp()
         sample = BatchSample(
-            task_id=progress.name,
-            batch_id=int(progress.batchId),
+            task_id=name,
+            batch_id=batch_id,
             start_s=start,
-            duration_s=progress.durationMs.get("triggerExecution", 0) / 1000.0,
-            rows=int(progress.numInputRows or 0),
-            cpu_s=cpu,
+            duration_s=progress.get("durationMs", {}).get("triggerExecution", 0) / 1000.0,
+            rows=int(progress.get("numInputRows") or 0),
+            cpu_s=self.cpu.batch_seconds(name, run_id, batch_id) if self.cpu else None,
         )
         with self._lock:
             self._samples.append(sample)
         if self.on_batch is not None:
-            sources = progress.sources
-            self.on_batch(sample, _end_offset(sources[0].endOffset) if sources else None)
+            sources = progress.get("sources") or []
+            self.on_batch(sample, _end_offset(sources[0].get("endOffset")) if sources else None)
 
     def samples(self, since_s: float = 0.0) -> list[BatchSample]:
         """Samples of batches that ended after `since_s`, oldest first."""

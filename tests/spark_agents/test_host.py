@@ -90,6 +90,9 @@ def test_measurements_status_and_http(host, tmp_path):
     assert set(loads) == {"p0", "p1"} and all(0 < v <= 1.5 for v in loads.values())
     assert interval.batches > 0 and interval.utilisation > 0
     assert interval.cpu_utilisation is not None and interval.cpu_utilisation > 0
+    batches = host.recorder.samples()
+    assert batches and all(b.cpu_s is not None and b.cpu_s >= 0 for b in batches)
+    assert 0 < interval.task_cpu_utilisation <= interval.cpu_utilisation * 1.5, "task CPU is part of the process CPU"
 
     server = StatusServer(host)
     url = server.start()
