@@ -54,6 +54,13 @@ def test_the_summary_compares_median_pause_with_the_median_floor():
     assert result["phases"]["move"]["first_batch_s"] == 0.5
 
 
+def test_the_summary_counts_the_packs_that_had_to_be_taken_again():
+    last, first = Batch(1, 0.0, 1.0, 5), Batch(2, 2.0, 2.5, 5)
+    raced = measured_round("move", "a", "b", last, first, {"pack_retries": 2.0, "started_at": 2.0})
+    result = summarize([_round("floor", 1.0), raced, _round("move", 1.0)], 0, 0, 0, 1)
+    assert result["pack_retries"] == 2 and "pack_retries" not in result["phases"]["move"]
+
+
 def test_the_goal_fails_when_the_pause_is_long_or_far_above_the_floor():
     slow = summarize([_round("floor", 2.5), _round("move", 3.5)], 0, 0, 0, 1)
     assert slow["goal"] == {"pause_median_under_3s": False, "within_1_5x_floor": True}
