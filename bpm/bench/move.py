@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import secrets
 import select
@@ -73,6 +74,9 @@ class MoveSettings:
             starts deleting old logs and state versions, so a task past that age has the
             checkpoint a long-running task hands over; a younger one moves faster.
         master: Spark master of both sessions.
+        retain_batches: `spark.sql.streaming.minBatchesToRetain` of both sessions (None: Spark's
+            default, 100): how many batches of logs and state versions a checkpoint keeps,
+            hence how much a movement hands over.
         trigger_s: the task's processing-time trigger.
         flush_s: how often the feeder writes a stream file.
         rate: connections per second of event time in the generated traffic.
@@ -87,6 +91,7 @@ class MoveSettings:
     warmup: int = 2
     age_batches: int = 100
     master: str = "local[2]"
+    retain_batches: int | None = None
     trigger_s: float = 1.0
     flush_s: float = 0.25
     rate: float = 100.0
@@ -101,8 +106,17 @@ class MoveSettings:
             raise ValueError("moves must be at least 1")
         if self.warmup < 0 or self.age_batches < 0:
             raise ValueError("warmup and age_batches must not be negative")
+        if self.retain_batches is not None and self.retain_batches < 1:
+            raise ValueError("retain_batches must be at least 1")
         if min(self.trigger_s, self.flush_s, self.rate, self.speedup, self.timeout_s, self.step_timeout_s) <= 0:
             raise ValueError("trigger, flush interval, rate, speedup and time limits must be positive")
+
+    def spark_conf(self) -> dict[str, str]:
+        """The configuration both sessions get on top of the project's defaults."""
+        conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
+        if self.retain_batches is not None:
+            conf["spark.sql.streaming.minBatchesToRetain"] = str(self.retain_batches)
+        return conf
 
 
 # -- pure parts --------------------------------------------------------------------------
@@ -234,7 +248,7 @@ class Side:
         host: the TaskHost.
     """
 
-    def __init__(self, name: str, root: str | Path, output_dir: str | Path, master: str) -> None:
+    def __init__(self, name: str, root: str | Path, output_dir: str | Path, master: str, conf: dict[str, str]) -> None:
         from spark_agents.host import TaskHost
         from spark_agents.session import make_session
 
@@ -243,7 +257,6 @@ class Side:
         self.root.mkdir(parents=True, exist_ok=True)
         from pyspark import SparkContext
 
-        conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
         # A caller that already has a session (a test process) keeps it: it is reused, never stopped here.
         self._owns_session = SparkContext._active_spark_context is None
         self.spark = make_session(master, f"bpm-bench-move-{name}", conf)
@@ -366,12 +379,12 @@ class RemoteSide:
         log_path: the worker's stderr, quoted when it fails.
     """
 
-    def __init__(self, name: str, root: Path, output_dir: Path, master: str, timeout_s: float) -> None:
+    def __init__(self, name: str, root: Path, output_dir: Path, master: str, conf: dict[str, str], timeout_s: float) -> None:
         self.name = name
         self.log_path = root / f"{name}.log"
         root.mkdir(parents=True, exist_ok=True)
         key = secrets.token_bytes(32)
-        args = [sys.executable, "-m", "bpm.bench.move", "--worker", name, str(root / name), str(output_dir), master]
+        args = [sys.executable, "-m", "bpm.bench.move", "--worker", name, str(root / name), str(output_dir), master, json.dumps(conf)]
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
@@ -445,7 +458,7 @@ class RemoteSide:
             self.process.stdout.close()
 
 
-def _serve(name: str, root: str, output_dir: str, master: str) -> None:
+def _serve(name: str, root: str, output_dir: str, master: str, conf: str) -> None:
     """The worker: report a port on stdout, take one authenticated connection, run Side methods for it."""
     key = bytes.fromhex(os.environ.pop(_KEY_ENV))
     with Listener(("127.0.0.1", 0), authkey=key) as listener:
@@ -453,7 +466,7 @@ def _serve(name: str, root: str, output_dir: str, master: str) -> None:
         # Everything after the port (Spark's JVM inherits stdout) goes to the log, never into the pipe.
         os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
         conn = listener.accept()
-    side = Side(name, root, output_dir, master)
+    side = Side(name, root, output_dir, master, json.loads(conf))
     conn.send(("ok", "ready"))
     while True:
         try:
@@ -564,8 +577,8 @@ def run_move_bench(settings: MoveSettings, work_dir: str | Path, progress: Calla
     feed: PacedFeed | None = None
     try:
         progress("starting the worker process and both Spark sessions", 0)
-        remote = RemoteSide("b", root, output, settings.master, step_limit())
-        local = Side("a", root / "a", output, settings.master)
+        remote = RemoteSide("b", root, output, settings.master, settings.spark_conf(), step_limit())
+        local = Side("a", root / "a", output, settings.master, settings.spark_conf())
         remote.wait_ready(step_limit())
         feed = PacedFeed(stream, settings, profile)
         feed.start()
@@ -677,9 +690,9 @@ def plot_rounds(result: dict[str, Any], path: str | Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the worker process (`python -m bpm.bench.move --worker NAME ROOT OUTPUT MASTER`)."""
+    """Entry point of the worker process (`python -m bpm.bench.move --worker NAME ROOT OUTPUT MASTER CONF_JSON`)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--worker", nargs=4, metavar=("NAME", "ROOT", "OUTPUT", "MASTER"), required=True)
+    parser.add_argument("--worker", nargs=5, metavar=("NAME", "ROOT", "OUTPUT", "MASTER", "CONF_JSON"), required=True)
     args = parser.parse_args(argv)
     _serve(*args.worker)
 

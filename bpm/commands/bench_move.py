@@ -18,6 +18,7 @@ def bench_move_command(
     warmup: Annotated[int, typer.Option(min=0, help="Unmeasured rounds first, so both sessions have run the task.")] = 2,
     age: Annotated[int, typer.Option(min=0, help="Batches the task runs before the first round (its checkpoint grows until Spark's retention of 100 batches).")] = 100,
     master: Annotated[str, typer.Option(help="Spark master of both processes' sessions.")] = "local[2]",
+    retain: Annotated[int | None, typer.Option(min=1, help="spark.sql.streaming.minBatchesToRetain of both sessions (default: Spark's, 100).")] = None,
     trigger: Annotated[float, typer.Option(min=0.05, help="The task's micro-batch trigger interval, seconds.")] = 1.0,
     flush: Annotated[float, typer.Option(min=0.05, help="Seconds between stream files written by the feeder.")] = 0.25,
     rate: Annotated[float, typer.Option(min=1.0, help="Generated connections per second of event time.")] = 100.0,
@@ -35,7 +36,7 @@ def bench_move_command(
     from bpm.bench.move import MoveBenchError, MoveSettings, plot_rounds, run_move_bench
 
     try:
-        settings = MoveSettings(moves=moves, warmup=warmup, age_batches=age, master=master, trigger_s=trigger, flush_s=flush,
+        settings = MoveSettings(moves=moves, warmup=warmup, age_batches=age, master=master, retain_batches=retain, trigger_s=trigger, flush_s=flush,
                                 rate=rate, speedup=speedup, seed=seed, timeout_s=timeout)
     except ValueError as exc:
         typer.secho(str(exc), fg="red", err=True)

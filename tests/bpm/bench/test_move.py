@@ -78,10 +78,15 @@ def test_traffic_is_endless_and_the_same_again_for_a_seed():
     assert first != list(itertools.islice(traffic(profile, seed=4, chunk_s=30.0), 400))
 
 
-@pytest.mark.parametrize("bad", [{"moves": 0}, {"warmup": -1}, {"age_batches": -1}, {"trigger_s": 0.0}, {"speedup": -1.0}, {"timeout_s": 0.0}])
+@pytest.mark.parametrize("bad", [{"moves": 0}, {"warmup": -1}, {"age_batches": -1}, {"retain_batches": 0}, {"trigger_s": 0.0}, {"speedup": -1.0}, {"timeout_s": 0.0}])
 def test_settings_refuse_what_cannot_run(bad):
     with pytest.raises(ValueError):
         MoveSettings(**bad)
+
+
+def test_both_sessions_get_the_retention_asked_for():
+    assert "spark.sql.streaming.minBatchesToRetain" not in MoveSettings().spark_conf()
+    assert MoveSettings(retain_batches=10).spark_conf()["spark.sql.streaming.minBatchesToRetain"] == "10"
 
 
 @pytest.mark.slow
