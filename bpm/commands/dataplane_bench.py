@@ -41,9 +41,9 @@ def overhead_command(
 @bench_app.command("load-model")
 def load_model_command(
     tasks: int = typer.Option(4, "--tasks", min=3, help="Load levels: 1..N concurrent tasks."),
-    level_seconds: float = typer.Option(30.0, "--level-seconds", min=5, help="Measured seconds per level."),
+    level_seconds: float = typer.Option(40.0, "--level-seconds", min=5, help="Measured seconds per level."),
     warmup: float = typer.Option(30.0, "--warmup", min=0, help="Seconds of warm-up with every task, not measured."),
-    interval: float = typer.Option(5.0, "--interval", min=1, help="Measuring interval in seconds."),
+    interval: float = typer.Option(10.0, "--interval", min=1, help="Measuring interval in seconds (longer: more batches per sample, less noise)."),
     trigger: float = typer.Option(2.0, "--trigger", min=0.1, help="Tasks' trigger interval in seconds."),
     rows_per_batch: int = typer.Option(3000, "--rows-per-batch", min=100),
     master: str = typer.Option("local[*]", "--master", help="Spark master URL."),
