@@ -6,7 +6,6 @@ import logging
 import os
 import signal
 import threading
-import time
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -43,20 +42,7 @@ class SparkTasks:
         return set(self.host.running())
 
     def loads(self) -> dict[str, float]:
-        """Per task, its share of the participant's measured CPU utilisation.
-
-        Batch wall times overlap when several queries share the participant's cores, and
-        waiting for a core is not work: the tasks' busy times split the CPU time the
-        participant's processes really used in the window, so the loads add up to it.
-        """
-        raw = self.host.loads(window_s=self.load_window_s)
-        busy = sum(raw.values())
-        horizon = time.time() - self.load_window_s
-        cpu = [i.cpu_utilisation for i in list(self.host.intervals) if i.end_s > horizon and i.cpu_utilisation is not None]
-        if busy <= 0 or not cpu:
-            return raw
-        used = sum(cpu) / len(cpu)
-        return {task: used * value / busy for task, value in raw.items()}
+        return self.host.loads(window_s=self.load_window_s)
 
     def cost_function(self) -> CostFunction:
         # A fixed model stands in for the fitted one when the operator chose it (--cost-model mm1).
