@@ -77,6 +77,7 @@ class MoveSettings:
         retain_batches: `spark.sql.streaming.minBatchesToRetain` of both sessions (None: Spark's
             default, 100): how many batches of logs and state versions a checkpoint keeps,
             hence how much a movement hands over.
+        extra_conf: further Spark settings of both sessions, as (key, value) pairs.
         trigger_s: the task's processing-time trigger.
         flush_s: how often the feeder writes a stream file.
         rate: connections per second of event time in the generated traffic.
@@ -92,6 +93,7 @@ class MoveSettings:
     age_batches: int = 100
     master: str = "local[2]"
     retain_batches: int | None = None
+    extra_conf: tuple[tuple[str, str], ...] = ()
     trigger_s: float = 1.0
     flush_s: float = 0.25
     rate: float = 100.0
@@ -116,7 +118,7 @@ class MoveSettings:
         conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
         if self.retain_batches is not None:
             conf["spark.sql.streaming.minBatchesToRetain"] = str(self.retain_batches)
-        return conf
+        return {**conf, **dict(self.extra_conf)}
 
 
 # -- pure parts --------------------------------------------------------------------------

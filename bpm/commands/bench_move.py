@@ -19,6 +19,7 @@ def bench_move_command(
     age: Annotated[int, typer.Option(min=0, help="Batches the task runs before the first round (its checkpoint grows until Spark's retention of 100 batches).")] = 100,
     master: Annotated[str, typer.Option(help="Spark master of both processes' sessions.")] = "local[2]",
     retain: Annotated[int | None, typer.Option(min=1, help="spark.sql.streaming.minBatchesToRetain of both sessions (default: Spark's, 100).")] = None,
+    conf: Annotated[list[str] | None, typer.Option("--conf", help="A further Spark setting of both sessions, KEY=VALUE (repeatable).")] = None,
     trigger: Annotated[float, typer.Option(min=0.05, help="The task's micro-batch trigger interval, seconds.")] = 1.0,
     flush: Annotated[float, typer.Option(min=0.05, help="Seconds between stream files written by the feeder.")] = 0.25,
     rate: Annotated[float, typer.Option(min=1.0, help="Generated connections per second of event time.")] = 100.0,
@@ -36,8 +37,10 @@ def bench_move_command(
     from bpm.bench.move import MoveBenchError, MoveSettings, plot_rounds, run_move_bench
 
     try:
-        settings = MoveSettings(moves=moves, warmup=warmup, age_batches=age, master=master, retain_batches=retain, trigger_s=trigger, flush_s=flush,
-                                rate=rate, speedup=speedup, seed=seed, timeout_s=timeout)
+        extra = tuple(_setting(item) for item in conf or ())
+        settings = MoveSettings(moves=moves, warmup=warmup, age_batches=age, master=master, retain_batches=retain,
+                                extra_conf=extra, trigger_s=trigger, flush_s=flush, rate=rate, speedup=speedup,
+                                seed=seed, timeout_s=timeout)
     except ValueError as exc:
         typer.secho(str(exc), fg="red", err=True)
         raise typer.Exit(2) from None
@@ -72,6 +75,13 @@ def bench_move_command(
     )
     if plot is not None:
         console.print(f"plot: {result['plot']}")
+
+
+def _setting(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"--conf takes KEY=VALUE, not {item!r}")
+    return key.strip(), value.strip()
 
 
 def _rounds_table(result: dict):

@@ -87,6 +87,8 @@ def test_settings_refuse_what_cannot_run(bad):
 def test_both_sessions_get_the_retention_asked_for():
     assert "spark.sql.streaming.minBatchesToRetain" not in MoveSettings().spark_conf()
     assert MoveSettings(retain_batches=10).spark_conf()["spark.sql.streaming.minBatchesToRetain"] == "10"
+    conf = MoveSettings(extra_conf=(("spark.sql.streaming.stateStore.maintenanceInterval", "5s"),)).spark_conf()
+    assert conf["spark.sql.streaming.stateStore.maintenanceInterval"] == "5s" and conf["spark.ui.enabled"] == "false"
 
 
 @pytest.mark.slow
