@@ -24,7 +24,31 @@ class HandoverNotReady(Exception):
     """The previous host has not released the task yet (or the registry has not caught up)."""
 
 
+PACK_ATTEMPTS = 5
+
+
 def pack(checkpoint_dir: Path) -> bytes:
+    """The checkpoint folder as tar.gz bytes (see `pack_counting`)."""
+    return pack_counting(checkpoint_dir)[0]
+
+
+def pack_counting(checkpoint_dir: Path, attempts: int = PACK_ATTEMPTS) -> tuple[bytes, int]:
+    """The checkpoint as tar.gz bytes, and how many times packing had to start over.
+
+    Spark's state-store maintenance, a background thread of the session, may still delete
+    old versions from a stopped task's checkpoint, so a file can vanish between listing
+    and reading it; packing again then gives a consistent copy.
+    """
+    for retries in range(attempts):
+        try:
+            return _pack_once(checkpoint_dir), retries
+        except FileNotFoundError:
+            if retries + 1 == attempts:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _pack_once(checkpoint_dir: Path) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as tar:
         if checkpoint_dir.exists():

@@ -55,7 +55,6 @@ PAUSE_GOAL_S = 3.0
 RATIO_GOAL = 1.5
 _KEY_ENV = "BPM_MOVE_BENCH_KEY"
 _CHUNK_S = 120.0
-_PACK_ATTEMPTS = 5
 
 
 class MoveBenchError(RuntimeError):
@@ -326,21 +325,12 @@ class Side:
 
     def release(self, task_id: str, timeout_s: float) -> tuple[Batch, bytes, dict[str, float]]:
         """The origin's half of a movement: stop the task and pack its checkpoint."""
-        from spark_agents.handover import pack
+        from spark_agents.handover import pack_counting
 
         last, phases = self.stop(task_id, timeout_s)
         began = time.perf_counter()
-        # Spark's state-store maintenance (a background thread of the session) may still write
-        # a snapshot into, or delete old versions from, a stopped task's checkpoint; a file can
-        # vanish between `pack` listing it and reading it. Packing again is what an agent would
-        # have to do; the retries are counted so the race stays visible in the result.
-        for retries in range(_PACK_ATTEMPTS):
-            try:
-                data = pack(self.checkpoint_dir(task_id))
-                break
-            except FileNotFoundError:
-                if retries + 1 == _PACK_ATTEMPTS:
-                    raise
+        # Retries are counted so the race with Spark's state-store maintenance stays visible.
+        data, retries = pack_counting(self.checkpoint_dir(task_id))
         return last, data, {**phases, "pack_s": time.perf_counter() - began, "checkpoint_bytes": float(len(data)),
                             "pack_retries": float(retries)}
 
