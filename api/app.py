@@ -14,7 +14,6 @@ from pathlib import Path
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
-from sqlalchemy.exc import IntegrityError
 
 from api.db import make_engine, session_factories, utcnow
 from api.errors import install_error_handlers
@@ -88,10 +87,6 @@ def create_app(
     app.state.admin_key = admin_key
     app.state.clock = clock
     install_error_handlers(app)
-
-    @app.exception_handler(IntegrityError)
-    async def _integrity(_request: Request, _exc: IntegrityError) -> JSONResponse:
-        return JSONResponse({"detail": "the change conflicts with the registry's current state; retry"}, status_code=409)
 
     for router in (participants.router, participants.me_router, contracts.router, tasks.router, offers.router, ledger.router):
         app.include_router(router, prefix="/api/v1")

@@ -12,7 +12,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from api.errors import Forbidden, Unauthorized
+from api.errors import Forbidden, NotFound, Unauthorized
 from api.models import Participant
 
 _bearer = HTTPBearer(auto_error=False, description="The operator's key or a participant's key")
@@ -52,6 +52,17 @@ class Principal:
 
     def may_see(self, *participant_ids: int) -> bool:
         return self.participant is None or self.participant.id in participant_ids
+
+
+def get_private(session: Session, caller: Principal, model, record_id: int, label: str, parties) -> object:
+    """The record of `model` with this id: 404 when absent, 403 unless the caller is one of
+    its two parties (`parties(record)` gives their ids) or the operator."""
+    record = session.get(model, record_id)
+    if record is None:
+        raise NotFound(f"no {label} #{record_id}")
+    if not caller.may_see(*parties(record)):
+        raise Forbidden(f"{label} #{record_id} is private to its two parties")
+    return record
 
 
 def authenticate(session: Session, admin_key: str, key: str | None) -> Principal:

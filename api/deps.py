@@ -7,11 +7,9 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, Request
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from api.auth import Principal, principal_dependency
-from api.errors import Conflict
 
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -38,11 +36,7 @@ def _session(request: Request, _turn: None = Depends(_write_turn, scope="functio
     session = factory()
     try:
         yield session
-        try:
-            session.commit()
-        except IntegrityError as exc:
-            session.rollback()
-            raise Conflict("the change conflicts with the registry's current state; retry") from exc
+        session.commit()
     except BaseException:
         session.rollback()
         raise

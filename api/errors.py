@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import IntegrityError
 
 
 class RegistryError(Exception):
@@ -41,6 +42,11 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _registry_error(_request: Request, exc: RegistryError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
         return JSONResponse({"detail": exc.message, **exc.extra}, status_code=exc.status_code, headers=headers)
+
+    @app.exception_handler(IntegrityError)
+    async def _integrity(_request: Request, _exc: IntegrityError) -> JSONResponse:
+        # A constraint caught a race the services' checks could not see (at flush or at commit).
+        return JSONResponse({"detail": "the change conflicts with the registry's current state; retry"}, status_code=409)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -5,14 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
+from bpm.processes import wait_http
 from tests.conftest import free_port
 
 BPM = str(Path(sys.executable).with_name("bpm"))
@@ -27,17 +25,7 @@ class RunningRegistry:
 
 
 def wait_healthy(url: str, process: subprocess.Popen, log: Path, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"registry exited with {process.returncode}:\n{log.read_text()}")
-        try:
-            if httpx.get(url + "/healthz", timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(f"registry at {url} not healthy after {timeout} s:\n{log.read_text()}")
+    wait_http(url + "/healthz", process, log, timeout)
 
 
 @contextmanager

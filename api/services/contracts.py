@@ -8,8 +8,8 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from api import schemas
-from api.auth import Principal
-from api.errors import Conflict, Forbidden, Invalid, NotFound
+from api.auth import Principal, get_private
+from api.errors import Conflict, Forbidden, Invalid
 from api.models import Contract
 from api.services import events, participants
 from bpm.contracts import ContractState, ContractTerms, TermsError, TransitionError, next_state, validate_terms
@@ -77,12 +77,7 @@ def propose(session: Session, caller: Principal, body: schemas.ContractCreate, n
 
 
 def get_visible(session: Session, caller: Principal, contract_id: int) -> Contract:
-    contract = session.get(Contract, contract_id)
-    if contract is None:
-        raise NotFound(f"no contract #{contract_id}")
-    if not caller.may_see(contract.proposer_id, contract.counterparty_id):
-        raise Forbidden(f"contract #{contract_id} is private to its two parties")
-    return contract
+    return get_private(session, caller, Contract, contract_id, "contract", lambda c: (c.proposer_id, c.counterparty_id))
 
 
 def list_contracts(

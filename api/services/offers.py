@@ -14,7 +14,7 @@ from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 
 from api import schemas
-from api.auth import Principal
+from api.auth import Principal, get_private
 from api.errors import Conflict, Forbidden, Invalid, NotFound
 from api.models import Contract, Movement, Offer, Task
 from api.services import contracts as contract_service
@@ -77,13 +77,12 @@ def create(session: Session, caller: Principal, body: schemas.OfferCreate, now: 
     return offer
 
 
+def _parties(record: Offer | Movement) -> tuple[int, int]:
+    return record.from_id, record.to_id
+
+
 def get_visible(session: Session, caller: Principal, offer_id: int) -> Offer:
-    offer = session.get(Offer, offer_id)
-    if offer is None:
-        raise NotFound(f"no offer #{offer_id}")
-    if not caller.may_see(offer.from_id, offer.to_id):
-        raise Forbidden(f"offer #{offer_id} is private to its two parties")
-    return offer
+    return get_private(session, caller, Offer, offer_id, "offer", _parties)
 
 
 def list_offers(session: Session, caller: Principal, state: str | None, now: datetime) -> list[Offer]:
@@ -232,12 +231,7 @@ def to_out(offer: Offer, now: datetime, movements: list[int]) -> schemas.OfferOu
 
 
 def get_movement(session: Session, caller: Principal, movement_id: int) -> Movement:
-    movement = session.get(Movement, movement_id)
-    if movement is None:
-        raise NotFound(f"no movement #{movement_id}")
-    if not caller.may_see(movement.from_id, movement.to_id):
-        raise Forbidden(f"movement #{movement_id} is private to its two parties")
-    return movement
+    return get_private(session, caller, Movement, movement_id, "movement", _parties)
 
 
 def list_movements(session: Session, caller: Principal, participant: str | None, state: str | None) -> list[Movement]:

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -17,23 +16,20 @@ from bpm.commands import bench_app
 
 
 def _start_registry(database_url: str, port: int, workers: int, workdir: Path) -> subprocess.Popen:
-    import httpx
+    from bpm.processes import wait_http
 
     env = {**os.environ, "BPM_ADMIN_KEY": "bench-operator-key"}
     bpm = str(Path(sys.executable).with_name("bpm"))
     args = [bpm, "registry", "serve", "--database-url", database_url, "--port", str(port), "--workers", str(workers), "--log-level", "warning"]
-    process = subprocess.Popen(args, cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=open(workdir / "registry.log", "w"))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError((workdir / "registry.log").read_text())
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    process.kill()
-    raise RuntimeError("registry did not become healthy in 60 s")
+    log = workdir / "registry.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(args, cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=out)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", process, log, 60)
+    except (RuntimeError, TimeoutError):
+        process.kill()
+        raise
+    return process
 
 
 @bench_app.command("registry")
