@@ -17,7 +17,7 @@ from sqlalchemy import text
 
 from api.db import make_engine, session_factories, utcnow
 from api.errors import install_error_handlers
-from api.routers import contracts, ledger, offers, participants, tasks
+from api.routers import contracts, ha, ledger, offers, participants, tasks
 from api.ui import router as ui_router
 from bpm import __version__
 from bpm.settings import Settings, get_settings
@@ -88,7 +88,7 @@ def create_app(
     app.state.clock = clock
     install_error_handlers(app)
 
-    for router in (participants.router, participants.me_router, contracts.router, tasks.router, offers.router, ledger.router):
+    for router in (participants.router, participants.me_router, contracts.router, tasks.router, offers.router, ledger.router, ha.router):
         app.include_router(router, prefix="/api/v1")
 
     @app.get("/healthz", tags=["health"])

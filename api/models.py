@@ -1,10 +1,11 @@
-"""The registry's tables: participants, contracts, tasks, offers, movements, events, load samples."""
+"""The registry's tables: participants, contracts, tasks, offers, movements, events, load samples,
+and for high availability replicas and failovers."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
+from sqlalchemy import JSON, BigInteger, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from api.db import Base, UTCDateTime, utcnow
@@ -154,3 +155,74 @@ class LoadSample(Base):
     at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
     load: Mapped[float] = mapped_column(Float)
     threshold: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class Replica(Base):
+    """A standby copy of a task kept at a second participant (`participant_id`, the holder).
+
+    `role` is active_standby (a replica task runs on the same input) or passive_standby
+    (checkpoint copies). `state`: active, promoted (its holder took the task over),
+    failed (its holder failed), dropped. `epoch` is the task epoch it replicates: a copy
+    from an older epoch comes from a fenced writer. `position` is the stream position of
+    the last checkpoint copy (passive) or of the replica's last batch (active).
+    """
+
+    __tablename__ = "replicas"
+    __table_args__ = (
+        # One live record per (task, holder), enforced by the database under races too.
+        Index(
+            "uq_replicas_task_holder",
+            "task_id",
+            "participant_id",
+            unique=True,
+            sqlite_where=text("state != 'dropped'"),
+            postgresql_where=text("state != 'dropped'"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id"), index=True)
+    participant_id: Mapped[int] = mapped_column(ForeignKey("participants.id"), index=True)
+    role: Mapped[str] = mapped_column(String(32))
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    epoch: Mapped[int] = mapped_column(Integer)
+    position: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    synced_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    bytes_copied: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    task: Mapped[Task] = relationship(lazy="joined")
+    participant: Mapped[Participant] = relationship(lazy="joined")
+
+
+class Failover(Base):
+    """A task taken over from a failed host (kind failover) or a replica re-created (kind repair).
+
+    `started_at` is when the failure could first be detected (the failed host's last
+    heartbeat plus the timeout), `detected_at` when the registry recorded it, and
+    `completed_at` when the new host (or new holder) reported recovery.
+    """
+
+    __tablename__ = "failovers"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    mode: Mapped[str] = mapped_column(String(32))
+    failed_id: Mapped[int | None] = mapped_column(ForeignKey("participants.id"), nullable=True)
+    from_host_id: Mapped[int] = mapped_column(ForeignKey("participants.id"))
+    to_host_id: Mapped[int] = mapped_column(ForeignKey("participants.id"))
+    from_epoch: Mapped[int] = mapped_column(Integer)
+    to_epoch: Mapped[int] = mapped_column(Integer)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    detected_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    recovery_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    details: Mapped[dict] = mapped_column(JSON, default=dict)
+
+    task: Mapped[Task] = relationship(lazy="joined")
+    failed: Mapped[Participant | None] = relationship(foreign_keys=[failed_id], lazy="joined")
+    from_host: Mapped[Participant] = relationship(foreign_keys=[from_host_id], lazy="joined")
+    to_host: Mapped[Participant] = relationship(foreign_keys=[to_host_id], lazy="joined")

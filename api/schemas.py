@@ -228,3 +228,70 @@ class EventOut(Out):
     subject: str | None
     message: str
     data: dict
+
+
+# High availability
+
+ReplicaRole = Literal["active_standby", "passive_standby"]
+
+
+class ReplicaCreate(In):
+    participant: str = Name
+    role: ReplicaRole | None = Field(default=None, description="The task's HA mode by default, when it is a standby mode")
+    repair_of: int | None = Field(default=None, description="The failover whose lost replica this one replaces: records a repair")
+
+
+class ReplicaSync(In):
+    epoch: int = Field(ge=0, description="The task epoch the copy belongs to; older than the task's is refused (fencing)")
+    position: int | None = Field(default=None, ge=0, description="Stream position of the copy or of the replica's last batch")
+    bytes_copied: int | None = Field(default=None, ge=0, description="Bytes copied by this sync, added to the total")
+
+
+class ReplicaOut(Out):
+    id: int
+    task_id: int
+    task: str = Field(description="origin.name")
+    participant: str = Field(description="The holder")
+    role: str
+    state: Literal["active", "promoted", "failed", "dropped"]
+    epoch: int
+    position: int | None
+    synced_at: datetime | None
+    bytes_copied: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class ReplicaCreated(ReplicaOut):
+    repair_id: int | None = Field(default=None, description="The repair record written when `repair_of` was given")
+
+
+class FailoverCreate(In):
+    to: str = Name
+    expected_epoch: int = Field(ge=0, description="The task epoch the caller saw; the failover happens only if it is still current")
+    reason: str | None = Field(default=None, max_length=1000)
+
+
+class FailoverComplete(In):
+    recovery_s: float | None = Field(default=None, ge=0, description="Failure to first output; from started_at to now by default")
+    details: dict | None = None
+
+
+class FailoverOut(Out):
+    id: int
+    task_id: int
+    task: str = Field(description="origin.name")
+    kind: Literal["failover", "repair"]
+    mode: str
+    failed: str | None
+    from_host: str
+    to_host: str
+    from_epoch: int
+    to_epoch: int
+    reason: str | None
+    detected_at: datetime
+    started_at: datetime
+    completed_at: datetime | None
+    recovery_s: float | None
+    details: dict
+    at: datetime = Field(description="= detected_at")

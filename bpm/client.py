@@ -134,3 +134,29 @@ class RegistryClient:
 
     def report_event(self, kind: str, message: str, subject: str | None = None, data: dict | None = None) -> dict:
         return self.request("POST", "/events", json={"kind": kind, "message": message, "subject": subject, "data": data or {}})
+
+    # High availability
+    def replicas(self, task_id: int | None = None, participant: str | None = None) -> list[dict]:
+        return self.request("GET", "/replicas", params={"task_id": task_id, "participant": participant})
+
+    def create_replica(self, task_id: int, participant: str, role: str | None = None, repair_of: int | None = None) -> dict:
+        body = {k: v for k, v in {"participant": participant, "role": role, "repair_of": repair_of}.items() if v is not None}
+        return self.request("POST", f"/tasks/{task_id}/replicas", json=body)
+
+    def sync_replica(self, replica_id: int, epoch: int, position: int | None = None, bytes_copied: int | None = None) -> dict:
+        body = {k: v for k, v in {"epoch": epoch, "position": position, "bytes_copied": bytes_copied}.items() if v is not None}
+        return self.request("POST", f"/replicas/{replica_id}/sync", json=body)
+
+    def drop_replica(self, replica_id: int) -> dict:
+        return self.request("POST", f"/replicas/{replica_id}/drop")
+
+    def failover(self, task_id: int, to: str, expected_epoch: int, reason: str | None = None) -> dict:
+        body = {k: v for k, v in {"to": to, "expected_epoch": expected_epoch, "reason": reason}.items() if v is not None}
+        return self.request("POST", f"/tasks/{task_id}/failover", json=body)
+
+    def complete_failover(self, failover_id: int, recovery_s: float | None = None, details: dict | None = None) -> dict:
+        body = {k: v for k, v in {"recovery_s": recovery_s, "details": details}.items() if v is not None}
+        return self.request("POST", f"/failovers/{failover_id}/complete", json=body)
+
+    def failovers(self, task_id: int | None = None) -> list[dict]:
+        return self.request("GET", "/failovers", params={"task_id": task_id})

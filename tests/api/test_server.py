@@ -113,11 +113,14 @@ def test_migrations_up_from_empty_and_down_to_base(backend_url):
     upgrade(backend_url)
     engine = create_engine(backend_url)
     tables = set(inspect(engine).get_table_names())
-    assert {"participants", "contracts", "tasks", "offers", "movements", "events", "load_samples"} <= tables
+    assert {"participants", "contracts", "tasks", "offers", "movements", "events", "load_samples", "replicas", "failovers"} <= tables
+    downgrade(backend_url, "0001")  # the HA records go, the rest stays
+    assert {"replicas", "failovers"}.isdisjoint(inspect(engine).get_table_names())
+    assert "movements" in inspect(engine).get_table_names()
     downgrade(backend_url, "base")
     assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
     upgrade(backend_url)
-    assert "movements" in inspect(engine).get_table_names()
+    assert {"movements", "replicas", "failovers"} <= set(inspect(engine).get_table_names())
     engine.dispose()
 
 
