@@ -1,0 +1,55 @@
+"""Where a task's host acknowledges its input stream, per mode.
+
+Upstream backup keeps no replica: if the host fails, a new host rebuilds the task's state
+by replaying the input from the acknowledged position with a fresh checkpoint. So the
+host may acknowledge a position only when no window still open needs the input before it.
+After committed batch C, whose watermark was w, every window ending at or before w is
+closed and its rows are in the output; a window still open ends after w, so it starts after
+w minus one window length, at the oldest at `oldest_open_window_us(w)`. The stream files
+before the first one that may hold a row that new are no longer needed: each file ends
+with a mark carrying the newest timestamp so far, so all its rows are older than its mark
+(`PartitionedStream.first_position_from`).
+
+The other modes acknowledge what their own restart needs: a task that keeps its checkpoint
+(none, and each copy of an active standby) needs the stream after its committed batches;
+passive standby needs it after the batch its backup's copy is cut at
+(`spark_agents.ha.delta.Delta.ack_position`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bpm.streams import PartitionedStream
+from bpm.zeek.definitions import MICROS
+from spark_agents.ha.logs import batch_offsets, committed_batch, committed_position
+
+
+def oldest_open_window_us(watermark_ms: int, window_s: int) -> int:
+    """The start (microseconds) of the oldest window that may still be open under watermark `watermark_ms`.
+
+    Windows are aligned to the epoch. A window ending at or before the watermark is closed;
+    one ending exactly at it is kept as open too, so the bound holds whichever side of the
+    boundary Spark evicts on.
+    """
+    window_us = window_s * MICROS
+    lower = watermark_ms * 1000 - window_us
+    return -(-lower // window_us) * window_us  # the first window start at or after `lower`
+
+
+def processed_ack_position(checkpoint_dir: str | Path) -> int | None:
+    """The position after the stream files the task's committed batches took (None: nothing committed)."""
+    if committed_batch(checkpoint_dir) is None:
+        return None
+    position = committed_position(checkpoint_dir)
+    return 0 if position is None else position + 1
+
+
+def upstream_ack_position(stream: PartitionedStream, partition: int, checkpoint_dir: str | Path, window_s: int) -> int | None:
+    """The position from which a replay with a fresh checkpoint rebuilds every open window (None: nothing committed)."""
+    batch = committed_batch(checkpoint_dir)
+    if batch is None:
+        return None
+    processed = processed_ack_position(checkpoint_dir)
+    needed = stream.first_position_from(partition, oldest_open_window_us(batch_offsets(checkpoint_dir, batch).watermark_ms, window_s))
+    return needed if processed is None else min(needed, processed)

@@ -1,0 +1,142 @@
+"""Delta checkpoints, acknowledgement positions and heartbeats on hand-made checkpoints (no Spark)."""
+
+import json
+import os
+import time
+
+import pytest
+
+from bpm.streams import PartitionedStream, StreamRecord
+from bpm.streams.partitioned import MARK_TICK
+from spark_agents.ha.delta import DeltaRefused, DeltaShipper, apply_delta, applied_copy, checkpoint_cut
+from spark_agents.ha.heartbeat import HeartbeatFile, HeartbeatWatcher, read_heartbeat, silent
+from spark_agents.ha.upstream import oldest_open_window_us, processed_ack_position, upstream_ack_position
+
+
+def write(path, text="x"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    (path.parent / f".{path.name}.crc").write_text("crc")
+
+
+def run_batch(ck, batch, log_offset, positions, watermark_ms=0, commit=True):
+    """What Spark leaves for one batch: source log, offsets, state version batch+1 of 2 partitions, commit."""
+    if positions:
+        lines = ["v1"] + [json.dumps({"path": f"file:///s/partition=0/{p:012d}.csv", "timestamp": 1, "batchId": log_offset}) for p in positions]
+        write(ck / "sources" / "0" / str(log_offset), "\n".join(lines) + "\n")
+    write(ck / "offsets" / str(batch), f'v1\n{{"batchWatermarkMs":{watermark_ms},"batchTimestampMs":1,"conf":{{}}}}\n{{"logOffset":{log_offset}}}\n')
+    for part in (0, 1):
+        write(ck / "state" / "0" / str(part) / f"{batch + 1}.delta", f"state {batch}")
+    if commit:
+        write(ck / "commits" / str(batch), "v1\n{}\n")
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    ck = tmp_path / "ck"
+    write(ck / "metadata", '{"id":"q"}')
+    write(ck / "state" / "0" / "0" / "_metadata" / "schema", "schema")
+    (ck / ".bpm-start").write_text("0")
+    (ck / ".bpm-epoch").write_text("1")
+    return ck
+
+
+def test_a_cut_stops_at_the_newest_committed_batch(checkpoint):
+    run_batch(checkpoint, 0, 0, [0, 1])
+    run_batch(checkpoint, 1, 1, [2])
+    run_batch(checkpoint, 2, 1, [])  # a batch that only moved the watermark
+    run_batch(checkpoint, 3, 2, [3], commit=False)  # still running
+    (checkpoint / "offsets" / ".3.abc.tmp").write_text("half")
+    cut = checkpoint_cut(checkpoint)
+    assert (cut.committed, cut.position) == (2, 2)
+    assert sorted(cut.files) == sorted([
+        ".bpm-start", "metadata", "commits/0", "commits/1", "commits/2", "offsets/0", "offsets/1", "offsets/2",
+        "sources/0/0", "sources/0/1", "state/0/0/_metadata/schema",
+        *[f"state/0/{p}/{v}.delta" for p in (0, 1) for v in (1, 2, 3)],
+    ])
+    assert processed_ack_position(checkpoint) == 3
+
+
+def test_deltas_carry_only_new_files_and_the_backup_restarts_from_a_cut(checkpoint, tmp_path):
+    backup = tmp_path / "backup"
+    shipper = DeltaShipper(checkpoint)
+    run_batch(checkpoint, 0, 0, [0, 1])
+    first = shipper.pack()
+    assert (first.committed, first.position, first.ack_position) == (0, 1, 2)
+    applied = apply_delta(first.data, backup)
+    shipper.confirm(first)
+    assert applied.ack_position == 2 and applied_copy(backup) == applied
+    run_batch(checkpoint, 1, 1, [2])
+    lost = shipper.pack()  # never arrives
+    run_batch(checkpoint, 2, 2, [3])
+    second = shipper.pack()
+    assert second.carried == 2 * 5, "batches 1 and 2: a source log, offsets, two state versions and a commit each"
+    assert second.total == first.total + 10
+    apply_delta(second.data, backup)
+    shipper.confirm(second)
+    with pytest.raises(DeltaRefused):
+        apply_delta(lost.data, backup)
+    assert checkpoint_cut(backup).files.keys() == checkpoint_cut(checkpoint).files.keys()
+    assert not list(backup.rglob("*.crc")) and not (backup / ".bpm-epoch").exists()
+    assert (backup / ".bpm-start").read_text() == "0"
+    # Spark's maintenance removes old state versions at the primary: the backup follows.
+    for part in (0, 1):
+        os.unlink(checkpoint / "state" / "0" / str(part) / "1.delta")
+    third = shipper.pack()
+    assert third.carried == 0
+    assert apply_delta(third.data, backup).removed == 2
+    assert not (backup / "state" / "0" / "0" / "1.delta").exists()
+    shipper.reset()
+    assert shipper.pack().carried == third.total
+
+
+def test_a_delta_before_any_commit_holds_only_the_query_identity(checkpoint, tmp_path):
+    run_batch(checkpoint, 0, 0, [0], commit=False)
+    delta = DeltaShipper(checkpoint).pack()
+    assert (delta.committed, delta.ack_position) == (None, None)
+    assert sorted(delta.cut) == [".bpm-start", "metadata"], "state and logs come with the first committed batch"
+
+
+def test_the_oldest_open_window_is_the_one_that_ends_after_the_watermark():
+    # 10 s windows; the watermark in ms, windows in us.
+    assert oldest_open_window_us(25_000, 10) == 20_000_000
+    assert oldest_open_window_us(30_000, 10) == 20_000_000, "the window ending at the watermark counts as open"
+    assert oldest_open_window_us(30_001, 10) == 30_000_000
+    assert oldest_open_window_us(0, 60) == -60_000_000
+
+
+def test_upstream_backup_acknowledges_only_input_that_no_open_window_needs(checkpoint, tmp_path):
+    stream = PartitionedStream.create(tmp_path / "s", 1)
+    for i in range(8):  # file i ends with the mark i * 5 s
+        stream.append(0, [StreamRecord(i * 5_000_000 - 1, "10.0.0.1", "10.0.0.0/24", "1.1.1.1", 80, "tcp"), StreamRecord(i * 5_000_000, mark=MARK_TICK)])
+    assert upstream_ack_position(stream, 0, checkpoint, 10) is None
+    run_batch(checkpoint, 0, 0, [0, 1, 2, 3, 4, 5], watermark_ms=0)
+    assert upstream_ack_position(stream, 0, checkpoint, 10) == 0, "no watermark yet: every window may be open"
+    run_batch(checkpoint, 1, 0, [], watermark_ms=22_000)  # windows up to [10 s, 20 s) are closed and written
+    assert upstream_ack_position(stream, 0, checkpoint, 10) == 4, "files 0..3 end before 20 s, where the oldest open window starts"
+    run_batch(checkpoint, 2, 1, [6], watermark_ms=60_000)
+    assert upstream_ack_position(stream, 0, checkpoint, 10) == 7, "never past what the task has taken"
+    assert processed_ack_position(checkpoint) == 7
+
+
+def test_silence_counts_from_the_last_beat_or_from_the_start_of_the_watch():
+    assert not silent(10.0, since=0.0, now=12.9, timeout_s=3.0)
+    assert silent(10.0, since=0.0, now=13.1, timeout_s=3.0)
+    assert silent(None, since=5.0, now=8.5, timeout_s=3.0) and not silent(None, since=5.0, now=7.0, timeout_s=3.0)
+
+
+def test_a_watcher_reports_a_host_that_stopped_beating(tmp_path):
+    beats = HeartbeatFile(tmp_path / "hb", interval_s=0.02).start()
+    seen = []
+    watcher = HeartbeatWatcher(lambda: read_heartbeat(tmp_path / "hb"), timeout_s=0.3, on_failure=lambda at, last: seen.append((at, last)), poll_s=0.01).start()
+    try:
+        time.sleep(0.5)
+        assert watcher.detected_at is None, "a beating host is not failed"
+        beats.stop()
+        stopped = read_heartbeat(tmp_path / "hb")
+        assert watcher.wait(10.0) is not None
+        (at, last), = seen
+        assert last == stopped and at - last > 0.3
+    finally:
+        beats.stop()
+        watcher.stop()
