@@ -22,8 +22,16 @@ def replay_command(
     window: int = typer.Option(60, "--window", min=1, help="Query window in seconds (sizes the end-of-input mark)."),
     lateness: int = typer.Option(60, "--lateness", min=0, help="Rows further behind the newest are late and not written."),
     flush_interval: float = typer.Option(1.0, "--flush-interval", min=0.01, help="Seconds between stream files."),
+    fed_log: Path | None = typer.Option(None, "--fed-log", help="Write the connections fed so far as a Zeek log here at the end (also when stopped)."),
 ) -> None:
-    """Feed recorded or generated conn.logs into a replayable, partitioned input stream."""
+    """Feed recorded or generated conn.logs into a replayable, partitioned input stream.
+
+    SIGTERM or Ctrl-C stops the replay early: what was read so far is written, the stream is
+    closed (every window ends), and `--fed-log` receives exactly the connections fed, so a
+    reference run (`bpm pipeline run`) sees the same input as the stream's readers.
+    """
+    import signal
+    import threading
     from bpm.commands.pipeline import read_input
     from bpm.streams import PartitionedStream, StreamError
     from bpm.streams.feed import Feeder, amplified, replay
@@ -39,10 +47,21 @@ def replay_command(
     conns = list(amplified(recorded, amplify))
     params = QueryParams(window_s=window, lateness_s=lateness)
     feeder = Feeder(target, params)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
     columns = (TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TextColumn("rows"), TimeElapsedColumn())
     with Progress(*columns, console=err) as progress:
         bar = progress.add_task("replay", total=len(conns))
-        replay(feeder, conns, rate, speedup, flush_interval, on_flush=lambda done: progress.update(bar, completed=done))
+        replay(feeder, conns, rate, speedup, flush_interval, stop=stop, on_flush=lambda done: progress.update(bar, completed=done))
+    if not feeder.closed:
+        feeder.close()
+        err.print(f"stopped after {feeder.offered} of {len(conns)} rows; the stream is closed")
+    if fed_log is not None:
+        from bpm.zeek.conn import write_tsv
+
+        with fed_log.open("w", encoding="utf-8") as out:
+            write_tsv(conns[: feeder.offered], out)
     if stats.skipped:
         err.print(f"[yellow]warning:[/] {stats.summary()}")
     if feeder.admission.late:

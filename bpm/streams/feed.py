@@ -47,6 +47,7 @@ class Feeder:
         admission: the lateness rule (its `late` counts refused rows).
         written: connections written per partition.
         files: files written.
+        offered: connections given to `add` (admitted or not).
     """
 
     def __init__(self, stream: PartitionedStream, params: QueryParams) -> None:
@@ -57,6 +58,7 @@ class Feeder:
         self.ticked: list[int | None] = [None] * stream.partitions
         self.written = [0] * stream.partitions
         self.files = 0
+        self.offered = 0
         self.closed = False
 
     @property
@@ -65,6 +67,7 @@ class Feeder:
 
     def add(self, conn: Conn) -> bool:
         """Buffer a connection; returns False when the lateness rule refuses it."""
+        self.offered += 1
         ts_us = ts_micros(conn.ts)
         if not self.admission.admit(ts_us):
             return False

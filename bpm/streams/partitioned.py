@@ -10,8 +10,9 @@ Layout of a stream at `<root>`:
 * `_acks/<consumer>.json`: per partition, the position from which the consumer still needs
   input (every lower position is processed and checkpointed).
 
-Trimming deletes, per partition, the files below the smallest acknowledged position of all
-consumers, and nothing when no consumer has registered. Any retained position can be read again.
+Trimming deletes, per partition, the files below the smallest acknowledged position of the
+consumers of that partition (those that registered for it or acknowledged it), and nothing
+when no consumer has. Any retained position can be read again.
 """
 
 from __future__ import annotations
@@ -72,6 +73,23 @@ def stream_path(uri: str | Path) -> Path:
     if parsed.scheme in ("", "file") or len(parsed.scheme) == 1:  # one letter: a Windows drive, not a scheme
         return Path(unquote(parsed.path) if parsed.scheme == "file" else text)
     raise StreamError(f"unsupported stream URI {text!r}: use a local path or a file:// URI")
+
+
+def positions_glob(start: int) -> str:
+    """A file-name glob (Hadoop syntax, for Spark's `pathGlobFilter`) of the stream files at or after `start`.
+
+    Spark's file source cannot start from a position; this filter makes a fresh query skip
+    the files before it. Positions are 12 zero-padded digits: a name is at least `start`
+    when it is `start` itself, or agrees on the first i digits and is greater at digit i.
+    """
+    if not 0 <= start < 10**12:
+        raise StreamError(f"position {start} out of range")
+    digits = f"{start:012d}"
+    alternatives = [digits]
+    for i, d in enumerate(digits):
+        if d != "9":
+            alternatives.append(f"{digits[:i]}[{int(d) + 1}-9]{'?' * (11 - i)}")
+    return "{" + ",".join(alternatives) + "}.csv"
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -174,23 +192,78 @@ class PartitionedStream:
         acks[k] = max(position, acks.get(k, 0))
         _write_atomic(self.root / "_acks" / f"{consumer}.json", json.dumps({str(p): v for p, v in sorted(acks.items())}))
 
-    def register(self, consumer: str) -> None:
-        """Make `consumer` hold every retained file until it acknowledges."""
-        path = self.root / "_acks" / f"{consumer}.json"
-        if not path.exists():
-            self.ack(consumer, 0, 0)
+    def register(self, consumer: str, partitions: Iterable[int] | None = None) -> None:
+        """Make `consumer` hold every retained file of the given partitions (default: all) until it acknowledges."""
+        if not _CONSUMER.match(consumer):
+            raise StreamError(f"bad consumer name {consumer!r}")
+        wanted = range(self.partitions) if partitions is None else list(partitions)
+        for k in wanted:
+            self._check(k)
+        acks = self.acks().get(consumer, {})
+        if any(k not in acks for k in wanted):
+            acks = {**{k: 0 for k in wanted}, **acks}
+            _write_atomic(self.root / "_acks" / f"{consumer}.json", json.dumps({str(p): v for p, v in sorted(acks.items())}))
+
+    def release(self, consumer: str) -> None:
+        """Forget `consumer`: it holds nothing any more (a failed host whose successor has acknowledged)."""
+        if not _CONSUMER.match(consumer):
+            raise StreamError(f"bad consumer name {consumer!r}")
+        (self.root / "_acks" / f"{consumer}.json").unlink(missing_ok=True)
 
     def acks(self) -> dict[str, dict[int, int]]:
-        """Per consumer, per partition, the acknowledged position (0 where it never acknowledged)."""
+        """Per consumer, the acknowledged position of each partition it registered for or acknowledged."""
         result: dict[str, dict[int, int]] = {}
         for path in sorted((self.root / "_acks").glob("*.json")):
             result[path.stem] = {int(p): int(v) for p, v in json.loads(path.read_text()).items()}
         return result
 
     def trim_point(self, k: int) -> int:
-        """The lowest position still needed by some consumer of partition k (0 without consumers)."""
+        """The lowest position still needed by a consumer of partition k (0 without consumers).
+
+        Only consumers that registered for k or acknowledged it count: a task that reads one
+        partition does not hold the others.
+        """
         acks = self.acks()
-        return min((a.get(k, 0) for a in acks.values()), default=0)
+        held = [a[k] for a in acks.values() if k in a]
+        return min(held, default=0)
+
+    def tick_us(self, k: int, position: int) -> int | None:
+        """The event time that retained file `position` of partition k ends with, when it ends with a mark.
+
+        The feeder ends every file with a tick (or the end mark) carrying the newest
+        timestamp admitted so far, so no row of the file, nor of any earlier file, is newer.
+        None for a file that does not end with a mark.
+        """
+        path = self.partition_path(k) / f"{position:012d}.csv"
+        with path.open("rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - 256))
+            tail = handle.read().decode("utf-8", errors="replace")
+        last = tail.rstrip("\n").rsplit("\n", 1)[-1]
+        try:
+            record = StreamRecord.from_line(last)
+        except ValueError:
+            return None
+        return record.ts_us if record.mark != MARK_DATA else None
+
+    def first_position_from(self, k: int, ts_us: int) -> int:
+        """The first position of partition k that may hold a row at or after `ts_us`.
+
+        Every file before it ends with a mark older than `ts_us`, so reading partition k from
+        here loses no row at or after `ts_us`. Marks grow with the position (the feeder's
+        newest timestamp never moves back), which allows a binary search; a file without a
+        mark counts as holding such a row. `next_position(k)` when no retained file may.
+        """
+        retained = self.positions(k)
+        lo, hi = 0, len(retained)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            tick = self.tick_us(k, retained[mid])
+            if tick is not None and tick < ts_us:
+                lo = mid + 1
+            else:
+                hi = mid
+        return retained[lo] if lo < len(retained) else self.next_position(k)
 
     def trim(self) -> dict[int, int]:
         """Delete, per partition, the files below the trim point; returns how many were deleted."""

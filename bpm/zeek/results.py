@@ -4,6 +4,11 @@ A task writes the rows of micro-batch `b` to `<output>/<task>/batch-<b>.jsonl` t
 temporary file and a rename, so a replayed batch replaces its file instead of adding
 another. The reader merges every task's files: a row present in more than one batch file
 is a duplicate; a row of the expected set that no file holds is lost.
+
+A task under high availability writes through an output fence (`spark_agents.ha.fence`)
+instead: `batch-<b>.e<epoch>.<run>.jsonl`, where `run` names the writer, because a task
+restarted with a fresh checkpoint numbers its batches from 0 again and must never replace
+an earlier file; the fence, not the name, keeps a replay from writing a window twice.
 """
 
 from __future__ import annotations
@@ -18,16 +23,41 @@ from pathlib import Path
 
 from bpm.zeek.definitions import ResultRow
 
-_BATCH_FILE = re.compile(r"^batch-(\d+)\.jsonl$")
+_BATCH_FILE = re.compile(r"^batch-(\d+)(?:\.e(\d+)\.([0-9a-z]+))?\.jsonl$")
+_RUN = re.compile(r"^[0-9a-z]+$")
 
 
-def batch_file(output_dir: str | Path, task_id: str, batch_id: int) -> Path:
-    return Path(output_dir) / task_id / f"batch-{batch_id}.jsonl"
+def batch_file(output_dir: str | Path, task_id: str, batch_id: int, epoch: int | None = None, run: str | None = None) -> Path:
+    """The file of one batch's rows; with `epoch` and `run`, the fenced form (see the module text)."""
+    if epoch is None:
+        return Path(output_dir) / task_id / f"batch-{batch_id}.jsonl"
+    if run is None or not _RUN.match(run):
+        raise ValueError(f"bad writer name {run!r}: lower-case letters and digits")
+    return Path(output_dir) / task_id / f"batch-{batch_id}.e{epoch}.{run}.jsonl"
 
 
-def write_batch(output_dir: str | Path, task_id: str, batch_id: int, rows: Iterable[ResultRow]) -> Path:
+def is_batch_file(path: Path) -> bool:
+    return _BATCH_FILE.match(path.name) is not None
+
+
+def batch_files(task_dir: str | Path) -> list[Path]:
+    """The batch files of one task's output folder (temporary and other files left out)."""
+    folder = Path(task_dir)
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if is_batch_file(p))
+
+
+def read_batch(path: str | Path) -> list[ResultRow]:
+    """The rows of one batch file."""
+    with Path(path).open(encoding="utf-8") as handle:
+        return [ResultRow.from_json(json.loads(line)) for line in handle if line.strip()]
+
+
+def write_batch(output_dir: str | Path, task_id: str, batch_id: int, rows: Iterable[ResultRow],
+                epoch: int | None = None, run: str | None = None) -> Path:
     """Write one batch's rows atomically (temp file, then rename); a rerun of the batch overwrites it."""
-    target = batch_file(output_dir, task_id, batch_id)
+    target = batch_file(output_dir, task_id, batch_id, epoch, run)
     target.parent.mkdir(parents=True, exist_ok=True)
     temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     with temp.open("w", encoding="utf-8") as out:
@@ -73,16 +103,9 @@ def read_outputs(output_dir: str | Path, tasks: Iterable[str] | None = None) -> 
         return result
     task_dirs = [root / t for t in tasks] if tasks is not None else sorted(p for p in root.iterdir() if p.is_dir())
     for task_dir in task_dirs:
-        if not task_dir.is_dir():
-            continue
-        for path in sorted(task_dir.iterdir()):
-            if not _BATCH_FILE.match(path.name):
-                continue
+        for path in batch_files(task_dir):
             result.files.append(path)
-            with path.open(encoding="utf-8") as handle:
-                for line in handle:
-                    if line.strip():
-                        row = ResultRow.from_json(json.loads(line))
-                        result.rows.add(row)
-                        result.copies[row] += 1
+            for row in read_batch(path):
+                result.rows.add(row)
+                result.copies[row] += 1
     return result

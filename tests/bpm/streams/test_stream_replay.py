@@ -54,3 +54,40 @@ def test_replay_command_writes_a_partitioned_stream_and_counts_bad_lines(tmp_pat
     assert len(rows) == 2 * (len(list(read_logs([FIXTURES / "conn.log"]))) - 1)
     again = CliRunner().invoke(app, ["replay", str(FIXTURES / "conn.log"), "--stream", uri, "--partitions", "3", "--rate", "0"])
     assert again.exit_code == 2 and "already has 2 partitions" in " ".join(again.stderr.split())
+
+
+def test_a_stopped_replay_closes_the_stream_and_logs_exactly_what_it_fed(tmp_path):
+    """SIGTERM mid-replay: the stream ends with an end mark and --fed-log holds the rows in it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from bpm.streams.partitioned import MARK_DATA, MARK_END, PartitionedStream
+    from bpm.zeek.conn import read_logs
+
+    source = tmp_path / "traffic.log"
+    bpm = str(Path(sys.executable).with_name("bpm"))
+    subprocess.run([bpm, "generate-traffic", str(source), "--duration", "600", "--rate", "20", "--seed", "3"], check=True, capture_output=True, timeout=120)
+    stream, fed = tmp_path / "stream", tmp_path / "fed.log"
+    process = subprocess.Popen([bpm, "replay", str(source), "--stream", str(stream), "--partitions", "2", "--rate", "50",
+                                "--flush-interval", "0.2", "--fed-log", str(fed)], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(stream.glob("partition=*/*.csv")):
+            time.sleep(0.2)
+        time.sleep(1.0)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill() if process.poll() is None else None
+    assert process.returncode == 0, err
+    assert "stopped after" in err
+    opened = PartitionedStream(stream)
+    records = [r for k in range(2) for _, batch in opened.read(k) for r in batch]
+    data = [r for r in records if r.mark == MARK_DATA]
+    assert sum(r.mark == MARK_END for r in records) == 2, "each partition ends with an end mark"
+    logged = list(read_logs([fed]))
+    assert 0 < len(logged) == len(data) < 600 * 20
+    assert sorted((round(c.ts * 1e6), c.orig_h) for c in logged) == sorted((r.ts_us, r.src) for r in data)
