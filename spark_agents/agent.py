@@ -1,9 +1,12 @@
 """The participant's agent: hosts its tasks on Spark and runs the mechanism's loop.
 
 Every tick the agent makes what it runs agree with the registry (tasks that arrived are
-started from the checkpoint their previous host releases; tasks that left are stopped
-at a batch boundary and wait for their new host to fetch the checkpoint) and sends its
-heartbeat. Every period it runs the mechanism with the pure decisions of
+started from the checkpoint their previous host releases, or taken over when a failover
+gave them; tasks that left are stopped at a batch boundary and wait for their new host to
+fetch the checkpoint), does its high-availability duties (`spark_agents.ha_agent`: failure
+detection and failover of its moved tasks, replicas, delta checkpoints, repair) and sends
+its heartbeat; a keep-alive thread repeats the last heartbeat while a long step runs, so
+partners do not take a busy agent for a failed one. Every period it runs the mechanism with the pure decisions of
 `bpm.negotiation`: answer offers made to it, end movements that no longer pay, and make
 its next offer. Each step is guarded and timed: a failure is logged, reported to the
 registry as an event, and the loop goes on.
@@ -23,7 +26,9 @@ from typing import Any, Protocol
 from bpm.client import RegistryClient, RegistryError
 from bpm.costs.base import CostFunction
 from bpm.federation.views import (
+    AgreedTerms,
     active_contracts,
+    contract_steps,
     movement_views,
     offer_view,
     offerable_tasks,
@@ -40,6 +45,7 @@ from bpm.negotiation import (
     settle_price,
 )
 from spark_agents import handover
+from spark_agents.ha_agent import HADuties
 
 log = logging.getLogger("bpm.agent")
 
@@ -47,7 +53,8 @@ log = logging.getLogger("bpm.agent")
 class TaskHost(Protocol):
     """What the agent needs of the Spark side (`spark_agents.host.TaskHost`)."""
 
-    def start_task(self, task_id: str, input_path: str, checkpoint_dir: Path, params: Mapping[str, Any]) -> None: ...
+    def start_task(self, task_id: str, input_path: str, checkpoint_dir: Path, params: Mapping[str, Any]) -> None:
+        """Start (resume) a task; the agent passes `epoch=E` too when the task writes through the output fence."""
 
     def stop_task(self, task_id: str) -> Path: ...
 
@@ -80,6 +87,14 @@ class AgentConfig:
         margin: the relative margin of `bpm.negotiation` on offering and accepting load.
         reference_price: the price at which its threshold is reported; by default the
             lowest price_min of its active contracts.
+        contracts: terms agreed offline with partners; the agent brings them into the
+            registry (`bpm.federation.views.contract_steps`).
+        warmup_s: how long after start the agent neither offers nor takes load: a JVM
+            compiling its code measures far more CPU than its tasks will need.
+        ha: whether the agent does high-availability duties (needs a host with the `ha_*`
+            methods of `spark_agents.runtime.SparkTasks`).
+        ha_interval_s: how often a host ships passive-standby deltas and acknowledges the stream.
+        fetch_timeout_s: how long one tick waits for a previous host to release a checkpoint.
     """
 
     name: str
@@ -93,6 +108,11 @@ class AgentConfig:
     margin: float = DEFAULT_MARGIN
     reference_price: float | None = None
     offer_ttl_s: float = 20.0
+    contracts: list[AgreedTerms] = field(default_factory=list)
+    warmup_s: float = 0.0
+    ha: bool = True
+    ha_interval_s: float = 2.0
+    fetch_timeout_s: float = 20.0
 
 
 @dataclass
@@ -110,7 +130,7 @@ class Agent:
         host: TaskHost,
         *,
         clock: Callable[[], float] = time.time,
-        fetch: Callable[[str, str, int, str], bytes] = handover.fetch,
+        fetch: Callable[[str, str, int, str], bytes] | None = None,
     ) -> None:
         self.config = config
         self.client = client
@@ -126,9 +146,15 @@ class Agent:
         self._unreachable: set[str] = set()
         self._endpoints: dict[str, str] = {}
         self._next_mechanism = 0.0
+        self._started = clock()
         self.last_report: dict[str, Any] = {}
         self._contracts: list = []
-        self.fetch = fetch
+        # A fetch gives up after a while and is retried next tick, so that the loop goes on
+        # (detection, other starts) while a previous host is slow or has just died.
+        self.fetch = fetch or (lambda endpoint, key, epoch, me: handover.fetch(endpoint, key, epoch, me, timeout_s=config.fetch_timeout_s))
+        self._beat_lock = threading.Lock()
+        self._last_beat = 0.0
+        self.ha = HADuties(self, interval_s=config.ha_interval_s) if config.ha and hasattr(host, "ha_take_over") else None
 
     # Records
 
@@ -156,7 +182,14 @@ class Agent:
     # Setup
 
     def checkpoint_dir(self, key: str) -> Path:
+        if self.ha is not None and key in self.ha.checkpoints:
+            return self.ha.checkpoints[key]  # a promoted active-standby replica runs on its own copy
         return self.config.workdir / "checkpoints" / key
+
+    def hosting(self) -> set[str]:
+        """The tasks running here as the task itself (not as an active-standby replica)."""
+        standby = self.ha.standby_keys() if self.ha is not None else set()
+        return set(self.host.running()) - standby
 
     def connect(self) -> None:
         """Register my own tasks (or find them again after a restart)."""
@@ -181,14 +214,42 @@ class Agent:
 
     def run(self, stop: threading.Event) -> None:
         self._guarded("connect", self.connect)
-        while not stop.is_set():
-            started = self.clock()
-            self.tick()
-            stop.wait(max(0.0, self.config.tick_s - (self.clock() - started)))
+        keep_alive = threading.Thread(target=self.keep_alive, args=(stop,), name="bpm-agent-keepalive", daemon=True)
+        keep_alive.start()
+        try:
+            while not stop.is_set():
+                started = self.clock()
+                self.tick()
+                stop.wait(max(0.0, self.config.tick_s - (self.clock() - started)))
+        finally:
+            if self.ha is not None:
+                self.ha.close()
+
+    def keep_alive(self, stop: threading.Event) -> None:
+        """Repeat the last heartbeat whenever the loop has sent none for a tick.
+
+        Liveness is the process's, not the loop's: a tick that stops a task (up to 5 s) or
+        fetches a checkpoint must not make partners fail this participant over.
+        """
+        while not stop.wait(self.config.tick_s):
+            if not self.last_report or time.monotonic() - self._last_beat < self.config.tick_s:
+                continue
+            try:
+                self._send_heartbeat(self.last_report)
+            except Exception:  # the loop reports errors; this only keeps the participant alive
+                log.debug("keep-alive heartbeat failed", exc_info=True)
+
+    def _send_heartbeat(self, report: dict) -> None:
+        with self._beat_lock:
+            self.client.heartbeat(self.config.name, report)
+            self._last_beat = time.monotonic()
 
     def tick(self) -> None:
         self.steps += 1
         self._guarded("sync", self.sync)
+        if self.ha is not None and self.ha.resync:
+            self.ha.resync = False  # a failover to me: take the task over in this tick
+            self._guarded("sync", self.sync)
         self._guarded("heartbeat", self.heartbeat)
         if self.clock() >= self._next_mechanism:
             self._next_mechanism = self.clock() + self.config.period_s
@@ -199,26 +260,56 @@ class Agent:
         me = self.config.name
         tasks = self.client.tasks()
         movements = self.client.movements(participant=me)
-        plan = reconcile(me, tasks, self.host.running(), movements)
+        failovers: list[dict] = []
+        if self.ha is not None:
+            failovers = self.client.failovers()
+            self.ha.observe(tasks, movements, failovers)
+        plan = reconcile(me, tasks, self.hosting(), movements, failovers)
         by_key = {task_key(t): t for t in tasks}
         for key in plan.stop:
             self._release_locally(key, by_key[key]["epoch"])
+        if self.ha is not None:
+            # Before the starts: a start may wait on a checkpoint fetch, detection must not.
+            self.ha.act()
         for start in plan.start:
-            self._start(start.task, start.source)
+            # Each start on its own: one that cannot fetch its checkpoint yet holds up no other.
+            if start.failover is not None and self.ha is not None:
+                self._guarded(f"take over {task_key(start.task)}", lambda s=start: self._take_over(s.task, s.failover))
+            else:
+                self._guarded(f"start {task_key(start.task)}", lambda s=start: self._start(s.task, s.source))
 
     def _release_locally(self, key: str, epoch: int) -> None:
         with self._lock:
-            if key not in self.host.running():
+            if key not in self.hosting():
                 return
             started = time.perf_counter()
             self.host.stop_task(key)
             self._released[key] = epoch
+            if self.ha is not None:
+                self.ha.stopped(key)
         self.note("task.released", f"stopped {key} at a batch boundary in {time.perf_counter() - started:.2f} s; its checkpoint waits for its new host")
+
+    def _take_over(self, task: Mapping, record: Mapping) -> None:
+        key = task_key(task)
+        with self._lock:
+            self.ha.take_over(task, record)
+            self._released.pop(key, None)
+            self._task_ids[key] = task["id"]
 
     def _start(self, task: Mapping, source: str | None) -> None:
         key = task_key(task)
         checkpoint = self.checkpoint_dir(key)
         epoch = task["epoch"]
+        if self.ha is not None and source is not None and handover.local_epoch(checkpoint) != epoch and self.ha.failed(source):
+            # The movement ended, but the host that holds the checkpoint has failed: recover from what is kept here.
+            with self._lock:
+                self.ha.recover_from_failed(task, source)
+                self._released.pop(key, None)
+                self._task_ids[key] = task["id"]
+            return
+        if self.ha is not None:
+            # An active-standby replica here runs on this checkpoint folder: it stops before the task starts.
+            self.ha.stop_standby(key, "the task itself starts here")
         if source is not None and handover.local_epoch(checkpoint) != epoch:
             endpoint = self._endpoint(source)
             fetched_at = time.perf_counter()
@@ -233,11 +324,12 @@ class Agent:
             )
         else:
             handover.mark_epoch(checkpoint, epoch)
+        fenced = {"epoch": epoch} if self.ha is not None and self.ha.fenced(task) else {}
         with self._lock:
-            self.host.start_task(key, task["input_uri"], checkpoint, task.get("params") or {})
+            self.host.start_task(key, task["input_uri"], checkpoint, task.get("params") or {}, **fenced)
             self._released.pop(key, None)
             self._task_ids[key] = task["id"]
-        self.note("task.started", f"started {key} (epoch {epoch})")
+        self.note("task.started", f"started {key} (epoch {epoch}{', fenced output' if fenced else ''})")
 
     def _endpoint(self, participant: str) -> str:
         if participant not in self._endpoints:
@@ -254,7 +346,7 @@ class Agent:
             raise PermissionError(f"the registry gives {key} to {current['host']} at epoch {current['epoch']}, not to {to} at {epoch}")
         self._release_locally(key, epoch)
         with self._lock:
-            if key in self.host.running():
+            if key in self.hosting():
                 raise handover.HandoverNotReady(f"{key} is still running here")
             data = handover.pack(self.checkpoint_dir(key))
         self.note("task.handed_over", f"handed {key} over to {to} at epoch {epoch} ({len(data)} bytes)")
@@ -284,18 +376,41 @@ class Agent:
             "tasks": [{"task_id": self._task_ids[k], "load": v} for k, v in loads.items() if k in self._task_ids],
             "details": {"cost_model": cost.to_dict(), "fallback": cost.fallback_used, "host": self.host.status()},
         }
-        self.client.heartbeat(self.config.name, report)
+        self._send_heartbeat(report)
         self.last_report = report
 
     def mechanism(self) -> None:
         me = self.config.name
         now = self.clock()
         contracts_json = self.client.contracts(participant=me, state="active")
+        if self._agree_contracts(contracts_json):
+            contracts_json = self.client.contracts(participant=me, state="active")
         self._contracts = active_contracts(me, contracts_json)
+        if now - self._started < self.config.warmup_s:
+            return
         load, loads, cost, _ = self.measure()
         load = self._answer_offers(load, cost, contracts_json)
         load = self._end_movements(now, load, cost)
         self._offer(load, loads, cost)
+
+    def _agree_contracts(self, active: list[dict]) -> bool:
+        """Propose or accept the contracts agreed offline that are not active yet; True if one became active."""
+        partners = {c["proposer"] for c in active} | {c["counterparty"] for c in active}
+        if all(t.partner in partners for t in self.config.contracts):
+            return False
+        me = self.config.name
+        present = [p["name"] for p in self.client.participants()]
+        activated = False
+        for step in contract_steps(me, self.config.contracts, self.client.contracts(participant=me), present):
+            t = step.terms
+            if step.action == "propose":
+                made = self.client.propose(t.partner, t.price_min, t.price_max, t.min_duration_s, ha_mode=t.ha_mode)
+                self.note("contract.proposed", f"proposed contract #{made['id']} to {t.partner}: [{t.price_min}, {t.price_max}], {t.min_duration_s} s, HA {t.ha_mode}")
+            else:
+                self.client.contract_action(step.contract_id, "accept")
+                self.note("contract.accepted", f"accepted contract #{step.contract_id} with {t.partner}: the terms agreed offline")
+                activated = True
+        return activated
 
     def _answer_offers(self, load: float, cost: CostFunction, contracts_json: list[dict]) -> float:
         me = self.config.name
@@ -337,6 +452,10 @@ class Agent:
         me = self.config.name
         movements = self.client.movements(participant=me, state="active")
         views = movement_views(movements)
+        if self.ha is not None:
+            # A movement whose other side failed ends by failover, not here: ending it would send
+            # the task back to wait for a checkpoint that no one can release.
+            views = [v for v in views if not (self.ha.failed(v.host) or self.ha.failed(v.origin))]
         by_id = {v.id: v for v in views}
         for movement_id in movements_to_end(me=me, now_s=now, load=load, cost=cost, movements=views, hysteresis=self.config.hysteresis):
             try:
@@ -382,5 +501,6 @@ class Agent:
             "running": sorted(self.host.running()),
             "released": dict(self._released),
             "last_report": self.last_report,
+            "ha": self.ha.status() if self.ha is not None else None,
             "records": [r.__dict__ for r in list(self.records)[-50:]],
         }

@@ -39,7 +39,7 @@ from spark_agents.metrics import (
     process_cpu_seconds,
     task_loads,
 )
-from spark_agents.query import start_query
+from spark_agents.query import Sink, start_query
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -81,6 +81,8 @@ class HostedTask:
     batches: int = 0
     rows: int = 0
     last_batch: BatchSample | None = field(default=None, repr=False)
+    # Set when a batch's output function has returned (Spark then only writes its commit).
+    output_done: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
     def state(self) -> str:
@@ -149,10 +151,15 @@ class TaskHost:
         params: QueryParams | None = None,
         trigger_s: float | None = 1.0,
         max_files_per_trigger: int | None = None,
+        sink: Sink | None = None,
+        start_position: int | None = None,
     ) -> HostedTask:
         """Start (or resume, when `checkpoint_dir` holds a checkpoint) a task over one stream partition.
 
         `max_files_per_trigger` bounds a batch, e.g. while a moved task catches up on its backlog.
+        `sink` takes the task's result rows instead of the plain writer (an output fence, a
+        standby's held-back output); `start_position` makes a fresh task skip the stream files
+        before it (see `spark_agents.query`).
         """
         if not _TASK_ID.match(task_id):
             raise TaskError(f"bad task id {task_id!r}: letters, digits, '.', '_' and '-' only")
@@ -166,7 +173,7 @@ class TaskHost:
             checkpoint = Path(checkpoint_dir) if checkpoint_dir else self.work_dir / "checkpoints" / task_id
             params = params or QueryParams()
             query = start_query(self.spark, task_id, input_path, checkpoint, self.output_dir, params, trigger_s,
-                                max_files_per_trigger, self.cpu_meter.record_python)
+                                max_files_per_trigger, self._output_done, sink, start_position)
             self._run_ids.add(str(query.runId))
             task = HostedTask(task_id, input_path, checkpoint, params, trigger_s, query, time.time(),
                               position=processed_position(checkpoint))
@@ -176,18 +183,30 @@ class TaskHost:
     def stop_task(self, task_id: str, timeout_s: float = 60.0) -> Path:
         """Stop a task after its current batch and return its checkpoint folder, ready to hand over.
 
-        Should a new trigger begin between the wait and the stop, Spark abandons that batch
+        The stop comes while the query waits for its next trigger or, when batches run back to
+        back, the moment a batch's output function returns: never inside that function, where
+        an interrupt breaks the Python callback (and with it, later batches of the driver).
+        Should a new trigger begin before the stop lands, Spark abandons that batch
         uncommitted; the next start runs it again and rewrites the same output file.
         """
         task = self._task(task_id)
         query = task.query
         if query is not None:
             deadline = time.monotonic() + timeout_s
+            task.output_done.clear()
             while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
-                time.sleep(0.01)
+                if task.output_done.wait(0.01):
+                    break
             query.stop()
             task.query = None
         return task.checkpoint_dir
+
+    def _output_done(self, task_id: str, batch_id: int, cpu_s: float) -> None:
+        """Called by a task's output function as it returns, with the CPU it used here."""
+        self.cpu_meter.record_python(task_id, batch_id, cpu_s)
+        task = self._tasks.get(task_id)
+        if task is not None:
+            task.output_done.set()
 
     def remove_task(self, task_id: str) -> None:
         """Forget a stopped task (its measurements stay in the history)."""

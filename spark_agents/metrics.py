@@ -8,9 +8,10 @@ Definitions (docs/pipeline.md, "Measuring load"):
   but it counts waiting (for task slots, for a CPU other processes hold) as work;
 * the JVM also spends CPU that no task thread shows (garbage collection, JIT compilation,
   event buses), in proportion to the work it serves. Where the process CPU is measurable
-  (Spark local), the host estimates one overhead factor k = process CPU / task CPU (the
-  median over its recorded intervals) and a task's busy time is k times its own CPU; loads stay proportional
-  to what each task itself used (so they add up), and their sum tracks the process CPU.
+  (Spark local), the host estimates one overhead factor k, the process CPU that grows with
+  one unit of task CPU (`overhead_factor`: the idle JVM's fixed CPU is no task's; at most 3), and a
+  task's busy time is k times its own CPU; loads stay proportional to what each task itself
+  used (so they add up), and their sum tracks the process CPU above its idle part.
   Elsewhere k = 1;
 * a task's load over an interval is its busy time inside the interval, divided by the
   interval's length and by the participant's cores: the share of the participant's
@@ -114,12 +115,33 @@ def task_loads(
     return loads
 
 
-def overhead_factor(history: Iterable[IntervalSample], default: float = 1.0) -> float:
-    """Process CPU per unit of task CPU: the median over the intervals that measured both (at
-    least 1). The median keeps a warm-up (JIT compilation) or one odd interval from setting it."""
-    ratios = [i.cpu_utilisation / i.task_cpu_utilisation for i in history
-              if i.cpu_utilisation is not None and i.task_cpu_utilisation > 0]
-    return max(1.0, statistics.median(ratios)) if ratios else default
+# A larger factor means the process is still warming up (class loading, JIT compilation)
+# or nearly idle; loads scaled by it would be mostly noise.
+MAX_OVERHEAD_FACTOR = 3.0
+
+
+def overhead_factor(history: Iterable[IntervalSample], default: float = 1.0, recent: int = 120) -> float:
+    """Process CPU per unit of task CPU (between 1 and MAX_OVERHEAD_FACTOR), over the last
+    `recent` intervals that measured both.
+
+    The process CPU is modelled as a fixed part (the idle JVM: timers, heartbeats, event
+    buses) plus k times the tasks' CPU; only k belongs to the tasks. Where the intervals'
+    task CPU varies, k is the Theil-Sen slope of process CPU over task CPU (the median of the
+    pairwise slopes: a warm-up burst or one odd interval does not set it). Where it does not
+    vary enough to tell the two parts apart, k is the median ratio of the two.
+    """
+    pairs = [(i.task_cpu_utilisation, i.cpu_utilisation) for i in history
+             if i.cpu_utilisation is not None and i.task_cpu_utilisation > 0][-recent:]
+    if not pairs:
+        return default
+    tasks = [p[0] for p in pairs]
+    if len(pairs) >= 8 and max(tasks) - min(tasks) >= 0.25 * statistics.median(tasks):
+        from scipy.stats import theilslopes
+
+        estimate = float(theilslopes([p[1] for p in pairs], tasks).slope)
+    else:
+        estimate = statistics.median(cpu / task for task, cpu in pairs)
+    return min(MAX_OVERHEAD_FACTOR, max(1.0, estimate))
 
 
 def interval_sample(
@@ -159,3 +181,40 @@ def process_cpu_seconds(pid: int) -> float | None:
         return None
     # Fields after the command name: state is [0], utime is [11], stime is [12].
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def scaled_to_process(loads: dict[str, float], intervals: Iterable[IntervalSample], start_s: float) -> dict[str, float]:
+    """Task loads rescaled so that they add up to the process CPU measured since `start_s`.
+
+    The participant's load is then what its process used (bounded by its cores, idle part
+    included), split among its tasks in proportion to their own CPU: a short window in
+    which the tasks' own CPU and the overhead factor disagree cannot report more load than
+    the process had. Unchanged where the process CPU is not measured or no task did work.
+    """
+    recent = [i for i in intervals if i.end_s > start_s and i.cpu_utilisation is not None]
+    total = sum(loads.values())
+    if not recent or total <= 0:
+        return loads
+    span = sum(i.end_s - i.start_s for i in recent)
+    cpu = sum(i.cpu_utilisation * (i.end_s - i.start_s) for i in recent) / span  # type: ignore[operator]
+    return {task: load * cpu / total for task, load in loads.items()}
+
+
+def demand(loads: dict[str, float], samples: Iterable[BatchSample], trigger_s: dict[str, float | None]) -> dict[str, float]:
+    """Each task's load as the CPU it needs to keep up with its trigger.
+
+    A batch that takes D seconds of wall time against a trigger interval T < D used its CPU
+    over D seconds where keeping up would need it within T: when the host cannot give a
+    task the CPU it needs (other tasks, other processes on the same cores), the CPU it got
+    understates its load by D / T. Tasks that keep up (D <= T) are unchanged. D is the
+    median over the window, so one catch-up batch (after a start or a handover) does not set it.
+    """
+    durations: dict[str, list[float]] = {}
+    for s in samples:
+        durations.setdefault(s.task_id, []).append(s.duration_s)
+    out = {}
+    for task, load in loads.items():
+        trigger, batches = trigger_s.get(task), durations.get(task)
+        lag = statistics.median(batches) / trigger if trigger and batches else 1.0
+        out[task] = load * max(1.0, lag)
+    return out

@@ -8,6 +8,13 @@ emitted once, in the micro-batch where the watermark passes its end, all sources
 window together. Each micro-batch then derives the alerts and the per-prefix counts of port
 alerts (complete, since a closed window's sources all arrive in one batch) and writes them to `<output>/<task>/batch-<id>.jsonl` (temp file, rename),
 so a replayed batch overwrites its own file and never duplicates a result.
+
+Two hooks serve high availability (`spark_agents.ha`): a `sink` takes each batch's rows
+instead of the plain file writer (the output fence, or a standby that holds them back), and
+a `start_position` makes a fresh query skip the stream files before it (a task restarted
+from the newest input, or replayed from an acknowledged position). The start position is
+kept in the checkpoint (`.bpm-start`), so the task keeps skipping those files wherever its
+checkpoint goes.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bpm.streams.partitioned import positions_glob
 from bpm.zeek.definitions import PORT_PROTOCOLS, QueryParams, ResultRow
 from bpm.zeek.results import write_batch
 
@@ -26,18 +34,25 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 STREAM_SCHEMA_DDL = "ts_us BIGINT, src STRING, prefix STRING, dst STRING, dport INT, proto STRING, mark INT"
+START_FILE = ".bpm-start"
+
+Sink = Callable[[int, list[ResultRow]], None]
 
 
-def per_source(spark: SparkSession, input_path: str | Path, params: QueryParams, max_files_per_trigger: int | None = None) -> DataFrame:
+def per_source(spark: SparkSession, input_path: str | Path, params: QueryParams, max_files_per_trigger: int | None = None,
+               start_position: int | None = None) -> DataFrame:
     """The streaming aggregate: one row per (window, source) once the window closes.
 
-    `max_files_per_trigger` bounds how many stream files one micro-batch takes (None: all new files).
+    `max_files_per_trigger` bounds how many stream files one micro-batch takes (None: all new files);
+    `start_position` leaves out the stream files before that position.
     """
     from pyspark.sql import functions as F
 
     reader = spark.readStream.schema(STREAM_SCHEMA_DDL)
     if max_files_per_trigger is not None:
         reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
+    if start_position is not None:
+        reader = reader.option("pathGlobFilter", positions_glob(start_position))
     raw = reader.csv(str(input_path))
     events = raw.withColumn("event_time", F.timestamp_micros("ts_us")).withWatermark(
         "event_time", f"{params.lateness_s} seconds"
@@ -82,16 +97,20 @@ class BatchWriter:
 
     `on_cpu(task_id, batch_id, seconds)`, when given, receives the CPU time the function used
     in this process (Spark calls it on a callback thread, so the thread's CPU clock is its own).
+    `sink(batch_id, rows)`, when given, takes every batch's rows (also an empty list) instead
+    of the plain file writer; an exception it raises fails the query.
     """
 
     def __init__(self, output_dir: str | Path, task_id: str, params: QueryParams,
-                 on_cpu: Callable[[str, int, float], None] | None = None) -> None:
-        self.output_dir, self.task_id, self.params, self.on_cpu = Path(output_dir), task_id, params, on_cpu
+                 on_cpu: Callable[[str, int, float], None] | None = None, sink: Sink | None = None) -> None:
+        self.output_dir, self.task_id, self.params, self.on_cpu, self.sink = Path(output_dir), task_id, params, on_cpu, sink
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.thread_time()
         rows = batch_results(batch, self.params)
-        if rows:
+        if self.sink is not None:
+            self.sink(batch_id, rows)
+        elif rows:
             write_batch(self.output_dir, self.task_id, batch_id, rows)
         if self.on_cpu is not None:
             self.on_cpu(self.task_id, batch_id, time.thread_time() - started)
@@ -107,18 +126,36 @@ def start_query(
     trigger_s: float | None = None,
     max_files_per_trigger: int | None = None,
     on_cpu: Callable[[str, int, float], None] | None = None,
+    sink: Sink | None = None,
+    start_position: int | None = None,
 ) -> StreamingQuery:
     """Start the task's streaming query, resuming from `checkpoint_dir` when it holds a checkpoint.
 
     `trigger_s` sets a processing-time trigger; None runs micro-batches back to back.
+    `sink` and `start_position`: see the module text. Without `start_position`, the one kept
+    in the checkpoint (if any) applies.
     """
+    start_position = _start_position(Path(checkpoint_dir), start_position)
     writer = (
-        per_source(spark, input_path, params, max_files_per_trigger)
+        per_source(spark, input_path, params, max_files_per_trigger, start_position)
         .writeStream.queryName(task_id)
         .outputMode("append")
         .option("checkpointLocation", str(checkpoint_dir))
-        .foreachBatch(BatchWriter(output_dir, task_id, params, on_cpu))
+        .foreachBatch(BatchWriter(output_dir, task_id, params, on_cpu, sink))
     )
     if trigger_s is not None:
         writer = writer.trigger(processingTime=f"{int(trigger_s * 1000)} milliseconds")
     return writer.start()
+
+
+def _start_position(checkpoint_dir: Path, given: int | None) -> int | None:
+    """The start position to apply: the one given (then kept in the checkpoint), else the one kept there."""
+    marker = checkpoint_dir / START_FILE
+    if given is None:
+        try:
+            return int(marker.read_text())
+        except (OSError, ValueError):
+            return None
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    marker.write_text(str(given))
+    return given

@@ -6,6 +6,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from bpm.client import RegistryClient, RegistryError
 from bpm.costs import CostFunction
 from bpm.zeek.definitions import QueryParams
 from spark_agents.agent import Agent, AgentConfig
+from spark_agents.metrics import demand, scaled_to_process
 
 log = logging.getLogger("bpm.agent")
 
@@ -21,8 +23,16 @@ KEY_FILE = "participant.key"
 _QUERY_FIELDS = {f.name for f in fields(QueryParams)}
 
 
+def _query(params: dict[str, Any]) -> QueryParams:
+    return QueryParams(**{k: v for k, v in params.items() if k in _QUERY_FIELDS})
+
+
 class SparkTasks:
-    """The agent's view of a `TaskHost`: query parameters travel as the registry's JSON."""
+    """The agent's view of a `TaskHost`: query parameters travel as the registry's JSON.
+
+    The `ha_*` methods carry out the agent's HA duties (`spark_agents.ha_agent`) with the
+    building blocks of `spark_agents.ha.roles`.
+    """
 
     def __init__(self, host, trigger_s: float, cost_model: CostFunction | None = None, load_window_s: float = 15.0) -> None:
         self.host = host
@@ -30,19 +40,99 @@ class SparkTasks:
         self.cost_model = cost_model
         # Loads average over several batches: one batch may last longer than a measuring interval.
         self.load_window_s = load_window_s
+        self._sinks: dict[str, Any] = {}  # task -> its FencedSink, when it writes through the fence
+        self._duties: dict[str, Any] = {}  # task -> PrimaryDuties
+        self._replicas: dict[str, Any] = {}  # task -> the held-back sink of an active-standby replica
 
-    def start_task(self, task_id: str, input_path: str, checkpoint_dir: Path, params: dict[str, Any]) -> None:
-        query = QueryParams(**{k: v for k, v in params.items() if k in _QUERY_FIELDS})
-        self.host.start_task(task_id, input_path, checkpoint_dir, query, trigger_s=params.get("trigger_s", self.trigger_s))
+    def start_task(self, task_id: str, input_path: str, checkpoint_dir: Path, params: dict[str, Any], epoch: int | None = None) -> None:
+        """Start (resume) a task; with `epoch` its output goes through the output fence at that epoch."""
+        from spark_agents.ha.fence import FencedSink
+
+        sink = FencedSink(self.host.output_dir, task_id, epoch) if epoch is not None else None
+        self.host.start_task(task_id, input_path, checkpoint_dir, _query(params), trigger_s=params.get("trigger_s", self.trigger_s), sink=sink)
+        self._sinks[task_id] = sink
+
+    # High availability (spark_agents.ha_agent)
+
+    def ha_start_duties(self, task_id: str, mode: str, stream_root: str, partition: int, consumer: str, *,
+                        window_s: int, interval_s: float, ship) -> None:
+        from bpm.streams import PartitionedStream
+        from spark_agents.ha.roles import PrimaryDuties
+
+        duties = PrimaryDuties(self.host, task_id, mode, PartitionedStream(stream_root), partition, consumer,
+                               window_s=window_s, interval_s=interval_s, ship=ship)
+        self._duties[task_id] = duties.start()
+
+    def ha_stop_duties(self, task_id: str, release: bool) -> None:
+        duties = self._duties.pop(task_id, None)
+        if duties is None:
+            return
+        duties.stop()
+        if release:
+            duties.stream.release(duties.consumer)
+
+    def ha_duties_status(self, task_id: str) -> dict[str, Any]:
+        d = self._duties.get(task_id)
+        if d is None:
+            return {}
+        return {"acked": d.acked, "rounds": d.rounds, "failures": d.failures, "shipped_bytes": d.shipped_bytes, "last_error": d.last_error}
+
+    def ha_start_replica(self, task_id: str, input_path: str, checkpoint_dir: Path, params: dict[str, Any]) -> None:
+        from spark_agents.ha.roles import start_replica
+
+        self._replicas[task_id] = start_replica(self.host, task_id, input_path, _query(params),
+                                                trigger_s=params.get("trigger_s", self.trigger_s), checkpoint_dir=checkpoint_dir)
+
+    def ha_stop_replica(self, task_id: str) -> None:
+        if self._replicas.pop(task_id, None) is not None:
+            self.host.stop_task(task_id, timeout_s=self.STOP_WAIT_S)
+
+    def ha_take_over(self, task_id: str, mode: str, *, epoch: int, stream_root: str, partition: int, consumer: str,
+                     failed_consumer: str | None, params: dict[str, Any], checkpoint_dir: Path, backup) -> dict[str, Any]:
+        from bpm.streams import PartitionedStream
+        from spark_agents.ha.roles import take_over
+
+        took = take_over(self.host, task_id, mode, epoch=epoch, stream=PartitionedStream(stream_root), partition=partition,
+                         consumer=consumer, failed_consumer=failed_consumer, params=_query(params),
+                         trigger_s=params.get("trigger_s", self.trigger_s), checkpoint_dir=checkpoint_dir, backup=backup,
+                         replica=self._replicas.pop(task_id, None))
+        self._sinks[task_id] = took.sink
+        return {"start_position": took.start_position, "promoted_rows": took.promoted_rows, "takeover_s": round(took.started_s, 3)}
+
+    def ha_first_output(self, task_id: str, since: float) -> float | None:
+        """When the task first produced output at or after `since`: a fenced file written, or a batch finished."""
+        times = [s.end_s for s in self.host.recorder.samples(since_s=since) if s.task_id == task_id]
+        sink = self._sinks.get(task_id)
+        for path in list(getattr(sink, "files", ()))[:1]:
+            try:
+                times.append(path.stat().st_mtime)
+            except OSError:
+                pass
+        times = [t for t in times if t >= since]
+        return min(times) if times else None
+
+    # How long a stop waits for the running batch to finish (see TaskHost.stop_task); after
+    # that the batch is abandoned uncommitted, and its new host runs it again from the
+    # checkpoint (same batch id, same output file: nothing twice).
+    STOP_WAIT_S = 60.0
 
     def stop_task(self, task_id: str) -> Path:
-        return self.host.stop_task(task_id)
+        return self.host.stop_task(task_id, timeout_s=self.STOP_WAIT_S)
 
     def running(self) -> set[str]:
         return set(self.host.running())
 
+    def close(self) -> None:
+        for task_id in list(self._duties):
+            self.ha_stop_duties(task_id, release=False)
+
     def loads(self) -> dict[str, float]:
-        return self.host.loads(window_s=self.load_window_s)
+        """What each task needs: its share of the process CPU over the window, scaled up by
+        how far its batches fall behind their trigger (`spark_agents.metrics.demand`)."""
+        started = time.time() - self.load_window_s
+        got = scaled_to_process(self.host.loads(window_s=self.load_window_s), list(self.host.intervals), started)
+        triggers = {t.task_id: t.trigger_s for t in self.host.tasks()}
+        return demand(got, self.host.recorder.samples(since_s=started), triggers)
 
     def cost_function(self) -> CostFunction:
         # A fixed model stands in for the fitted one when the operator chose it (--cost-model mm1).
@@ -53,7 +143,8 @@ class SparkTasks:
         # The fitted curve and per-task details are long; the registry keeps a summary.
         summary = {k: status[k] for k in ("master", "cores", "utilisation", "cpu_utilisation", "mean_batch_s", "fallback_used", "intervals")}
         summary["tasks"] = [
-            {"task_id": t["task_id"], "state": t["state"], "batches": t["batches"], "backlog_files": t["backlog"]["files"]}
+            {"task_id": t["task_id"], "state": t["state"], "batches": t["batches"], "position": t["position"],
+             "backlog_files": t["backlog"]["files"]}
             for t in status["tasks"]
         ]
         return summary
@@ -104,7 +195,10 @@ def run_agent(
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    spark = make_session(spark_master, app_name=f"bpm-{config.name}")
+    # A participant may host many moved tasks at once, each with its state store versions
+    # cached in the driver; the default 1 GB heap leaves a local driver little room for that.
+    conf = {"spark.driver.memory": "2g"} if spark_master.startswith("local") else None
+    spark = make_session(spark_master, app_name=f"bpm-{config.name}", conf=conf, lean=spark_master.startswith("local"))
     host = TaskHost(spark, config.workdir, config.output_dir, cores=cores, interval_s=sample_s)
     host.start_sampling()
     client = RegistryClient(registry_url, key)

@@ -1,16 +1,20 @@
-"""The agent's own HTTP endpoint: JSON status, Prometheus metrics, and checkpoint handover."""
+"""The agent's own HTTP endpoint: JSON status, Prometheus metrics, checkpoint handover, and the
+passive-standby deltas a host ships to this participant as the backup of its task."""
 
 from __future__ import annotations
 
 import threading
 from typing import TYPE_CHECKING
 
-from fastapi import FastAPI, HTTPException, Query
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from spark_agents.ha.delta import DeltaRefused
+from spark_agents.ha_agent import NotHolder
 from spark_agents.handover import HandoverNotReady
 
 if TYPE_CHECKING:
@@ -93,5 +97,16 @@ def create_agent_app(agent: Agent) -> FastAPI:
             except HandoverNotReady as exc:
                 raise HTTPException(503, str(exc)) from exc
         return Response(data, media_type="application/gzip")
+
+    @app.post("/ha/{task_key}/delta")
+    async def delta(task_key: str, request: Request, epoch: int = Query(ge=0), sender: str = Query(min_length=1)):
+        """Apply a delta checkpoint from the task's host (this participant holds its passive-standby copy)."""
+        if agent.ha is None:
+            raise HTTPException(404, "this agent keeps no HA copies")
+        data = await request.body()
+        try:
+            return await run_in_threadpool(agent.ha.receive_delta, task_key, epoch, sender, data)
+        except (NotHolder, DeltaRefused) as exc:
+            raise HTTPException(409, str(exc)) from exc
 
     return app

@@ -32,6 +32,7 @@ def run(
     registry: Annotated[str, typer.Option(envvar="BPM_REGISTRY_URL", help="Registry base URL.")] = "http://127.0.0.1:8000",
     host: Annotated[str, typer.Option(help="Loopback address this agent listens on (127.0.0.x).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port of the agent's HTTP endpoint (status, metrics, handover).")] = 9000,
+    endpoint: Annotated[str | None, typer.Option(envvar="BPM_ENDPOINT", help="URL partners reach this agent at (default http://HOST:PORT); set it when HOST is 0.0.0.0, as in a container.")] = None,
     spark_master: Annotated[str, typer.Option(envvar="BPM_SPARK_MASTER", help="Spark master URL: local[*], local[N], spark://host:port.")] = "local[*]",
     key: Annotated[str | None, typer.Option(envvar="BPM_KEY", help="This participant's API key.")] = None,
     admin_key: Annotated[str | None, typer.Option(envvar="BPM_ADMIN_KEY", help="Operator key, to register the participant on first run.")] = None,
@@ -51,9 +52,14 @@ def run(
     reference_price: Annotated[float | None, typer.Option(help="Price at which the threshold is reported (default: cheapest contract).")] = None,
     cost_model: Annotated[str, typer.Option(help="'fitted' (from measured batch durations, M/M/1 until samples suffice) or 'mm1' (the analytic form only).")] = "fitted",
     mm1_scale: Annotated[float, typer.Option(help="Scale a of the M/M/1 cost a*u/(1-u) when --cost-model mm1.")] = 1.0,
+    warmup: Annotated[float, typer.Option(help="Seconds after start during which the agent neither offers nor takes load (JIT compilation inflates the CPU measured).")] = 30.0,
+    contract: Annotated[list[str] | None, typer.Option(help="Terms agreed offline, PARTNER:PRICE_MIN:PRICE_MAX:MIN_DURATION_S[:HA_MODE] (repeatable; HA_MODE none, upstream_backup, passive_standby or active_standby); the agent proposes or accepts them in the registry.")] = None,
+    ha: Annotated[bool, typer.Option("--ha/--no-ha", help="High availability duties: fail over moved tasks whose host failed, keep replicas and delta checkpoints, repair.")] = True,
+    ha_interval: Annotated[float, typer.Option(min=0.1, help="Seconds between a host's passive-standby deltas and stream acknowledgements.")] = 2.0,
 ) -> None:
     """Run one participant: host its tasks on Spark and trade load with its contract partners."""
     from bpm.zeek.definitions import QueryParams
+    from bpm.federation.views import AgreedTerms
     from spark_agents.agent import AgentConfig, OwnTask
     from spark_agents.runtime import participant_key, run_agent
 
@@ -61,13 +67,17 @@ def run(
     for noisy in ("httpx", "py4j", "py4j.clientserver", "uvicorn.access"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     workdir = (workdir or Path("bpm-agents") / name).resolve()
-    endpoint = f"http://{host}:{port}"
+    endpoint = endpoint or f"http://{host}:{port}"
     params = {**QueryParams(window, min_connections, min_ports, lateness).to_dict(), "trigger_s": trigger}
     own = []
     if partitions:
         if stream is None:
             raise typer.BadParameter("--partitions needs --stream")
         own = [OwnTask(f"p{k}", str((stream / f"partition={k}").resolve()), params) for k in parse_partitions(partitions)]
+    try:
+        agreed = [AgreedTerms.parse(spec) for spec in contract or []]
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--contract") from None
     config = AgentConfig(
         name=name,
         workdir=workdir,
@@ -77,6 +87,10 @@ def run(
         period_s=period,
         tick_s=tick,
         reference_price=reference_price,
+        contracts=agreed,
+        warmup_s=warmup,
+        ha=ha,
+        ha_interval_s=ha_interval,
     )
     if cost_model not in ("fitted", "mm1"):
         raise typer.BadParameter("--cost-model is 'fitted' or 'mm1'")

@@ -10,16 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
-from api.app import create_app
-from api.migrate import upgrade
-from bpm.client import RegistryClient
 from bpm.costs import MM1Cost
 from bpm.negotiation import is_acceptable
-from bpm.settings import Settings
-from spark_agents.agent import Agent, AgentConfig, OwnTask
-from tests.api.conftest import Clock
+from tests.spark_agents.stepped import stepped_federation
 
 TASK_LOAD = 0.12
 
@@ -59,37 +53,9 @@ class SteppedHost:
 
 @pytest.fixture
 def federation(tmp_path):
-    database_url = f"sqlite:///{tmp_path / 'registry.db'}"
-    upgrade(database_url)
-    clock = Clock()
-    app = create_app(Settings(database_url=database_url), admin_key="op", migrate=False, clock=clock)
-    with TestClient(app) as http:
-        transport = http._transport
-        operator = RegistryClient("http://testserver", "op", transport=transport)
-        agents: dict[str, Agent] = {}
-
-        def fetch(endpoint, key, epoch, me):
-            return agents[endpoint.rsplit("/", 1)[-1]].release(key, epoch, me)
-
-        def add(name: str, tasks: int) -> Agent:
-            key = operator.add_participant(name, f"http://127.0.0.2:9000/{name}")["api_key"]
-            client = RegistryClient("http://testserver", key, transport=transport)
-            config = AgentConfig(
-                name=name,
-                workdir=tmp_path / name,
-                output_dir=tmp_path / "output",
-                endpoint=f"http://127.0.0.2:9000/{name}",
-                tasks=[OwnTask(f"p{i}", f"/streams/{name}/partition={i}") for i in range(tasks)],
-                period_s=0.0,
-                reference_price=1.0,
-            )
-            # Threshold of a*u/(1-u) at price 1 with a = 0.25: u = 1 - sqrt(0.25) = 0.5.
-            agent = Agent(config, client, SteppedHost(MM1Cost(a=0.25, c=1.0)), clock=lambda: clock.now.timestamp(), fetch=fetch)
-            agents[name] = agent
-            agent.connect()
-            return agent
-
-        yield operator, agents, add, clock
+    # Threshold of a*u/(1-u) at price 1 with a = 0.25: u = 1 - sqrt(0.25) = 0.5.
+    with stepped_federation(tmp_path, lambda now: SteppedHost(MM1Cost(a=0.25, c=1.0))) as federation:
+        yield federation
 
 
 def _contract(agents, a, b, price=1.0, duration=30.0):
@@ -161,3 +127,37 @@ def test_a_failed_step_is_recorded_and_the_loop_goes_on(federation):
     assert a.errors >= 2 and a.steps == 2
     reported = [e for e in operator.events(kind="agent.error") if e["actor"] == "a"]
     assert reported and "spark is gone" in reported[0]["message"]
+
+
+def test_contracts_agreed_offline_become_active_once_both_sides_run(federation):
+    from bpm.federation.views import AgreedTerms
+
+    operator, agents, add, clock = federation
+    a = add("a", 1)
+    a.config.contracts = [AgreedTerms("b", 1.0, 1.1, 15.0), AgreedTerms("c", 2.0, 2.2, 15.0)]
+    _round(agents, clock)
+    assert operator.contracts() == [], "nothing to sign while the partners have not joined"
+    b = add("b", 1)
+    b.config.contracts = [AgreedTerms("a", 1.0, 1.1, 15.0)]
+    c = add("c", 1)
+    c.config.contracts = [AgreedTerms("a", 2.0, 2.5, 15.0)]  # c agreed other terms: left for a person
+    for _ in range(3):
+        _round(agents, clock)
+    states = {(k["proposer"], k["counterparty"]): k["state"] for k in operator.contracts()}
+    assert states == {("a", "b"): "active", ("a", "c"): "proposed"}
+    kinds = [r.kind for r in a.records] + [r.kind for r in b.records]
+    assert kinds.count("contract.proposed") == 2 and kinds.count("contract.accepted") == 1
+
+
+def test_no_load_is_traded_while_the_agent_warms_up(federation):
+    operator, agents, add, clock = federation
+    a = add("a", 9)
+    a.config.warmup_s = 10.0
+    add("b", 1)
+    _contract(agents, "a", "b")
+    for _ in range(5):
+        _round(agents, clock)
+    assert operator.offers() == [], "no offer in the first 10 s"
+    for _ in range(8):
+        _round(agents, clock)
+    assert operator.offers(), "offers once warm"

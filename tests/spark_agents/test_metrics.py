@@ -3,6 +3,7 @@ import os
 import pytest
 
 from spark_agents.metrics import (
+    MAX_OVERHEAD_FACTOR,
     BatchSample,
     busy_seconds,
     cost_samples,
@@ -47,6 +48,7 @@ def test_interval_sample_and_cost_samples():
     assert overhead_factor([measured, unscaled]) == pytest.approx(2.0)
     odd = interval_sample(samples, 0, 10, cores=2, tasks=["a", "b"], cpu_seconds=31.0)
     assert overhead_factor([measured, odd, measured]) == pytest.approx(2.0), "the median ignores one odd interval"
+    assert overhead_factor([odd]) == MAX_OVERHEAD_FACTOR, "a warming-up process does not inflate loads without bound"
     interval = interval_sample(samples, 0, 10, cores=2, tasks=["a", "b"], cpu_seconds=6.2, factor=2.0)
     assert interval.loads == {"a": pytest.approx(0.3), "b": pytest.approx(0.01)}, "task CPU scaled by the factor"
     assert interval.utilisation == pytest.approx(0.31) == interval.cpu_utilisation
@@ -63,3 +65,40 @@ def test_process_cpu_of_this_process_is_readable_and_grows():
     after = process_cpu_seconds(os.getpid())
     assert before is not None and after > before
     assert process_cpu_seconds(2**22 + 12345) is None
+
+
+def test_overhead_factor_leaves_the_idle_part_of_the_process_cpu_to_no_task():
+    # Process CPU = 0.1 (idle JVM) + 1.5 x task CPU, over intervals of varying task work.
+    history = [
+        interval_sample([b("a", 0, 10, cpu=c)], 0, 10, cores=1, tasks=["a"], cpu_seconds=10 * (0.1 + 1.5 * c / 10))
+        for c in (0.5, 1.0, 2.0, 3.0, 1.5, 0.8, 2.5, 4.0)
+    ]
+    assert overhead_factor(history) == pytest.approx(1.5)
+    ratios = [i.cpu_utilisation / i.task_cpu_utilisation for i in history]
+    assert min(ratios) > 1.7, "a plain ratio would charge the idle JVM to the tasks"
+    # A warm-up interval (much process CPU, little task CPU) does not set it.
+    warm_up = interval_sample([b("a", 0, 10, cpu=0.2)], 0, 10, cores=1, tasks=["a"], cpu_seconds=8.0)
+    assert overhead_factor([warm_up, *history]) == pytest.approx(1.5, rel=0.05)
+
+
+def test_loads_scaled_to_the_process_cpu_of_the_window():
+    from spark_agents.metrics import scaled_to_process
+
+    history = [interval_sample([b("a", 0, 10, cpu=1.0)], 0, 10, cores=1, tasks=["a"], cpu_seconds=4.0),
+               interval_sample([b("a", 10, 10, cpu=1.0)], 10, 20, cores=1, tasks=["a"], cpu_seconds=2.0)]
+    loads = {"a": 0.3, "b": 0.1}
+    assert scaled_to_process(loads, history, start_s=10) == {"a": pytest.approx(0.15), "b": pytest.approx(0.05)}
+    assert sum(scaled_to_process(loads, history, start_s=0).values()) == pytest.approx(0.3), "both intervals: 6 s over 20 s"
+    assert scaled_to_process(loads, history, start_s=30) == loads, "nothing measured in the window"
+    assert scaled_to_process({"a": 0.0}, history, start_s=0) == {"a": 0.0}
+
+
+def test_demand_scales_the_load_of_a_task_that_falls_behind_its_trigger():
+    from spark_agents.metrics import demand
+
+    samples = [b("slow", 0, 6, cpu=0.6), b("slow", 6, 4, cpu=0.4), b("slow", 10, 5, cpu=0.5),
+               b("fast", 0, 1, cpu=0.5), b("fast", 1, 30, cpu=0.5), b("fast", 31, 1, cpu=0.5)]
+    loads = {"slow": 0.1, "fast": 0.05, "idle": 0.0}
+    out = demand(loads, samples, {"slow": 2.0, "fast": 2.0, "idle": 2.0})
+    assert out == {"slow": pytest.approx(0.25), "fast": 0.05, "idle": 0.0}, "5 s batches against a 2 s trigger: 2.5x; one catch-up batch is not the rule"
+    assert demand(loads, samples, {"slow": None}) ["slow"] == 0.1, "no trigger: back-to-back batches are the plan"

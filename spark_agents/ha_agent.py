@@ -1,0 +1,562 @@
+"""The high-availability duties of a participant's agent, every tick (docs/ha.md, "In the federation").
+
+The decisions are `bpm.ha`'s pure functions; the data-plane work is `spark_agents.ha`'s
+building blocks, reached through the agent's task host (`SparkTasks` in
+`spark_agents.runtime`, a stepped fake in tests). What this module adds is who does what,
+when, from the registry's records:
+
+- **As the origin** of a task that is away: detect that its host failed (the registry's
+  liveness, `bpm.ha.is_failed`: silent past the registry's heartbeat timeout) and fail it
+  over at once (`failover_target`, `POST /tasks/{id}/failover`; no consensus, a 409 means
+  someone else won or the epoch moved, and the next tick re-reads). Keep the replication
+  level of the replicated modes: the first replica goes to the origin (the default
+  backup) when the movement starts, a lost one is repaired elsewhere (`repair_target`,
+  with `repair_of` naming the failover that lost it), and replicas are dropped when the
+  movement ends normally. Under upstream backup the origin trims its stream, which it
+  owns, only up to what the host acknowledged.
+- **As the host** of a task under an HA mode: run `PrimaryDuties` (acknowledgements; for
+  passive standby a delta checkpoint shipped every interval over HTTP to the backup's
+  agent, `POST /ha/{task}/delta`), and write through the output fence at the task's epoch.
+- **As a replica holder**: apply the deltas that arrive (`PassiveBackup`) and record them
+  (`sync_replica`); for active standby run the replica with its output held back.
+- **As the new host** after a failover: take the task over per mode (`take_over`: promote
+  the active replica, restart from the passive copy and replay, replay from the
+  acknowledged position, or newest input for none) and complete the failover with the
+  recovery time, from the registry's detection to the task's first output after it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from bpm.client import RegistryError
+from bpm.federation.views import seconds, stream_partition, task_ha_mode, task_key
+from bpm.ha import REPLICATED_MODES, effective_mode, failover_target, is_failed, repair_target
+from spark_agents import handover
+from spark_agents.ha.fence import OutputFence
+from spark_agents.ha.roles import PassiveBackup, consumer_name
+
+if TYPE_CHECKING:
+    from spark_agents.agent import Agent
+
+# How long a new host waits for the task's first output before it completes the failover anyway.
+FIRST_OUTPUT_WAIT_S = 60.0
+# How long the origin waits before asking again for a failover the registry refused.
+FAILOVER_RETRY_S = 2.0
+
+
+class NotHolder(PermissionError):
+    """A delta for a task this participant holds no active passive replica of (at that epoch)."""
+
+
+@dataclass
+class Pending:
+    """A failover this participant took over and has not completed yet."""
+
+    failover_id: int
+    key: str
+    mode: str
+    took_at: float
+    detected_at: float
+    details: dict
+
+
+@dataclass(frozen=True)
+class Duty:
+    """What the host's duties for one task run with; a change restarts them."""
+
+    mode: str
+    holder: str | None
+    epoch: int
+
+
+def ship_over_http(client: httpx.Client, endpoint: str, key: str, epoch: int, sender: str) -> Callable[[bytes], Any]:
+    """A `ship` for `PrimaryDuties`: POST the delta to the backup's agent; it returns once applied."""
+
+    def ship(data: bytes) -> Any:
+        response = client.post(f"{endpoint.rstrip('/')}/ha/{key}/delta", params={"epoch": epoch, "sender": sender}, content=data)
+        response.raise_for_status()
+        return response.json()
+
+    return ship
+
+
+class HADuties:
+    """One agent's HA part. `observe` reads the registry once per tick, `act` does the duties.
+
+    Attributes:
+        modes: each visible task's effective HA mode (by key), as of the last observation.
+        duties: the host's running duties per task key.
+        backups: passive-standby copies held here per task key.
+        standby: active-standby replicas running here: task key -> replica id.
+        checkpoints: tasks whose checkpoint is not the agent's usual folder (a promoted replica's copy).
+        pending: failovers taken over here, waiting for the task's first output.
+        deltas_applied: deltas applied here as a backup.
+    """
+
+    def __init__(self, agent: Agent, *, interval_s: float = 2.0, http: httpx.Client | None = None) -> None:
+        self.agent = agent
+        self.interval_s = interval_s
+        self.http = http or httpx.Client(timeout=10.0)
+        self.modes: dict[str, str] = {}
+        self.duties: dict[str, Duty] = {}
+        self.backups: dict[str, PassiveBackup] = {}
+        self.standby: dict[str, int] = {}
+        self.checkpoints: dict[str, Path] = {}
+        self.pending: dict[int, Pending] = {}
+        self.deltas_applied = 0
+        self.resync = False
+        self._asked: dict[int, tuple[int, float]] = {}  # task id -> (epoch, when) of my last failover request
+        self._lock = threading.RLock()
+        self._view: dict[str, Any] = {"tasks": [], "replicas": [], "participants": {}, "failovers": [], "contracts": []}
+        self._last_trim = 0.0
+
+    @property
+    def me(self) -> str:
+        return self.agent.config.name
+
+    @property
+    def host(self):
+        return self.agent.host
+
+    def note(self, kind: str, message: str, **kw: Any) -> None:
+        self.agent.note(kind, message, **kw)
+
+    def backup_dir(self, key: str) -> Path:
+        return self.agent.config.workdir / "backups" / key
+
+    def replica_dir(self, key: str, replica_id: int) -> Path:
+        """One folder per replica: a promoted replica's folder stays the task's checkpoint."""
+        return self.agent.config.workdir / "replicas" / f"{key}-{replica_id}"
+
+    # -- observation -----------------------------------------------------------------------
+
+    def observe(self, tasks: list[dict], movements: list[dict], failovers: list[dict]) -> None:
+        """Read what the duties need besides the tasks, movements and failovers sync has read."""
+        client = self.agent.client
+        participants = {p["name"]: p for p in client.participants()}
+        contracts = client.contracts(participant=self.me)
+        replicas = client.replicas()
+        modes = {task_key(t): task_ha_mode(t, movements, contracts, failovers) for t in tasks}
+        with self._lock:
+            self.modes = modes
+            self._view = {"tasks": tasks, "replicas": replicas, "participants": participants, "failovers": failovers,
+                          "contracts": contracts, "movements": movements}
+
+    def standby_keys(self) -> set[str]:
+        with self._lock:
+            return set(self.standby)
+
+    def fenced(self, task: Mapping) -> bool:
+        """Whether the task writes through the output fence: under an HA mode, and forever once
+        its output was fenced (a plain writer after a fenced one could replace its files)."""
+        key = task_key(task)
+        return self.modes.get(key, task.get("ha_mode", "none")) != "none" or OutputFence(self.agent.config.output_dir, key).state().epoch is not None
+
+    # -- the tick --------------------------------------------------------------------------
+
+    def act(self) -> None:
+        """The duties of every role, each guarded on its own so one failure stops no other."""
+        guard = self.agent._guarded
+        guard("ha.origin", self._origin_duties)
+        guard("ha.host", self._host_duties)
+        guard("ha.holder", self._holder_duties)
+        guard("ha.complete", self._complete)
+
+    def failed(self, participant: str) -> bool:
+        """Whether the registry, at the last observation, counted `participant` as failed (`bpm.ha.is_failed`)."""
+        p = self._view["participants"].get(participant)
+        return p is not None and is_failed(p["status"])
+
+    def _status(self) -> dict[str, str]:
+        return {name: p["status"] for name, p in self._view["participants"].items()}
+
+    def _replicas_of(self, task_id: int) -> list[dict]:
+        return [r for r in self._view["replicas"] if r["task_id"] == task_id]
+
+    def _partners(self) -> list[str]:
+        """My contract partners in force, cheapest first: where repairs go after the origin."""
+        active = [c for c in self._view["contracts"] if c["state"] == "active" and c.get("in_force", True)]
+        active.sort(key=lambda c: (c["price_min"], c["id"]))
+        return [c["counterparty"] if c["proposer"] == self.me else c["proposer"] for c in active]
+
+    # As the origin (or the host of a task whose origin is not alive)
+
+    def _origin_duties(self) -> None:
+        status = self._status()
+        for task in self._view["tasks"]:
+            origin_acts = task["origin"] == self.me
+            host_acts = task["host"] == self.me and status.get(task["origin"]) != "alive"
+            if not (origin_acts or host_acts):
+                continue
+            key = task_key(task)
+            mode = self.modes.get(key, "none")
+            if origin_acts and task["host"] != self.me and is_failed(status.get(task["host"], "new")):
+                self._fail_over(task, mode, status)
+                continue
+            replicas = self._replicas_of(task["id"])
+            if mode in REPLICATED_MODES:
+                self._keep_replicated(task, mode, replicas, status)
+            elif task["host"] != self.me or key in self.agent.hosting():
+                # A task back home keeps its copies until it runs here: should its last host
+                # fail before releasing the checkpoint, the copy is what it restarts from.
+                for r in replicas:
+                    if r["state"] == "active":
+                        self._drop(r, f"{key} keeps no replica under mode {mode}")
+            if origin_acts and mode == "upstream_backup" and task["host"] != self.me:
+                self._trim(task)
+
+    def _fail_over(self, task: dict, mode: str, status: dict[str, str]) -> None:
+        asked = self._asked.get(task["id"])
+        now = self.agent.clock()
+        if asked is not None and asked[0] == task["epoch"] and now - asked[1] < FAILOVER_RETRY_S:
+            return
+        self._asked[task["id"]] = (task["epoch"], now)
+        key, failed = task_key(task), task["host"]
+        to = failover_target(mode=mode, origin=task["origin"], host=failed, replicas=self._replicas_of(task["id"]), status=status)
+        if to is None:
+            self.note("failover.impossible", f"{key}: its host {failed} is {status.get(failed)} and no live participant can take it over ({mode})")
+            return
+        try:
+            record = self.agent.client.failover(task["id"], to, task["epoch"], reason=f"{failed} {status.get(failed)}: silent past the heartbeat timeout")
+        except RegistryError as exc:
+            if exc.status == 409:
+                self.note("failover.lost", f"{key}: failover to {to} refused, the registry moved on: {exc}")
+                return
+            raise
+        self.note("failover.requested", f"{key}: host {failed} {status.get(failed)}; failed over to {to} ({mode}), epoch {record['from_epoch']} -> {record['to_epoch']} (failover #{record['id']})")
+        if to == self.me:
+            self.resync = True  # take it over in this very tick
+
+    def _keep_replicated(self, task: dict, mode: str, replicas: list[dict], status: dict[str, str]) -> None:
+        key = task_key(task)
+        for r in replicas:
+            if r["state"] == "active" and r["participant"] == task["host"]:
+                self._drop(r, f"{r['participant']} hosts {key} now; a replica must live elsewhere")
+        target = repair_target(mode=mode, origin=task["origin"], host=task["host"], replicas=replicas, status=status, candidates=self._partners())
+        if target is None:
+            return
+        lost = self._unrepaired_failover(task)
+        try:
+            made = self.agent.client.create_replica(task["id"], target, repair_of=lost)
+        except RegistryError as exc:
+            if exc.status not in (409, 422):
+                raise
+            # The registry saw the task change meanwhile (it moved, or its movement ended): next tick re-reads.
+            self.note("replica.refused", f"{key}: no replica at {target}: {exc}")
+            return
+        self._view["replicas"].append(made)
+        if lost is None:
+            self.note("replica.created", f"{key}: {mode} replica #{made['id']} at {target}", report=False)
+        else:
+            self.note("replica.repaired", f"{key}: replication restored at {target} (replica #{made['id']}, repair #{made.get('repair_id')} of failover #{lost})")
+
+    def _unrepaired_failover(self, task: dict) -> int | None:
+        """The task's newest failover whose lost replication no repair has restored yet."""
+        records = [f for f in self._view["failovers"] if f["task_id"] == task["id"]]
+        failovers = [f for f in records if f["kind"] == "failover"]
+        if not failovers:
+            return None
+        newest = max(failovers, key=lambda f: f["id"])
+        repaired = any(f["kind"] == "repair" and (f.get("details") or {}).get("repair_of") == newest["id"] for f in records)
+        return None if repaired else newest["id"]
+
+    def _drop(self, replica: dict, why: str) -> None:
+        try:
+            self.agent.client.drop_replica(replica["id"])
+        except RegistryError as exc:
+            if exc.status != 409:
+                raise
+            return
+        replica["state"] = "dropped"
+        self.note("replica.dropped", f"dropped replica #{replica['id']} of {replica['task']} at {replica['participant']}: {why}")
+
+    def _trim(self, task: dict) -> None:
+        """Delete stream files below every consumer's acknowledgement (at most once per interval)."""
+        now = self.agent.clock()
+        if now - self._last_trim < self.interval_s:
+            return
+        self._last_trim = now
+        located = stream_partition(task.get("input_uri") or "")
+        if located is None:
+            return
+        from bpm.streams import PartitionedStream, StreamError
+
+        try:
+            PartitionedStream(located[0]).trim()
+        except (StreamError, OSError) as exc:
+            self.note("stream.trim_error", f"{located[0]}: {exc}")
+
+    # As the host
+
+    def _holder_of(self, task: dict) -> str | None:
+        """The live holder of the newest active passive-standby replica of the task (not me)."""
+        status = self._status()
+        held = [r for r in self._replicas_of(task["id"]) if r["state"] == "active" and r["role"] == "passive_standby"
+                and r["participant"] != self.me and status.get(r["participant"]) == "alive"]
+        return max(held, key=lambda r: r["id"])["participant"] if held else None
+
+    def _host_duties(self) -> None:
+        running = set(self.host.running()) - self.standby_keys()
+        wanted: dict[str, tuple[Duty, dict]] = {}
+        for task in self._view["tasks"]:
+            key = task_key(task)
+            mode = self.modes.get(key, "none")
+            if task["host"] != self.me or key not in running or mode == "none":
+                continue
+            holder = self._holder_of(task) if mode == "passive_standby" else None
+            if mode == "passive_standby" and holder is None:
+                continue  # no backup yet: the origin places one, then deltas flow
+            wanted[key] = (Duty(mode, holder, task["epoch"]), task)
+        for key in list(self.duties):
+            if key not in wanted or wanted[key][0] != self.duties[key]:
+                self.host.ha_stop_duties(key, release=key not in wanted)
+                del self.duties[key]
+        for key, (duty, task) in wanted.items():
+            if key in self.duties:
+                continue
+            located = stream_partition(task.get("input_uri") or "")
+            if located is None:
+                continue
+            ship = None
+            if duty.holder is not None:
+                endpoint = self._view["participants"][duty.holder]["endpoint"]
+                ship = ship_over_http(self.http, endpoint, key, duty.epoch, self.me)
+            window_s = int((task.get("params") or {}).get("window_s", 60))
+            self.host.ha_start_duties(key, duty.mode, located[0], located[1], consumer_name(key, self.me),
+                                      window_s=window_s, interval_s=self.interval_s, ship=ship)
+            self.duties[key] = duty
+            where = f", deltas to {duty.holder} every {self.interval_s:g} s" if duty.holder else ""
+            self.note("ha.duties", f"{key}: host duties under {duty.mode} at epoch {duty.epoch}{where}")
+
+    # As a replica holder
+
+    def _holder_duties(self) -> None:
+        tasks = {t["id"]: t for t in self._view["tasks"]}
+        mine = {task_key(tasks[r["task_id"]]): r for r in self._view["replicas"]
+                if r["participant"] == self.me and r["state"] == "active" and r["task_id"] in tasks}
+        for key, r in mine.items():
+            task = tasks[r["task_id"]]
+            if r["role"] == "active_standby" and key not in self.standby and task["host"] != self.me:
+                params = task.get("params") or {}
+                self.host.ha_start_replica(key, task["input_uri"], self._replica_copy(task, r["id"]), params)
+                with self._lock:
+                    self.standby[key] = r["id"]
+                self.note("replica.started", f"{key}: active-standby replica #{r['id']} runs here, its output held back")
+        # A promoted replica or copy waits for its takeover, which makes it the task's checkpoint.
+        promoted = {task_key(tasks[r["task_id"]]) for r in self._view["replicas"]
+                    if r["participant"] == self.me and r["state"] == "promoted" and r["task_id"] in tasks}
+        for key in list(self.standby):
+            if key in promoted:
+                continue
+            if key not in mine or mine[key]["role"] != "active_standby":
+                self.stop_standby(key, "its replica is no longer active here")
+        with self._lock:
+            for key in list(self.backups):
+                if key in promoted:
+                    continue
+                if key not in mine or mine[key]["role"] != "passive_standby":
+                    del self.backups[key]
+                    shutil.rmtree(self.backup_dir(key), ignore_errors=True)
+                    self.note("backup.dropped", f"{key}: the passive copy here is no longer needed")
+        self._complete_repairs(mine)
+
+    def _replica_copy(self, task: Mapping, replica_id: int) -> Path:
+        """The folder an active-standby replica starts from: at the origin, a copy of the checkpoint it
+        handed over (the replica then catches up from there); elsewhere an empty one (the replica reads
+        the retained stream from the start, and the fence drops what the host wrote)."""
+        key = task_key(task)
+        folder = self.replica_dir(key, replica_id)
+        shutil.rmtree(folder, ignore_errors=True)
+        source = self.agent.checkpoint_dir(key)
+        if task["origin"] == self.me and source.exists() and source != folder:
+            handover.unpack(handover.pack(source), folder, task["epoch"])
+        else:
+            folder.mkdir(parents=True)
+        return folder
+
+    def stop_standby(self, key: str, why: str) -> None:
+        with self._lock:
+            replica_id = self.standby.pop(key, None)
+            if replica_id is None:
+                return
+        self.host.ha_stop_replica(key)
+        shutil.rmtree(self.replica_dir(key, replica_id), ignore_errors=True)
+        self.note("replica.stopped", f"{key}: active-standby replica stopped: {why}")
+
+    def receive_delta(self, key: str, epoch: int, sender: str, data: bytes) -> dict:
+        """Apply a delta checkpoint from the host of `key` (the server's `POST /ha/{task}/delta`).
+
+        Refused (`NotHolder`) unless I hold an active passive replica of the task and the
+        sender hosts it at `epoch`; a fenced sender's sync is refused by the registry too.
+        """
+        replica, task = self._held(key)
+        if replica is None or task["host"] != sender or task["epoch"] != epoch:
+            self._refresh_replicas()
+            replica, task = self._held(key)
+        if replica is None or task is None:
+            raise NotHolder(f"{self.me} holds no active passive replica of {key}")
+        if task["host"] != sender or task["epoch"] != epoch:
+            raise NotHolder(f"{key} is hosted by {task['host']} at epoch {task['epoch']}, not by {sender} at {epoch}")
+        with self._lock:
+            backup = self.backups.get(key)
+            if backup is None:
+                backup = self.backups[key] = PassiveBackup(self.backup_dir(key))
+        applied = backup.apply(data)
+        self.deltas_applied += 1
+        try:
+            self.agent.client.sync_replica(replica["id"], epoch, position=applied.ack_position, bytes_copied=len(data))
+        except RegistryError as exc:
+            if exc.status == 409:
+                raise NotHolder(str(exc)) from exc
+            raise
+        return {"seq": applied.seq, "committed": applied.committed, "position": applied.ack_position}
+
+    def _held(self, key: str) -> tuple[dict | None, dict | None]:
+        with self._lock:
+            tasks = {t["id"]: t for t in self._view["tasks"]}
+            for r in self._view["replicas"]:
+                task = tasks.get(r["task_id"])
+                if task is not None and task_key(task) == key and r["participant"] == self.me and r["state"] == "active" and r["role"] == "passive_standby":
+                    return r, task
+            return None, next((t for t in tasks.values() if task_key(t) == key), None)
+
+    def _refresh_replicas(self) -> None:
+        client = self.agent.client
+        tasks, replicas = client.tasks(), client.replicas()
+        with self._lock:
+            self._view = {**self._view, "tasks": tasks, "replicas": replicas}
+
+    def _complete_repairs(self, mine: dict[str, dict]) -> None:
+        """Complete the repairs that made me a holder once I hold a copy (passive) or run the replica (active)."""
+        by_replica = {r["id"]: key for key, r in mine.items()}
+        for f in self._view["failovers"]:
+            if f["kind"] != "repair" or f["to_host"] != self.me or f["completed_at"] is not None:
+                continue
+            key = by_replica.get((f.get("details") or {}).get("replica_id"))
+            if key is None:
+                continue
+            ready = key in self.standby if mine[key]["role"] == "active_standby" else (key in self.backups and self.backups[key].applied is not None)
+            if ready:
+                recovery = self.agent.clock() - seconds(f["detected_at"])
+                self.agent.client.complete_failover(f["id"], recovery_s=round(max(0.0, recovery), 3), details={"copy_held": True})
+                f["completed_at"] = "now"
+                self.note("repair.completed", f"{key}: repair #{f['id']} complete, a copy is held here")
+
+    # As the new host after a failover
+
+    def take_over(self, task: Mapping, record: Mapping) -> None:
+        """Start a task a failover gave me, per its mode; the failover completes at its first output."""
+        key, epoch, mode = task_key(task), task["epoch"], record["mode"]
+        located = stream_partition(task.get("input_uri") or "")
+        if located is None:
+            raise ValueError(f"{key} reads {task.get('input_uri')!r}, not a partition of a stream: it cannot be replayed")
+        failed = record.get("failed") or record["from_host"]
+        checkpoint = self.agent.checkpoint_dir(key)
+        how = mode
+        failed_consumer: str | None = consumer_name(key, failed)
+        backup = None
+        if mode == "passive_standby":
+            backup = self._promote_copy(key, checkpoint)
+        elif mode == "active_standby" and key in self.standby_keys():
+            checkpoint = self.checkpoints[key] = self.replica_dir(key, self.standby[key])
+        elif mode == "active_standby":
+            # No replica runs here (the origin took over as the fallback): rebuild by
+            # replaying the whole retained stream; the fence drops what was written.
+            how, failed_consumer = "upstream_backup", None
+        took = self.host.ha_take_over(key, how, epoch=epoch, stream_root=located[0], partition=located[1],
+                                      consumer=consumer_name(key, self.me), failed_consumer=failed_consumer,
+                                      params=dict(task.get("params") or {}), checkpoint_dir=checkpoint, backup=backup)
+        if failed_consumer is None:
+            self._release(located[0], consumer_name(key, failed))
+        with self._lock:
+            self.standby.pop(key, None)
+        handover.mark_epoch(checkpoint, epoch)
+        now = self.agent.clock()
+        if record["id"] is not None:
+            self.pending[record["id"]] = Pending(record["id"], key, mode, now, seconds(record["detected_at"]), {**took, "took_over_as": how})
+        self.note("task.taken_over", f"took {key} over from {failed} ({mode}{'' if how == mode else f', as {how}'}) at epoch {epoch}: "
+                  f"start position {took.get('start_position')}, {took.get('promoted_rows', 0)} held rows written",
+                  report=True, subject=failed, data={"task_id": task["id"], "failover_id": record["id"], "mode": mode})
+        if record["id"] is None:
+            self.note("task.recovered", f"{key}: its movement ended while {failed} failed; restarted here from what {mode} kept", report=True, subject=failed)
+
+    def recover_from_failed(self, task: Mapping, source: str) -> None:
+        """A task whose movement ended while its host `source` failed: the checkpoint is gone with
+        that host, so the task restarts here from what its mode under the ended movement kept
+        (no failover record: the registry already moved the task home)."""
+        movements = [m for m in self._view.get("movements", []) if m["task_id"] == task["id"]]
+        newest = max(movements, key=lambda m: m["id"], default=None)
+        contract_mode = None
+        if newest is not None:
+            contract_mode = next((c.get("ha_mode") for c in self._view["contracts"] if c["id"] == newest["contract_id"]), None)
+        mode = effective_mode(task.get("ha_mode", "none"), contract_mode)
+        self.take_over(task, {"id": None, "mode": mode, "failed": source, "from_host": source, "detected_at": None})
+
+    def _promote_copy(self, key: str, checkpoint: Path) -> PassiveBackup:
+        """The passive copy becomes the task's checkpoint folder (an empty one when no copy arrived)."""
+        with self._lock:
+            held = self.backups.pop(key, None)
+            if held is not None:
+                held.promote()  # refuses any late delta
+            source = self.backup_dir(key)
+            shutil.rmtree(checkpoint, ignore_errors=True)
+            checkpoint.parent.mkdir(parents=True, exist_ok=True)
+            if source.exists():
+                source.rename(checkpoint)
+            else:
+                checkpoint.mkdir()
+            return PassiveBackup(checkpoint)
+
+    @staticmethod
+    def _release(stream_root: str, consumer: str) -> None:
+        from bpm.streams import PartitionedStream
+
+        PartitionedStream(stream_root).release(consumer)
+
+    def _complete(self) -> None:
+        now = self.agent.clock()
+        for failover_id, p in list(self.pending.items()):
+            first = self.host.ha_first_output(p.key, p.took_at)
+            if first is None and now - p.took_at < FIRST_OUTPUT_WAIT_S:
+                continue
+            details = {**p.details, "first_output": first is not None}
+            recovery = None if first is None else round(max(0.0, first - p.detected_at), 3)
+            try:
+                self.agent.client.complete_failover(failover_id, recovery_s=recovery, details=details)
+            except RegistryError as exc:
+                if exc.status != 409:
+                    raise
+            del self.pending[failover_id]
+            self.note("failover.completed", f"{p.key}: failover #{failover_id} complete ({p.mode}), recovery "
+                      + ("unmeasured: no output yet" if recovery is None else f"{recovery:.2f} s from detection to the first output"))
+
+    # As a host that stops a task (it moved away, or a failover fenced it)
+
+    def stopped(self, key: str) -> None:
+        if key in self.duties:
+            self.host.ha_stop_duties(key, release=True)
+            del self.duties[key]
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "modes": {k: v for k, v in self.modes.items() if v != "none"},
+            "duties": {k: {"mode": d.mode, "holder": d.holder, "epoch": d.epoch, **self.host.ha_duties_status(k)} for k, d in self.duties.items()},
+            "backups": {k: (None if b.applied is None else {"seq": b.applied.seq, "committed": b.applied.committed}) for k, b in self.backups.items()},
+            "standby": dict(self.standby),
+            "pending_failovers": sorted(self.pending),
+            "deltas_applied": self.deltas_applied,
+        }
+
+    def close(self) -> None:
+        for key in list(self.duties):
+            self.host.ha_stop_duties(key, release=False)
+        self.duties.clear()
+        self.http.close()

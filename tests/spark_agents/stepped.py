@@ -1,0 +1,58 @@
+"""A registry app in-process and agents stepped against it, for the agent loop's tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.migrate import upgrade
+from bpm.client import RegistryClient
+from bpm.settings import Settings
+from spark_agents.agent import Agent, AgentConfig, OwnTask
+from tests.api.conftest import Clock
+
+
+@contextmanager
+def stepped_federation(
+    tmp_path: Path, make_host: Callable[[Callable[[], float]], object], task_params: dict | None = None,
+) -> Iterator[tuple[RegistryClient, dict[str, Agent], Callable[[str, int], Agent], Clock]]:
+    """(operator, agents, add(name, tasks), clock): `add` registers a participant and connects
+    its agent, whose host is `make_host(now)`; agents fetch checkpoints from each other directly."""
+    database_url = f"sqlite:///{tmp_path / 'registry.db'}"
+    upgrade(database_url)
+    clock = Clock()
+    app = create_app(Settings(database_url=database_url), admin_key="op", migrate=False, clock=clock)
+
+    def now() -> float:
+        return clock.now.timestamp()
+
+    with TestClient(app) as http:
+        transport = http._transport
+        operator = RegistryClient("http://testserver", "op", transport=transport)
+        agents: dict[str, Agent] = {}
+
+        def fetch(endpoint, key, epoch, me):
+            return agents[endpoint.rsplit("/", 1)[-1]].release(key, epoch, me)
+
+        def add(name: str, tasks: int) -> Agent:
+            key = operator.add_participant(name, f"http://127.0.0.2:9000/{name}")["api_key"]
+            client = RegistryClient("http://testserver", key, transport=transport)
+            config = AgentConfig(
+                name=name,
+                workdir=tmp_path / name,
+                output_dir=tmp_path / "output",
+                endpoint=f"http://127.0.0.2:9000/{name}",
+                tasks=[OwnTask(f"p{i}", f"/streams/{name}/partition={i}", dict(task_params or {})) for i in range(tasks)],
+                period_s=0.0,
+                reference_price=1.0,
+            )
+            agent = Agent(config, client, make_host(now), clock=now, fetch=fetch)
+            agents[name] = agent
+            agent.connect()
+            return agent
+
+        yield operator, agents, add, clock

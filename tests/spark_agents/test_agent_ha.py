@@ -1,0 +1,320 @@
+"""The agents' high availability, stepped in one process against the real registry app.
+
+The Spark side is a host that runs no query: a task's "batch" bumps a counter in its
+checkpoint folder and writes its rows through the real output fence when the task is
+fenced; passive-standby deltas are real delta checkpoints of that folder, shipped through
+the backup agent's `receive_delta`. What is tested is who does what: detection, failover,
+the takeover each mode chooses, repair, and the returning host being fenced.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bpm.costs import MM1Cost
+from bpm.zeek.definitions import ResultRow
+from spark_agents.agent import Agent
+from spark_agents.ha.delta import DeltaShipper
+from spark_agents.ha.fence import FencedError, FencedSink, OutputFence
+from tests.spark_agents.stepped import stepped_federation
+
+TASK_LOAD = 0.12
+
+
+def _row(window_end: int, src: str = "10.0.0.1") -> ResultRow:
+    return ResultRow(kind="connections", window_start=window_end - 10, window_end=window_end, key=src, value=101)
+
+
+class SteppedHAHost:
+    """A task host that runs nothing by itself; `batch(key)` runs one batch of a task.
+
+    Attributes:
+        starts: (task, epoch or None, batches in its checkpoint) per start.
+        takeovers: the arguments of every takeover.
+        duties: the running host duties per task: (mode, consumer, ship, shipper).
+        replicas: active-standby replicas running here.
+    """
+
+    def __init__(self, output_dir: Path, clock) -> None:
+        self.output_dir = output_dir
+        self.clock = clock
+        self.cost = MM1Cost(a=0.25, c=1.0)
+        self._running: dict[str, Path] = {}
+        self.sinks: dict[str, FencedSink | None] = {}
+        self.starts: list[tuple[str, int | None, int]] = []
+        self.takeovers: list[dict] = []
+        self.duties: dict[str, tuple] = {}
+        self.replicas: dict[str, Path] = {}
+        self.batch_times: dict[str, list[float]] = {}
+
+    def start_task(self, task_id, input_path, checkpoint_dir, params, epoch=None):
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        count = self._count(checkpoint_dir)
+        self.starts.append((task_id, epoch, count))
+        self._running[task_id] = checkpoint_dir
+        self.sinks[task_id] = FencedSink(self.output_dir, task_id, epoch) if epoch is not None else None
+
+    @staticmethod
+    def _count(checkpoint_dir: Path) -> int:
+        state = checkpoint_dir / "batches"
+        return int(state.read_text()) if state.exists() else 0
+
+    def batch(self, task_id: str, rows: list[ResultRow] = ()) -> None:
+        """One batch: the checkpoint advances, the rows go through the task's sink."""
+        checkpoint = self._running[task_id]
+        count = self._count(checkpoint) + 1
+        (checkpoint / "batches").write_text(str(count))
+        sink = self.sinks.get(task_id)
+        if sink is not None:
+            sink(count, list(rows))
+        self.batch_times.setdefault(task_id, []).append(self.clock())
+
+    def stop_task(self, task_id):
+        self.sinks.pop(task_id, None)
+        return self._running.pop(task_id)
+
+    def running(self):
+        return set(self._running) | set(self.replicas)
+
+    def loads(self):
+        return {key: TASK_LOAD for key in self._running}
+
+    def cost_function(self):
+        return self.cost
+
+    def status(self):
+        return {"tasks": sorted(self._running)}
+
+    # HA
+
+    def ha_start_duties(self, task_id, mode, stream_root, partition, consumer, *, window_s, interval_s, ship):
+        shipper = DeltaShipper(self._running[task_id]) if mode == "passive_standby" else None
+        self.duties[task_id] = (mode, consumer, ship, shipper)
+
+    def ship_deltas(self) -> int:
+        """One round of every passive-standby duty: pack, ship, confirm."""
+        shipped = 0
+        for mode, consumer, ship, shipper in list(self.duties.values()):
+            if shipper is not None:
+                delta = shipper.pack()
+                ship(delta.data)
+                shipper.confirm(delta)
+                shipped += 1
+        return shipped
+
+    def ha_stop_duties(self, task_id, release):
+        self.duties.pop(task_id, None)
+
+    def ha_duties_status(self, task_id):
+        return {}
+
+    def ha_start_replica(self, task_id, input_path, checkpoint_dir, params):
+        self.replicas[task_id] = checkpoint_dir
+
+    def ha_stop_replica(self, task_id):
+        self.replicas.pop(task_id, None)
+
+    def ha_take_over(self, task_id, mode, *, epoch, stream_root, partition, consumer, failed_consumer, params, checkpoint_dir, backup):
+        replica = self.replicas.pop(task_id, None)
+        self.takeovers.append({"task": task_id, "mode": mode, "epoch": epoch, "backup": backup, "replica": replica,
+                               "failed_consumer": failed_consumer, "checkpoint": checkpoint_dir})
+        OutputFence(self.output_dir, task_id).claim(epoch)  # as take_over does, before anything runs
+        folder = backup.backup_dir if backup is not None else (replica or checkpoint_dir)
+        self.start_task(task_id, None, Path(folder), params, epoch)
+        return {"start_position": None, "promoted_rows": 0, "takeover_s": 0.0}
+
+    def ha_first_output(self, task_id, since):
+        times = [t for t in self.batch_times.get(task_id, []) if t >= since]
+        return min(times) if times else None
+
+
+@pytest.fixture
+def federation(tmp_path):
+    with stepped_federation(tmp_path, lambda now: SteppedHAHost(tmp_path / "output", now), {"window_s": 10}) as federation:
+        _, agents, add, _ = federation
+
+        def deliver(request: httpx.Request) -> httpx.Response:
+            """Agents' HTTP between each other: the delta endpoint of the addressed agent."""
+            _, name, _, key, _ = request.url.path.split("/", 4)
+            try:
+                body = agents[name].ha.receive_delta(key, int(request.url.params["epoch"]), request.url.params["sender"], request.content)
+            except PermissionError as exc:
+                return httpx.Response(409, json={"detail": str(exc)})
+            return httpx.Response(200, json=body)
+
+        def add_with_http(name: str, tasks: int) -> Agent:
+            agent = add(name, tasks)
+            agent.ha.http = httpx.Client(transport=httpx.MockTransport(deliver))
+            return agent
+
+        yield federation[0], agents, add_with_http, federation[3]
+
+
+def _contract(agents, a, b, mode, duration=300.0):
+    proposed = agents[a].client.propose(b, 1.0, 1.1, duration, ha_mode=mode)
+    agents[b].client.contract_action(proposed["id"], "accept")
+
+
+def _round(agents, clock, live, seconds=1.0):
+    for name in live:
+        agents[name].tick()
+    clock.advance(seconds)
+
+
+def _shed_to_b(operator, agents, add, clock, mode):
+    """a (overloaded) sheds to b under a contract of `mode`; returns the tasks b hosts for a."""
+    add("a", 9)
+    add("b", 0)
+    add("c", 0)
+    _contract(agents, "a", "b", mode)
+    _contract(agents, "a", "c", "none")
+    for _ in range(4):
+        _round(agents, clock, "abc")
+    moved = [t for t in operator.tasks(host="b") if t["origin"] == "a"]
+    assert moved, "a shed load to b"
+    agents["a"].config.warmup_s = 1e9  # a trades no more: what follows is HA's doing alone
+    return moved
+
+
+def _kill_b_and_detect(operator, agents, clock):
+    """b stops ticking (its process is gone); a and c go on until a failed b's tasks over."""
+    for _ in range(6):
+        _round(agents, clock, "ac")
+        if operator.failovers():
+            break
+    statuses = {p["name"]: p["status"] for p in operator.participants()}
+    assert statuses["b"] in ("suspected", "failed")
+    return operator.failovers()
+
+
+def test_passive_standby_detection_failover_takeover_repair_and_fencing(federation):
+    operator, agents, add, clock = federation
+    moved = _shed_to_b(operator, agents, add, clock, "passive_standby")
+    a, b, c = agents["a"], agents["b"], agents["c"]
+    keys = [f"a.{t['name']}" for t in moved]
+
+    # The origin placed the backups; the host writes through the fence and ships deltas to them.
+    replicas = operator.replicas()
+    assert {(r["task"], r["participant"], r["role"], r["state"]) for r in replicas} == {(k, "a", "passive_standby", "active") for k in keys}
+    assert all(epoch is not None for key, epoch, _ in b.host.starts if key in keys), "moved tasks are fenced at b"
+    for key in keys:
+        b.host.batch(key, [_row(100)])
+    assert b.host.ship_deltas() == len(keys)
+    assert set(a.ha.backups) == set(keys) and all(x.applied is not None for x in a.ha.backups.values())
+    synced = {r["task"]: r for r in operator.replicas()}
+    assert all(synced[k]["synced_at"] and synced[k]["bytes_copied"] > 0 for k in keys)
+    b.host.batch(keys[0], [_row(110)])  # after the last copy: the takeover replays it
+
+    # b dies. a (the origin) detects it from the registry's liveness and fails over at once, to itself (the backup).
+    records = _kill_b_and_detect(operator, agents, clock)
+    failovers = [f for f in records if f["kind"] == "failover"]
+    assert {f["task"] for f in failovers} == set(keys)
+    assert all(f["to_host"] == "a" and f["failed"] == "b" and f["mode"] == "passive_standby" for f in failovers)
+    assert {m["state"] for m in operator.movements() if m["to"] == "b"} == {"failed"}
+    took = {t["task"]: t for t in a.host.takeovers}
+    assert set(took) == set(keys)
+    assert all(t["mode"] == "passive_standby" and t["backup"] is not None and t["backup"].applied is not None for t in took.values())
+    # Restarted from the copy: the checkpoint is the one b shipped (one batch), not a's stale one or nothing.
+    assert all(count == 1 for key, _, count in a.host.starts if key in keys and (key, _, count) == a.host.starts[-1])
+    assert all(b_ is None for b_ in [a.ha.backups.get(k) for k in keys]), "the copy became the checkpoint"
+
+    # The new host completes each failover at the task's first output after it.
+    for key in keys:
+        a.host.batch(key, [_row(120)])
+    _round(agents, clock, "ac")
+    done = {f["task"]: f for f in operator.failovers() if f["kind"] == "failover"}
+    assert all(done[k]["completed_at"] is not None and done[k]["recovery_s"] is not None for k in keys)
+
+    # Repair: the copies at a were promoted; the replication level comes back at c, a live partner.
+    for _ in range(2):
+        _round(agents, clock, "ac")
+    repaired = [r for r in operator.replicas() if r["participant"] == "c" and r["state"] == "active"]
+    assert {r["task"] for r in repaired} == set(keys)
+    assert {f["task"] for f in operator.failovers() if f["kind"] == "repair"} == set(keys)
+    a.host.ship_deltas()  # a hosts them now and ships to c
+    _round(agents, clock, "ac")
+    assert set(c.ha.backups) == set(keys)
+    repairs = [f for f in operator.failovers() if f["kind"] == "repair"]
+    assert all(f["completed_at"] is not None and f["to_host"] == "c" for f in repairs)
+
+    # b comes back: its late writes are refused by the fence, and it stops the tasks it lost.
+    with pytest.raises(FencedError):
+        b.host.batch(keys[0], [_row(200)])
+    b.tick()
+    assert not set(keys) & b.host.running()
+    kinds = [r.kind for r in a.records]
+    assert {"failover.requested", "task.taken_over", "failover.completed", "replica.repaired"} <= set(kinds)
+
+
+@pytest.mark.parametrize("mode", ["none", "upstream_backup", "active_standby"])
+def test_each_mode_takes_over_its_own_way(federation, mode):
+    operator, agents, add, clock = federation
+    moved = _shed_to_b(operator, agents, add, clock, mode)
+    a, b = agents["a"], agents["b"]
+    keys = {f"a.{t['name']}" for t in moved}
+    if mode == "active_standby":
+        assert set(a.host.replicas) == keys, "the origin runs a replica of each task it moved"
+        assert keys <= a.host.running() and not keys & set(a.host._running), "and does not run the task itself"
+    else:
+        assert not a.host.replicas and not [r for r in operator.replicas() if r["state"] == "active"]
+    if mode == "none":
+        assert all(epoch is None for key, epoch, _ in b.host.starts if key in keys), "no HA: plain output"
+    else:
+        assert {b.host.duties[k][0] for k in keys} == {mode}
+    _kill_b_and_detect(operator, agents, clock)
+    took = {t["task"]: t for t in a.host.takeovers}
+    assert set(took) == keys
+    assert {t["mode"] for t in took.values()} == {mode}
+    if mode == "active_standby":
+        assert all(t["replica"] is not None for t in took.values()), "the replica was promoted"
+        assert not a.host.replicas
+    for key in keys:
+        assert OutputFence(a.config.output_dir, key).state().epoch == took[key]["epoch"], "the new host holds the fence"
+
+
+def test_a_normal_end_drops_the_replicas(federation):
+    operator, agents, add, clock = federation
+    add("a", 9)
+    add("b", 0)
+    _contract(agents, "a", "b", "passive_standby", duration=5.0)
+    for _ in range(4):
+        _round(agents, clock, "ab")
+    assert [r for r in operator.replicas() if r["state"] == "active"]
+    for key in agents["a"].host._running:
+        agents["a"].host.cost = MM1Cost(a=0.01, c=1.0)  # hosting at home became cheap: the origin ends the movements
+    for _ in range(10):
+        _round(agents, clock, "ab")
+    assert operator.movements(state="ended")
+    away = [t for t in operator.tasks() if t["away"]]
+    held = {r["task"] for r in operator.replicas() if r["state"] == "active"}
+    assert held == {f"a.{t['name']}" for t in away}, "replicas only of tasks still away"
+    assert not agents["b"].ha.duties.keys() - {f"a.{t['name']}" for t in away}
+
+
+def test_agreed_terms_carry_the_contract_ha_mode():
+    from bpm.federation.views import AgreedTerms
+
+    terms = AgreedTerms.parse("b:1:1.1:15:passive_standby")
+    assert terms.ha_mode == "passive_standby" and AgreedTerms.parse("b:1:1.1:15").ha_mode == "none"
+    contract = {"price_min": 1.0, "price_max": 1.1, "min_duration_s": 15.0, "ha_mode": "passive_standby"}
+    assert terms.matches(contract) and not AgreedTerms.parse("b:1:1.1:15").matches(contract)
+    with pytest.raises(ValueError):
+        AgreedTerms.parse("b:1:1.1:15:mirrored")
+
+
+def test_reconcile_takes_a_failed_over_task_over_instead_of_fetching_it():
+    from bpm.federation.views import reconcile, task_ha_mode
+
+    task = {"id": 1, "name": "p0", "origin": "a", "host": "a", "epoch": 2, "ha_mode": "none"}
+    movements = [{"id": 1, "task_id": 1, "from": "a", "to": "b", "state": "failed", "contract_id": 7}]
+    record = {"id": 3, "task_id": 1, "kind": "failover", "to_host": "a", "to_epoch": 2, "mode": "passive_standby"}
+    plan = reconcile("a", [task], set(), movements, [record])
+    assert plan.start[0].source is None and plan.start[0].failover == record
+    assert reconcile("a", [task], set(), movements).start[0].source == "b", "without the failover it would fetch from b"
+    assert task_ha_mode(task, movements, [{"id": 7, "ha_mode": "upstream_backup"}], [record]) == "passive_standby"
+    assert task_ha_mode(task, movements, [{"id": 7, "ha_mode": "upstream_backup"}]) == "upstream_backup"
+    moved_on = {**task, "epoch": 3}  # a movement since the failover: the failover no longer applies
+    assert reconcile("a", [moved_on], set(), movements, [record]).start[0].failover is None
