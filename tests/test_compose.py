@@ -53,3 +53,123 @@ def test_registry_service_runs_as_a_local_process(tmp_path):
         process.terminate()
         process.wait(timeout=30)
         upgrade(env["BPM_DATABASE_URL"])
+
+
+def _services() -> dict:
+    import yaml
+
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+
+
+def _option_pairs(args: list[str]) -> list[tuple[str, str]]:
+    return [(args[i], args[i + 1]) for i in range(len(args) - 1) if args[i].startswith("--")]
+
+
+def test_participants_run_the_demos_agent_command_and_options():
+    """The compose participants are the demo's agents: same command, same options and contracts."""
+    from bpm.demo.run import MEMBERS, Demo, DemoSettings
+
+    demo = Demo.__new__(Demo)
+    demo.s = DemoSettings(workdir=Path("/data"))
+    services = _services()
+    for member in MEMBERS:
+        command = services[member.name]["command"]
+        assert command[:3] == ["bpm", "agent", "run"]
+        expected = _option_pairs(demo._agent_options(member))
+        if member.initial:
+            expected.append(("--partitions", f"0-{member.initial - 1}"))
+        assert sorted(set(expected)) == sorted(set(_option_pairs(command)) - {
+            (k, v) for k, v in _option_pairs(command) if k in ("--name", "--host", "--port", "--endpoint", "--workdir", "--output", "--stream")
+        }), member.name
+    assert services["d"].get("profiles") == ["join"], "d joins later"
+    for member in MEMBERS:
+        if member.partitions:
+            script = services[f"replay-{member.name}"]["command"][-1]
+            assert f"--seed {member.seed}" in script and f"--partitions {member.partitions}" in script
+
+
+@pytest.mark.slow
+def test_the_federation_services_run_as_local_processes_and_move_load(tmp_path):
+    """Registry (PostgreSQL), replayers and participants a, b, c with their compose commands
+    and environment as local processes on 127.0.0.x: load moves from the overloaded A."""
+    import signal
+    import time
+
+    from bpm.client import RegistryClient
+    from bpm.processes import wait_http
+    from tests.conftest import free_port, require_postgres
+    from tests.registry_server import BPM
+
+    database_url = require_postgres()
+    services = _services()
+    data = tmp_path / "data"
+    data.mkdir()
+    admin_key = "compose-federation-key"
+    registry_port = free_port()
+    registry_url = f"http://127.0.0.1:{registry_port}"
+    addresses = {"a": "127.0.0.2", "b": "127.0.0.3", "c": "127.0.0.4"}
+    ports = {name: free_port(address) for name, address in addresses.items()}
+
+    def local(argument: str) -> str:
+        argument = argument.replace("/data", str(data)).replace("http://registry:8000", registry_url)
+        for name, address in addresses.items():
+            argument = argument.replace(f"http://{name}:9000", f"http://{address}:{ports[name]}")
+        return argument
+
+    def environment(service: dict) -> dict:
+        env = {k: local(str(v)) for k, v in (service.get("environment") or {}).items()}
+        env.update({"BPM_ADMIN_KEY": admin_key, "BPM_DATABASE_URL": database_url})
+        return {**os.environ, **env}
+
+    processes: dict[str, subprocess.Popen] = {}
+
+    def start(name: str, command: list[str], service: dict) -> Path:
+        log = tmp_path / f"{name}.log"
+        with log.open("w") as out:
+            processes[name] = subprocess.Popen(command, cwd=tmp_path, env=environment(service), stdout=out,
+                                               stderr=subprocess.STDOUT, start_new_session=True)
+        return log
+
+    try:
+        registry = services["registry"]
+        command = [BPM, *registry["command"][1:]]
+        command[command.index("--host") + 1] = "127.0.0.1"
+        command[command.index("--port") + 1] = str(registry_port)
+        log = start("registry", command, registry)
+        wait_http(registry_url + "/healthz", processes["registry"], log, 60)
+        bin_dir = str(Path(BPM).parent)
+        for name in addresses:
+            service = services[f"replay-{name}"]
+            script = local(service["command"][-1]).replace("bpm ", f"{bin_dir}/bpm ")
+            start(f"replay-{name}", [*service["command"][:-1], script], service)
+        for name, address in addresses.items():
+            service = services[name]
+            command = [BPM, *(local(a) for a in service["command"][1:])]
+            command[command.index("--host") + 1] = address
+            command[command.index("--port") + 1] = str(ports[name])
+            start(name, command, service)
+        moved = []
+        deadline = time.monotonic() + 360
+        with RegistryClient(registry_url, admin_key) as operator:
+            while time.monotonic() < deadline and not moved:
+                for name, process in processes.items():
+                    assert process.poll() is None, f"{name} exited: {(tmp_path / f'{name}.log').read_text()[-3000:]}"
+                moved = operator.movements()
+                time.sleep(3)
+            contracts = operator.contracts(state="active")
+        assert {(c["proposer"], c["counterparty"]) for c in contracts} == {("a", "b"), ("a", "c"), ("b", "c")}
+        assert moved, "no load moved within the time limit"
+        assert moved[0]["from"] == "a" and moved[0]["to"] in ("b", "c"), moved[0]
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in processes.values():
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        from api.migrate import upgrade
+
+        upgrade(database_url)

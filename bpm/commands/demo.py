@@ -21,10 +21,26 @@ def demo(
     report_dir: Annotated[Path, typer.Option("--report", help="Report folder: report.json and timeline.png.")] = Path("demo-report"),
     port: Annotated[int, typer.Option(help="Registry port (the admin UI is served there too).")] = 8700,
     phase_timeout: Annotated[float, typer.Option(help="Longest wait of a phase for an acceptable allocation, seconds.")] = 120.0,
+    scenario: Annotated[str, typer.Option(help="'phases' (the four phases of load management) or 'failover' (kill -9 of a participant hosting moved tasks, and the recovery).")] = "phases",
+    ha_mode: Annotated[str, typer.Option(help="The contracts' HA mode in the failover scenario: passive_standby, active_standby, upstream_backup or none.")] = "passive_standby",
 ) -> None:
-    """Run the four phases of the Borealis poster on a local federation (SQLite, Spark local, 127.0.0.2-5)."""
+    """Run the four phases of the Borealis poster on a local federation (SQLite, Spark local, 127.0.0.2-5),
+    or, with --scenario failover, kill a participant that hosts moved tasks and show the federation recover."""
     from bpm.demo.report import write_report
     from bpm.demo.run import Demo, DemoSettings
+    from bpm.ha import HA_MODES
+
+    if scenario not in ("phases", "failover"):
+        raise typer.BadParameter("--scenario is 'phases' or 'failover'")
+    if ha_mode not in HA_MODES:
+        raise typer.BadParameter(f"--ha-mode is one of {', '.join(HA_MODES)}")
+
+    def make(**kw):
+        if scenario == "failover":
+            from bpm.demo.failover import FailoverDemo
+
+            return FailoverDemo(settings, ha_mode=ha_mode, **kw)
+        return Demo(settings, **kw)
 
     if workdir.exists():
         shutil.rmtree(workdir)
@@ -32,7 +48,7 @@ def demo(
     settings = DemoSettings(workdir=workdir.resolve(), port=port, phase_timeout_s=phase_timeout)
     say = (lambda msg: print(msg, file=sys.stderr, flush=True))
     if headless:
-        runner = Demo(settings, say=say)
+        runner = make(say=say)
         report = _run(runner)
     else:
         from rich.console import Console
@@ -42,7 +58,7 @@ def demo(
 
         console = Console(stderr=as_json)
         with Live(console=console, refresh_per_second=2, transient=False) as live:
-            runner = Demo(settings, view=lambda state: live.update(render(state)), say=lambda msg: live.console.print(msg))
+            runner = make(view=lambda state: live.update(render(state)), say=lambda msg: live.console.print(msg))
             report = _run(runner)
     folder = write_report(report, report_dir, runner.t0)
     if as_json:
@@ -52,9 +68,18 @@ def demo(
         for phase in report["phases"]:
             typer.echo(f"  {phase['name']}: {'acceptable' if phase['acceptable'] else 'not acceptable'}")
         typer.echo(f"  movements {len(report['movements'])}, lost results {report['lost_results']}, duplicate results {report['duplicate_results']}")
+        for f in report.get("failovers", []):
+            typer.echo(f"  failover of {f['task']} ({f['mode']}) {f['from']} -> {f['to']}: detected {f['detected_s']} s after the kill, recovery {f['recovery_s']} s")
 
 
 def _run(runner) -> dict:
+    import signal
+
+    def _terminated(*_):
+        raise KeyboardInterrupt
+
+    # SIGTERM (a supervisor, `kill`) cleans up like Ctrl-C: every process of the demo stops.
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         return runner.run()
     except KeyboardInterrupt:

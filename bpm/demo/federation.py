@@ -1,4 +1,4 @@
-"""Processes of a local federation: the registry, one agent per participant, and paced input.
+"""Processes of a local federation: the registry, one agent per participant, and the log replayers.
 
 Every process is started in its own process group and stopped by `close()`, which the
 demo calls on the way out, on errors and on Ctrl-C alike.
@@ -19,50 +19,8 @@ import httpx
 
 from bpm.client import RegistryClient
 from bpm.processes import wait_http
-from bpm.streams.feed import Feeder
-from bpm.streams.partitioned import PartitionedStream
-from bpm.zeek.conn import Conn, write_tsv
-from bpm.zeek.definitions import QueryParams
 
 BPM = str(Path(sys.executable).with_name("bpm"))
-
-
-class PacedInput:
-    """Feeds recorded connections into a participant's stream in event-time order, at `speedup`
-    times real time, and keeps the fed connections as a Zeek log for the reference run."""
-
-    def __init__(self, stream: PartitionedStream, conns: list[Conn], params: QueryParams, speedup: float, log_path: Path) -> None:
-        self.feeder = Feeder(stream, params)
-        self.conns = sorted(conns, key=lambda c: c.ts)
-        self.speedup = speedup
-        self.log_path = log_path
-        self.fed = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"feed-{stream.root.name}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _run(self) -> None:
-        if not self.conns:
-            return
-        t0, ts0 = time.time(), self.conns[0].ts
-        while not self._stop.is_set() and self.fed < len(self.conns):
-            now_ts = ts0 + (time.time() - t0) * self.speedup
-            while self.fed < len(self.conns) and self.conns[self.fed].ts <= now_ts:
-                self.feeder.add(self.conns[self.fed])
-                self.fed += 1
-            self.feeder.flush()
-            self._stop.wait(0.5)
-
-    def close(self) -> Path:
-        """Stop feeding, close every window of the stream, and write what was fed as a Zeek log."""
-        self._stop.set()
-        self._thread.join(timeout=10)
-        self.feeder.close()
-        with self.log_path.open("w") as out:
-            write_tsv(self.conns[: self.fed], out)
-        return self.log_path
 
 
 @dataclass
@@ -73,7 +31,6 @@ class Federation:
     registry_port: int = 8700
     admin_key: str = "demo-operator-key"
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
-    keys: dict[str, str] = field(default_factory=dict)
     endpoints: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -91,6 +48,7 @@ class Federation:
         return process, log
 
     def start_registry(self) -> None:
+        _require_free("127.0.0.1", self.registry_port)
         db = self.workdir / "registry.db"
         process, log = self._spawn(
             "registry",
@@ -102,31 +60,49 @@ class Federation:
     def operator(self) -> RegistryClient:
         return RegistryClient(self.registry_url, self.admin_key)
 
-    def client(self, name: str) -> RegistryClient:
-        return RegistryClient(self.registry_url, self.keys[name])
-
-    def register(self, name: str, address: str, port: int) -> None:
-        endpoint = f"http://{address}:{port}"
-        with self.operator() as operator:
-            self.keys[name] = operator.add_participant(name, endpoint)["api_key"]
-        self.endpoints[name] = endpoint
-
-    def contract(self, a: str, b: str, price: float, spread: float, min_duration_s: float) -> dict:
-        with self.client(a) as ca, self.client(b) as cb:
-            proposed = ca.propose(b, price, price * (1 + spread), min_duration_s)
-            return cb.contract_action(proposed["id"], "accept")
-
     def start_agent(self, name: str, address: str, port: int, stream: Path | None, partitions: str, options: list[str]) -> None:
+        """`bpm agent run`: the agent registers itself with the operator key on its first run."""
+        _require_free(address, port)
         args = [
             BPM, "agent", "run", "--name", name, "--registry", self.registry_url, "--host", address, "--port", str(port),
-            "--key", self.keys[name], "--workdir", str(self.workdir / "agents" / name), "--output", str(self.workdir / "output"),
+            "--workdir", str(self.workdir / "agents" / name), "--output", str(self.workdir / "output"),
             *(["--stream", str(stream), "--partitions", partitions] if partitions else []), *options,
         ]
-        self._spawn(name, args)
+        self.endpoints[name] = f"http://{address}:{port}"
+        self._spawn(name, args, {"BPM_ADMIN_KEY": self.admin_key})
 
     def wait_agent(self, name: str, timeout_s: float = 180) -> None:
         log = self.workdir / "logs" / f"{name}.log"
         wait_http(self.endpoints[name] + "/healthz", self.processes[name], log, timeout_s)
+
+    def generate_traffic(self, name: str, duration_s: float, rate: float, sources: int, scanners: int, seed: int) -> Path:
+        """`bpm generate-traffic`: the participant's recorded connections (a Zeek conn.log)."""
+        log = self.workdir / "input" / f"{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [BPM, "generate-traffic", str(log), "--duration", str(duration_s), "--rate", str(rate), "--sources", str(sources),
+             "--scanners", str(scanners), "--seed", str(seed)],
+            check=True, capture_output=True, timeout=300, cwd=self.workdir,
+        )
+        return log
+
+    def start_replay(self, name: str, log: Path, stream: Path, partitions: int, window_s: int, lateness_s: int, speedup: float) -> Path:
+        """`bpm replay` into the participant's stream at recorded time x speedup; returns where the fed log will be."""
+        fed = log.with_name(f"{name}.fed.log")
+        self._spawn(
+            f"replay-{name}",
+            [BPM, "replay", str(log), "--stream", str(stream), "--partitions", str(partitions), "--rate", "0", "--speedup", str(speedup),
+             "--window", str(window_s), "--lateness", str(lateness_s), "--fed-log", str(fed)],
+        )
+        return fed
+
+    def stop_replay(self, name: str, timeout_s: float = 60) -> None:
+        """Stop a replayer: it closes the stream (every window ends) and writes what it fed."""
+        process = self.processes.pop(f"replay-{name}")
+        _signal_group(process, signal.SIGTERM)
+        process.wait(timeout=timeout_s)
+        if process.returncode != 0:
+            raise RuntimeError(f"the replayer of {name} failed (exit {process.returncode}); see {self.workdir / 'logs' / f'replay-{name}.log'}")
 
     def add_task(self, name: str, task: str, input_uri: str, params: dict) -> dict:
         response = httpx.post(self.endpoints[name] + "/tasks", json={"name": task, "input_uri": input_uri, "params": params}, timeout=30)
@@ -134,19 +110,39 @@ class Federation:
         return response.json()
 
     def close(self) -> None:
-        """Stop every process: agents first (they stop their tasks at batch boundaries), then the registry."""
-        order = [n for n in self.processes if n != "registry"] + (["registry"] if "registry" in self.processes else [])
-        for name in order:
-            _signal_group(self.processes[name], signal.SIGTERM)
-        deadline = time.monotonic() + 60
-        for name in order:
-            process = self.processes[name]
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                _signal_group(process, signal.SIGKILL)
-                process.wait()
-        self.processes.clear()
+        """Stop every process: agents first (they stop their tasks at batch boundaries), then the registry.
+
+        A second Ctrl-C while this runs does not cut it short: it would leave processes behind.
+        """
+        shield = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if shield else None
+        try:
+            order = [n for n in self.processes if n != "registry"] + (["registry"] if "registry" in self.processes else [])
+            for name in order:
+                _signal_group(self.processes[name], signal.SIGTERM)
+            deadline = time.monotonic() + 60
+            for name in order:
+                process = self.processes[name]
+                try:
+                    process.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    _signal_group(process, signal.SIGKILL)
+                    process.wait()
+            self.processes.clear()
+        finally:
+            if shield:
+                signal.signal(signal.SIGINT, previous)
+
+
+def _require_free(address: str, port: int) -> None:
+    """Refuse to start on an address in use: a server left over from another run would answer in its place."""
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind((address, port))
+        except OSError as exc:
+            raise RuntimeError(f"{address}:{port} is in use ({exc.strerror}); is another demo running? Stop it or pass --port") from None
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:

@@ -33,7 +33,7 @@ def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> No
         ax.plot([r["t"] for r in rows], [r["threshold"] for r in rows], color=colour, lw=1, ls="--", label=f"{name} threshold")
     for i, phase in enumerate(report["phases"]):
         ax.axvspan(phase["started_s"], phase["ended_s"], color="0.9" if i % 2 else "0.96", zorder=0)
-        ax.text(phase["started_s"] + 1, 1.02, phase["name"].split(":")[0], transform=ax.get_xaxis_transform(), fontsize=8, va="bottom")
+        ax.text(phase["started_s"] + 1, 0.985, f"phase {phase['name'].split(' ')[0]}", transform=ax.get_xaxis_transform(), fontsize=8, va="top")
     if t0_epoch is not None:
         ymax = ax.get_ylim()[1]
         for m in report["movements"]:
@@ -41,13 +41,23 @@ def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> No
             ax.annotate("", xy=(t, ymax * 0.97), xytext=(t, ymax * 0.9), arrowprops={"arrowstyle": "->", "color": COLOURS.get(m["to"], "k")})
             if m.get("ended_at"):
                 ax.plot([seconds(m["ended_at"]) - t0_epoch], [ymax * 0.93], marker="x", color=COLOURS.get(m["from"], "k"), ms=5)
+    killed = report.get("killed")
+    if killed and killed.get("at_s") is not None:
+        ax.axvline(killed["at_s"], color="black", lw=1.5)
+        ax.text(killed["at_s"] + 1, 0.95, f"kill -9 {killed['participant']}", transform=ax.get_xaxis_transform(), fontsize=8)
+        for f in report.get("failovers", []):
+            ax.axvline(f["at_s"], color=COLOURS.get(f["to"], "k"), lw=0.8, ls=":")
     ax.set_xlabel("seconds since the demo started")
     ax.set_ylabel("load (fraction of the participant's capacity)")
-    ax.set_title(
+    title = (
         f"Federation timeline: {len(report['movements'])} movements (arrows at the start, in the taker's colour; x = ended), "
-        f"lost {report['lost_results']}, duplicated {report['duplicate_results']}",
-        fontsize=9,
+        f"lost {report['lost_results']}, duplicated {report['duplicate_results']}"
     )
+    if report.get("failovers"):
+        recoveries = [f["recovery_s"] for f in report["failovers"] if f["recovery_s"] is not None]
+        title += (f"\n{len(report['failovers'])} failovers ({report.get('ha_mode')}; dotted: detection)"
+                  + (f", recovery after detection {min(recoveries):.1f}-{max(recoveries):.1f} s" if recoveries else ""))
+    ax.set_title(title, fontsize=9)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,11 +21,10 @@ from pathlib import Path
 
 import httpx
 
-from bpm.demo.federation import BPM, Federation, PacedInput
+from bpm.demo.federation import BPM, Federation
 from bpm.negotiation import is_acceptable
 from bpm.streams.partitioned import PartitionedStream
 from bpm.zeek.definitions import QueryParams, ResultRow
-from bpm.zeek.generator import TrafficProfile, generate
 from bpm.zeek.results import read_outputs
 
 
@@ -41,10 +39,13 @@ class Member:
 
 MEMBERS = (
     Member("a", "127.0.0.2", 6, 6, 11),
-    Member("b", "127.0.0.3", 4, 2, 12),
+    Member("b", "127.0.0.3", 5, 2, 12),
     Member("c", "127.0.0.4", 2, 2, 13),
     Member("d", "127.0.0.5", 0, 0, 14),
 )
+# The contracts agreed offline, at the reference price p times the factor: A, B and C with
+# identical contracts; D with C only, cheaper (0.8 p).
+CONTRACTS = {("a", "b"): 1.0, ("a", "c"): 1.0, ("b", "c"): 1.0, ("c", "d"): 0.8}
 
 
 @dataclass
@@ -65,15 +66,19 @@ class DemoSettings:
     lateness_s: int = 5
     min_connections: int = 20
     min_ports: int = 5
-    trigger_s: float = 2.0
+    trigger_s: float = 5.0
     period_s: float = 3.0
     tick_s: float = 1.0
     sample_s: float = 2.0
     price: float = 1.0
     spread: float = 0.1
-    min_duration_s: float = 15.0
+    min_duration_s: float = 30.0
     mm1_scale: float = 0.36
+    warmup_s: float = 60.0
     rate: float = 40.0
+    sources: int = 150
+    scanners: int = 3
+    traffic_s: float = 1800.0
     speedup: float = 1.0
     settle_s: float = 20.0
     phase_timeout_s: float = 120.0
@@ -109,7 +114,7 @@ class Demo:
         self.fed = Federation(settings.workdir, registry_port=settings.port)
         self.view = view
         self.say = say
-        self.inputs: dict[str, PacedInput] = {}
+        self.fed_logs: dict[str, Path] = {}
         self.phases: list[Phase] = []
         self.timeline: list[dict] = []
         self.t0 = time.time()
@@ -121,27 +126,36 @@ class Demo:
     def _stream(self, member: Member) -> Path:
         return self.s.workdir / "streams" / member.name
 
-    def _agent_options(self) -> list[str]:
+    def _agent_options(self, member: Member) -> list[str]:
         s = self.s
-        return [
+        contracts = []
+        for pair, factor in CONTRACTS.items():
+            if member.name in pair:
+                partner = pair[1] if pair[0] == member.name else pair[0]
+                price = factor * s.price
+                contracts += ["--contract", f"{partner}:{price:g}:{price * (1 + s.spread):g}:{s.min_duration_s:g}"]
+        return [*contracts,
             "--spark-master", "local[1]", "--cores", "1", "--window", str(s.window_s), "--lateness", str(s.lateness_s),
             "--min-connections", str(s.min_connections), "--min-ports", str(s.min_ports),
             "--trigger", str(s.trigger_s), "--period", str(s.period_s), "--tick", str(s.tick_s), "--sample", str(s.sample_s),
-            "--cost-model", "mm1", "--mm1-scale", str(s.mm1_scale),
+            "--cost-model", "mm1", "--mm1-scale", str(s.mm1_scale), "--warmup", str(s.warmup_s),
         ]
 
     def _join(self, member: Member) -> None:
-        self.fed.register(member.name, member.address, self.s.agent_port)
-        stream = None
-        if member.partitions:
-            stream = self._stream(member)
-            created = PartitionedStream.create(stream, member.partitions)
-            traffic = generate(TrafficProfile(duration_s=1800, rate=self.s.rate, sources=150, scanners=3), seed=member.seed)
-            paced = PacedInput(created, traffic, self.params, self.s.speedup, self.s.workdir / "input" / f"{member.name}.log")
-            paced.log_path.parent.mkdir(parents=True, exist_ok=True)
-            self.inputs[member.name] = paced
+        """Start the participant's agent (it registers itself and signs its agreed contracts)."""
+        stream = self._stream(member) if member.partitions else None
+        if stream is not None:
+            PartitionedStream.create(stream, member.partitions)  # the replayer reopens it
         initial = f"0-{member.initial - 1}" if member.initial else ""
-        self.fed.start_agent(member.name, member.address, self.s.agent_port, stream, initial, self._agent_options())
+        self.fed.start_agent(member.name, member.address, self.s.agent_port, stream, initial, self._agent_options(member))
+
+    def _start_input(self, member: Member) -> None:
+        """`bpm generate-traffic`, then `bpm replay` into the participant's stream."""
+        s = self.s
+        log = self.fed.generate_traffic(member.name, s.traffic_s, s.rate, s.sources, s.scanners, member.seed)
+        self.fed_logs[member.name] = self.fed.start_replay(
+            member.name, log, self._stream(member), member.partitions, s.window_s, s.lateness_s, s.speedup
+        )
 
     # Observation
 
@@ -207,47 +221,45 @@ class Demo:
             self.fed.start_registry()
             first = [self._members[n] for n in ("a", "b", "c")]
             self._setup_first(first)
-            self._phase("1 uneven load: A carries most tasks", ["a", "b", "c"], until_acceptable=False, hold_s=0)
+            self._phase("1 uneven load: A carries most tasks", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s)
             self._phase("2 A sheds load to B and C", ["a", "b", "c"], until_acceptable=True, hold_s=s.settle_s)
             b = self._members["b"]
             for k in range(b.initial, b.partitions):
                 self.fed.add_task("b", f"p{k}", str((self._stream(b) / f"partition={k}").resolve()), self._task_params())
             self._phase("3 load rises at B: the federation is overloaded", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s)
-            d = self._members["d"]
-            self._join(d)
-            self.fed.contract("c", "d", 0.8 * s.price, s.spread, s.min_duration_s)
+            self._join(self._members["d"])
             self.fed.wait_agent("d")
             self._phase("4 D joins (contract with C at 0.8 p): load flows B to C and C to D", ["a", "b", "c", "d"], until_acceptable=True, hold_s=s.settle_s)
             return self._finish()
         finally:
-            for paced in self.inputs.values():
-                if not paced.feeder.closed:
-                    paced.close()
             self.fed.close()
 
     def _task_params(self) -> dict:
         return {**self.params.to_dict(), "trigger_s": self.s.trigger_s}
 
-    def _setup_first(self, members: list[Member]) -> None:
-        s = self.s
+    def _setup_first(self, members: list[Member], measured: list[str] | None = None) -> None:
+        """Start the members' agents, then their input; wait until `measured` (default: all) report load."""
         for m in members:
             self._join(m)
-        for a, b in (("a", "b"), ("a", "c"), ("b", "c")):
-            self.fed.contract(a, b, s.price, s.spread, s.min_duration_s)
         for m in members:
             self.fed.wait_agent(m.name)
-        for paced in self.inputs.values():
-            paced.start()
+        for m in members:
+            if m.partitions:
+                self._start_input(m)
         self.say("agents up; input flowing")
-        self._wait_measured([m.name for m in members], 180)
+        self._wait_measured(measured or [m.name for m in members], 180)
 
     # Drain and compare
 
     def _finish(self) -> dict:
         self.say("closing the input and draining every task")
-        logs = {name: paced.close() for name, paced in self.inputs.items()}
+        for name in self.fed_logs:
+            self.fed.stop_replay(name)
+        logs = self.fed_logs
         self._drain(timeout_s=180)
         state = self.poll()
+        self.say("stopping the federation")
+        self.fed.close()
         expected = self._reference(logs)
         tasks = {name: [f"{name}.p{k}" for k in range(self._members[name].partitions)] for name in logs}
         lost = duplicate = 0
@@ -266,44 +278,61 @@ class Demo:
             "output_results": output_rows,
             "lost_results": lost,
             "duplicate_results": duplicate,
-            "fed_connections": {name: paced.fed for name, paced in self.inputs.items()},
+            "fed_connections": {name: sum(1 for line in log.open() if not line.startswith("#")) for name, log in logs.items()},
             "timeline": self.timeline,
             "elapsed_s": round(time.time() - self.t0, 1),
             "workdir": str(self.s.workdir),
         }
 
     def _drain(self, timeout_s: float) -> None:
+        """Wait until every task has run a batch, where it runs now, after the one that read
+        the last file of its closed partition: the end mark moves the watermark only for the
+        next batch, which emits the last windows."""
+        last = {}
+        for name in self.fed_logs:
+            stream = PartitionedStream(self._stream(self._members[name]))
+            last.update({f"{name}.p{k}": stream.next_position(k) - 1 for k in range(stream.partitions)})
+        reached: dict[tuple[str, str], int] = {}  # (host, task) -> batches run when it had read everything
         deadline = time.monotonic() + timeout_s
-        quiet = 0
         while time.monotonic() < deadline:
-            pending = 0
-            for name in self.fed.endpoints:
+            done = set()
+            for host_name, endpoint in self.fed.endpoints.items():
                 try:
-                    status = httpx.get(self.fed.endpoints[name] + "/status", timeout=10).json()
+                    status = httpx.get(endpoint + "/status", timeout=10).json()
                 except httpx.HTTPError:
                     continue
-                host = status.get("last_report", {}).get("details", {}).get("host", {})
-                pending += sum(t["backlog_files"] for t in host.get("tasks", []))
-            quiet = quiet + 1 if pending == 0 else 0
-            if quiet >= 3:
+                for t in status.get("last_report", {}).get("details", {}).get("host", {}).get("tasks", []):
+                    key = (host_name, t["task_id"])
+                    if t["state"] != "running" or t.get("position") is None or t["position"] < last.get(t["task_id"], 0):
+                        reached.pop(key, None)
+                    elif reached.setdefault(key, t["batches"]) < t["batches"]:
+                        done.add(t["task_id"])
+            if done >= set(last):
                 return
             self.poll()
             time.sleep(self.s.poll_s)
         self.say(f"tasks still had input after {timeout_s:.0f} s; results compared as they are")
 
     def _reference(self, logs: dict[str, Path]) -> dict[str, list[ResultRow]]:
-        """`bpm pipeline run` over exactly what each participant's stream received."""
-        expected = {}
+        """`bpm pipeline run` over exactly what each participant's stream received, all at once."""
+        s = self.s
+        runs = {}
         for name, log in logs.items():
             self.say(f"reference: bpm pipeline run {log.name}")
-            result = subprocess.run(
-                [
-                    BPM, "pipeline", "run", str(log), "--window", str(self.s.window_s), "--lateness", str(self.s.lateness_s),
-                    "--min-connections", str(self.s.min_connections), "--min-ports", str(self.s.min_ports), "--master", "local[2]", "--json",
-                ],
-                capture_output=True, text=True, timeout=600, check=True, cwd=self.s.workdir,
-            )
-            expected[name] = [ResultRow.from_json(json.loads(line)) for line in result.stdout.splitlines() if line.strip()]
+            out = log.with_suffix(".reference.jsonl")
+            with out.open("w") as handle:
+                runs[name] = (out, subprocess.Popen(
+                    [
+                        BPM, "pipeline", "run", str(log), "--window", str(s.window_s), "--lateness", str(s.lateness_s),
+                        "--min-connections", str(s.min_connections), "--min-ports", str(s.min_ports), "--master", "local[1]", "--json",
+                    ],
+                    stdout=handle, stderr=subprocess.DEVNULL, cwd=s.workdir,
+                ))
+        expected = {}
+        for name, (out, process) in runs.items():
+            if process.wait(timeout=600) != 0:
+                raise RuntimeError(f"bpm pipeline run over {logs[name]} failed (exit {process.returncode})")
+            expected[name] = [ResultRow.from_json(json.loads(line)) for line in out.read_text().splitlines() if line.strip()]
         return expected
 
 

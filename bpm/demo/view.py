@@ -35,4 +35,26 @@ def render(state: dict) -> Group:
     lines = Text(
         f"movements: {len(movements)} ({len(active)} active)  {recent}\npayments: {balances or 'none yet'}\nadmin UI: {state['registry']}/"
     )
-    return Group(table, lines)
+    parts = [table, lines]
+    if state.get("killed") or state.get("failovers"):
+        parts.append(_failovers(state))
+    return Group(*parts)
+
+
+def _failovers(state: dict) -> Text:
+    """The failover scenario's lines: the kill, each failover and repair, replicas kept."""
+    text = Text()
+    killed = state.get("killed")
+    if killed:
+        text.append(f"kill -9 of {killed['participant']} at t = {killed['t']:.0f} s\n", style="bold red")
+    for f in state.get("failovers", []):
+        done = f"recovered in {f['recovery_s']:.2f} s" if f["recovery_s"] is not None else ("complete" if f["completed_at"] else "taking over")
+        if f["kind"] == "failover":
+            text.append(f"failover #{f['id']} {f['task']} ({f['mode']}): {f['from_host']} → {f['to_host']}, epoch {f['from_epoch']}→{f['to_epoch']}, {done}\n",
+                        style="yellow" if not f["completed_at"] else "green")
+        else:
+            text.append(f"repair #{f['id']} {f['task']}: a new replica at {f['to_host']}, {'holds a copy' if f['completed_at'] else 'copying'}\n", style="cyan")
+    replicas = [r for r in state.get("replicas", []) if r["state"] == "active"]
+    if replicas:
+        text.append("replicas: " + ", ".join(f"{r['task']}@{r['participant']}" for r in replicas))
+    return text

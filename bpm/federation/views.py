@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from bpm.ha.decisions import HA_MODES, effective_mode
 from bpm.negotiation.models import Contract, Movement, Offer, Task
 
 # A task measured at no load cannot be offered (it would cost nothing to keep); tiny
@@ -91,10 +92,15 @@ def task_key(task: Mapping) -> str:
 
 @dataclass(frozen=True)
 class Start:
-    """Start `task` here; `source` is the participant holding its checkpoint (None: my own copy)."""
+    """Start `task` here; `source` is the participant holding its checkpoint (None: my own copy).
+
+    `failover`: the task arrived by a failover (its previous host failed): it is taken over
+    per its HA mode (`spark_agents.ha.roles.take_over`), never fetched from the failed host.
+    """
 
     task: Mapping
     source: str | None
+    failover: Mapping | None = None
 
 
 @dataclass(frozen=True)
@@ -103,7 +109,9 @@ class Plan:
     stop: tuple[str, ...]
 
 
-def reconcile(me: str, tasks: Iterable[Mapping], running: Iterable[str], movements: Iterable[Mapping]) -> Plan:
+def reconcile(
+    me: str, tasks: Iterable[Mapping], running: Iterable[str], movements: Iterable[Mapping], failovers: Iterable[Mapping] = ()
+) -> Plan:
     """What to stop and start so that I run exactly the tasks the registry says I host.
 
     A task that arrives here comes from its previous host: the origin of an active
@@ -111,6 +119,9 @@ def reconcile(me: str, tasks: Iterable[Mapping], running: Iterable[str], movemen
     agent fetches the checkpoint from that source unless its own copy is already at the
     task's epoch. A task running here that the registry gives to another participant
     stops here and waits for that participant to fetch its checkpoint.
+
+    A task that a failover gave me (the newest failover of the task names me at the
+    task's current epoch) has no source: its previous host failed, so it is taken over.
     """
     running = set(running)
     latest: dict[int, Mapping] = {}
@@ -122,6 +133,10 @@ def reconcile(me: str, tasks: Iterable[Mapping], running: Iterable[str], movemen
         if task["host"] == me:
             if key in running:
                 continue
+            took = current_failover(task, failovers)
+            if took is not None and took["to_host"] == me:
+                start.append(Start(task=task, source=None, failover=took))
+                continue
             m = latest.get(task["id"])
             source = None
             if m is not None and m["state"] == "active" and m["to"] == me:
@@ -132,3 +147,105 @@ def reconcile(me: str, tasks: Iterable[Mapping], running: Iterable[str], movemen
         elif key in running:
             stop.append(key)
     return Plan(start=tuple(start), stop=tuple(stop))
+
+
+def current_failover(task: Mapping, failovers: Iterable[Mapping]) -> Mapping | None:
+    """The failover that put `task` where it is now: its newest failover, if the task has not
+    changed epoch since (a movement afterwards bumps the epoch). None otherwise."""
+    newest = None
+    for f in failovers:
+        if f["task_id"] == task["id"] and f.get("kind", "failover") == "failover" and (newest is None or f["id"] > newest["id"]):
+            newest = f
+    return newest if newest is not None and newest["to_epoch"] == task["epoch"] else None
+
+
+def task_ha_mode(task: Mapping, movements: Iterable[Mapping], contracts: Iterable[Mapping], failovers: Iterable[Mapping] = ()) -> str:
+    """The task's effective HA mode as the registry defines it (`api.services.ha.mode_of`), from
+    what an agent sees: its own mode, else the mode of the contract its newest movement ran
+    under while that movement runs or after it failed. A task that a failover put where it
+    is keeps the failover's mode (its new host may not see the movement)."""
+    took = current_failover(task, failovers)
+    if took is not None:
+        return took["mode"]
+    newest = None
+    for m in movements:
+        if m["task_id"] == task["id"] and (newest is None or m["id"] > newest["id"]):
+            newest = m
+    contract_mode = None
+    if newest is not None and newest["state"] != "ended":
+        contract_mode = next((c.get("ha_mode") for c in contracts if c["id"] == newest["contract_id"]), None)
+    return effective_mode(task.get("ha_mode", "none"), contract_mode)
+
+
+def stream_partition(input_uri: str) -> tuple[str, int] | None:
+    """(stream root, partition) of a task reading `<root>/partition=<k>`; None for any other input."""
+    path = input_uri.rstrip("/")
+    root, _, name = path.rpartition("/")
+    if not root or not name.startswith("partition=") or not name[len("partition="):].isdigit():
+        return None
+    return root, int(name[len("partition="):])
+
+
+@dataclass(frozen=True)
+class AgreedTerms:
+    """Terms a participant agreed with a partner offline (its agent's `--contract` option).
+
+    `ha_mode` is the contract's HA mode: the default for every task moved under it.
+    """
+
+    partner: str
+    price_min: float
+    price_max: float
+    min_duration_s: float
+    ha_mode: str = "none"
+
+    @classmethod
+    def parse(cls, spec: str) -> AgreedTerms:
+        """'PARTNER:PRICE_MIN:PRICE_MAX:MIN_DURATION_S[:HA_MODE]', e.g. 'b:1.0:1.1:15' or 'b:1.0:1.1:15:passive_standby'."""
+        parts = spec.split(":")
+        if len(parts) not in (4, 5) or not parts[0]:
+            raise ValueError(f"bad contract {spec!r}: use PARTNER:PRICE_MIN:PRICE_MAX:MIN_DURATION_S[:HA_MODE], e.g. b:1.0:1.1:15")
+        mode = parts[4] if len(parts) == 5 else "none"
+        if mode not in HA_MODES:
+            raise ValueError(f"bad contract {spec!r}: the HA mode is one of {', '.join(HA_MODES)}")
+        try:
+            return cls(parts[0], float(parts[1]), float(parts[2]), float(parts[3]), mode)
+        except ValueError as exc:
+            raise ValueError(f"bad contract {spec!r}: prices and duration are numbers") from exc
+
+    def matches(self, contract: Mapping) -> bool:
+        same_terms = all(abs(contract[k] - getattr(self, k)) <= 1e-9 * max(1.0, abs(contract[k])) for k in ("price_min", "price_max", "min_duration_s"))
+        return same_terms and contract.get("ha_mode", "none") == self.ha_mode
+
+
+@dataclass(frozen=True)
+class ContractStep:
+    action: str  # "propose" or "accept"
+    terms: AgreedTerms
+    contract_id: int | None = None
+
+
+def contract_steps(me: str, agreed: Iterable[AgreedTerms], contracts: Iterable[Mapping], participants: Iterable[str]) -> list[ContractStep]:
+    """What brings the registry's contracts in line with the terms agreed offline.
+
+    Both sides declare the same terms; the side whose name sorts first proposes them once
+    the partner is registered, and the other accepts a proposal whose terms match its own
+    declaration exactly (any other proposal is left for a person to answer). Nothing is
+    done for a partner with an active contract or a pending proposal of mine.
+    """
+    contracts = list(contracts)
+    present = set(participants)
+    steps = []
+    for terms in agreed:
+        if terms.partner not in present or terms.partner == me:
+            continue
+        between = [c for c in contracts if {c["proposer"], c["counterparty"]} == {me, terms.partner}]
+        if any(c["state"] == "active" for c in between):
+            continue
+        waiting = [c for c in between if c["state"] in ("proposed", "countered")]
+        mine = [c for c in waiting if c.get("awaiting") == me and terms.matches(c)]
+        if mine:
+            steps.append(ContractStep("accept", terms, mine[0]["id"]))
+        elif not any(c.get("awaiting") == terms.partner for c in waiting) and me < terms.partner:
+            steps.append(ContractStep("propose", terms))
+    return steps

@@ -6,25 +6,21 @@ import pytest
 
 from bpm.demo.report import write_report
 from bpm.demo.run import Demo, DemoSettings
+from tests.conftest import free_port
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skip(
-        reason="the demo does not yet reach an acceptable allocation in every phase within the time limit on a "
-        "2-core machine (loads include each JVM's idle CPU; handovers stall behind long batches); open work of the live federation"
-    ),
-]
+pytestmark = pytest.mark.slow
 
 
 def test_federation_moves_load_and_loses_nothing(tmp_path):
-    settings = DemoSettings(workdir=tmp_path / "run", port=8711, agent_port=9111, settle_s=10, phase_timeout_s=90)
+    settings = DemoSettings(workdir=tmp_path / "run", port=free_port(), agent_port=free_port(), settle_s=10, phase_timeout_s=60)
     settings.workdir.mkdir()
     demo = Demo(settings, say=lambda msg: print(msg, flush=True))
     report = demo.run()
     write_report(report, tmp_path / "report", demo.t0)
 
+    assert [p["name"][0] for p in report["phases"]] == ["1", "2", "3", "4"]
     assert report["movements"], "load moved between participants"
-    assert {m["from"] for m in report["movements"]} & {"a", "b", "c"}
+    assert any(m["from"] == "a" for m in report["movements"]), "the overloaded A shed load"
     payments = report["payments"]
     assert payments["total_paid"] == pytest.approx(payments["total_earned"]), "what one pays the other earns"
     assert report["expected_results"] > 0, "the input raised alerts to compare"

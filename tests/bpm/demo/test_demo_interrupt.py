@@ -1,0 +1,56 @@
+"""Ctrl-C during `bpm demo` stops every process the demo started."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.slow
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(f"{entry.name}: {cmdline[:160]}")
+    return found
+
+
+def test_ctrl_c_stops_every_process_of_the_demo(tmp_path):
+    workdir = tmp_path / "run"
+    bpm = str(Path(sys.executable).with_name("bpm"))
+    log = tmp_path / "demo.log"
+    with log.open("w") as out:
+        demo = subprocess.Popen(
+            [bpm, "demo", "--headless", "--workdir", str(workdir), "--report", str(tmp_path / "report"), "--port", str(free_port())],
+            cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and "agents up" not in log.read_text():
+            assert demo.poll() is None, log.read_text()
+            time.sleep(1)
+        assert "agents up" in log.read_text(), log.read_text()
+        assert len(_processes_mentioning(str(workdir))) >= 7, "registry, three agents, three replayers"
+        demo.send_signal(signal.SIGINT)
+        demo.send_signal(signal.SIGINT)  # an impatient second Ctrl-C
+        assert demo.wait(timeout=120) == 130
+        assert _processes_mentioning(str(workdir)) == []
+        assert "interrupted" in log.read_text()
+    finally:
+        if demo.poll() is None:
+            demo.kill()
