@@ -371,12 +371,14 @@ class RemoteSide:
         log_path: the worker's stderr, quoted when it fails.
     """
 
-    def __init__(self, name: str, root: Path, output_dir: Path, master: str, conf: dict[str, str], timeout_s: float) -> None:
+    def __init__(self, name: str, root: Path, output_dir: Path, master: str, conf: dict[str, str], timeout_s: float,
+                 module: str = "bpm.bench.move") -> None:
         self.name = name
         self.log_path = root / f"{name}.log"
         root.mkdir(parents=True, exist_ok=True)
         key = secrets.token_bytes(32)
-        args = [sys.executable, "-m", "bpm.bench.move", "--worker", name, str(root / name), str(output_dir), master, json.dumps(conf)]
+        # `module` runs the worker: its `main` serves a side class of its own through `_serve`.
+        args = [sys.executable, "-m", module, "--worker", name, str(root / name), str(output_dir), master, json.dumps(conf)]
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
@@ -450,15 +452,15 @@ class RemoteSide:
             self.process.stdout.close()
 
 
-def _serve(name: str, root: str, output_dir: str, master: str, conf: str) -> None:
-    """The worker: report a port on stdout, take one authenticated connection, run Side methods for it."""
+def _serve(name: str, root: str, output_dir: str, master: str, conf: str, side_class: type = Side) -> None:
+    """The worker: report a port on stdout, take one authenticated connection, run `side_class` methods for it."""
     key = bytes.fromhex(os.environ.pop(_KEY_ENV))
     with Listener(("127.0.0.1", 0), authkey=key) as listener:
         print(listener.address[1], flush=True)
         # Everything after the port (Spark's JVM inherits stdout) goes to the log, never into the pipe.
         os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
         conn = listener.accept()
-    side = Side(name, root, output_dir, master, json.loads(conf))
+    side = side_class(name, root, output_dir, master, json.loads(conf))
     conn.send(("ok", "ready"))
     while True:
         try:
@@ -681,12 +683,13 @@ def plot_rounds(result: dict[str, Any], path: str | Path) -> Path:
     return path
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point of the worker process (`python -m bpm.bench.move --worker NAME ROOT OUTPUT MASTER CONF_JSON`)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, side_class: type = Side, description: str | None = None) -> None:
+    """Entry point of a worker process (`python -m bpm.bench.move --worker NAME ROOT OUTPUT MASTER CONF_JSON`);
+    other benchmarks pass their own `side_class`."""
+    parser = argparse.ArgumentParser(description=description or __doc__.splitlines()[0])
     parser.add_argument("--worker", nargs=5, metavar=("NAME", "ROOT", "OUTPUT", "MASTER", "CONF_JSON"), required=True)
     args = parser.parse_args(argv)
-    _serve(*args.worker)
+    _serve(*args.worker, side_class=side_class)
 
 
 if __name__ == "__main__":
