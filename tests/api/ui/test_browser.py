@@ -279,16 +279,19 @@ def test_a_movement_appears_live_while_the_federation_runs(federation, page):
     assert_not_reloaded(page)
 
 
-def test_ha_view_shows_a_clear_empty_state_until_the_registry_records_replicas(federation, page):
+def test_ha_view_shows_the_registrys_replicas_and_an_empty_failover_record(federation, page):
     federation.add("alpha", "bravo")
     federation["alpha"].propose("bravo", 1.0, 2.0, 30, ha_mode="active_standby")
+    task = federation["alpha"].register_task("conn-p0")
+    federation["alpha"].create_replica(task["id"], "bravo", role="passive_standby")
     sign_in(page, federation.url, federation.registry.admin_key)
     go(page, "HA")
-    expect(page.locator("#ha-replicas")).to_contain_text("No HA records yet.")
-    expect(page.locator("#ha-replicas")).to_contain_text("GET /api/v1/replicas answered 404")
-    expect(page.locator("#ha-failovers")).to_contain_text("No HA records yet.")
+    rows = page.locator("#ha-replicas tbody tr")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("alpha.conn-p0")
+    expect(rows.first).to_contain_text("passive_standby")
+    expect(page.locator("#ha-failovers")).to_contain_text("No failovers recorded.")
     expect(page.locator("#ha-asked")).to_contain_text("Contract #1 alpha – bravo (proposed) asks for active_standby.")
-    expect(page.locator("#ha-replicas table")).to_have_count(0)
 
 
 def test_ha_view_shows_records_when_the_registry_serves_them(federation, page):
