@@ -152,6 +152,22 @@ def _process_cpu_seconds(jvm_pid: int | None) -> float:
     return time.process_time() + (jvm or 0.0)
 
 
+def _delta_shipper(inbox: tuple[int, str]) -> Callable[[bytes], int | None]:
+    """Send passive-standby deltas to the backup's socket (`inbox`: port and key); returns its acknowledged position."""
+    conn = Client(("127.0.0.1", inbox[0]), authkey=bytes.fromhex(inbox[1]))
+    lock = threading.Lock()
+
+    def ship(data: bytes) -> int | None:
+        with lock:
+            conn.send_bytes(data)
+            status, value = conn.recv()
+        if status != "ok":
+            raise RuntimeError(f"the backup refused a delta: {value}")
+        return value
+
+    return ship
+
+
 class HASide(Side):
     """A worker process's participant for this benchmark: `Side` plus the HA roles of `spark_agents.ha`.
 
@@ -252,19 +268,7 @@ class HASide(Side):
 
         query = QueryParams(**params)
         stream = self._stream(stream_root)
-        ship = None
-        if inbox is not None:
-            conn = Client(("127.0.0.1", inbox[0]), authkey=bytes.fromhex(inbox[1]))
-            lock = threading.Lock()
-
-            def ship(data: bytes) -> int | None:
-                with lock:
-                    conn.send_bytes(data)
-                    status, value = conn.recv()
-                if status != "ok":
-                    raise RuntimeError(f"the backup refused a delta: {value}")
-                return value
-
+        ship = None if inbox is None else _delta_shipper(inbox)
         self._sinks[task_id] = start_primary(self.host, task_id, stream.partition_path(partition), epoch, query,
                                              trigger_s=trigger_s, checkpoint_dir=self.checkpoint_dir(task_id))
         self._start_duties(task_id, mode, stream_root, partition, query.window_s, interval_s, ship)
