@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from bpm.costs import CostFunction, MM1Cost, fit_cost_function
 from bpm.zeek.definitions import QueryParams
-from spark_agents.checkpoint import processed_position
+from bpm.streams.partitioned import MARK_END, closing_mark
+from spark_agents.checkpoint import committed_watermark_ms, owes_watermark_batch, processed_position
 from spark_agents.listener import BatchRecorder, TaskCpuMeter
 from spark_agents.metrics import (
     BatchSample,
@@ -188,11 +189,15 @@ class TaskHost:
         an interrupt breaks the Python callback (and with it, later batches of the driver).
         Should a new trigger begin before the stop lands, Spark abandons that batch
         uncommitted; the next start runs it again and rewrites the same output file.
+        A task that has read the end of its input stops only after the batch that emits its
+        last windows (`owes_watermark_batch`): resumed elsewhere, it would never run it.
         """
         task = self._task(task_id)
         query = task.query
         if query is not None:
             deadline = time.monotonic() + timeout_s
+            while query.isActive and self._owes_last_windows(task) and time.monotonic() < deadline:
+                time.sleep(0.05)
             task.output_done.clear()
             while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
                 if task.output_done.wait(0.01):
@@ -200,6 +205,17 @@ class TaskHost:
             query.stop()
             task.query = None
         return task.checkpoint_dir
+
+    @staticmethod
+    def _owes_last_windows(task: HostedTask) -> bool:
+        position = processed_position(task.checkpoint_dir)  # of the newest planned batch, which may still run
+        if position is None:
+            return False
+        try:
+            mark = closing_mark(task.input_path / f"{position:012d}.csv")
+        except FileNotFoundError:  # trimmed: an end mark is never trimmed while a task still reads it
+            return False
+        return mark is not None and mark.mark == MARK_END and owes_watermark_batch(task.checkpoint_dir)
 
     def _output_done(self, task_id: str, batch_id: int, cpu_s: float) -> None:
         """Called by a task's output function as it returns, with the CPU it used here."""
@@ -331,6 +347,7 @@ class TaskHost:
                 "task_id": task.task_id, "state": task.state, "input": str(task.input_path),
                 "checkpoint": str(task.checkpoint_dir), "params": task.params.to_dict(), "trigger_s": task.trigger_s,
                 "batches": task.batches, "rows": task.rows, "position": task.position,
+                "watermark_ms": committed_watermark_ms(task.checkpoint_dir),
                 "last_batch_id": batch.batch_id if batch else None,
                 "last_batch_duration_s": batch.duration_s if batch else None,
                 "load": loads.get(task.task_id, 0.0), "backlog": self.backlog(task), "error": task.error,

@@ -144,7 +144,7 @@ class SparkTasks:
         summary = {k: status[k] for k in ("master", "cores", "utilisation", "cpu_utilisation", "mean_batch_s", "fallback_used", "intervals")}
         summary["tasks"] = [
             {"task_id": t["task_id"], "state": t["state"], "batches": t["batches"], "position": t["position"],
-             "backlog_files": t["backlog"]["files"]}
+             "watermark_ms": t["watermark_ms"], "backlog_files": t["backlog"]["files"]}
             for t in status["tasks"]
         ]
         return summary

@@ -40,6 +40,12 @@ def end_mark_us(newest_us: int, params: QueryParams) -> int:
     return newest_us + (params.window_s + params.lateness_s + 1) * MICROS
 
 
+def end_watermark_ms(end_us: int, params: QueryParams) -> int:
+    """The watermark (epoch ms) a query reaches after reading the end mark `end_us`: every
+    window of the input has ended by then, so the batch that runs with it emits the last ones."""
+    return (end_us - params.lateness_s * MICROS) // 1000
+
+
 class Feeder:
     """Buffers connections per partition and writes them as stream files.
 

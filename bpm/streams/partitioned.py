@@ -99,6 +99,19 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(temp, path)
 
 
+def closing_mark(path: str | Path) -> StreamRecord | None:
+    """The mark (tick or end of input) a stream file ends with; None when it ends with a connection."""
+    with open(path, "rb") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        handle.seek(max(0, size - 256))
+        tail = handle.read().decode("utf-8", errors="replace")
+    try:
+        record = StreamRecord.from_line(tail.rstrip("\n").rsplit("\n", 1)[-1])
+    except ValueError:
+        return None
+    return record if record.mark != MARK_DATA else None
+
+
 class PartitionedStream:
     """A stream folder with `partitions` partitions; see the module text for the layout."""
 
@@ -234,17 +247,8 @@ class PartitionedStream:
         timestamp admitted so far, so no row of the file, nor of any earlier file, is newer.
         None for a file that does not end with a mark.
         """
-        path = self.partition_path(k) / f"{position:012d}.csv"
-        with path.open("rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, size - 256))
-            tail = handle.read().decode("utf-8", errors="replace")
-        last = tail.rstrip("\n").rsplit("\n", 1)[-1]
-        try:
-            record = StreamRecord.from_line(last)
-        except ValueError:
-            return None
-        return record.ts_us if record.mark != MARK_DATA else None
+        record = closing_mark(self.partition_path(k) / f"{position:012d}.csv")
+        return None if record is None else record.ts_us
 
     def first_position_from(self, k: int, ts_us: int) -> int:
         """The first position of partition k that may hold a row at or after `ts_us`.

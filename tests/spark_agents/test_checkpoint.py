@@ -1,6 +1,6 @@
 import pytest
 
-from spark_agents.checkpoint import hand_over, processed_position
+from spark_agents.checkpoint import committed_watermark_ms, hand_over, processed_position
 
 
 def write_log(folder, name, positions):
@@ -26,3 +26,15 @@ def test_hand_over_copies_into_a_new_folder(tmp_path):
     assert processed_position(copy) == 4
     with pytest.raises(FileExistsError):
         hand_over(source, copy)
+
+
+def test_committed_watermark_is_that_of_the_newest_completed_batch(tmp_path):
+    assert committed_watermark_ms(tmp_path) is None
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "commits").mkdir()
+    for n, watermark in enumerate([0, 5000, 9000]):
+        (tmp_path / "offsets" / str(n)).write_text(f'v1\n{{"batchWatermarkMs":{watermark},"batchTimestampMs":1}}\n{{"logOffset":{n}}}\n')
+    assert committed_watermark_ms(tmp_path) is None, "no batch has completed"
+    for n in (0, 1):
+        (tmp_path / "commits" / str(n)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+    assert committed_watermark_ms(tmp_path) == 5000, "batch 2 is planned, not completed"

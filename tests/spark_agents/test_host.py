@@ -7,12 +7,12 @@ import pytest
 
 from bpm.costs import CostFunction
 from bpm.streams import PartitionedStream
-from bpm.streams.feed import Feeder
+from bpm.streams.feed import Feeder, end_watermark_ms, feed_all
 from bpm.zeek.definitions import QueryParams
 from bpm.zeek.generator import TrafficProfile, generate
 from bpm.zeek.reference import compute
 from bpm.zeek.results import read_outputs
-from spark_agents.checkpoint import hand_over
+from spark_agents.checkpoint import committed_watermark_ms, hand_over
 from spark_agents.host import TaskError, TaskHost
 from spark_agents.metrics import IntervalSample
 from spark_agents.status import StatusServer
@@ -69,6 +69,20 @@ def test_a_task_moved_at_a_batch_boundary_loses_and_duplicates_nothing(spark, ho
             (int(p.stem.split("-")[1]) for p in before.files), default=-1), "batch ids continue after the move"
     finally:
         other.close()
+
+
+def test_a_task_that_read_the_end_of_its_input_stops_only_after_its_last_windows(host, tmp_path):
+    """Spark runs the batch that the end mark's watermark brings only after a batch of the same
+    run: a task stopped before it and resumed elsewhere would never emit its last windows."""
+    conns = generate(TrafficProfile(duration_s=120, rate=40, sources=50), seed=23)
+    stream = PartitionedStream.create(tmp_path / "stream", 1)
+    feed_all(stream, conns, PARAMS)
+    last = stream.next_position(0) - 1
+    task = host.start_task("p0", stream.partition_path(0), params=PARAMS, trigger_s=3.0)
+    wait_for(lambda: task.position == last)  # the batch that read the end mark; the next trigger is up to 3 s away
+    checkpoint = host.stop_task("p0")
+    assert committed_watermark_ms(checkpoint) == end_watermark_ms(stream.tick_us(0, last), PARAMS)
+    assert read_outputs(tmp_path / "output").rows == set(compute(conns, PARAMS))
 
 
 def test_measurements_status_and_http(host, tmp_path):

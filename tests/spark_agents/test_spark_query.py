@@ -6,12 +6,13 @@ from pathlib import Path
 import pytest
 
 from bpm.streams import PartitionedStream
-from bpm.streams.feed import feed_all
+from bpm.streams.feed import end_watermark_ms, feed_all
 from bpm.zeek.conn import read_logs
 from bpm.zeek.definitions import QueryParams
 from bpm.zeek.generator import TrafficProfile, generate
 from bpm.zeek.reference import compute
 from bpm.zeek.results import read_outputs
+from spark_agents.checkpoint import committed_watermark_ms
 from spark_agents.pipeline import run_pipeline
 from spark_agents.query import start_query
 
@@ -51,6 +52,8 @@ def test_a_replayed_batch_overwrites_its_file_instead_of_duplicating(spark, tmp_
             query.stop()
 
     run_to_end()
+    end_us = stream.tick_us(0, stream.next_position(0) - 1)
+    assert committed_watermark_ms(checkpoint) == end_watermark_ms(end_us, params), "the last batch ran with the end mark's watermark"
     first = read_outputs(output)
     assert first.rows == set(compute(conns, params))
     written = {p: p.stat().st_mtime_ns for p in first.files}
@@ -61,6 +64,7 @@ def test_a_replayed_batch_overwrites_its_file_instead_of_duplicating(spark, tmp_
     shutil.rmtree(checkpoint / "commits" / ".tmp", ignore_errors=True)
     for crc in (checkpoint / "commits").glob(".*.crc"):
         crc.unlink()
+    assert (committed_watermark_ms(checkpoint) or 0) < end_watermark_ms(end_us, params), "no completed batch with it now"
     run_to_end()
     again = read_outputs(output)
     assert again.rows == first.rows and again.duplicates == [] and again.files == first.files
