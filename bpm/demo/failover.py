@@ -78,7 +78,7 @@ class FailoverDemo(Demo):
             self.fed.start_registry()
             self.say(f"contracts under {self.ha_mode}")
             self._setup_first(list(FAILOVER_MEMBERS), measured=["a"])
-            self._phase("1 A carries every task", names, until_acceptable=False, hold_s=0)
+            self._phase("1 A carries every task", names, until_acceptable=False, hold_s=0, not_before=self._trading_from(names))
             self._phase("2 A sheds load to B and C", names, until_acceptable=True, hold_s=s.settle_s)
             self._kill_when_copied()
             self._recover()

@@ -23,6 +23,7 @@ import httpx
 
 from bpm.demo.federation import BPM, Federation
 from bpm.negotiation import is_acceptable
+from bpm.streams.feed import end_watermark_ms
 from bpm.streams.partitioned import PartitionedStream
 from bpm.zeek.definitions import QueryParams, ResultRow
 from bpm.zeek.results import read_outputs
@@ -38,7 +39,7 @@ class Member:
 
 
 MEMBERS = (
-    Member("a", "127.0.0.2", 6, 6, 11),
+    Member("a", "127.0.0.2", 9, 9, 11),
     Member("b", "127.0.0.3", 5, 2, 12),
     Member("c", "127.0.0.4", 2, 2, 13),
     Member("d", "127.0.0.5", 0, 0, 14),
@@ -55,6 +56,10 @@ class DemoSettings:
     Attributes:
         price: the contracts' reference price p (ranges [p, p(1 + spread)]); D's contract is at 0.8 p.
         mm1_scale: a in the agents' M/M/1 cost a*u/(1-u); the threshold at price p is 1 - sqrt(a/p).
+        warmup_s: how long an agent that starts with tasks of its own neither offers nor takes
+            load (their first batches, JIT-compiled, cost several times the later ones).
+        join_warmup_s: the same for an agent that joins without tasks (D): nothing to wait out
+            but its own start.
         rate: connections per second in each participant's traffic.
         phase_timeout_s: the longest a phase waits for an acceptable allocation.
     """
@@ -72,9 +77,10 @@ class DemoSettings:
     sample_s: float = 2.0
     price: float = 1.0
     spread: float = 0.1
-    min_duration_s: float = 30.0
+    min_duration_s: float = 60.0
     mm1_scale: float = 0.36
     warmup_s: float = 60.0
+    join_warmup_s: float = 15.0
     rate: float = 40.0
     sources: int = 150
     scanners: int = 3
@@ -120,6 +126,7 @@ class Demo:
         self.t0 = time.time()
         self.state: dict = {}
         self._members = {m.name: m for m in MEMBERS}
+        self._up_at: dict[str, float] = {}  # monotonic time each agent first answered
 
     # Setup
 
@@ -138,7 +145,7 @@ class Demo:
             "--spark-master", "local[1]", "--cores", "1", "--window", str(s.window_s), "--lateness", str(s.lateness_s),
             "--min-connections", str(s.min_connections), "--min-ports", str(s.min_ports),
             "--trigger", str(s.trigger_s), "--period", str(s.period_s), "--tick", str(s.tick_s), "--sample", str(s.sample_s),
-            "--cost-model", "mm1", "--mm1-scale", str(s.mm1_scale), "--warmup", str(s.warmup_s),
+            "--cost-model", "mm1", "--mm1-scale", str(s.mm1_scale), "--warmup", str(self._warmup_s(member)),
         ]
 
     def _join(self, member: Member) -> None:
@@ -180,28 +187,38 @@ class Demo:
                 loads[p["name"]], thresholds[p["name"]] = p["load"], p["threshold"]
         return loads, thresholds
 
-    def _phase(self, name: str, names: list[str], *, until_acceptable: bool, hold_s: float) -> Phase:
-        """Poll until the allocation of `names` is acceptable twice in a row (or the timeout), at least `hold_s`."""
+    def _phase(self, name: str, names: list[str], *, until_acceptable: bool, hold_s: float, not_before: float = 0.0) -> Phase:
+        """Poll for at least `hold_s` and until `not_before` (monotonic); a phase `until_acceptable`
+        then goes on until the allocation of `names` has stayed acceptable for two load reports
+        (or the phase timeout, counted from then)."""
         phase = Phase(name, time.time() - self.t0)
         self.phases.append(phase)
         self.say(f"phase: {name}")
-        started = time.monotonic()
-        streak = 0
+        held_until = max(time.monotonic() + hold_s, not_before)
+        steady_s = 2 * self.s.period_s
+        ok_since = None
         while True:
             state = self.poll()
+            now = time.monotonic()
             loads, thresholds = self._measured(state, names)
             ok = len(loads) == len(names) and is_acceptable(list(loads.values()), list(thresholds.values()))
-            streak = streak + 1 if ok else 0
+            ok_since = (ok_since or now) if ok else None
             phase.loads, phase.thresholds, phase.acceptable = loads, thresholds, ok
-            elapsed = time.monotonic() - started
-            if elapsed >= hold_s and (not until_acceptable or streak >= 2):
+            if now >= held_until and (not until_acceptable or (ok_since is not None and now - ok_since >= steady_s)):
                 break
-            if elapsed >= self.s.phase_timeout_s:
+            if now >= held_until + self.s.phase_timeout_s:
                 break
             time.sleep(self.s.poll_s)
         phase.ended_s = time.time() - self.t0
         self.say(f"  {'acceptable' if phase.acceptable else 'not acceptable'}: loads {_fmt(phase.loads)} thresholds {_fmt(phase.thresholds)}")
         return phase
+
+    def _warmup_s(self, member: Member) -> float:
+        return self.s.warmup_s if member.initial else self.s.join_warmup_s
+
+    def _trading_from(self, names: list[str]) -> float:
+        """When (monotonic) every one of `names` is past its warm-up and may offer or take load."""
+        return max(self._up_at[n] + self._warmup_s(self._members[n]) for n in names)
 
     def _wait_measured(self, names: list[str], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -221,7 +238,8 @@ class Demo:
             self.fed.start_registry()
             first = [self._members[n] for n in ("a", "b", "c")]
             self._setup_first(first)
-            self._phase("1 uneven load: A carries most tasks", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s)
+            self._phase("1 uneven load: A carries most tasks", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s,
+                        not_before=self._trading_from(["a", "b", "c"]))
             self._phase("2 A sheds load to B and C", ["a", "b", "c"], until_acceptable=True, hold_s=s.settle_s)
             b = self._members["b"]
             for k in range(b.initial, b.partitions):
@@ -229,7 +247,9 @@ class Demo:
             self._phase("3 load rises at B: the federation is overloaded", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s)
             self._join(self._members["d"])
             self.fed.wait_agent("d")
-            self._phase("4 D joins (contract with C at 0.8 p): load flows B to C and C to D", ["a", "b", "c", "d"], until_acceptable=True, hold_s=s.settle_s)
+            self._up_at["d"] = time.monotonic()
+            self._phase("4 D joins (contract with C at 0.8 p): load flows B to C and C to D", ["a", "b", "c", "d"], until_acceptable=True,
+                        hold_s=s.settle_s, not_before=self._trading_from(["d"]))
             return self._finish()
         finally:
             self.fed.close()
@@ -243,6 +263,7 @@ class Demo:
             self._join(m)
         for m in members:
             self.fed.wait_agent(m.name)
+            self._up_at[m.name] = time.monotonic()
         for m in members:
             if m.partitions:
                 self._start_input(m)
@@ -285,33 +306,32 @@ class Demo:
         }
 
     def _drain(self, timeout_s: float) -> None:
-        """Wait until every task has run a batch, where it runs now, after the one that read
-        the last file of its closed partition: the end mark moves the watermark only for the
-        next batch, which emits the last windows."""
-        last = {}
+        """Wait until every task, where it runs now, has completed a batch with the watermark
+        that the end mark of its closed partition brings: that batch emits the last windows.
+        A task moved after it has drained shows the same watermark in its handed-over checkpoint."""
+        needed = {}
         for name in self.fed_logs:
             stream = PartitionedStream(self._stream(self._members[name]))
-            last.update({f"{name}.p{k}": stream.next_position(k) - 1 for k in range(stream.partitions)})
-        reached: dict[tuple[str, str], int] = {}  # (host, task) -> batches run when it had read everything
-        deadline = time.monotonic() + timeout_s
+            for k in range(stream.partitions):
+                end_us = stream.tick_us(k, stream.next_position(k) - 1)
+                needed[f"{name}.p{k}"] = end_watermark_ms(end_us, self.params) if end_us is not None else None
+        deadline, done = time.monotonic() + timeout_s, set()
         while time.monotonic() < deadline:
             done = set()
-            for host_name, endpoint in self.fed.endpoints.items():
+            for endpoint in self.fed.endpoints.values():
                 try:
                     status = httpx.get(endpoint + "/status", timeout=10).json()
                 except httpx.HTTPError:
                     continue
                 for t in status.get("last_report", {}).get("details", {}).get("host", {}).get("tasks", []):
-                    key = (host_name, t["task_id"])
-                    if t["state"] != "running" or t.get("position") is None or t["position"] < last.get(t["task_id"], 0):
-                        reached.pop(key, None)
-                    elif reached.setdefault(key, t["batches"]) < t["batches"]:
+                    want = needed.get(t["task_id"])
+                    if t["state"] == "running" and want is not None and (t.get("watermark_ms") or 0) >= want:
                         done.add(t["task_id"])
-            if done >= set(last):
+            if done >= set(needed):
                 return
             self.poll()
             time.sleep(self.s.poll_s)
-        self.say(f"tasks still had input after {timeout_s:.0f} s; results compared as they are")
+        self.say(f"tasks {', '.join(sorted(set(needed) - done))} had not drained after {timeout_s:.0f} s; results compared as they are")
 
     def _reference(self, logs: dict[str, Path]) -> dict[str, list[ResultRow]]:
         """`bpm pipeline run` over exactly what each participant's stream received, all at once."""

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_federation_moves_load_and_loses_nothing(tmp_path):
-    settings = DemoSettings(workdir=tmp_path / "run", port=free_port(), agent_port=free_port(), settle_s=10, phase_timeout_s=60)
+    settings = DemoSettings(workdir=tmp_path / "run", port=free_port(), agent_port=free_port(), settle_s=10)
     settings.workdir.mkdir()
     demo = Demo(settings, say=lambda msg: print(msg, flush=True))
     report = demo.run()
