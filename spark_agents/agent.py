@@ -91,6 +91,12 @@ class AgentConfig:
             registry (`bpm.federation.views.contract_steps`).
         warmup_s: how long after start the agent neither offers nor takes load: a JVM
             compiling its code measures far more CPU than its tasks will need.
+        settle_s: how long after a task starts or stops here (or it accepts an offer or ends
+            a movement) the agent neither offers, answers offers nor ends movements: until
+            its load window has seen only the tasks it runs now. A window that mixes the
+            old set with the new one counts the CPU of tasks that left against those that
+            stayed, and misses most of what new ones will need: a participant deciding on
+            it sheds or takes far more than its threshold allows.
         ha: whether the agent does high-availability duties (needs a host with the `ha_*`
             methods of `spark_agents.runtime.SparkTasks`).
         ha_interval_s: how often a host ships passive-standby deltas and acknowledges the stream.
@@ -110,6 +116,7 @@ class AgentConfig:
     offer_ttl_s: float = 20.0
     contracts: list[AgreedTerms] = field(default_factory=list)
     warmup_s: float = 0.0
+    settle_s: float = 0.0
     ha: bool = True
     ha_interval_s: float = 2.0
     fetch_timeout_s: float = 20.0
@@ -147,6 +154,7 @@ class Agent:
         self._endpoints: dict[str, str] = {}
         self._next_mechanism = 0.0
         self._started = clock()
+        self._changed_at = float("-inf")  # when the set of tasks running here last changed
         self.last_report: dict[str, Any] = {}
         self._contracts: list = []
         # A fetch gives up after a while and is retried next tick, so that the loop goes on
@@ -284,6 +292,7 @@ class Agent:
                 return
             started = time.perf_counter()
             self.host.stop_task(key)
+            self._changed()
             self._released[key] = epoch
             if self.ha is not None:
                 self.ha.stopped(key)
@@ -293,6 +302,7 @@ class Agent:
         key = task_key(task)
         with self._lock:
             self.ha.take_over(task, record)
+            self._changed()
             self._released.pop(key, None)
             self._task_ids[key] = task["id"]
 
@@ -327,6 +337,7 @@ class Agent:
         fenced = {"epoch": epoch} if self.ha is not None and self.ha.fenced(task) else {}
         with self._lock:
             self.host.start_task(key, task["input_uri"], checkpoint, task.get("params") or {}, **fenced)
+            self._changed()
             self._released.pop(key, None)
             self._task_ids[key] = task["id"]
         self.note("task.started", f"started {key} (epoch {epoch}{', fenced output' if fenced else ''})")
@@ -386,12 +397,23 @@ class Agent:
         if self._agree_contracts(contracts_json):
             contracts_json = self.client.contracts(participant=me, state="active")
         self._contracts = active_contracts(me, contracts_json)
-        if now - self._started < self.config.warmup_s:
+        if now - self._started < self.config.warmup_s or self.settling(now):
             return
         load, loads, cost, _ = self.measure()
         load = self._answer_offers(load, cost, contracts_json)
+        if self.settling():
+            return
         load = self._end_movements(now, load, cost)
+        if self.settling():
+            return
         self._offer(load, loads, cost)
+
+    def _changed(self) -> None:
+        self._changed_at = self.clock()
+
+    def settling(self, now: float | None = None) -> bool:
+        """Whether the load window still covers a change of the tasks running here (`AgentConfig.settle_s`)."""
+        return (self.clock() if now is None else now) - self._changed_at < self.config.settle_s
 
     def _agree_contracts(self, active: list[dict]) -> bool:
         """Propose or accept the contracts agreed offline that are not active yet; True if one became active."""
@@ -438,6 +460,7 @@ class Agent:
                 self.note("offer.lost", f"offer #{offer['id']} could not be accepted: {exc}")
                 continue
             self.note("offer.accepted", f"accepted tasks {accepted['accepted_task_ids']} from {offer['from']} at {price:.3f}")
+            self._changed()
             load += answer.load
         return load
 
@@ -466,6 +489,7 @@ class Agent:
             m = by_id[movement_id]
             load += m.load if m.origin == me else -m.load
             self.note("movement.ended", f"ended movement #{movement_id}: task {m.task_ids[0]} returns to {m.origin}")
+            self._changed()
         return load
 
     def _offer(self, load: float, loads: dict[str, float], cost: CostFunction) -> None:
@@ -474,8 +498,11 @@ class Agent:
         for o in mine:
             if o["state"] == "rejected" and o["decided_at"]:
                 self._refused[o["to"]] = max(self._refused.get(o["to"], 0.0), seconds(o["decided_at"]))
+        own = self.client.tasks(origin=me)
+        if any(t["host"] != me and task_key(t) in self.hosting() for t in own):
+            return  # an offer of mine was just accepted: its tasks still run here, and my load still counts them
         outstanding = any(o["state"] == "pending" for o in mine)
-        tasks = offerable_tasks(me, self.client.tasks(origin=me), loads, self.host.running())
+        tasks = offerable_tasks(me, own, loads, self.host.running())
         offer = choose_offer(
             load=load,
             cost=cost,

@@ -161,3 +161,25 @@ def test_no_load_is_traded_while_the_agent_warms_up(federation):
     for _ in range(8):
         _round(agents, clock)
     assert operator.offers(), "offers once warm"
+
+
+def test_trading_waits_for_a_load_window_that_saw_only_the_current_tasks(federation):
+    operator, agents, add, clock = federation
+    a = add("a", 9)  # 1.08 load against a 0.5 threshold
+    b = add("b", 1)
+    for agent in (a, b):
+        agent.config.settle_s = 10.0
+    _contract(agents, "a", "b")
+    for _ in range(9):
+        _round(agents, clock)
+    assert operator.offers() == [], "the tasks that just started are not measured yet: no offer within 10 s"
+    for _ in range(3):
+        _round(agents, clock)
+    assert operator.movements(), "a shed load once its window saw only the tasks it runs"
+    made = len(operator.offers())
+    for _ in range(8):
+        _round(agents, clock)
+    assert len(operator.offers()) == made, "no new offer while a's load window still holds the tasks that left"
+    for _ in range(4):
+        _round(agents, clock)
+    assert len(operator.offers()) > made, "a, still over its threshold, offers again once settled"
