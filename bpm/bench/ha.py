@@ -41,7 +41,6 @@ Figures per mode:
 from __future__ import annotations
 
 import itertools
-import os
 import secrets
 import threading
 import time
@@ -51,7 +50,7 @@ from multiprocessing.connection import Client, Listener
 from pathlib import Path
 from typing import Any
 
-from bpm.bench.move import PacedFeed, RemoteSide, Side, traffic
+from bpm.bench.move import PacedFeed, RemoteSide, Side, load_average, step_limits, traffic
 from bpm.ha.decisions import HA_MODES, PRECISE_MODES
 from bpm.zeek.definitions import MICROS, QueryParams
 from bpm.zeek.generator import TrafficProfile
@@ -437,13 +436,6 @@ def _emissions(output_dir: Path, stream_root: Path, kill_at: float) -> tuple[lis
 # -- the run -------------------------------------------------------------------------------------
 
 
-def _load_average() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
-
-
 def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Callable[[str], None] = lambda what: None) -> dict[str, Any]:
     """One mode: start both participants, feed, measure, kill the host, fail over, drain, check the output."""
     from bpm.streams import PartitionedStream
@@ -453,14 +445,8 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
 
     root = Path(work_dir) / mode
     began = time.monotonic()
-    load_before = _load_average()
-    deadline = began + settings.timeout_s
-
-    def limit() -> float:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise HABenchError(f"{mode}: the run passed its time limit of {settings.timeout_s:.0f} s")
-        return min(settings.step_timeout_s, left)
+    load_before = load_average()
+    limit = step_limits(settings.timeout_s, settings.step_timeout_s, lambda message: HABenchError(f"{mode}: {message}"))
 
     output = root / "output"
     stream = PartitionedStream.create(root / "stream", 1)
@@ -579,7 +565,7 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
         "drain_s": round(drain_s, 3),
         "elapsed_s": round(time.monotonic() - began, 3),
         "load_average_before": load_before,
-        "load_average_after": _load_average(),
+        "load_average_after": load_average(),
         "delays": delays,
     }
     return result
@@ -587,7 +573,7 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
 
 def run_ha_bench(settings: HASettings, work_dir: str | Path, progress: Callable[[str, int], None] = lambda what, done: None) -> dict[str, Any]:
     """Every mode of `settings.modes` in turn; one JSON-ready object with `modes` and the settings."""
-    load_before = _load_average()
+    load_before = load_average()
     began = time.monotonic()
     modes = []
     for i, mode in enumerate(settings.modes):
@@ -609,7 +595,7 @@ def run_ha_bench(settings: HASettings, work_dir: str | Path, progress: Callable[
         "settings": {**asdict(settings), "params": asdict(settings.params)},
         "elapsed_s": round(time.monotonic() - began, 3),
         "load_average_before": load_before,
-        "load_average_after": _load_average(),
+        "load_average_after": load_average(),
     }
 
 

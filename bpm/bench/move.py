@@ -533,11 +533,25 @@ class PacedFeed:
 # -- the run -------------------------------------------------------------------------------
 
 
-def _load_average() -> list[float] | None:
+def load_average() -> list[float] | None:
     try:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
         return None
+
+
+def step_limits(timeout_s: float, step_timeout_s: float, error: Callable[[str], Exception]) -> Callable[[], float]:
+    """A function that gives how long the next step may take: `step_timeout_s`, or what is
+    left of the run's `timeout_s` if less; once the run's time is up it raises `error(message)`."""
+    deadline = time.monotonic() + timeout_s
+
+    def limit() -> float:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise error(f"the run passed its time limit of {timeout_s:.0f} s")
+        return min(step_timeout_s, left)
+
+    return limit
 
 
 def run_move_bench(settings: MoveSettings, work_dir: str | Path, progress: Callable[[str, int], None] = lambda what, done: None) -> dict[str, Any]:
@@ -552,14 +566,8 @@ def run_move_bench(settings: MoveSettings, work_dir: str | Path, progress: Calla
 
     root = Path(work_dir)
     began = time.monotonic()
-    deadline = began + settings.timeout_s
-    load_before = _load_average()
-
-    def step_limit() -> float:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise MoveBenchError(f"the run passed its time limit of {settings.timeout_s:.0f} s")
-        return min(settings.step_timeout_s, left)
+    step_limit = step_limits(settings.timeout_s, settings.step_timeout_s, MoveBenchError)
+    load_before = load_average()
 
     output = root / "output"
     stream = PartitionedStream.create(root / "stream", 1)
@@ -631,7 +639,7 @@ def run_move_bench(settings: MoveSettings, work_dir: str | Path, progress: Calla
             "elapsed_s": round(time.monotonic() - began, 3),
             "stream_files": feed.feeder.files,
             "load_average_before": load_before,
-            "load_average_after": _load_average(),
+            "load_average_after": load_average(),
             "settings": {**asdict(settings), "params": params},
             "rounds": [{"kind": r.kind, "from": r.origin, "to": r.partner, "pause_s": round(r.pause_s, 3),
                         "last_batch": r.last.batch_id, "first_batch": r.first.batch_id,
