@@ -27,7 +27,6 @@ def test_federation_moves_load_and_loses_nothing(tmp_path):
     assert report["lost_results"] == 0
     assert report["duplicate_results"] == 0
     assert any(m["to"] == "d" for m in report["movements"]), "load flowed to D once it joined"
-    # Whether phase 4 ends acceptable depends on how busy the machine is: the mechanism packs
-    # participants to within a task of their thresholds, and on a busy machine the measured
-    # loads of phase 4 add up to about the federation's capacity (see the README).
+    assert report["phases"][1]["acceptable"], report["phases"][1]
+    assert report["phases"][-1]["acceptable"], report["phases"][-1]
     assert (tmp_path / "report" / "timeline.png").stat().st_size > 10_000
