@@ -112,6 +112,9 @@ class Federation:
     def close(self) -> None:
         """Stop every process: agents first (they stop their tasks at batch boundaries), then the registry.
 
+        SIGTERM goes to each process alone, as `docker stop` does: an agent's JVM, in the same
+        process group, would otherwise stop Spark before the agent stops its queries. What is
+        left of a group afterwards (or a process that outlives the timeout) is killed.
         A second Ctrl-C while this runs does not cut it short: it would leave processes behind.
         """
         shield = threading.current_thread() is threading.main_thread()
@@ -119,15 +122,17 @@ class Federation:
         try:
             order = [n for n in self.processes if n != "registry"] + (["registry"] if "registry" in self.processes else [])
             for name in order:
-                _signal_group(self.processes[name], signal.SIGTERM)
+                if self.processes[name].poll() is None:
+                    self.processes[name].send_signal(signal.SIGTERM)
             deadline = time.monotonic() + 60
             for name in order:
                 process = self.processes[name]
                 try:
                     process.wait(timeout=max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
-                    _signal_group(process, signal.SIGKILL)
-                    process.wait()
+                    pass
+                _kill_group(process)
+                process.wait()
             self.processes.clear()
         finally:
             if shield:
@@ -143,6 +148,14 @@ def _require_free(address: str, port: int) -> None:
             sock.bind((address, port))
         except OSError as exc:
             raise RuntimeError(f"{address}:{port} is in use ({exc.strerror}); is another demo running? Stop it or pass --port") from None
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL to the process's group (it leads one: `start_new_session`), whether or not it has exited."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:
