@@ -131,7 +131,7 @@ class Federation:
                     process.wait(timeout=max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     pass
-                _kill_group(process)
+                _signal_group(process, signal.SIGKILL)
                 process.wait()
             self.processes.clear()
         finally:
@@ -150,17 +150,10 @@ def _require_free(address: str, port: int) -> None:
             raise RuntimeError(f"{address}:{port} is in use ({exc.strerror}); is another demo running? Stop it or pass --port") from None
 
 
-def _kill_group(process: subprocess.Popen) -> None:
-    """SIGKILL to the process's group (it leads one: `start_new_session`), whether or not it has exited."""
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    """`sig` to the process's group (it leads one: `start_new_session`), also after the leader
+    has exited: its children (an agent's JVM) may still be there."""
     try:
-        os.killpg(process.pid, signal.SIGKILL)
+        os.killpg(process.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _signal_group(process: subprocess.Popen, sig: int) -> None:
-    if process.poll() is None:
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            pass
