@@ -3,8 +3,9 @@
 The new host pulls (`GET {previous}/handover/{task}?epoch=E&to=ME`); the previous host
 answers only once the registry says the task now belongs to the caller at epoch E
 (fencing: a stale or foreign request gets 409), after stopping the task at a batch
-boundary. The checkpoint travels as a tar.gz of its folder and replaces the receiver's
-copy atomically (extracted beside it, then renamed).
+boundary. The checkpoint travels as a tar.gz of the files a restart reads
+(`spark_agents.checkpoint.restart_files`) and replaces the receiver's copy atomically
+(extracted beside it, then renamed).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from spark_agents.checkpoint import restart_files
 
 EPOCH_FILE = ".bpm-epoch"
 
@@ -52,9 +55,9 @@ def _pack_once(checkpoint_dir: Path) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as tar:
         if checkpoint_dir.exists():
-            for path in sorted(checkpoint_dir.rglob("*")):
-                if path.name != EPOCH_FILE:
-                    tar.add(path, arcname=str(path.relative_to(checkpoint_dir)), recursive=False)
+            for relative in restart_files(checkpoint_dir):
+                if relative.name != EPOCH_FILE:
+                    tar.add(checkpoint_dir / relative, arcname=str(relative), recursive=False)
     return buffer.getvalue()
 
 

@@ -38,3 +38,28 @@ def test_committed_watermark_is_that_of_the_newest_completed_batch(tmp_path):
     for n in (0, 1):
         (tmp_path / "commits" / str(n)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
     assert committed_watermark_ms(tmp_path) == 5000, "batch 2 is planned, not completed"
+
+
+def test_a_handover_ships_only_what_a_restart_reads(tmp_path):
+    from spark_agents.checkpoint import restart_files
+
+    def touch(*names):
+        for name in names:
+            (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name).write_text("x")
+
+    touch("metadata", ".metadata.crc", "state/0/_metadata/metadata", "state/0/0/_metadata/schema")
+    for n in range(24):
+        touch(f"offsets/{n}", f"offsets/.{n}.crc", f"sources/0/{n}.compact" if n in (9, 19) else f"sources/0/{n}")
+        touch(*(f"state/0/{p}/{n + 1}.delta" for p in (0, 1)))
+    touch(*(f"commits/{n}" for n in range(23)), "commits/.23.0c5e.tmp")  # batch 23 planned, not completed
+    touch("state/0/0/10.snapshot", "state/0/0/20.snapshot", "state/0/0/24.snapshot")  # 24: the uncompleted batch's
+    kept = {str(p) for p in restart_files(tmp_path)}
+    assert {"offsets/22", "offsets/23", "commits/22"} <= kept and not {"offsets/21", "commits/21"} & kept
+    assert {f"sources/0/{n}" for n in (20, 21, 22, 23)} | {"sources/0/19.compact"} <= kept
+    assert not {"sources/0/18", "sources/0/9.compact"} & kept, "the newest compaction holds them"
+    assert {"state/0/0/20.snapshot", "state/0/0/21.delta", "state/0/0/24.delta", "state/0/0/24.snapshot"} <= kept
+    assert "state/0/0/19.delta" not in kept, "before the snapshot a restart reads (version 23 after batch 22)"
+    assert {f"state/0/1/{v}.delta" for v in range(1, 25)} <= kept, "no snapshot in partition 1: every delta"
+    assert {"metadata", "state/0/_metadata/metadata", "state/0/0/_metadata/schema"} <= kept
+    assert not [k for k in kept if k.endswith((".crc", ".tmp"))]

@@ -71,6 +71,51 @@ def test_a_task_moved_at_a_batch_boundary_loses_and_duplicates_nothing(spark, ho
         other.close()
 
 
+def test_a_checkpoint_packed_for_a_handover_resumes_without_its_history(spark, host, tmp_path):
+    """After a few dozen batches (a compaction of the file-source log), the packed checkpoint
+    leaves out history and checksum files, and the task resumes from it exactly."""
+    from spark_agents.handover import pack, unpack
+
+    conns = generate(TrafficProfile(duration_s=240, rate=60, sources=100), seed=22)
+    stream = PartitionedStream.create(tmp_path / "stream", 1)
+    feeder = Feeder(stream, PARAMS)
+    half = len(conns) // 2
+    task = host.start_task("p0", stream.partition_path(0), params=PARAMS, trigger_s=0.1)
+    step = half // 24
+    for start in range(0, step * 24, step):  # one stream file, and one batch, at a time
+        for conn in conns[start:start + step]:
+            feeder.add(conn)
+        feeder.flush()
+        last = stream.next_position(0) - 1
+        wait_for(lambda: task.position == last)
+    for conn in conns[step * 24:half]:
+        feeder.add(conn)
+    feeder.flush()
+    last = stream.next_position(0) - 1
+    wait_for(lambda: task.position == last)
+    assert task.batches >= 24
+    checkpoint = host.stop_task("p0")
+    everything = [p for p in checkpoint.rglob("*") if p.is_file()]
+    unpack(pack(checkpoint), tmp_path / "elsewhere", epoch=1)
+    shipped = [p for p in (tmp_path / "elsewhere").rglob("*") if p.is_file()]
+    assert len(shipped) < len(everything) / 3, (len(shipped), len(everything))
+    assert not [p for p in shipped if p.name.endswith(".crc")]
+    assert len(list((tmp_path / "elsewhere" / "offsets").iterdir())) == 2
+
+    for conn in conns[half:]:
+        feeder.add(conn)
+    feeder.close()
+    other = TaskHost(spark, tmp_path / "other", tmp_path / "output", interval_s=1.0)
+    try:
+        resumed = other.start_task("p0", stream.partition_path(0), tmp_path / "elsewhere", params=PARAMS, trigger_s=0.2)
+        assert resumed.position == last
+        resumed.query.processAllAvailable()
+        after = read_outputs(tmp_path / "output")
+        assert after.rows == set(compute(conns, PARAMS)) and after.duplicates == []
+    finally:
+        other.close()
+
+
 def test_a_task_that_read_the_end_of_its_input_stops_only_after_its_last_windows(host, tmp_path):
     """Spark runs the batch that the end mark's watermark brings only after a batch of the same
     run: a task stopped before it and resumed elsewhere would never emit its last windows."""
