@@ -60,7 +60,8 @@ class TaskHost(Protocol):
 
     def running(self) -> set[str]: ...
 
-    def loads(self) -> dict[str, float]: ...
+    def loads(self) -> dict[str, float]:
+        """Each running task's load; a task may be missing while it has not been measured here yet."""
 
     def cost_function(self) -> CostFunction: ...
 
@@ -156,6 +157,7 @@ class Agent:
         self._started = clock()
         self._changed_at = float("-inf")  # when the set of tasks running here last changed
         self.last_report: dict[str, Any] = {}
+        self._reported: dict[str, float] = {}  # task key -> the load its host last reported to the registry
         self._contracts: list = []
         # A fetch gives up after a while and is retried next tick, so that the loop goes on
         # (detection, other starts) while a previous host is slow or has just died.
@@ -274,6 +276,7 @@ class Agent:
             self.ha.observe(tasks, movements, failovers)
         plan = reconcile(me, tasks, self.hosting(), movements, failovers)
         by_key = {task_key(t): t for t in tasks}
+        self._reported = {key: t["load"] for key, t in by_key.items() if t.get("load") is not None}
         for key in plan.stop:
             self._release_locally(key, by_key[key]["epoch"])
         if self.ha is not None:
@@ -366,7 +369,13 @@ class Agent:
     # Measurement
 
     def measure(self) -> tuple[float, dict[str, float], CostFunction, float]:
+        """My load, per task and in total. A task that has just arrived and has no load
+        measured here yet counts with the load its previous host reported: what the offer
+        that brought it said."""
         loads = self.host.loads()
+        for key in self.host.running():
+            if key not in loads:
+                loads[key] = self._reported.get(key, 0.0)
         load = sum(loads.values())
         cost = self.host.cost_function()
         return load, loads, cost, self.reference_price()

@@ -66,6 +66,7 @@ class HostedTask:
         trigger_s: processing-time trigger interval.
         query: the running Spark query (None once stopped).
         started_s: when it was started here.
+        stopped_s: when it was stopped here (None while it runs).
         position: highest stream position it has processed, as of its last batch.
         error: the query's failure, if it failed.
     """
@@ -77,6 +78,7 @@ class HostedTask:
     trigger_s: float | None
     query: StreamingQuery | None
     started_s: float
+    stopped_s: float | None = None
     position: int | None = None
     error: str | None = None
     batches: int = 0
@@ -204,6 +206,7 @@ class TaskHost:
                     break
             query.stop()
             task.query = None
+            task.stopped_s = time.time()
         return task.checkpoint_dir
 
     @staticmethod

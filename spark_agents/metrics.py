@@ -189,15 +189,28 @@ def scaled_to_process(loads: dict[str, float], intervals: Iterable[IntervalSampl
     The participant's load is then what its process used (bounded by its cores, idle part
     included), split among its tasks in proportion to their own CPU: a short window in
     which the tasks' own CPU and the overhead factor disagree cannot report more load than
-    the process had. Unchanged where the process CPU is not measured or no task did work.
+    the process had. Each interval counts for the part of it after `start_s`. Unchanged
+    where the process CPU is not measured or no task did work.
     """
-    recent = [i for i in intervals if i.end_s > start_s and i.cpu_utilisation is not None]
+    weighted = [(i.end_s - max(i.start_s, start_s), i.cpu_utilisation) for i in intervals
+                if i.end_s > start_s and i.cpu_utilisation is not None]
     total = sum(loads.values())
-    if not recent or total <= 0:
+    span = sum(w for w, _ in weighted)
+    if span <= 0 or total <= 0:
         return loads
-    span = sum(i.end_s - i.start_s for i in recent)
-    cpu = sum(i.cpu_utilisation * (i.end_s - i.start_s) for i in recent) / span  # type: ignore[operator]
+    cpu = sum(w * u for w, u in weighted) / span  # type: ignore[operator]
     return {task: load * cpu / total for task, load in loads.items()}
+
+
+def steady_window_start(now_s: float, window_s: float, started_s: Iterable[float], stopped_s: Iterable[float], startup_s: float) -> float:
+    """Where a load window that saw one set of tasks, each past its start-up, begins: the
+    latest of `now_s - window_s`, a running task's start plus `startup_s`, and a stop.
+
+    A window across a change counts the process CPU of tasks that left against those that
+    stayed, and a task's first batches at a host (query planning, code generation, state
+    loading, the backlog of its handover pause) cost several times its later ones.
+    """
+    return max([now_s - window_s, *(s + startup_s for s in started_s), *stopped_s])
 
 
 def demand(loads: dict[str, float], samples: Iterable[BatchSample], trigger_s: dict[str, float | None]) -> dict[str, float]:

@@ -15,7 +15,7 @@ from bpm.client import RegistryClient, RegistryError
 from bpm.costs import CostFunction
 from bpm.zeek.definitions import QueryParams
 from spark_agents.agent import Agent, AgentConfig
-from spark_agents.metrics import demand, scaled_to_process
+from spark_agents.metrics import demand, scaled_to_process, steady_window_start
 
 log = logging.getLogger("bpm.agent")
 
@@ -34,12 +34,18 @@ class SparkTasks:
     building blocks of `spark_agents.ha.roles`.
     """
 
-    def __init__(self, host, trigger_s: float, cost_model: CostFunction | None = None, load_window_s: float = 15.0) -> None:
+    def __init__(self, host, trigger_s: float, cost_model: CostFunction | None = None, load_window_s: float | None = None,
+                 startup_s: float | None = None) -> None:
         self.host = host
         self.trigger_s = trigger_s
         self.cost_model = cost_model
-        # Loads average over several batches: one batch may last longer than a measuring interval.
-        self.load_window_s = load_window_s
+        # Loads average over several batches (15 s, at least three triggers): one batch may last
+        # longer than a measuring interval, and batches of similar tasks cost quite different CPU.
+        self.load_window_s = load_window_s or max(15.0, 3 * trigger_s)
+        # A task's first batches here (two triggers by default) are its start-up, not its load.
+        self.startup_s = 2 * trigger_s if startup_s is None else startup_s
+        self.min_window_s = self.load_window_s / 2
+        self._steady: dict[str, float] = {}  # the loads of the last window that saw one set of tasks
         self._sinks: dict[str, Any] = {}  # task -> its FencedSink, when it writes through the fence
         self._duties: dict[str, Any] = {}  # task -> PrimaryDuties
         self._replicas: dict[str, Any] = {}  # task -> the held-back sink of an active-standby replica
@@ -127,12 +133,26 @@ class SparkTasks:
             self.ha_stop_duties(task_id, release=False)
 
     def loads(self) -> dict[str, float]:
-        """What each task needs: its share of the process CPU over the window, scaled up by
-        how far its batches fall behind their trigger (`spark_agents.metrics.demand`)."""
-        started = time.time() - self.load_window_s
-        got = scaled_to_process(self.host.loads(window_s=self.load_window_s), list(self.host.intervals), started)
-        triggers = {t.task_id: t.trigger_s for t in self.host.tasks()}
-        return demand(got, self.host.recorder.samples(since_s=started), triggers)
+        """What each running task needs: its share of the process CPU over the load window,
+        scaled up by how far its batches fall behind their trigger (`spark_agents.metrics.demand`).
+
+        The window starts after the last change of the tasks running here and after every
+        task's start-up (`steady_window_start`). While that leaves less than half a window,
+        the loads of the last such window stand for the tasks that stayed, and a task that
+        has just started has no load yet (the agent carries over what its previous host
+        reported). So a participant never reports the CPU of tasks that left, spread over
+        those that stayed, nor a new task's first batches as its load.
+        """
+        now = time.time()
+        tasks = self.host.tasks()
+        running = {t.task_id for t in tasks if t.state == "running"}
+        start = steady_window_start(now, self.load_window_s, [t.started_s for t in tasks if t.task_id in running],
+                                    [t.stopped_s for t in tasks if t.stopped_s is not None], self.startup_s)
+        if now - start >= self.min_window_s:
+            got = scaled_to_process(self.host.loads(window_s=now - start), list(self.host.intervals), start)
+            triggers = {t.task_id: t.trigger_s for t in tasks}
+            self._steady = demand(got, self.host.recorder.samples(since_s=start), triggers)
+        return {task: load for task, load in self._steady.items() if task in running}
 
     def cost_function(self) -> CostFunction:
         # A fixed model stands in for the fitted one when the operator chose it (--cost-model mm1).

@@ -114,6 +114,22 @@ def test_movement_ends_and_task_returns_with_its_checkpoint(federation):
     assert back[-1][1] == 2, "the task came back with the partner's checkpoint (started twice before)"
 
 
+def test_a_task_not_measured_yet_counts_with_the_load_its_previous_host_reported(federation):
+    operator, agents, add, clock = federation
+    a = add("a", 6)
+    b = add("b", 0)
+    a.host.task_load = {key: 0.2 for key in (f"a.p{i}" for i in range(6))}
+    b.host.loads = lambda: {}  # b has not measured the tasks it received yet (start-up, spark_agents.runtime)
+    _contract(agents, "a", "b", duration=600.0)
+    for _ in range(4):
+        _round(agents, clock)
+    moved = b.host.running()
+    assert moved, "a shed load to b"
+    reported = {p["name"]: p["load"] for p in operator.participants()}
+    assert reported["b"] == pytest.approx(0.2 * len(moved)), "b counts each task with what a measured"
+    assert [t["load"] for t in operator.tasks(host="b")] == pytest.approx([0.2] * len(moved))
+
+
 def test_a_failed_step_is_recorded_and_the_loop_goes_on(federation):
     operator, agents, add, clock = federation
     a = add("a", 1)

@@ -91,6 +91,17 @@ def test_loads_scaled_to_the_process_cpu_of_the_window():
     assert sum(scaled_to_process(loads, history, start_s=0).values()) == pytest.approx(0.3), "both intervals: 6 s over 20 s"
     assert scaled_to_process(loads, history, start_s=30) == loads, "nothing measured in the window"
     assert scaled_to_process({"a": 0.0}, history, start_s=0) == {"a": 0.0}
+    # An interval counts for its part inside the window: 5 s at 0.4 and 10 s at 0.2.
+    assert sum(scaled_to_process(loads, history, start_s=5).values()) == pytest.approx((5 * 0.4 + 10 * 0.2) / 15)
+
+
+def test_a_steady_window_starts_after_the_last_change_and_every_start_up():
+    from spark_agents.metrics import steady_window_start
+
+    assert steady_window_start(100, 15, started_s=[10, 20], stopped_s=[50], startup_s=10) == 85, "nothing changed lately"
+    assert steady_window_start(100, 15, started_s=[10, 82], stopped_s=[50], startup_s=10) == 92, "a task started at 82"
+    assert steady_window_start(100, 15, started_s=[10], stopped_s=[95], startup_s=10) == 95, "a task stopped at 95"
+    assert steady_window_start(100, 15, started_s=[97], stopped_s=[], startup_s=10) == 107, "still starting up: no window"
 
 
 def test_demand_scales_the_load_of_a_task_that_falls_behind_its_trigger():

@@ -1,0 +1,110 @@
+"""The load an agent reports (`SparkTasks.loads`) across a change of the tasks running here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import pytest
+
+from spark_agents import runtime
+from spark_agents.metrics import BatchSample, interval_sample, task_loads
+
+
+@dataclass
+class FakeTask:
+    task_id: str
+    started_s: float
+    stopped_s: float | None = None
+    trigger_s: float = 5.0
+
+    @property
+    def state(self) -> str:
+        return "stopped" if self.stopped_s is not None else "running"
+
+
+class FakeHost:
+    """Tasks with a batch every 5 s using `cpu` seconds each, on one core, in a process that uses
+    `idle` of a core besides: what `TaskHost` measures, without Spark."""
+
+    def __init__(self, cpu: dict[str, float], idle: float = 0.1) -> None:
+        self.cpu, self.idle = cpu, idle
+        self._tasks = {t: FakeTask(t, started_s=0.0) for t in cpu}
+        self.samples: list[BatchSample] = []
+        self.intervals: list = []
+        self.recorder = SimpleNamespace(samples=lambda since_s=0.0: [s for s in self.samples if s.end_s > since_s])
+
+    def run_until(self, end_s: float, start_s: float) -> None:
+        """Record batches and 1-second process CPU intervals over [start_s, end_s)."""
+        for t0 in range(int(start_s), int(end_s)):
+            batches = []
+            for task in self._tasks.values():
+                # a batch every 5 s from its start, 1 s long; its first two cost ten times more
+                k, late = divmod(t0 - task.started_s, 5)
+                if k < 0 or late != 0 or (task.stopped_s is not None and t0 >= task.stopped_s):
+                    continue
+                cpu = self.cpu[task.task_id] * (10 if k < 2 else 1)
+                batches.append(BatchSample(task.task_id, int(k), t0, 1.0, 10, cpu))
+            self.samples += batches
+            used = self.idle + sum(s.cpu_s for s in batches)
+            self.intervals.append(interval_sample(batches, t0, t0 + 1, 1, self.running(), used))
+
+    def tasks(self):
+        return list(self._tasks.values())
+
+    def running(self):
+        return [t for t, task in self._tasks.items() if task.state == "running"]
+
+    def loads(self, window_s: float):
+        now = runtime.time.time()
+        return task_loads(self.recorder.samples(now - window_s), now - window_s, now, 1, self.running())
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    now = SimpleNamespace(t=0.0)
+    monkeypatch.setattr(runtime.time, "time", lambda: now.t)
+    return now
+
+
+def test_reported_loads_leave_out_tasks_that_left_and_the_first_batches_of_new_ones(clock):
+    host = FakeHost({"a": 0.25, "b": 0.25, "c": 0.25})
+    tasks = runtime.SparkTasks(host, trigger_s=5.0)
+    host.run_until(60, 0)
+    clock.t = 60
+    before = tasks.loads()
+    assert set(before) == {"a", "b", "c"}
+    assert sum(before.values()) == pytest.approx(0.1 + 3 * 0.05, rel=0.1), "the process CPU, split among the tasks"
+
+    # c leaves at 61 and d arrives at 62; its first two batches cost ten times its later ones.
+    host.run_until(61, 60)
+    host._tasks["c"].stopped_s = 61.0
+    host._tasks["d"] = FakeTask("d", started_s=62.0)
+    host.cpu["d"] = 0.25
+    for now in range(62, 79, 2):
+        host.run_until(now, now - 2)
+        clock.t = now
+        during = tasks.loads()
+        assert "c" not in during, "a task that left is not reported"
+        assert "d" not in during, "a task starting up has no load yet"
+        assert during == pytest.approx({k: before[k] for k in ("a", "b")}), "the last steady window stands for the tasks that stayed"
+    host.run_until(100, 78)
+    clock.t = 100
+    after = tasks.loads()
+    assert set(after) == {"a", "b", "d"}
+    assert after["d"] == pytest.approx(after["a"], rel=0.3), "d's start-up batches are not its load"
+    assert sum(after.values()) == pytest.approx(0.1 + 3 * 0.05, rel=0.15)
+
+
+def test_without_the_steady_window_the_change_would_show(clock):
+    """The same change, measured over a plain window: what the steady window avoids."""
+    host = FakeHost({"a": 0.25, "b": 0.25})
+    host.run_until(60, 0)
+    host._tasks["d"] = FakeTask("d", started_s=60.0)
+    host.cpu["d"] = 0.25
+    host.run_until(70, 60)
+    clock.t = 70
+    plain = runtime.SparkTasks(host, trigger_s=5.0, startup_s=0.0)
+    plain.min_window_s = 0.0
+    plain_loads = plain.loads()
+    assert plain_loads["d"] > 3 * plain_loads["a"], "over a plain window a new task's first batches look like load"
