@@ -14,11 +14,12 @@
 The report adds `failovers` (each with `task`, `mode`, `detected_s`: from the kill to the
 registry's detection, `recovery_s`: from the detection to the task's first output after
 it), `repairs` and `killed`. It reuses the phases scenario's federation and settings
-(`bpm.demo.run`).
+(`bpm.demo.run`), with a 5 s trigger: A's six tasks then take it over its threshold.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -33,6 +34,7 @@ FAILOVER_MEMBERS = (
     Member("b", "127.0.0.3", 0, 0, 12),
     Member("c", "127.0.0.4", 0, 0, 13),
 )
+FAILOVER_TRIGGER_S = 5.0
 VICTIM = "b"
 
 
@@ -41,7 +43,7 @@ class FailoverDemo(Demo):
 
     def __init__(self, settings: DemoSettings, view: Callable[[dict], None] | None = None, say: Callable[[str], None] = print,
                  ha_mode: str = "passive_standby", recover_timeout_s: float = 120.0) -> None:
-        super().__init__(settings, view, say)
+        super().__init__(dataclasses.replace(settings, trigger_s=FAILOVER_TRIGGER_S), view, say)
         self._members = {m.name: m for m in FAILOVER_MEMBERS}
         self.ha_mode = ha_mode
         self.recover_timeout_s = recover_timeout_s

@@ -2,7 +2,8 @@
 
 1. Three participants with identical contracts and uneven load (A carries most tasks).
 2. A sheds load to B and C until the allocation is acceptable.
-3. Load rises at B (it takes on new queries): B goes over its threshold.
+3. Load rises at B: it takes on new queries until it is over its threshold and the
+   federation is near its capacity.
 4. D joins with a contract to C at 0.8 p; load flows C to D and B to C until acceptable.
 
 Loads are measured by each agent on its Spark; the decisions are `bpm.negotiation`'s.
@@ -22,6 +23,7 @@ from pathlib import Path
 import httpx
 
 from bpm.demo.federation import BPM, Federation
+from bpm.federation.views import task_key
 from bpm.negotiation import is_acceptable
 from bpm.streams.feed import end_watermark_ms
 from bpm.streams.partitioned import PartitionedStream
@@ -39,22 +41,35 @@ class Member:
 
 
 MEMBERS = (
-    Member("a", "127.0.0.2", 12, 12, 11),
-    Member("b", "127.0.0.3", 5, 2, 12),
+    Member("a", "127.0.0.2", 14, 14, 11),
+    Member("b", "127.0.0.3", 10, 2, 12),  # phase 3 starts queries over the other partitions, as many as it takes
     Member("c", "127.0.0.4", 5, 5, 13),
     Member("d", "127.0.0.5", 0, 0, 14),
 )
 # The contracts agreed offline, at the reference price p times the factor: A, B and C with
-# identical contracts; D with C only, cheaper (0.8 p).
+# identical contracts; D with C only, cheaper (0.8 p). Each contract's range reaches down
+# from its price (`DemoSettings.spread`).
 CONTRACTS = {("a", "b"): 1.0, ("a", "c"): 1.0, ("b", "c"): 1.0, ("c", "d"): 0.8}
 
 
 @dataclass
 class DemoSettings:
-    """Knobs of the demo; the defaults fit a 2-core machine in well under 10 minutes.
+    """Knobs of the demo; with the defaults a run takes 8 to 10 minutes on a 2-core machine.
 
     Attributes:
-        price: the contracts' reference price p (ranges [p, p(1 + spread)]); D's contract is at 0.8 p.
+        price: the reference price p: each agent's threshold is its load where its marginal
+            cost is p, and a contract's range is [q(1 - spread), q] below its price q (p, and
+            0.8 p for D's).
+        spread: how far the ranges reach below the price. Tasks are lumpy: a participant just
+            over its threshold sheds its last task only if that task's per-unit saving, about
+            its marginal cost half a task lower, beats the contract's lowest price
+            (docs/mechanism.md, "Where the mechanism falls short"), and a partner paid more
+            than p would take load past its threshold. With the range below p and the
+            agents' 10% margin (`margin`), a participant sheds down to where its marginal cost
+            is about 0.9 q and a partner takes load only up to where its cost is about 0.9 p,
+            both within half a task below the threshold for tasks of up to a tenth of it.
+        margin: what both sides demand on top of the price when offering and accepting load
+            (`bpm agent run --margin`).
         mm1_scale: a in the agents' M/M/1 cost a*u/(1-u); the threshold at price p is 1 - sqrt(a/p).
         warmup_s: how long an agent that starts with tasks of its own neither offers nor takes
             load (their first batches, JIT-compiled, cost several times the later ones).
@@ -69,6 +84,10 @@ class DemoSettings:
             (tests/spark_agents/test_agent.py shows movements ending).
         rate: connections per second in each participant's traffic.
         phase_timeout_s: the longest a phase waits for an acceptable allocation.
+        load_step: how many queries B starts at a time in phase 3.
+        fill: phase 3 starts queries at B until B is over its threshold and A, B and C together
+            carry this share of the sum of their thresholds: a federation near its capacity,
+            with room for the whole load once D joins.
     """
 
     workdir: Path
@@ -78,12 +97,13 @@ class DemoSettings:
     lateness_s: int = 5
     min_connections: int = 20
     min_ports: int = 5
-    trigger_s: float = 5.0
+    trigger_s: float = 10.0
     period_s: float = 3.0
     tick_s: float = 1.0
     sample_s: float = 2.0
     price: float = 1.0
-    spread: float = 0.1
+    spread: float = 0.2
+    margin: float = 0.1
     min_duration_s: float = 600.0
     mm1_scale: float = 0.36
     warmup_s: float = 60.0
@@ -95,8 +115,10 @@ class DemoSettings:
     traffic_s: float = 1800.0
     speedup: float = 1.0
     settle_s: float = 20.0
-    phase_timeout_s: float = 240.0
+    phase_timeout_s: float = 120.0
     poll_s: float = 2.0
+    load_step: int = 3
+    fill: float = 0.75
 
 
 @dataclass
@@ -148,8 +170,8 @@ class Demo:
             if member.name in pair:
                 partner = pair[1] if pair[0] == member.name else pair[0]
                 price = factor * s.price
-                contracts += ["--contract", f"{partner}:{price:g}:{price * (1 + s.spread):g}:{s.min_duration_s:g}"]
-        return [*contracts,
+                contracts += ["--contract", f"{partner}:{price * (1 - s.spread):g}:{price:g}:{s.min_duration_s:g}"]
+        return [*contracts, "--reference-price", f"{s.price:g}", "--margin", f"{s.margin:g}",
             "--spark-master", "local[1]", "--cores", "1", "--window", str(s.window_s), "--lateness", str(s.lateness_s),
             "--min-connections", str(s.min_connections), "--min-ports", str(s.min_ports),
             "--trigger", str(s.trigger_s), "--period", str(s.period_s), "--tick", str(s.tick_s), "--sample", str(s.sample_s),
@@ -195,22 +217,29 @@ class Demo:
                 loads[p["name"]], thresholds[p["name"]] = p["load"], p["threshold"]
         return loads, thresholds
 
-    def _phase(self, name: str, names: list[str], *, until_acceptable: bool, hold_s: float, not_before: float = 0.0) -> Phase:
-        """Poll for at least `hold_s` and until `not_before` (monotonic); a phase `until_acceptable`
-        then goes on until the allocation of `names` has stayed acceptable for two load reports
-        and an agent's settling time (or the phase timeout, counted from then)."""
+    def _phase(self, name: str, names: list[str], *, until_acceptable: bool, hold_s: float, not_before: float = 0.0,
+               action: Callable[[], None] | None = None) -> Phase:
+        """Run `action` (what happens in the phase), then poll for at least `hold_s` and until
+        `not_before` (monotonic); a phase `until_acceptable` then goes on until the allocation
+        of `names` has stayed acceptable, with no new movement, for two of an agent's settling
+        times (or the phase timeout, counted from then): the mechanism has come to rest, not
+        only passed through an acceptable allocation between two movements."""
         phase = Phase(name, time.time() - self.t0)
         self.phases.append(phase)
         self.say(f"phase: {name}")
+        if action is not None:
+            action()
         held_until = max(time.monotonic() + hold_s, not_before)
-        steady_s = max(2 * self.s.period_s, self.s.agent_settle_s)
+        steady_s = 2 * max(2 * self.s.period_s, self.s.agent_settle_s)
         ok_since = None
+        moved = None
         while True:
             state = self.poll()
             now = time.monotonic()
             loads, thresholds = self._measured(state, names)
             ok = len(loads) == len(names) and is_acceptable(list(loads.values()), list(thresholds.values()))
-            ok_since = (ok_since or now) if ok else None
+            ok_since = (ok_since or now) if ok and len(state["movements"]) == moved else None
+            moved = len(state["movements"])
             phase.loads, phase.thresholds, phase.acceptable = loads, thresholds, ok
             if now >= held_until and (not until_acceptable or (ok_since is not None and now - ok_since >= steady_s)):
                 break
@@ -220,6 +249,37 @@ class Demo:
         phase.ended_s = time.time() - self.t0
         self.say(f"  {'acceptable' if phase.acceptable else 'not acceptable'}: loads {_fmt(phase.loads)} thresholds {_fmt(phase.thresholds)}")
         return phase
+
+    def _raise_load(self, name: str, names: list[str]) -> None:
+        """`name` starts queries over its other partitions, `load_step` at a time, until, with the
+        new queries measured, it is over its threshold and `names` carry `fill` of the sum of
+        their thresholds (or no partition is left).
+
+        How much load a query brings depends on the machine; adding queries until the
+        federation is that full puts it there on a fast machine and a busy one alike."""
+        member = self._members[name]
+        for first in range(member.initial, member.partitions, self.s.load_step):
+            new = [f"p{k}" for k in range(first, min(first + self.s.load_step, member.partitions))]
+            for task in new:
+                self._add_query(name, task)
+            self.say(f"  {name} starts queries over partitions {', '.join(new)}")
+            if self._full_once_measured(name, names, {f"{name}.{task}" for task in new}):
+                return
+
+    def _full_once_measured(self, name: str, names: list[str], tasks: set[str], timeout_s: float = 90.0) -> bool:
+        """Wait until each of `tasks` has a measured load (its start-up over); then whether
+        `name` is over its threshold and `names` carry `fill` of their thresholds."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            state = self.poll()
+            with self.fed.operator() as operator:
+                measured = {task_key(t) for t in operator.tasks(origin=name) if t["load"]}
+            if tasks <= measured:
+                loads, thresholds = self._measured(state, names)
+                return (len(loads) == len(names) and loads[name] > thresholds[name]
+                        and sum(loads.values()) >= self.s.fill * sum(thresholds.values()))
+            time.sleep(self.s.poll_s)
+        return False
 
     def _warmup_s(self, member: Member) -> float:
         return self.s.warmup_s if member.initial else self.s.join_warmup_s
@@ -249,10 +309,8 @@ class Demo:
             self._phase("1 uneven load: A carries most tasks", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s,
                         not_before=self._trading_from(["a", "b", "c"]))
             self._phase("2 A sheds load to B and C", ["a", "b", "c"], until_acceptable=True, hold_s=s.settle_s)
-            b = self._members["b"]
-            for k in range(b.initial, b.partitions):
-                self.fed.add_task("b", f"p{k}", str((self._stream(b) / f"partition={k}").resolve()), self._task_params())
-            self._phase("3 load rises at B: new queries take it over its threshold", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s)
+            self._phase("3 load rises at B: new queries take it over its threshold", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s,
+                        action=lambda: self._raise_load("b", ["a", "b", "c"]))
             self._join(self._members["d"])
             self.fed.wait_agent("d")
             self._up_at["d"] = time.monotonic()
@@ -285,11 +343,19 @@ class Demo:
         for name in self.fed_logs:
             self.fed.stop_replay(name)
         logs = self.fed_logs
-        self._drain(timeout_s=180)
-        state = self.poll()
-        self.say("stopping the federation")
-        self.fed.close()
-        expected = self._reference(logs)
+        runs = self._start_reference(logs)  # it runs while the federation drains
+        try:
+            self._start_idle_partitions()
+            self._drain(timeout_s=180)
+            state = self.poll()
+            self.say("stopping the federation")
+            self.fed.close()
+            expected = self._reference(logs, runs)
+        finally:
+            for _, process in runs.values():
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
         tasks = {name: [f"{name}.p{k}" for k in range(self._members[name].partitions)] for name in logs}
         lost = duplicate = 0
         output_rows = 0
@@ -312,6 +378,23 @@ class Demo:
             "elapsed_s": round(time.time() - self.t0, 1),
             "workdir": str(self.s.workdir),
         }
+
+    def _start_idle_partitions(self) -> None:
+        """Start a query over each partition that phase 3 left without one: every partition of
+        the input is then processed from its start, and the alerts compare with the reference
+        over all of it."""
+        with self.fed.operator() as operator:
+            known = {task_key(t) for t in operator.tasks()}
+        for name in self.fed_logs:
+            member = self._members[name]
+            for k in range(member.partitions):
+                if f"{name}.p{k}" not in known:
+                    self._add_query(name, f"p{k}")
+
+    def _add_query(self, name: str, task: str) -> None:
+        """A new task of `name`'s: the query over its stream's partition `task` (p<k>)."""
+        partition = self._stream(self._members[name]) / f"partition={task[1:]}"
+        self.fed.add_task(name, task, str(partition.resolve()), self._task_params())
 
     def _drain(self, timeout_s: float) -> None:
         """Wait until every task, where it runs now, has completed a batch with the watermark
@@ -341,7 +424,7 @@ class Demo:
             time.sleep(self.s.poll_s)
         self.say(f"tasks {', '.join(sorted(set(needed) - done))} had not drained after {timeout_s:.0f} s; results compared as they are")
 
-    def _reference(self, logs: dict[str, Path]) -> dict[str, list[ResultRow]]:
+    def _start_reference(self, logs: dict[str, Path]) -> dict[str, tuple[Path, subprocess.Popen]]:
         """`bpm pipeline run` over exactly what each participant's stream received, all at once."""
         s = self.s
         runs = {}
@@ -356,6 +439,10 @@ class Demo:
                     ],
                     stdout=handle, stderr=subprocess.DEVNULL, cwd=s.workdir,
                 ))
+        return runs
+
+    def _reference(self, logs: dict[str, Path], runs: dict[str, tuple[Path, subprocess.Popen]]) -> dict[str, list[ResultRow]]:
+        """The reference alerts, once the runs of `_start_reference` have finished."""
         expected = {}
         for name, (out, process) in runs.items():
             if process.wait(timeout=600) != 0:

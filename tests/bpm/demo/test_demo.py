@@ -11,8 +11,11 @@ from tests.conftest import free_port
 pytestmark = pytest.mark.slow
 
 
+# The demo bounds itself (each phase waits at most phase_timeout_s); a typical run takes
+# 8 to 10 minutes, past pytest's default limit for one test.
+@pytest.mark.timeout(900)
 def test_federation_moves_load_and_loses_nothing(tmp_path):
-    settings = DemoSettings(workdir=tmp_path / "run", port=free_port(), agent_port=free_port(), settle_s=10, phase_timeout_s=120)
+    settings = DemoSettings(workdir=tmp_path / "run", port=free_port(), agent_port=free_port(), settle_s=10)
     settings.workdir.mkdir()
     demo = Demo(settings, say=lambda msg: print(msg, flush=True))
     report = demo.run()
@@ -27,7 +30,6 @@ def test_federation_moves_load_and_loses_nothing(tmp_path):
     assert report["lost_results"] == 0
     assert report["duplicate_results"] == 0
     assert any(m["to"] == "d" for m in report["movements"]), "load flowed to D once it joined"
-    # Whether phase 4 ends acceptable still depends on how busy the machine is: a participant's
-    # load peaks for about half a minute after tasks arrive, and on a busy machine phase 4 can
-    # run out of time before an acceptable allocation holds for a load window (see the README).
+    assert report["phases"][1]["acceptable"], report["phases"][1]
+    assert report["phases"][-1]["acceptable"], report["phases"][-1]
     assert (tmp_path / "report" / "timeline.png").stat().st_size > 10_000
