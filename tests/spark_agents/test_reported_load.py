@@ -34,7 +34,7 @@ class FakeHost:
         self.intervals: list = []
         self.recorder = SimpleNamespace(samples=lambda since_s=0.0: [s for s in self.samples if s.end_s > since_s])
 
-    def run_until(self, end_s: float, start_s: float) -> None:
+    def run(self, start_s: float, end_s: float) -> None:
         """Record batches and 1-second process CPU intervals over [start_s, end_s)."""
         for t0 in range(int(start_s), int(end_s)):
             batches = []
@@ -70,25 +70,25 @@ def clock(monkeypatch):
 def test_reported_loads_leave_out_tasks_that_left_and_the_first_batches_of_new_ones(clock):
     host = FakeHost({"a": 0.25, "b": 0.25, "c": 0.25})
     tasks = runtime.SparkTasks(host, trigger_s=5.0)
-    host.run_until(60, 0)
+    host.run(0, 60)
     clock.t = 60
     before = tasks.loads()
     assert set(before) == {"a", "b", "c"}
     assert sum(before.values()) == pytest.approx(0.1 + 3 * 0.05, rel=0.1), "the process CPU, split among the tasks"
 
     # c leaves at 61 and d arrives at 62; its first two batches cost ten times its later ones.
-    host.run_until(61, 60)
+    host.run(60, 61)
     host._tasks["c"].stopped_s = 61.0
     host._tasks["d"] = FakeTask("d", started_s=62.0)
     host.cpu["d"] = 0.25
     for now in range(62, 79, 2):
-        host.run_until(now, now - 2)
+        host.run(now - 2, now)
         clock.t = now
         during = tasks.loads()
         assert "c" not in during, "a task that left is not reported"
         assert "d" not in during, "a task starting up has no load yet"
         assert during == pytest.approx({k: before[k] for k in ("a", "b")}), "the last steady window stands for the tasks that stayed"
-    host.run_until(100, 78)
+    host.run(78, 100)
     clock.t = 100
     after = tasks.loads()
     assert set(after) == {"a", "b", "d"}
@@ -99,10 +99,10 @@ def test_reported_loads_leave_out_tasks_that_left_and_the_first_batches_of_new_o
 def test_without_the_steady_window_the_change_would_show(clock):
     """The same change, measured over a plain window: what the steady window avoids."""
     host = FakeHost({"a": 0.25, "b": 0.25})
-    host.run_until(60, 0)
+    host.run(0, 60)
     host._tasks["d"] = FakeTask("d", started_s=60.0)
     host.cpu["d"] = 0.25
-    host.run_until(70, 60)
+    host.run(60, 70)
     clock.t = 70
     plain = runtime.SparkTasks(host, trigger_s=5.0, startup_s=0.0)
     plain.min_window_s = 0.0
