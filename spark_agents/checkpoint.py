@@ -56,13 +56,18 @@ def _metadata(path: Path) -> dict:
     return json.loads(lines[1]) if len(lines) > 1 and lines[1].startswith("{") else {}
 
 
+def _batch_ids(log: Path) -> list[int]:
+    """The batch ids of an offset or commit log's entries, oldest first (none without the folder)."""
+    return sorted(int(p.name) for p in log.glob("*") if p.name.isdigit())
+
+
 def _newest_completed(root: Path) -> tuple[dict, dict] | None:
     """The offset-log and commit-log metadata of the newest completed batch."""
     try:
-        committed = [int(p.name) for p in (root / "commits").iterdir() if p.name.isdigit()]
+        committed = _batch_ids(root / "commits")
         if not committed:
             return None
-        n = max(committed)
+        n = committed[-1]
         return _metadata(root / "offsets" / str(n)), _metadata(root / "commits" / str(n))
     except FileNotFoundError:  # no checkpoint yet, or maintenance purged it after a newer batch ran
         return None
@@ -115,17 +120,16 @@ def restart_files(checkpoint_dir: str | Path) -> list[Path]:
     costs its receiver a file creation, while the handover pauses the task.
     """
     root = Path(checkpoint_dir)
-    committed = [int(p.name) for p in (root / "commits").glob("*") if p.name.isdigit()]
-    newest_state = max(committed) + 1 if committed else None
+    committed = _batch_ids(root / "commits")
+    newest_state = committed[-1] + 1 if committed else None
     keep: list[Path] = []
     for folder, _, names in os.walk(root):
         here = Path(folder)
         relative = here.relative_to(root)
         files = [n for n in names if not n.endswith((".crc", ".tmp"))]
-        numbered = {int(n): n for n in files if n.isdigit()}
         if relative.parts in (("offsets",), ("commits",)):
-            newest = sorted(numbered)[-2 if relative.parts == ("offsets",) else -1:]
-            files = [n for n in files if not n.isdigit()] + [numbered[k] for k in newest]
+            newest = _batch_ids(here)[-2 if relative.parts == ("offsets",) else -1:]
+            files = [n for n in files if not n.isdigit()] + [str(k) for k in newest]
         elif len(relative.parts) == 2 and relative.parts[0] == "sources":
             logs = {n: _LOG.match(n) for n in files}
             compactions = [int(m.group(1)) for m in logs.values() if m and m.group(2)]
