@@ -56,12 +56,12 @@ class Principal:
 
 def get_private(session: Session, caller: Principal, model, record_id: int, label: str, parties) -> object:
     """The record of `model` with this id: 404 when absent, 403 unless the caller is one of
-    its two parties (`parties(record)` gives their ids) or the operator."""
+    its parties (`parties(record)` gives their ids) or the operator."""
     record = session.get(model, record_id)
     if record is None:
         raise NotFound(f"no {label} #{record_id}")
     if not caller.may_see(*parties(record)):
-        raise Forbidden(f"{label} #{record_id} is private to its two parties")
+        raise Forbidden(f"{label} #{record_id} is private to the participants it concerns")
     return record
 
 

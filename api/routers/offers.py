@@ -15,7 +15,7 @@ def _offer_out(session, offer, now):
 
 @router.post("/offers", status_code=201, response_model=schemas.OfferOut)
 def make_offer(body: schemas.OfferCreate, session: DbSession, caller: Caller, now: Now):
-    """Offer own tasks at home to the partner of an active contract, at a price inside its range."""
+    """Offer tasks that run at the caller (its own, or others' to pass on) to the partner of an active contract, at a price inside its range."""
     return _offer_out(session, service.create(session, caller, body, now), now)
 
 
@@ -54,7 +54,7 @@ def withdraw_offer(offer_id: int, session: DbSession, caller: Caller, now: Now):
 
 @router.get("/movements", response_model=list[schemas.MovementOut])
 def list_movements(session: DbSession, caller: Caller, now: Now, participant: str | None = None, state: str | None = None):
-    """Movements the caller is party to (all, for the operator)."""
+    """Movements the caller is party to or whose task it originates (all, for the operator)."""
     return [service.movement_out(m, now) for m in service.list_movements(session, caller, participant, state)]
 
 
@@ -66,5 +66,5 @@ def get_movement(movement_id: int, session: DbSession, caller: Caller, now: Now)
 
 @router.post("/movements/{movement_id}/end", response_model=schemas.MovementOut)
 def end_movement(movement_id: int, session: DbSession, caller: Caller, now: Now):
-    """End a movement after the contract's minimum duration: the task returns to its origin."""
+    """End a movement after the contract's minimum duration: the task returns to the side that moved it, unwinding any chain after it."""
     return service.movement_out(service.end_movement(session, caller, movement_id, now), now)

@@ -1,5 +1,10 @@
 """Offers and movements: the run-time half of the mechanism as the registry records it.
 
+A participant offers tasks that run at it: its own, or tasks it hosts for others, which it
+passes on as a movement of its own (it pays the next host, and its origin still pays it).
+A task's active movements form a chain from its origin to where it runs. Ending one
+unwinds the chain after it: the task comes back to the participant that moved it away.
+
 Decisions on offers are made exactly once: the pending -> decided change is a
 conditional UPDATE, so of two concurrent accepts (or an accept and a reject) one
 changes the row and the other sees that it changed nothing and gets a 409. Moving a
@@ -19,6 +24,7 @@ from api.errors import Conflict, Forbidden, Invalid, NotFound
 from api.models import Contract, Movement, Offer, Task
 from api.services import contracts as contract_service
 from api.services import events, participants
+from api.services.ha import mode_of
 
 
 def _pending_of(session: Session, participant_id: int, now: datetime) -> Offer | None:
@@ -43,16 +49,14 @@ def create(session: Session, caller: Principal, body: schemas.OfferCreate, now: 
     missing = [t for t in task_ids if t not in tasks]
     if missing:
         raise NotFound(f"no tasks {missing}")
-    not_home = [t for t in task_ids if tasks[t].host_id != me.id or tasks[t].origin_id != me.id]
-    if not_home:
-        raise Conflict(f"tasks {not_home} are not {me.name}'s own tasks at home; only those can be offered")
+    partner = contract.counterparty if contract.proposer_id == me.id else contract.proposer
+    _check_offerable(session, me, partner, contract, [tasks[t] for t in task_ids])
     outstanding = _pending_of(session, me.id, now)
     if outstanding is not None:
         raise Conflict(
             f"{me.name} already has an outstanding offer (#{outstanding.id}); one at a time",
             offer_id=outstanding.id,
         )
-    partner = contract.counterparty if contract.proposer_id == me.id else contract.proposer
     offer = Offer(
         contract_id=contract.id,
         from_id=me.id,
@@ -75,6 +79,25 @@ def create(session: Session, caller: Principal, body: schemas.OfferCreate, now: 
         at=now,
     )
     return offer
+
+
+def _check_offerable(session: Session, me, partner, contract: Contract, tasks: list[Task]) -> None:
+    """Tasks may be offered only where they run, never to their own origin (which gets them
+    back by ending a movement), and passed on only without replicas to keep."""
+    elsewhere = [t.id for t in tasks if t.host_id != me.id]
+    if elsewhere:
+        raise Conflict(f"tasks {elsewhere} do not run at {me.name}; a participant offers only tasks it hosts")
+    theirs = [t.id for t in tasks if t.origin_id == partner.id]
+    if theirs:
+        raise Conflict(f"tasks {theirs} belong to {partner.name}; a task goes back to its origin only when its movement ends")
+    passed_on = [t for t in tasks if t.origin_id != me.id]
+    guarded = [t.id for t in passed_on if mode_of(session, t) != "none"]
+    if guarded:
+        raise Conflict(f"tasks {guarded} keep HA replicas; a replicated task is not passed on, it returns to its origin")
+    if passed_on and contract.ha_mode != "none":
+        raise Conflict(
+            f"contract #{contract.id} replicates moved tasks ({contract.ha_mode}); tasks hosted for others are passed on only under contracts without HA"
+        )
 
 
 def _parties(record: Offer | Movement) -> tuple[int, int]:
@@ -139,7 +162,7 @@ def accept(session: Session, caller: Principal, offer_id: int, body: schemas.Off
     _decide(session, offer, "accepted", now, accepted_task_ids=chosen, price=price)
     moved = session.execute(
         update(Task)
-        .where(Task.id.in_(chosen), Task.host_id == offer.from_id, Task.origin_id == offer.from_id)
+        .where(Task.id.in_(chosen), Task.host_id == offer.from_id)
         .values(host_id=offer.to_id, epoch=Task.epoch + 1)
         .execution_options(synchronize_session=False)
     ).rowcount
@@ -230,8 +253,13 @@ def to_out(offer: Offer, now: datetime, movements: list[int]) -> schemas.OfferOu
 # Movements
 
 
+def _concerned(movement: Movement) -> tuple[int, int, int]:
+    """A movement concerns its two parties and its task's origin, who follows the task down a chain."""
+    return movement.from_id, movement.to_id, movement.task.origin_id
+
+
 def get_movement(session: Session, caller: Principal, movement_id: int) -> Movement:
-    return get_private(session, caller, Movement, movement_id, "movement", _parties)
+    return get_private(session, caller, Movement, movement_id, "movement", _concerned)
 
 
 def list_movements(session: Session, caller: Principal, participant: str | None, state: str | None) -> list[Movement]:
@@ -242,13 +270,20 @@ def list_movements(session: Session, caller: Principal, participant: str | None,
     if participant:
         ids.append(participants.get(session, participant).id)
     for pid in ids:
-        query = query.where(or_(Movement.from_id == pid, Movement.to_id == pid))
+        originates = select(Task.id).where(Task.origin_id == pid)
+        query = query.where(or_(Movement.from_id == pid, Movement.to_id == pid, Movement.task_id.in_(originates)))
     if state:
         query = query.where(Movement.state == state)
     return list(session.scalars(query))
 
 
 def end_movement(session: Session, caller: Principal, movement_id: int, now: datetime) -> Movement:
+    """End a movement after its minimum duration: the task returns to the side that moved it.
+
+    If that task was passed on, the chain after this movement unwinds first (those
+    movements end too, whatever their minimum duration: the side that moved a task away
+    may always take it back). A host may end only a movement whose task still runs at it.
+    """
     movement = get_movement(session, caller, movement_id)
     if movement.state != "active":
         raise Conflict(f"movement #{movement.id} already ended")
@@ -258,29 +293,52 @@ def end_movement(session: Session, caller: Principal, movement_id: int, now: dat
             f"movement #{movement.id} cannot end before {movement.earliest_end_at.isoformat()} ({remaining:.1f} s left)",
             earliest_end_at=movement.earliest_end_at.isoformat(),
         )
+    onward = list(
+        session.scalars(
+            select(Movement).where(Movement.task_id == movement.task_id, Movement.state == "active", Movement.id > movement.id).order_by(Movement.id)
+        )
+    )
+    if onward and caller.participant is not None and caller.participant.id == movement.to_id:
+        raise Conflict(
+            f"{movement.to_participant.name} passed task #{movement.task_id} on to {onward[0].to_participant.name} (movement #{onward[0].id}); "
+            "a host returns only tasks that run at it",
+            onward_movement_id=onward[0].id,
+        )
+    chain = [movement, *onward]
     changed = session.execute(
         update(Movement)
-        .where(Movement.id == movement.id, Movement.state == "active")
+        .where(Movement.id.in_([m.id for m in chain]), Movement.state == "active")
         .values(state="ended", ended_at=now, ended_by_id=caller.participant.id if caller.participant else None)
         .execution_options(synchronize_session=False)
     ).rowcount
-    if changed != 1:
-        raise Conflict(f"movement #{movement.id} already ended")
+    if changed != len(chain):
+        raise Conflict(f"movement #{movement.id} or one after it already ended")
     session.execute(
         update(Task)
-        .where(and_(Task.id == movement.task_id, Task.host_id == movement.to_id))
-        .values(host_id=Task.origin_id, epoch=Task.epoch + 1)
+        .where(and_(Task.id == movement.task_id, Task.host_id == chain[-1].to_id))
+        .values(host_id=movement.from_id, epoch=Task.epoch + 1)
         .execution_options(synchronize_session=False)
     )
-    session.refresh(movement)
+    for m in chain:
+        session.refresh(m)
     session.refresh(movement.task)
+    for m in reversed(onward):
+        events.record(
+            session,
+            "movement.unwound",
+            f"movement #{m.id} ended with movement #{movement.id}: task #{m.task_id} leaves {m.to_participant.name}",
+            actor=caller.name,
+            subject=m.to_participant.name,
+            data={"movement_id": m.id, "task_id": m.task_id, "with_movement_id": movement.id},
+            at=now,
+        )
     events.record(
         session,
         "movement.ended",
-        f"{caller.name} ended movement #{movement.id}: task #{movement.task_id} returns from {movement.to_participant.name} to {movement.task.origin.name}",
+        f"{caller.name} ended movement #{movement.id}: task #{movement.task_id} returns from {chain[-1].to_participant.name} to {movement.from_participant.name}",
         actor=caller.name,
         subject=movement.from_participant.name if caller.participant and caller.participant.id == movement.to_id else movement.to_participant.name,
-        data={"movement_id": movement.id, "task_id": movement.task_id},
+        data={"movement_id": movement.id, "task_id": movement.task_id, "unwound": [m.id for m in onward]},
         at=now,
     )
     return movement

@@ -80,8 +80,9 @@ class Registry:
         body = self.ok("POST", "/participants", json={"name": name, "endpoint": f"http://127.0.0.2:9000/{name}"}, status=201)
         return body["api_key"]
 
-    def active_contract(self, a_key: str, b_name: str, b_key: str, price_min=1.0, price_max=2.0, duration=10.0) -> dict:
-        contract = self.ok("POST", "/contracts", a_key, status=201, json={"counterparty": b_name, "price_min": price_min, "price_max": price_max, "min_duration_s": duration})
+    def active_contract(self, a_key: str, b_name: str, b_key: str, price_min=1.0, price_max=2.0, duration=10.0, **terms) -> dict:
+        body = {"counterparty": b_name, "price_min": price_min, "price_max": price_max, "min_duration_s": duration, **terms}
+        contract = self.ok("POST", "/contracts", a_key, status=201, json=body)
         return self.ok("POST", f"/contracts/{contract['id']}/accept", b_key)
 
     def task(self, key: str, name: str, load: float = 0.1) -> dict:

@@ -105,9 +105,85 @@ def test_tasks_away_cannot_be_offered_again(registry, pair):
     a, b, contract, tasks = pair
     offer = _offer(registry, a, contract["id"], tasks[:1]).json()
     registry.ok("POST", f"/offers/{offer['id']}/accept", b)
-    assert _offer(registry, a, contract["id"], tasks[:1]).status_code == 409
-    # b hosts the task now but it is not b's own: b cannot pass it on.
-    assert _offer(registry, b, contract["id"], tasks[:1]).status_code == 409
+    refused = _offer(registry, a, contract["id"], tasks[:1])
+    assert refused.status_code == 409 and "do not run at a" in refused.json()["detail"]
+    # b hosts the task now, but never offers it to its own origin.
+    back = _offer(registry, b, contract["id"], tasks[:1])
+    assert back.status_code == 409 and "belong to a" in back.json()["detail"]
+
+
+@pytest.fixture
+def chain(registry, pair):
+    """a's task t0 runs at c, passed on by b: movements a -> b and b -> c, both active."""
+    a, b, contract, tasks = pair
+    c = registry.participant("c")
+    onward = registry.active_contract(b, "c", c, price_min=1.0, price_max=2.0, duration=30.0)
+    first = registry.ok("POST", f"/offers/{_offer(registry, a, contract['id'], tasks[:1]).json()['id']}/accept", b)["movements"][0]
+    registry.clock.advance(2)
+    offer = _offer(registry, b, onward["id"], tasks[:1], price=1.2).json()
+    second = registry.ok("POST", f"/offers/{offer['id']}/accept", c)["movements"][0]
+    return a, b, c, tasks[0], first, second
+
+
+def test_a_host_passes_a_task_on_and_is_paid_by_the_origin_while_it_pays_the_next_host(registry, chain):
+    a, b, c, task_id, first, second = chain
+    task = registry.ok("GET", f"/tasks/{task_id}")
+    assert (task["origin"], task["host"], task["epoch"]) == ("a", "c", 2)
+    moved = registry.ok("GET", f"/movements/{second}", c)
+    assert (moved["from"], moved["to"], moved["origin"], moved["state"]) == ("b", "c", "a", "active")
+    assert registry.ok("GET", f"/movements/{first}", a)["state"] == "active"
+    # The origin follows its task down the chain; c sees only the movement it is party to.
+    assert [m["id"] for m in registry.ok("GET", "/movements", a)] == [first, second]
+    assert [m["id"] for m in registry.ok("GET", "/movements?participant=a", a)] == [first, second]
+    assert [m["id"] for m in registry.ok("GET", "/movements", c)] == [second]
+    assert registry.call("GET", f"/movements/{first}", c).status_code == 403
+    registry.clock.advance(10)
+    balances = {x["participant"]: x for x in registry.ok("GET", "/ledger")["balances"]}
+    assert balances["a"]["paid"] == pytest.approx(1.5 * 0.1 * 12) and balances["c"]["earned"] == pytest.approx(1.2 * 0.1 * 10)
+    assert balances["b"]["balance"] == pytest.approx(1.5 * 0.1 * 12 - 1.2 * 0.1 * 10)
+    assert sum(x["balance"] for x in balances.values()) == pytest.approx(0.0)
+
+
+def test_the_next_host_returns_a_passed_on_task_to_the_host_that_passed_it(registry, chain):
+    a, b, c, task_id, first, second = chain
+    registry.clock.advance(30)
+    # b no longer runs the task: it cannot return it to a, only take it back from c.
+    refused = registry.call("POST", f"/movements/{first}/end", b)
+    assert refused.status_code == 409 and refused.json()["onward_movement_id"] == second
+    registry.ok("POST", f"/movements/{second}/end", c)
+    task = registry.ok("GET", f"/tasks/{task_id}")
+    assert (task["host"], task["epoch"]) == ("b", 3)
+    assert registry.ok("GET", f"/movements/{first}", a)["state"] == "active"
+    registry.ok("POST", f"/movements/{first}/end", b)
+    assert (registry.ok("GET", f"/tasks/{task_id}")["host"], registry.ok("GET", f"/tasks/{task_id}")["epoch"]) == ("a", 4)
+
+
+def test_the_origin_takes_its_task_back_and_the_chain_unwinds(registry, chain):
+    a, b, c, task_id, first, second = chain
+    registry.clock.advance(9)  # past a -> b's minimum duration (10 s), not yet b -> c's (30 s)
+    ended = registry.ok("POST", f"/movements/{first}/end", a)
+    assert ended["state"] == "ended"
+    assert registry.ok("GET", f"/movements/{second}", c)["state"] == "ended"
+    task = registry.ok("GET", f"/tasks/{task_id}")
+    assert (task["host"], task["epoch"]) == ("a", 3)  # one change of host: c hands it straight to a
+    unwound = registry.ok("GET", "/events?kind=movement.unwound")
+    assert [e["data"]["movement_id"] for e in unwound] == [second]
+    assert registry.call("POST", f"/movements/{second}/end", b).status_code == 409
+    ledger = registry.ok("GET", "/ledger")
+    assert {e["movement_id"]: round(e["seconds"], 6) for e in ledger["entries"]} == {first: 11.0, second: 9.0}
+
+
+def test_a_replicated_task_is_not_passed_on(registry):
+    a, b, c = (registry.participant(n) for n in "abc")
+    guarded = registry.active_contract(a, "b", b, price_min=1.0, price_max=2.0, duration=10.0, ha_mode="passive_standby")
+    plain = registry.active_contract(b, "c", c, price_min=1.0, price_max=2.0, duration=10.0)
+    task = registry.task(a, "t", load=0.1)["id"]
+    registry.ok("POST", f"/offers/{_offer(registry, a, guarded['id'], [task]).json()['id']}/accept", b)
+    refused = _offer(registry, b, plain["id"], [task])
+    assert refused.status_code == 409 and "HA replicas" in refused.json()["detail"]
+    own = registry.task(b, "own", load=0.1)["id"]
+    offered = _offer(registry, b, plain["id"], [own])
+    assert offered.status_code == 201
 
 
 def test_ledger_accrues_price_times_load_times_seconds_and_balances(registry, pair):
