@@ -92,6 +92,9 @@ class AgentConfig:
             registry (`bpm.federation.views.contract_steps`).
         warmup_s: how long after start the agent neither offers nor takes load: a JVM
             compiling its code measures far more CPU than its tasks will need.
+        pass_on: whether the agent offers tasks it hosts for others on to its own partners
+            (a movement of its own; see docs/mechanism.md, "Passing load on"). Only where
+            none of its contracts replicates moved tasks, and never a task with an HA mode.
         settle_s: how long after a task starts or stops here (or it accepts an offer or ends
             a movement) the agent neither offers, answers offers nor ends movements: until
             its load window has seen only the tasks it runs now. A window that mixes the
@@ -117,6 +120,7 @@ class AgentConfig:
     offer_ttl_s: float = 20.0
     contracts: list[AgreedTerms] = field(default_factory=list)
     warmup_s: float = 0.0
+    pass_on: bool = True
     settle_s: float = 0.0
     ha: bool = True
     ha_interval_s: float = 2.0
@@ -412,10 +416,11 @@ class Agent:
         load = self._answer_offers(load, cost, contracts_json)
         if self.settling():
             return
-        load = self._end_movements(now, load, cost)
+        tasks = self.client.tasks()
+        load = self._end_movements(now, load, cost, tasks)
         if self.settling():
             return
-        self._offer(load, loads, cost)
+        self._offer(load, loads, cost, tasks, contracts_json)
 
     def _changed(self) -> None:
         self._changed_at = self.clock()
@@ -480,10 +485,12 @@ class Agent:
         except RegistryError as exc:
             self.note("offer.lost", f"offer #{offer['id']}: {exc}")
 
-    def _end_movements(self, now: float, load: float, cost: CostFunction) -> float:
+    def _end_movements(self, now: float, load: float, cost: CostFunction, tasks: list[dict]) -> float:
         me = self.config.name
         movements = self.client.movements(participant=me, state="active")
-        views = movement_views(movements)
+        # As host I can return only tasks that still run here, not those I passed on.
+        here = {t["id"] for t in tasks if t["host"] == me}
+        views = movement_views(m for m in movements if m["to"] != me or m["task_id"] in here)
         if self.ha is not None:
             # A movement whose other side failed ends by failover, not here: ending it would send
             # the task back to wait for a checkpoint that no one can release.
@@ -501,21 +508,22 @@ class Agent:
             self._changed()
         return load
 
-    def _offer(self, load: float, loads: dict[str, float], cost: CostFunction) -> None:
+    def _offer(self, load: float, loads: dict[str, float], cost: CostFunction, tasks: list[dict], contracts_json: list[dict]) -> None:
         me = self.config.name
         mine = [o for o in self.client.offers() if o["from"] == me]
         for o in mine:
             if o["state"] == "rejected" and o["decided_at"]:
                 self._refused[o["to"]] = max(self._refused.get(o["to"], 0.0), seconds(o["decided_at"]))
-        own = self.client.tasks(origin=me)
-        if any(t["host"] != me and task_key(t) in self.hosting() for t in own):
+        if any(t["host"] != me and task_key(t) in self.hosting() for t in tasks):
             return  # an offer of mine was just accepted: its tasks still run here, and my load still counts them
         outstanding = any(o["state"] == "pending" for o in mine)
-        tasks = offerable_tasks(me, own, loads, self.host.running())
+        # Tasks hosted for others are passed on only where no contract of mine replicates them.
+        pass_on = self.config.pass_on and all(c.get("ha_mode", "none") == "none" for c in contracts_json)
+        offerable = offerable_tasks(me, tasks, loads, self.host.running(), pass_on=pass_on)
         offer = choose_offer(
             load=load,
             cost=cost,
-            tasks=tasks,
+            tasks=offerable,
             contracts=self._contracts,
             refused_last=self._refused,
             unreachable=self._unreachable,

@@ -54,6 +54,7 @@ def run(
     mm1_scale: Annotated[float, typer.Option(help="Scale a of the M/M/1 cost a*u/(1-u) when --cost-model mm1.")] = 1.0,
     warmup: Annotated[float, typer.Option(help="Seconds after start during which the agent neither offers nor takes load (JIT compilation inflates the CPU measured).")] = 30.0,
     settle: Annotated[float, typer.Option(min=0.0, help="Seconds after a task starts or stops here during which the agent neither offers, answers offers nor ends movements, so that it decides on a load window (15 s) that saw only the tasks it runs now.")] = 15.0,
+    pass_on: Annotated[bool, typer.Option("--pass-on/--no-pass-on", help="Offer tasks hosted for others on to this participant's own partners when it is over its threshold (only where none of its contracts replicates moved tasks).")] = True,
     margin: Annotated[float, typer.Option(min=0.0, help="Relative margin both sides demand on top of the price when offering and accepting load (bpm.negotiation): 0.1 keeps a partner taking load below its threshold by about 10% of the price.")] = 0.0,
     contract: Annotated[list[str] | None, typer.Option(help="Terms agreed offline, PARTNER:PRICE_MIN:PRICE_MAX:MIN_DURATION_S[:HA_MODE] (repeatable; HA_MODE none, upstream_backup, passive_standby or active_standby); the agent proposes or accepts them in the registry.")] = None,
     ha: Annotated[bool, typer.Option("--ha/--no-ha", help="High availability duties: fail over moved tasks whose host failed, keep replicas and delta checkpoints, repair.")] = True,
@@ -93,6 +94,7 @@ def run(
         warmup_s=warmup,
         settle_s=settle,
         margin=margin,
+        pass_on=pass_on,
         ha=ha,
         ha_interval_s=ha_interval,
     )

@@ -34,15 +34,21 @@ def active_contracts(me: str, contracts: Iterable[Mapping]) -> list[Contract]:
     return views
 
 
-def offerable_tasks(me: str, tasks: Iterable[Mapping], measured: Mapping[str, float], running: Iterable[str]) -> list[Task]:
-    """My own tasks running at home with a measured load (registry ids as strings); a task
-    not measured yet has no price and is not offered."""
+def offerable_tasks(
+    me: str, tasks: Iterable[Mapping], measured: Mapping[str, float], running: Iterable[str], *, pass_on: bool = False
+) -> list[Task]:
+    """The tasks I may offer (registry ids as strings), each with a measured load: my own
+    tasks running here and, with `pass_on`, tasks running here for others without an HA mode
+    of their own (the registry passes on only tasks that keep no replicas). A task not
+    measured yet has no price and is not offered."""
     running = set(running)
     out = []
     for t in tasks:
         load = measured.get(task_key(t), 0.0)
-        if t["origin"] == me and t["host"] == me and task_key(t) in running and load >= MIN_TASK_LOAD:
-            out.append(Task(id=str(t["id"]), load=load))
+        if t["host"] != me or task_key(t) not in running or load < MIN_TASK_LOAD:
+            continue
+        if t["origin"] == me or (pass_on and t.get("ha_mode", "none") == "none"):
+            out.append(Task(id=str(t["id"]), load=load, origin=t["origin"]))
     return out
 
 

@@ -130,6 +130,37 @@ def test_a_task_not_measured_yet_counts_with_the_load_its_previous_host_reported
     assert [t["load"] for t in operator.tasks(host="b")] == pytest.approx([0.2] * len(moved))
 
 
+def test_a_host_over_its_threshold_passes_hosted_tasks_on_and_the_origin_gets_them_back_from_the_last_host(federation):
+    operator, agents, add, clock = federation
+    a, b, c = add("a", 6), add("b", 0), add("c", 0)
+    _contract(agents, "a", "b", duration=600.0)
+    _contract(agents, "b", "c", duration=600.0)
+    for _ in range(4):
+        _round(agents, clock)
+    at_b = sorted(b.host.running())
+    assert at_b and all(k.startswith("a.") for k in at_b), "a shed load to b"
+    # The tasks grow at b: b is over its threshold, hosts only a's tasks and cannot return
+    # them before the contract's 600 s, so it passes them on to c.
+    b.host.task_load = dict.fromkeys(at_b, 0.4)
+    for _ in range(6):
+        _round(agents, clock)
+    onward = [m for m in operator.movements(state="active") if m["from"] == "b"]
+    assert onward and all(m["to"] == "c" and m["origin"] == "a" for m in onward), operator.movements()
+    passed = f"a.{onward[0]['task_name']}"
+    assert passed in c.host.running() and passed not in b.host.running()
+    assert [n for k, n in c.host.starts if k == passed] == [2], "c resumed from b's checkpoint (a ran it, then b)"
+    # a takes the task back: the chain unwinds and the checkpoint comes from c, where it ran last.
+    clock.advance(600)
+    first = next(m for m in operator.movements(state="active") if m["from"] == "a" and m["task_id"] == onward[0]["task_id"])
+    a.client.end_movement(first["id"])
+    assert {m["id"]: m["state"] for m in operator.movements()}[onward[0]["id"]] == "ended"
+    a.tick()
+    assert passed in a.host.running() and passed not in c.host.running()
+    assert [n for k, n in a.host.starts if k == passed] == [0, 3], "a resumed from c's checkpoint, not b's older one"
+    ledger = operator.ledger()
+    assert sum(x["balance"] for x in ledger["balances"]) == pytest.approx(0.0)
+
+
 def test_a_failed_step_is_recorded_and_the_loop_goes_on(federation):
     operator, agents, add, clock = federation
     a = add("a", 1)
