@@ -289,7 +289,7 @@ def failover(
         session.scalars(select(Movement.id).where(Movement.task_id == task.id, Movement.state == "active"))
     )
     if ended:
-        # The origin pays the host up to now and no further: both sides of the ledger stop together.
+        # Every movement of the chain stops now: each payer pays up to now and no further, both sides together.
         session.execute(
             update(Movement)
             .where(Movement.id.in_(ended), Movement.state == "active")

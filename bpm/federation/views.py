@@ -70,7 +70,7 @@ def offer_view(offer: Mapping, contract: Mapping, task_loads: Mapping[int, float
 
 
 def movement_views(movements: Iterable[Mapping]) -> list[Movement]:
-    """Active movements; the origin pays, the host earns."""
+    """Active movements; the side that moved the task (`origin` here, the payer) pays, the host earns."""
     views = []
     for m in movements:
         if m["state"] != "active":

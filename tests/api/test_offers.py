@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.api.test_ha import beat, silence
+
 
 @pytest.fixture
 def pair(registry):
@@ -226,3 +228,13 @@ def test_accept_settles_the_price_between_range_minimum_and_offered_cap(registry
     accepted = registry.ok("POST", f"/offers/{offer['id']}/accept", b, json={"price": 1.4})
     assert accepted["price"] == 1.4
     assert registry.ok("GET", f"/movements/{accepted['movements'][0]}", a)["price"] == 1.4
+
+
+def test_a_failover_of_a_passed_on_task_ends_its_whole_chain(registry, chain):
+    a, b, c, task_id, first, second = chain
+    keys = {"a": a, "b": b, "c": c}
+    beat(registry, keys, *keys)
+    silence(registry, keys, "c")
+    registry.ok("POST", f"/tasks/{task_id}/failover", a, status=201, json={"to": "a", "expected_epoch": 2})
+    assert {m["id"]: m["state"] for m in registry.ok("GET", "/movements")} == {first: "failed", second: "failed"}
+    assert registry.ok("GET", f"/tasks/{task_id}")["host"] == "a"

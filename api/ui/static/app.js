@@ -628,9 +628,9 @@ function renderMovements() {
 function renderLedger() {
   const { ledger } = state.data;
   show('ledger-balances', [ledger.balances], () => {
-    if (!ledger.entries.length) return empty('No payments yet.', 'The ledger fills as soon as a movement starts: the origin pays the host price × load × seconds away.');
+    if (!ledger.entries.length) return empty('No payments yet.', 'The ledger fills as soon as a movement starts: the side that moved the task pays the side that runs it price × load × seconds away.');
     return [
-      h('p', { class: 'summary' }, `As of ${clock(ledger.as_of)}. The origin of a moved task pays its host price × load × seconds away.`),
+      h('p', { class: 'summary' }, `As of ${clock(ledger.as_of)}. Whoever moved a task pays whoever runs it price × load × seconds away; a host that passed a task on pays the next host and is still paid by the one before.`),
       table(
         'Balances',
         ['Participant', 'Paid', 'Earned', 'Balance'],
