@@ -489,12 +489,13 @@ class Agent:
         me = self.config.name
         movements = self.client.movements(participant=me, state="active")
         # As host I can return only tasks that still run here, not those I passed on.
-        here = {t["id"] for t in tasks if t["host"] == me}
-        views = movement_views(m for m in movements if m["to"] != me or m["task_id"] in here)
+        runs_at = {t["id"]: t["host"] for t in tasks}
+        views = movement_views(m for m in movements if m["to"] != me or runs_at.get(m["task_id"]) == me)
         if self.ha is not None:
-            # A movement whose other side failed ends by failover, not here: ending it would send
-            # the task back to wait for a checkpoint that no one can release.
-            views = [v for v in views if not (self.ha.failed(v.host) or self.ha.failed(v.origin))]
+            # A movement whose task would go back to a failed participant, or would have to come
+            # from one, ends by failover, not here: the task would wait for a checkpoint that no
+            # one can release. (The task runs at the movement's host unless that host passed it on.)
+            views = [v for v in views if not (self.ha.failed(v.origin) or self.ha.failed(runs_at.get(int(v.task_ids[0]), v.host)))]
         by_id = {v.id: v for v in views}
         for movement_id in movements_to_end(me=me, now_s=now, load=load, cost=cost, movements=views, hysteresis=self.config.hysteresis):
             try:
