@@ -416,11 +416,10 @@ class Agent:
         load = self._answer_offers(load, cost, contracts_json)
         if self.settling():
             return
-        tasks = self.client.tasks()
-        load = self._end_movements(now, load, cost, tasks)
+        load = self._end_movements(now, load, cost)
         if self.settling():
             return
-        self._offer(load, loads, cost, tasks, contracts_json)
+        self._offer(load, loads, cost, contracts_json)
 
     def _changed(self) -> None:
         self._changed_at = self.clock()
@@ -485,9 +484,10 @@ class Agent:
         except RegistryError as exc:
             self.note("offer.lost", f"offer #{offer['id']}: {exc}")
 
-    def _end_movements(self, now: float, load: float, cost: CostFunction, tasks: list[dict]) -> float:
+    def _end_movements(self, now: float, load: float, cost: CostFunction) -> float:
         me = self.config.name
         movements = self.client.movements(participant=me, state="active")
+        tasks = self.client.tasks()
         # As host I can return only tasks that still run here, not those I passed on.
         runs_at = {t["id"]: t["host"] for t in tasks}
         views = movement_views(m for m in movements if m["to"] != me or runs_at.get(m["task_id"]) == me)
@@ -509,8 +509,9 @@ class Agent:
             self._changed()
         return load
 
-    def _offer(self, load: float, loads: dict[str, float], cost: CostFunction, tasks: list[dict], contracts_json: list[dict]) -> None:
+    def _offer(self, load: float, loads: dict[str, float], cost: CostFunction, contracts_json: list[dict]) -> None:
         me = self.config.name
+        tasks = self.client.tasks()  # after any ending above: a task I just returned is no longer mine to offer
         mine = [o for o in self.client.offers() if o["from"] == me]
         for o in mine:
             if o["state"] == "rejected" and o["decided_at"]:
