@@ -152,6 +152,7 @@ class Demo:
         self.say = say
         self.fed_logs: dict[str, Path] = {}
         self.phases: list[Phase] = []
+        self.stage: str | None = None  # what the live view shows once the phases are over
         self.timeline: list[dict] = []
         self.t0 = time.time()
         self.state: dict = {}
@@ -205,7 +206,7 @@ class Demo:
         for p in participants:
             if p["load"] is not None:
                 self.timeline.append({"t": round(now, 2), "participant": p["name"], "load": p["load"], "threshold": p["threshold"]})
-        self.state = {"t": now, "participants": participants, "movements": movements, "ledger": ledger, "phase": self.phases[-1].name if self.phases else "setup", "registry": self.fed.registry_url}
+        self.state = {"t": now, "participants": participants, "movements": movements, "ledger": ledger, "phase": self.stage or (self.phases[-1].name if self.phases else "setup"), "registry": self.fed.registry_url}
         if self.view:
             self.view(self.state)
         return self.state
@@ -340,6 +341,7 @@ class Demo:
 
     def _finish(self) -> dict:
         self.say("closing the input and draining every task")
+        self.stage = "draining: the input is closed, every task completes its last batch (phase 4 is over)"
         for name in self.fed_logs:
             self.fed.stop_replay(name)
         logs = self.fed_logs
