@@ -313,12 +313,14 @@ def end_movement(session: Session, caller: Principal, movement_id: int, now: dat
     ).rowcount
     if changed != len(chain):
         raise Conflict(f"movement #{movement.id} or one after it already ended")
-    session.execute(
+    returned = session.execute(
         update(Task)
         .where(and_(Task.id == movement.task_id, Task.host_id == chain[-1].to_id))
         .values(host_id=movement.from_id, epoch=Task.epoch + 1)
         .execution_options(synchronize_session=False)
-    )
+    ).rowcount
+    if returned != 1:  # it was passed on meanwhile: nothing ends, the caller sees the new chain next time
+        raise Conflict(f"task #{movement.task_id} moved on while movement #{movement.id} was ending; nothing ended")
     for m in chain:
         session.refresh(m)
     session.refresh(movement.task)
