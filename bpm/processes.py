@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 
 
-def wait_http(url: str, process: subprocess.Popen, log: Path, timeout_s: float) -> None:
+def wait_http(
+    url: str, process: subprocess.Popen, log: Path, timeout_s: float, *, on_wait: Callable[[], None] | None = None, every_s: float = 1.0
+) -> None:
+    """Wait until `url` answers 200; `on_wait` runs every `every_s` meanwhile (a live view goes on)."""
     deadline = time.monotonic() + timeout_s
+    next_call = time.monotonic() + every_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"{process.args[1:3]} exited with {process.returncode}; see {log}:\n{log.read_text()[-2000:]}")
@@ -19,5 +24,8 @@ def wait_http(url: str, process: subprocess.Popen, log: Path, timeout_s: float) 
                 return
         except httpx.HTTPError:
             pass
+        if on_wait is not None and time.monotonic() >= next_call:
+            on_wait()
+            next_call = time.monotonic() + every_s
         time.sleep(0.2)
     raise TimeoutError(f"{url} did not answer within {timeout_s:.0f} s; see {log}")

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,9 +72,9 @@ class Federation:
         self.endpoints[name] = f"http://{address}:{port}"
         self._spawn(name, args, {"BPM_ADMIN_KEY": self.admin_key})
 
-    def wait_agent(self, name: str, timeout_s: float = 180) -> None:
+    def wait_agent(self, name: str, timeout_s: float = 180, on_wait: Callable[[], None] | None = None) -> None:
         log = self.workdir / "logs" / f"{name}.log"
-        wait_http(self.endpoints[name] + "/healthz", self.processes[name], log, timeout_s)
+        wait_http(self.endpoints[name] + "/healthz", self.processes[name], log, timeout_s, on_wait=on_wait)
 
     def generate_traffic(self, name: str, duration_s: float, rate: float, sources: int, scanners: int, seed: int) -> Path:
         """`bpm generate-traffic`: the participant's recorded connections (a Zeek conn.log)."""

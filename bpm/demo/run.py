@@ -313,7 +313,7 @@ class Demo:
             self._phase("3 load rises at B: new queries take it over its threshold", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s,
                         action=lambda: self._raise_load("b", ["a", "b", "c"]))
             self._join(self._members["d"])
-            self.fed.wait_agent("d")
+            self.fed.wait_agent("d", on_wait=self.poll)  # the view and the timeline go on while D's JVM starts
             self._up_at["d"] = time.monotonic()
             self._phase("4 D joins (contract with C at 0.8 p): load flows B to C and C to D", ["a", "b", "c", "d"], until_acceptable=True,
                         hold_s=s.settle_s, not_before=self._trading_from(["d"]))
