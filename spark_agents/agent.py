@@ -487,15 +487,15 @@ class Agent:
     def _end_movements(self, now: float, load: float, cost: CostFunction) -> float:
         me = self.config.name
         movements = self.client.movements(participant=me, state="active")
-        tasks = self.client.tasks()
-        # As host I can return only tasks that still run here, not those I passed on.
-        runs_at = {t["id"]: t["host"] for t in tasks}
-        views = movement_views(m for m in movements if m["to"] != me or runs_at.get(m["task_id"]) == me)
+        # Where each task runs: the host of the newest of its movements I see (the end of its
+        # chain, as far as I am in it). As host I can return only tasks that still run here.
+        runs_at = {m["task_id"]: m["to"] for m in sorted(movements, key=lambda m: m["id"])}
+        views = movement_views(m for m in movements if m["to"] != me or runs_at[m["task_id"]] == me)
         if self.ha is not None:
             # A movement whose task would go back to a failed participant, or would have to come
             # from one, ends by failover, not here: the task would wait for a checkpoint that no
             # one can release. (The task runs at the movement's host unless that host passed it on.)
-            views = [v for v in views if not (self.ha.failed(v.origin) or self.ha.failed(runs_at.get(int(v.task_ids[0]), v.host)))]
+            views = [v for v in views if not (self.ha.failed(v.origin) or self.ha.failed(runs_at[int(v.task_ids[0])]))]
         by_id = {v.id: v for v in views}
         for movement_id in movements_to_end(me=me, now_s=now, load=load, cost=cost, movements=views, hysteresis=self.config.hysteresis):
             try:
