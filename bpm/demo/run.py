@@ -6,6 +6,11 @@
    federation is near its capacity.
 4. D joins with a contract to C at 0.8 p; load flows C to D and B to C until acceptable.
 
+D's agent starts with the others, without a contract: a JVM starting takes much of this
+machine's CPU for a while, and loads measured then would be far off. D joins the
+federation in phase 4, when it accepts C's proposal of the terms they agreed offline,
+through the registry's API with its own key; until then no one trades with it.
+
 Loads are measured by each agent on its Spark; the decisions are `bpm.negotiation`'s.
 At the end the input is closed, every task drains, and the federation's alerts are
 compared with `bpm pipeline run` over exactly what was fed: lost and duplicate results.
@@ -16,19 +21,21 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
+from bpm.client import RegistryClient
 from bpm.demo.federation import BPM, Federation
-from bpm.federation.views import task_key
+from bpm.federation.views import AgreedTerms, task_key
 from bpm.negotiation import is_acceptable
 from bpm.streams.feed import end_watermark_ms
 from bpm.streams.partitioned import PartitionedStream
 from bpm.zeek.definitions import QueryParams, ResultRow
 from bpm.zeek.results import read_outputs
+from spark_agents.runtime import KEY_FILE
 
 
 @dataclass(frozen=True)
@@ -42,7 +49,7 @@ class Member:
 
 MEMBERS = (
     Member("a", "127.0.0.2", 14, 14, 11),
-    Member("b", "127.0.0.3", 10, 2, 12),  # phase 3 starts queries over the other partitions, as many as it takes
+    Member("b", "127.0.0.3", 16, 2, 12),  # phase 3 starts queries over the other partitions, as many as it takes
     Member("c", "127.0.0.4", 5, 5, 13),
     Member("d", "127.0.0.5", 0, 0, 14),
 )
@@ -50,6 +57,7 @@ MEMBERS = (
 # identical contracts; D with C only, cheaper (0.8 p). Each contract's range reaches down
 # from its price (`DemoSettings.spread`).
 CONTRACTS = {("a", "b"): 1.0, ("a", "c"): 1.0, ("b", "c"): 1.0, ("c", "d"): 0.8}
+JOINS_LATER = "d"  # signs its contract in phase 4
 
 
 @dataclass
@@ -66,8 +74,12 @@ class DemoSettings:
             (docs/mechanism.md, "Where the mechanism falls short"), and a partner paid more
             than p would take load past its threshold. With the range below p and the
             agents' 10% margin (`margin`), a participant sheds down to where its marginal cost
-            is about 0.9 q and a partner takes load only up to where its cost is about 0.9 p,
-            both within half a task below the threshold for tasks of up to a tenth of it.
+            is about 0.77 q (1.1 x 0.7 q: a load of 0.32 against a threshold of 0.40 at q = p)
+            and a partner takes load only up to where its cost is about 0.9 q (0.37). Loads
+            measured live on this machine move by a tenth from one window to the next, so an
+            allocation at rest keeps that much room below the thresholds; and C passes load on
+            to D once it carries more than 0.24 (its cost above 0.62 p), not only near its
+            threshold. With a spread of 0.2, participants stopped shedding at 0.36.
         margin: what both sides demand on top of the price when offering and accepting load
             (`bpm agent run --margin`).
         mm1_scale: a in the agents' M/M/1 cost a*u/(1-u); the threshold at price p is 1 - sqrt(a/p).
@@ -85,7 +97,7 @@ class DemoSettings:
         rate: connections per second in each participant's traffic.
         phase_timeout_s: the longest a phase waits for an acceptable allocation.
         load_step: how many queries B starts at a time in phase 3.
-        fill: phase 3 starts queries at B until B is over its threshold and A, B and C together
+        fill: phase 3 starts queries at B until B has been over its threshold and A, B and C together
             carry this share of the sum of their thresholds: a federation near its capacity,
             with room for the whole load once D joins.
     """
@@ -102,7 +114,7 @@ class DemoSettings:
     tick_s: float = 1.0
     sample_s: float = 2.0
     price: float = 1.0
-    spread: float = 0.2
+    spread: float = 0.3
     margin: float = 0.1
     min_duration_s: float = 600.0
     mm1_scale: float = 0.36
@@ -158,6 +170,7 @@ class Demo:
         self.state: dict = {}
         self._members = {m.name: m for m in MEMBERS}
         self._up_at: dict[str, float] = {}  # monotonic time each agent first answered
+        self._was_over = False  # whether phase 3's participant went over its threshold
 
     # Setup
 
@@ -179,13 +192,40 @@ class Demo:
             "--cost-model", "mm1", "--mm1-scale", str(s.mm1_scale), "--warmup", str(self._warmup_s(member)), "--settle", str(s.agent_settle_s),
         ]
 
-    def _join(self, member: Member) -> None:
-        """Start the participant's agent (it registers itself and signs its agreed contracts)."""
+    def _join(self, member: Member, sign: bool = True) -> None:
+        """Start the participant's agent: it registers itself and, unless `sign` is false,
+        signs the contracts it agreed offline (otherwise `_sign` does, later)."""
         stream = self._stream(member) if member.partitions else None
         if stream is not None:
             PartitionedStream.create(stream, member.partitions)  # the replayer reopens it
         initial = f"0-{member.initial - 1}" if member.initial else ""
-        self.fed.start_agent(member.name, member.address, self.s.agent_port, stream, initial, self._agent_options(member))
+        options = self._agent_options(member)
+        if not sign:
+            options = [o for i, o in enumerate(options) if o != "--contract" and (i == 0 or options[i - 1] != "--contract")]
+        self.fed.start_agent(member.name, member.address, self.s.agent_port, stream, initial, options)
+
+    def _sign(self, member: Member, timeout_s: float = 60.0) -> None:
+        """`member` joins: it accepts, with its own key through the registry's API, the
+        proposals of the contracts it agreed offline (its partners' agents proposed them
+        once it registered)."""
+        options = self._agent_options(member)
+        agreed = {t.partner: t for t in (AgreedTerms.parse(v) for f, v in zip(options, options[1:]) if f == "--contract")}
+        key = (self.s.workdir / "agents" / member.name / KEY_FILE).read_text().strip()
+        deadline = time.monotonic() + timeout_s
+        with RegistryClient(self.fed.registry_url, key) as client:
+            while agreed:
+                for c in client.contracts(participant=member.name, state="proposed"):
+                    terms = agreed.get(c["proposer"])
+                    if terms is not None and c.get("awaiting") == member.name and terms.matches(c):
+                        client.contract_action(c["id"], "accept")
+                        self.say(f"  {member.name} accepts contract #{c['id']} with {terms.partner}: [{terms.price_min:g}, {terms.price_max:g}]")
+                        del agreed[terms.partner]
+                if not agreed:
+                    return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no proposal from {', '.join(agreed)} to {member.name} after {timeout_s:.0f} s; see {self.s.workdir / 'logs'}")
+                self.poll()
+                time.sleep(self.s.poll_s)
 
     def _start_input(self, member: Member) -> None:
         """`bpm generate-traffic`, then `bpm replay` into the participant's stream."""
@@ -253,34 +293,36 @@ class Demo:
 
     def _raise_load(self, name: str, names: list[str]) -> None:
         """`name` starts queries over its other partitions, `load_step` at a time, until, with the
-        new queries measured, it is over its threshold and `names` carry `fill` of the sum of
-        their thresholds (or no partition is left).
+        new queries measured, it has been over its threshold and `names` carry `fill` of the
+        sum of their thresholds (or no partition is left).
 
         How much load a query brings depends on the machine; adding queries until the
-        federation is that full puts it there on a fast machine and a busy one alike."""
+        federation is that full puts it there on a fast machine and a busy one alike. Its
+        agent sheds as soon as it may, so being over its threshold counts at any poll."""
         member = self._members[name]
+        self._was_over = False
         for first in range(member.initial, member.partitions, self.s.load_step):
             new = [f"p{k}" for k in range(first, min(first + self.s.load_step, member.partitions))]
             for task in new:
                 self._add_query(name, task)
             self.say(f"  {name} starts queries over partitions {', '.join(new)}")
-            if self._full_once_measured(name, names, {f"{name}.{task}" for task in new}):
+            loads, thresholds = self._once_measured(name, names, {f"{name}.{task}" for task in new})
+            if self._was_over and len(loads) == len(names) and sum(loads.values()) >= self.s.fill * sum(thresholds.values()):
                 return
 
-    def _full_once_measured(self, name: str, names: list[str], tasks: set[str], timeout_s: float = 90.0) -> bool:
-        """Wait until each of `tasks` has a measured load (its start-up over); then whether
-        `name` is over its threshold and `names` carry `fill` of their thresholds."""
+    def _once_measured(self, name: str, names: list[str], tasks: set[str], timeout_s: float = 90.0) -> tuple[dict[str, float], dict[str, float]]:
+        """Poll until each of `tasks` has a measured load (its start-up over); the loads and
+        thresholds of `names` then. Notes whether `name` was over its threshold meanwhile."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        while True:
             state = self.poll()
+            loads, thresholds = self._measured(state, names)
+            self._was_over = self._was_over or (name in loads and loads[name] > thresholds[name])
             with self.fed.operator() as operator:
                 measured = {task_key(t) for t in operator.tasks(origin=name) if t["load"]}
-            if tasks <= measured:
-                loads, thresholds = self._measured(state, names)
-                return (len(loads) == len(names) and loads[name] > thresholds[name]
-                        and sum(loads.values()) >= self.s.fill * sum(thresholds.values()))
+            if tasks <= measured or time.monotonic() > deadline:
+                return loads, thresholds
             time.sleep(self.s.poll_s)
-        return False
 
     def _warmup_s(self, member: Member) -> float:
         return self.s.warmup_s if member.initial else self.s.join_warmup_s
@@ -305,18 +347,14 @@ class Demo:
         try:
             self.say(f"registry on {self.fed.registry_url} (admin UI at {self.fed.registry_url}/, operator key {self.fed.admin_key})")
             self.fed.start_registry()
-            first = [self._members[n] for n in ("a", "b", "c")]
-            self._setup_first(first)
+            self._setup_first(list(MEMBERS), measured=["a", "b", "c"], unsigned={JOINS_LATER})
             self._phase("1 uneven load: A carries most tasks", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s,
                         not_before=self._trading_from(["a", "b", "c"]))
             self._phase("2 A sheds load to B and C", ["a", "b", "c"], until_acceptable=True, hold_s=s.settle_s)
             self._phase("3 load rises at B: new queries take it over its threshold", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s,
                         action=lambda: self._raise_load("b", ["a", "b", "c"]))
-            self._join(self._members["d"])
-            self.fed.wait_agent("d", on_wait=self.poll)  # the view and the timeline go on while D's JVM starts
-            self._up_at["d"] = time.monotonic()
             self._phase("4 D joins (contract with C at 0.8 p): load flows B to C and C to D", ["a", "b", "c", "d"], until_acceptable=True,
-                        hold_s=s.settle_s, not_before=self._trading_from(["d"]))
+                        hold_s=s.settle_s, not_before=self._trading_from(["d"]), action=lambda: self._sign(self._members[JOINS_LATER]))
             return self._finish()
         finally:
             self.fed.close()
@@ -324,10 +362,11 @@ class Demo:
     def _task_params(self) -> dict:
         return {**self.params.to_dict(), "trigger_s": self.s.trigger_s}
 
-    def _setup_first(self, members: list[Member], measured: list[str] | None = None) -> None:
-        """Start the members' agents, then their input; wait until `measured` (default: all) report load."""
+    def _setup_first(self, members: list[Member], measured: list[str] | None = None, unsigned: Collection[str] = ()) -> None:
+        """Start the members' agents (those in `unsigned` without their contracts), then their
+        input; wait until `measured` (default: all) report load."""
         for m in members:
-            self._join(m)
+            self._join(m, sign=m.name not in unsigned)
         for m in members:
             self.fed.wait_agent(m.name)
             self._up_at[m.name] = time.monotonic()
