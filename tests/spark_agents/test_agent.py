@@ -161,6 +161,36 @@ def test_a_host_over_its_threshold_passes_hosted_tasks_on_and_the_origin_gets_th
     assert sum(x["balance"] for x in ledger["balances"]) == pytest.approx(0.0)
 
 
+def test_a_host_ends_only_the_movements_of_tasks_that_still_run_there(federation):
+    operator, agents, add, clock = federation
+    add("a", 6)
+    b = add("b", 0)
+    add("c", 0)
+    _contract(agents, "a", "b", duration=30.0)
+    _contract(agents, "b", "c", duration=600.0)
+    for _ in range(4):
+        _round(agents, clock)
+    b.host.task_load = dict.fromkeys(b.host.running(), 0.4)
+    for _ in range(6):
+        _round(agents, clock)
+    passed = {m["task_id"] for m in operator.movements(state="active") if m["from"] == "b"}
+    kept = b.host.running()
+    assert passed and kept, "b passed some of a's tasks on to c and kept others"
+    # Past the a-b contract's minimum duration the task b kept grows: b returns it to a, and
+    # leaves alone the movements that brought it the tasks it passed on (the registry would
+    # refuse to end those: their tasks run at c).
+    clock.advance(30)
+    b.host.task_load = dict.fromkeys(kept, 0.85)
+    for _ in range(3):
+        b.tick()
+        clock.advance(1)
+    ended = operator.movements(state="ended")
+    returned = {t["id"] for t in operator.tasks(origin="a") if f"a.{t['name']}" in kept}
+    assert {m["task_id"] for m in ended} == returned, ended
+    assert not [r for r in b.records if r.kind == "movement.end_refused"], [r.message for r in b.records]
+    assert all(m["state"] == "active" for m in operator.movements() if m["task_id"] in passed)
+
+
 def test_a_failed_step_is_recorded_and_the_loop_goes_on(federation):
     operator, agents, add, clock = federation
     a = add("a", 1)
