@@ -201,15 +201,14 @@ class Demo:
         initial = f"0-{member.initial - 1}" if member.initial else ""
         options = self._agent_options(member)
         if not sign:
-            options = [o for i, o in enumerate(options) if o != "--contract" and (i == 0 or options[i - 1] != "--contract")]
+            options = _split_contracts(options)[1]
         self.fed.start_agent(member.name, member.address, self.s.agent_port, stream, initial, options)
 
     def _sign(self, member: Member, timeout_s: float = 60.0) -> None:
         """`member` joins: it accepts, with its own key through the registry's API, the
         proposals of the contracts it agreed offline (its partners' agents proposed them
         once it registered)."""
-        options = self._agent_options(member)
-        agreed = {t.partner: t for t in (AgreedTerms.parse(v) for f, v in zip(options, options[1:]) if f == "--contract")}
+        agreed = {t.partner: t for t in map(AgreedTerms.parse, _split_contracts(self._agent_options(member))[0])}
         key = (self.s.workdir / "agents" / member.name / KEY_FILE).read_text().strip()
         deadline = time.monotonic() + timeout_s
         with RegistryClient(self.fed.registry_url, key) as client:
@@ -490,6 +489,19 @@ class Demo:
                 raise RuntimeError(f"bpm pipeline run over {logs[name]} failed (exit {process.returncode})")
             expected[name] = [ResultRow.from_json(json.loads(line)) for line in out.read_text().splitlines() if line.strip()]
         return expected
+
+
+def _split_contracts(options: list[str]) -> tuple[list[str], list[str]]:
+    """The `--contract` values of agent options, and the other options."""
+    contracts, rest, i = [], [], 0
+    while i < len(options):
+        if options[i] == "--contract":
+            contracts.append(options[i + 1])
+            i += 2
+        else:
+            rest.append(options[i])
+            i += 1
+    return contracts, rest
 
 
 def _fmt(values: dict[str, float]) -> str:
