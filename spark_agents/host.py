@@ -40,7 +40,7 @@ from spark_agents.metrics import (
     process_cpu_seconds,
     task_loads,
 )
-from spark_agents.query import Sink, start_query
+from spark_agents.query import Sink, staggered_trigger_s, start_query
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -63,7 +63,7 @@ class HostedTask:
         input_path: the stream partition it reads.
         checkpoint_dir: its own checkpoint folder (offsets and state).
         params: the query's parameters.
-        trigger_s: processing-time trigger interval.
+        trigger_s: its processing-time trigger interval (`spark_agents.query.staggered_trigger_s`).
         query: the running Spark query (None once stopped).
         started_s: when it was started here.
         stopped_s: when it was stopped here (None while it runs).
@@ -159,6 +159,7 @@ class TaskHost:
     ) -> HostedTask:
         """Start (or resume, when `checkpoint_dir` holds a checkpoint) a task over one stream partition.
 
+        The trigger interval is `trigger_s` staggered per task (`spark_agents.query.staggered_trigger_s`).
         `max_files_per_trigger` bounds a batch, e.g. while a moved task catches up on its backlog.
         `sink` takes the task's result rows instead of the plain writer (an output fence, a
         standby's held-back output); `start_position` makes a fresh task skip the stream files
@@ -175,6 +176,8 @@ class TaskHost:
                 raise TaskError(f"task {task_id} is already running here")
             checkpoint = Path(checkpoint_dir) if checkpoint_dir else self.work_dir / "checkpoints" / task_id
             params = params or QueryParams()
+            if trigger_s is not None:
+                trigger_s = staggered_trigger_s(task_id, trigger_s)
             query = start_query(self.spark, task_id, input_path, checkpoint, self.output_dir, params, trigger_s,
                                 max_files_per_trigger, self._output_done, sink, start_position)
             self._run_ids.add(str(query.runId))

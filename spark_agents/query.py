@@ -20,6 +20,7 @@ checkpoint goes.
 from __future__ import annotations
 
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -144,8 +145,22 @@ def start_query(
         .foreachBatch(BatchWriter(output_dir, task_id, params, on_cpu, sink))
     )
     if trigger_s is not None:
-        writer = writer.trigger(processingTime=f"{int(trigger_s * 1000)} milliseconds")
+        writer = writer.trigger(processingTime=f"{round(trigger_s * 1000)} milliseconds")
     return writer.start()
+
+
+def staggered_trigger_s(task_id: str, trigger_s: float) -> float:
+    """The processing-time trigger interval a task runs with: `trigger_s` plus up to a tenth
+    of it, in whole milliseconds, fixed by the task's id (so it keeps it on every host).
+
+    Spark fires a processing-time trigger at the multiples of its interval since the epoch:
+    queries with one interval, in one JVM or in several on one machine, would all start
+    their batches at the same instants and wait for the CPU the others hold, every
+    interval. Intervals a few milliseconds apart have multiples that fall apart (at today's
+    epoch their phases are as good as unrelated), and they drift only slowly.
+    """
+    base = round(trigger_s * 1000)
+    return (base + zlib.crc32(task_id.encode()) % max(1, base // 10)) / 1000
 
 
 def _start_position(checkpoint_dir: Path, given: int | None) -> int | None:

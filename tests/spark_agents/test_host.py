@@ -15,6 +15,7 @@ from bpm.zeek.results import read_outputs
 from spark_agents.checkpoint import committed_watermark_ms, hand_over
 from spark_agents.host import TaskError, TaskHost
 from spark_agents.metrics import IntervalSample
+from spark_agents.query import staggered_trigger_s
 from spark_agents.status import StatusServer
 
 PARAMS = QueryParams(window_s=30, min_connections=30, min_ports=10, lateness_s=10)
@@ -124,7 +125,8 @@ def test_a_task_that_read_the_end_of_its_input_stops_only_after_its_last_windows
     feed_all(stream, conns, PARAMS)
     last = stream.next_position(0) - 1
     task = host.start_task("p0", stream.partition_path(0), params=PARAMS, trigger_s=3.0)
-    wait_for(lambda: task.position == last)  # the batch that read the end mark; the next trigger is up to 3 s away
+    assert task.trigger_s == staggered_trigger_s("p0", 3.0)
+    wait_for(lambda: task.position == last)  # the batch that read the end mark; the next trigger is up to 3.3 s away
     checkpoint = host.stop_task("p0")
     assert committed_watermark_ms(checkpoint) == end_watermark_ms(stream.tick_us(0, last), PARAMS)
     assert read_outputs(tmp_path / "output").rows == set(compute(conns, PARAMS))

@@ -14,7 +14,7 @@ from bpm.zeek.reference import compute
 from bpm.zeek.results import read_outputs
 from spark_agents.checkpoint import committed_watermark_ms
 from spark_agents.pipeline import run_pipeline
-from spark_agents.query import start_query
+from spark_agents.query import staggered_trigger_s, start_query
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "zeek"
 FIXTURE_PARAMS = QueryParams(window_s=60, min_connections=3, min_ports=2, lateness_s=60)
@@ -69,3 +69,14 @@ def test_a_replayed_batch_overwrites_its_file_instead_of_duplicating(spark, tmp_
     again = read_outputs(output)
     assert again.rows == first.rows and again.duplicates == [] and again.files == first.files
     assert any(p.stat().st_mtime_ns != t for p, t in written.items()), "the replayed batch rewrote its file"
+
+
+def test_tasks_trigger_at_intervals_a_few_milliseconds_apart_fixed_by_their_id():
+    """Spark fires processing-time triggers at multiples of the interval: with one interval
+    every query on the machine would start its batches at the same instants."""
+    intervals = [staggered_trigger_s(f"a.p{k}", 10.0) for k in range(14)]
+    assert all(10.0 <= i < 11.0 for i in intervals), intervals
+    assert len(set(intervals)) == len(intervals), "no two of one participant's tasks share an interval"
+    assert staggered_trigger_s("a.p3", 10.0) == intervals[3], "a moved task keeps its interval"
+    assert all(round(i * 1000) == i * 1000 for i in intervals), "whole milliseconds, as Spark takes them"
+    assert staggered_trigger_s("p0", 0.001) == 0.001
