@@ -62,7 +62,7 @@ JOINS_LATER = "d"  # signs its contract in phase 4
 
 @dataclass
 class DemoSettings:
-    """Knobs of the demo; with the defaults a run takes 8 to 10 minutes on a 2-core machine.
+    """Knobs of the demo; with the defaults a run takes 5 to 10 minutes on a 2-core machine.
 
     Attributes:
         price: the reference price p: each agent's threshold is its load where its marginal

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 
 # The demo bounds itself (each phase waits at most phase_timeout_s); a typical run takes
-# 8 to 10 minutes, past pytest's default limit for one test.
+# 5 to 10 minutes, past pytest's default limit for one test.
 @pytest.mark.timeout(900)
 def test_federation_moves_load_and_loses_nothing(tmp_path):
     settings = DemoSettings(workdir=tmp_path / "run", port=free_port(), agent_port=free_port(), settle_s=10)
