@@ -350,7 +350,7 @@ class Demo:
             self._phase("3 load rises at B: new queries take the federation near its capacity", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s,
                         action=lambda: self._raise_load("b", ["a", "b", "c"]))
             self._phase("4 D joins (contract with C at 0.8 p): load flows B to C and C to D", ["a", "b", "c", "d"], until_acceptable=True,
-                        hold_s=s.settle_s, not_before=self._trading_from(["d"]), action=lambda: self._sign(self._members[JOINS_LATER]))
+                        hold_s=s.settle_s, action=lambda: self._sign(self._members[JOINS_LATER]))
             return self._finish()
         finally:
             self.fed.close()
@@ -364,7 +364,7 @@ class Demo:
         for m in members:
             self._join(m, sign=m.name not in unsigned)
         for m in members:
-            self.fed.wait_agent(m.name)
+            self.fed.wait_agent(m.name, on_wait=self.poll)  # the view and the timeline go on while the JVMs start
             self._up_at[m.name] = time.monotonic()
         for m in members:
             if m.partitions:
