@@ -31,6 +31,7 @@ def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> No
         colour = COLOURS.get(name)
         ax.plot([r["t"] for r in rows], [r["load"] for r in rows], color=colour, lw=2, label=f"{name} load")
         ax.plot([r["t"] for r in rows], [r["threshold"] for r in rows], color=colour, lw=1, ls="--", label=f"{name} threshold")
+    _clip_peaks(ax, report["timeline"])
     for i, phase in enumerate(report["phases"]):
         ax.axvspan(phase["started_s"], phase["ended_s"], color="0.9" if i % 2 else "0.96", zorder=0)
         ax.text(phase["started_s"] + 1, 0.985, f"phase {phase['name'].split(' ')[0]}", transform=ax.get_xaxis_transform(), fontsize=8, va="top")
@@ -63,3 +64,21 @@ def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> No
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def _clip_peaks(ax, timeline: list[dict]) -> None:
+    """Keep the loads around the thresholds readable: a load far above every threshold (a
+    participant catching up on a backlog measures what it needs to keep up, several times
+    its capacity) is cut at the top of the plot, its peak written there."""
+    thresholds = [r["threshold"] for r in timeline if r["threshold"] is not None]
+    top = max(1.0, 2.5 * max(thresholds, default=0.0))
+    peaks: dict[str, dict] = {}
+    for r in timeline:
+        if r["load"] > top and r["load"] > peaks.get(r["participant"], {"load": 0.0})["load"]:
+            peaks[r["participant"]] = r
+    if not peaks:
+        return
+    ax.set_ylim(-0.02 * top, top)
+    for name, r in peaks.items():
+        ax.annotate(f"{name} up to {r['load']:.1f}", xy=(r["t"], top), xytext=(0, -12), textcoords="offset points",
+                    ha="center", fontsize=8, color=COLOURS.get(name, "k"))
