@@ -44,7 +44,7 @@ def run(
     min_connections: Annotated[int, typer.Option(help="Connections alert threshold (strictly more).")] = 100,
     min_ports: Annotated[int, typer.Option(help="Distinct ports alert threshold (strictly more).")] = 10,
     lateness: Annotated[int, typer.Option(help="Allowed lateness / watermark delay, seconds.")] = 60,
-    trigger: Annotated[float, typer.Option(help="Micro-batch trigger interval, seconds.")] = 1.0,
+    trigger: Annotated[float, typer.Option(help="Micro-batch trigger interval, seconds; each task adds up to a tenth, fixed by its name, so that batches do not all start at once.")] = 1.0,
     period: Annotated[float, typer.Option(help="Mechanism period: offers, answers, ends (Borealis: 7 s).")] = 7.0,
     tick: Annotated[float, typer.Option(help="Reconcile-and-heartbeat interval, seconds.")] = 0.5,
     sample: Annotated[float, typer.Option(help="Load measuring interval, seconds.")] = 5.0,
