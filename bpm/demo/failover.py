@@ -51,10 +51,9 @@ class FailoverDemo(Demo):
         self.lost_tasks: list[str] = []
         self.recovered: list[dict] = []  # tasks whose movement ended as their host died: restarted from their copy
 
-    def _agent_options(self, member: Member) -> list[str]:
-        """The phases scenario's options, every contract with the HA mode appended."""
-        options = super()._agent_options(member)
-        return [f"{value}:{self.ha_mode}" if flag == "--contract" else value for flag, value in zip([None, *options], options)]
+    def _contracts(self, member: Member) -> list[str]:
+        """The phases scenario's contracts, each with the HA mode appended."""
+        return [f"{terms}:{self.ha_mode}" for terms in super()._contracts(member)]
 
     def poll(self) -> dict:
         view, self.view = self.view, None

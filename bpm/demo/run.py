@@ -176,15 +176,22 @@ class Demo:
     def _stream(self, member: Member) -> Path:
         return self.s.workdir / "streams" / member.name
 
-    def _agent_options(self, member: Member) -> list[str]:
+    def _contracts(self, member: Member) -> list[str]:
+        """The terms `member` agreed offline, as `--contract` values (PARTNER:MIN:MAX:DURATION)."""
         s = self.s
-        contracts = []
+        terms = []
         for pair, factor in CONTRACTS.items():
             if member.name in pair:
                 partner = pair[1] if pair[0] == member.name else pair[0]
                 price = factor * s.price
-                contracts += ["--contract", f"{partner}:{price * (1 - s.spread):g}:{price:g}:{s.min_duration_s:g}"]
-        return [*contracts, "--reference-price", f"{s.price:g}", "--margin", f"{s.margin:g}",
+                terms.append(f"{partner}:{price * (1 - s.spread):g}:{price:g}:{s.min_duration_s:g}")
+        return terms
+
+    def _agent_options(self, member: Member, contracts: bool = True) -> list[str]:
+        """`bpm agent run`'s options for `member`, its `--contract`s unless `contracts` is false."""
+        s = self.s
+        signed = [o for terms in self._contracts(member) for o in ("--contract", terms)] if contracts else []
+        return [*signed, "--reference-price", f"{s.price:g}", "--margin", f"{s.margin:g}",
             "--spark-master", "local[1]", "--cores", "1", "--window", str(s.window_s), "--lateness", str(s.lateness_s),
             "--min-connections", str(s.min_connections), "--min-ports", str(s.min_ports),
             "--trigger", str(s.trigger_s), "--period", str(s.period_s), "--tick", str(s.tick_s), "--sample", str(s.sample_s),
@@ -198,16 +205,13 @@ class Demo:
         if stream is not None:
             PartitionedStream.create(stream, member.partitions)  # the replayer reopens it
         initial = f"0-{member.initial - 1}" if member.initial else ""
-        options = self._agent_options(member)
-        if not sign:
-            options = _split_contracts(options)[1]
-        self.fed.start_agent(member.name, member.address, self.s.agent_port, stream, initial, options)
+        self.fed.start_agent(member.name, member.address, self.s.agent_port, stream, initial, self._agent_options(member, contracts=sign))
 
     def _sign(self, member: Member, timeout_s: float = 60.0) -> None:
         """`member` joins: it accepts, with its own key through the registry's API, the
         proposals of the contracts it agreed offline (its partners' agents proposed them
         once it registered)."""
-        agreed = {t.partner: t for t in map(AgreedTerms.parse, _split_contracts(self._agent_options(member))[0])}
+        agreed = {t.partner: t for t in map(AgreedTerms.parse, self._contracts(member))}
         key = (self.s.workdir / "agents" / member.name / KEY_FILE).read_text().strip()
         deadline = time.monotonic() + timeout_s
         with RegistryClient(self.fed.registry_url, key) as client:
@@ -486,19 +490,6 @@ class Demo:
                 raise RuntimeError(f"bpm pipeline run over {logs[name]} failed (exit {process.returncode})")
             expected[name] = [ResultRow.from_json(json.loads(line)) for line in out.read_text().splitlines() if line.strip()]
         return expected
-
-
-def _split_contracts(options: list[str]) -> tuple[list[str], list[str]]:
-    """The `--contract` values of agent options, and the other options."""
-    contracts, rest, i = [], [], 0
-    while i < len(options):
-        if options[i] == "--contract":
-            contracts.append(options[i + 1])
-            i += 2
-        else:
-            rest.append(options[i])
-            i += 1
-    return contracts, rest
 
 
 def _fmt(values: dict[str, float]) -> str:
