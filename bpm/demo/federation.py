@@ -20,6 +20,7 @@ import httpx
 
 from bpm.client import RegistryClient
 from bpm.processes import wait_http
+from spark_agents.runtime import KEY_FILE
 
 BPM = str(Path(sys.executable).with_name("bpm"))
 
@@ -61,12 +62,19 @@ class Federation:
     def operator(self) -> RegistryClient:
         return RegistryClient(self.registry_url, self.admin_key)
 
+    def _agent_workdir(self, name: str) -> Path:
+        return self.workdir / "agents" / name
+
+    def participant(self, name: str) -> RegistryClient:
+        """The registry as participant `name`, with the key its agent got when it registered itself."""
+        return RegistryClient(self.registry_url, (self._agent_workdir(name) / KEY_FILE).read_text().strip())
+
     def start_agent(self, name: str, address: str, port: int, stream: Path | None, partitions: str, options: list[str]) -> None:
         """`bpm agent run`: the agent registers itself with the operator key on its first run."""
         _require_free(address, port)
         args = [
             BPM, "agent", "run", "--name", name, "--registry", self.registry_url, "--host", address, "--port", str(port),
-            "--workdir", str(self.workdir / "agents" / name), "--output", str(self.workdir / "output"),
+            "--workdir", str(self._agent_workdir(name)), "--output", str(self.workdir / "output"),
             *(["--stream", str(stream), "--partitions", partitions] if partitions else []), *options,
         ]
         self.endpoints[name] = f"http://{address}:{port}"

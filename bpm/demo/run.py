@@ -27,7 +27,6 @@ from pathlib import Path
 
 import httpx
 
-from bpm.client import RegistryClient
 from bpm.demo.federation import BPM, Federation
 from bpm.federation.views import AgreedTerms, task_key
 from bpm.negotiation import is_acceptable
@@ -35,7 +34,6 @@ from bpm.streams.feed import end_watermark_ms
 from bpm.streams.partitioned import PartitionedStream
 from bpm.zeek.definitions import QueryParams, ResultRow
 from bpm.zeek.results import read_outputs
-from spark_agents.runtime import KEY_FILE
 
 
 @dataclass(frozen=True)
@@ -212,9 +210,8 @@ class Demo:
         proposals of the contracts it agreed offline (its partners' agents proposed them
         once it registered)."""
         agreed = {t.partner: t for t in map(AgreedTerms.parse, self._contracts(member))}
-        key = (self.s.workdir / "agents" / member.name / KEY_FILE).read_text().strip()
         deadline = time.monotonic() + timeout_s
-        with RegistryClient(self.fed.registry_url, key) as client:
+        with self.fed.participant(member.name) as client:
             while agreed:
                 for c in client.contracts(participant=member.name, state="proposed"):
                     terms = agreed.get(c["proposer"])
