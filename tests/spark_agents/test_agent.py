@@ -130,20 +130,26 @@ def test_a_task_not_measured_yet_counts_with_the_load_its_previous_host_reported
     assert [t["load"] for t in operator.tasks(host="b")] == pytest.approx([0.2] * len(moved))
 
 
-def test_a_host_over_its_threshold_passes_hosted_tasks_on_and_the_origin_gets_them_back_from_the_last_host(federation):
+def _b_passes_on(federation, a_b_duration: float):
+    """a sheds to b; the tasks grow at b, over its threshold with only a's tasks, which it
+    cannot return before the a-b contract's minimum duration: b passes them on to c."""
     operator, agents, add, clock = federation
     a, b, c = add("a", 6), add("b", 0), add("c", 0)
-    _contract(agents, "a", "b", duration=600.0)
+    _contract(agents, "a", "b", duration=a_b_duration)
     _contract(agents, "b", "c", duration=600.0)
     for _ in range(4):
         _round(agents, clock)
     at_b = sorted(b.host.running())
     assert at_b and all(k.startswith("a.") for k in at_b), "a shed load to b"
-    # The tasks grow at b: b is over its threshold, hosts only a's tasks and cannot return
-    # them before the contract's 600 s, so it passes them on to c.
     b.host.task_load = dict.fromkeys(at_b, 0.4)
     for _ in range(6):
         _round(agents, clock)
+    return a, b, c
+
+
+def test_a_host_over_its_threshold_passes_hosted_tasks_on_and_the_origin_gets_them_back_from_the_last_host(federation):
+    operator, agents, add, clock = federation
+    a, b, c = _b_passes_on(federation, a_b_duration=600.0)
     onward = [m for m in operator.movements(state="active") if m["from"] == "b"]
     assert onward and all(m["to"] == "c" and m["origin"] == "a" for m in onward), operator.movements()
     passed = f"a.{onward[0]['task_name']}"
@@ -163,16 +169,7 @@ def test_a_host_over_its_threshold_passes_hosted_tasks_on_and_the_origin_gets_th
 
 def test_a_host_ends_only_the_movements_of_tasks_that_still_run_there(federation):
     operator, agents, add, clock = federation
-    add("a", 6)
-    b = add("b", 0)
-    add("c", 0)
-    _contract(agents, "a", "b", duration=30.0)
-    _contract(agents, "b", "c", duration=600.0)
-    for _ in range(4):
-        _round(agents, clock)
-    b.host.task_load = dict.fromkeys(b.host.running(), 0.4)
-    for _ in range(6):
-        _round(agents, clock)
+    _, b, _ = _b_passes_on(federation, a_b_duration=30.0)
     passed = {m["task_id"] for m in operator.movements(state="active") if m["from"] == "b"}
     kept = b.host.running()
     assert passed and kept, "b passed some of a's tasks on to c and kept others"
