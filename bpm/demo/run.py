@@ -1,9 +1,9 @@
 """The four phases of the Borealis load-management demonstration, on a live local federation.
 
-1. Three participants with identical contracts and uneven load (A carries most tasks).
+1. Three participants with identical contracts and uneven load (A carries most tasks, and
+   starts more queries until it is over its threshold: what a query costs depends on the machine).
 2. A sheds load to B and C until the allocation is acceptable.
-3. Load rises at B: it takes on new queries until the federation is near its capacity (B
-   goes over its threshold on the way, unless it sheds as fast as they come).
+3. Load rises at B: it takes on new queries until the federation is near its capacity.
 4. D joins with a contract to C at 0.8 p; load flows C to D and B to C until acceptable.
 
 D's agent starts with the others, without a contract: a JVM starting takes much of this
@@ -47,7 +47,7 @@ class Member:
 
 
 MEMBERS = (
-    Member("a", "127.0.0.2", 14, 14, 11),
+    Member("a", "127.0.0.2", 18, 14, 11),  # phase 1 starts queries over the other partitions if A is not overloaded yet
     Member("b", "127.0.0.3", 16, 2, 12),  # phase 3 starts queries over the other partitions, as many as it takes
     Member("c", "127.0.0.4", 5, 5, 13),
     Member("d", "127.0.0.5", 0, 0, 14),
@@ -95,7 +95,11 @@ class DemoSettings:
             (tests/spark_agents/test_agent.py shows movements ending).
         rate: connections per second in each participant's traffic.
         phase_timeout_s: the longest a phase waits for an acceptable allocation.
-        load_step: the most queries B starts at a time in phase 3.
+        overload: phase 1 starts more of A's queries (at most `load_step` at a time) until A
+            carries this multiple of its threshold: what A's 14 queries cost depends on the
+            machine (0.31 in one run, 0.63 in another), and A is to start overloaded.
+        load_step: the most queries A starts at a time in phase 1 and B in phase 3; B's first
+            step in phase 3 is that many.
         fill: phase 3 starts queries at B until A, B and C together carry this share of
             the sum of their thresholds: a federation near its capacity, with room for the
             whole load once D joins. The four participants share two cores: as the machine
@@ -131,6 +135,7 @@ class DemoSettings:
     settle_s: float = 20.0
     phase_timeout_s: float = 120.0
     poll_s: float = 2.0
+    overload: float = 1.15
     load_step: int = 3
     fill: float = 0.65
 
@@ -294,33 +299,37 @@ class Demo:
         self.say(f"  {'acceptable' if phase.acceptable else 'not acceptable'}: loads {_fmt(phase.loads)} thresholds {_fmt(phase.thresholds)}")
         return phase
 
-    def _raise_load(self, name: str, names: list[str]) -> None:
-        """`name` starts queries over its other partitions until, with the new queries
-        measured, `names` carry `fill` of the sum of their thresholds (or no partition is left).
+    def _raise_load(self, name: str, names: list[str], share: float, first_step: int = 0) -> None:
+        """`name` starts queries over its partitions that have none until, with the new queries
+        measured, `names` carry `share` of the sum of their thresholds (or no partition is left).
 
-        The first step starts `load_step` queries, so that the load rises at `name` however
-        full the federation already is. Each later step starts as many as the missing load
-        takes at the load its queries measure now, rounded down, at least one and at most
-        `load_step`: the federation approaches the fill from below instead of passing it by a
-        whole step. How much load a query brings depends on the machine; adding queries until
-        the federation is that full puts it there on a fast machine and a busy one alike.
-        Whether `name` goes over its threshold on the way depends on how fast its agent sheds."""
-        member = self._members[name]
-        first, count = member.initial, self.s.load_step
-        while first < member.partitions and count > 0:
-            new = [f"p{k}" for k in range(first, min(first + count, member.partitions))]
-            first += len(new)
+        The first step starts at least `first_step` queries (so that the load rises at `name`
+        however full the federation already is). Each step starts as many as the missing load
+        takes at the load `name`'s queries measure now, rounded down, at least one and at most
+        `load_step`: the load approaches its target from below instead of passing it by a whole
+        step. How much load a query brings depends on the machine; adding queries until the
+        load is there puts it there on a fast machine and a busy one alike."""
+        count = max(first_step, self._queries_to_fill(name, names, share))
+        free = self._idle_partitions(name)
+        while free and count > 0:
+            new, free = free[:count], free[count:]
             for task in new:
                 self._add_query(name, task)
             self.say(f"  {name} starts queries over partitions {', '.join(new)}")
             if not self._wait_tasks_measured(name, {f"{name}.{task}" for task in new}):
                 return
-            count = self._queries_to_fill(name, names)
+            count = self._queries_to_fill(name, names, share)
 
-    def _queries_to_fill(self, name: str, names: list[str]) -> int:
-        """How many more of `name`'s queries take `names` to `fill` of their thresholds (see `_raise_load`)."""
+    def _idle_partitions(self, name: str) -> list[str]:
+        """`name`'s partitions that no task of its processes yet (p<k>)."""
+        with self.fed.operator() as operator:
+            known = {task_key(t) for t in operator.tasks(origin=name)}
+        return [f"p{k}" for k in range(self._members[name].partitions) if f"{name}.p{k}" not in known]
+
+    def _queries_to_fill(self, name: str, names: list[str], share: float) -> int:
+        """How many more of `name`'s queries take `names` to `share` of their thresholds (see `_raise_load`)."""
         loads, thresholds = self._measured(self.poll(), names)
-        missing = self.s.fill * sum(thresholds.values()) - sum(loads.values())
+        missing = share * sum(thresholds.values()) - sum(loads.values())
         if len(loads) == len(names) and missing <= 0:
             return 0
         with self.fed.operator() as operator:
@@ -365,10 +374,10 @@ class Demo:
             self.fed.start_registry()
             self._setup_first(list(MEMBERS), measured=["a", "b", "c"], unsigned={JOINS_LATER})
             self._phase("1 uneven load: A carries most tasks", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s,
-                        not_before=self._trading_from(["a", "b", "c"]))
+                        not_before=self._trading_from(["a", "b", "c"]), action=lambda: self._raise_load("a", ["a"], s.overload))
             self._phase("2 A sheds load to B and C", ["a", "b", "c"], until_acceptable=True, hold_s=s.settle_s)
             self._phase("3 load rises at B: new queries take the federation near its capacity", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s,
-                        action=lambda: self._raise_load("b", ["a", "b", "c"]))
+                        action=lambda: self._raise_load("b", ["a", "b", "c"], s.fill, first_step=s.load_step))
             self._phase("4 D joins (contract with C at 0.8 p): load flows B to C and C to D", ["a", "b", "c", "d"], until_acceptable=True,
                         hold_s=s.settle_s, action=lambda: self._sign(self._members[JOINS_LATER]))
             return self._finish()
@@ -440,13 +449,9 @@ class Demo:
         """Start a query over each partition that phase 3 left without one: every partition of
         the input is then processed from its start, and the alerts compare with the reference
         over all of it."""
-        with self.fed.operator() as operator:
-            known = {task_key(t) for t in operator.tasks()}
         for name in self.fed_logs:
-            member = self._members[name]
-            for k in range(member.partitions):
-                if f"{name}.p{k}" not in known:
-                    self._add_query(name, f"p{k}")
+            for task in self._idle_partitions(name):
+                self._add_query(name, task)
 
     def _add_query(self, name: str, task: str) -> None:
         """A new task of `name`'s: the query over its stream's partition `task` (p<k>)."""
