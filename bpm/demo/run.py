@@ -19,6 +19,7 @@ compared with `bpm pipeline run` over exactly what was fed: lost and duplicate r
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import subprocess
 import time
@@ -95,13 +96,13 @@ class DemoSettings:
             (tests/spark_agents/test_agent.py shows movements ending).
         rate: connections per second in each participant's traffic.
         phase_timeout_s: the longest a phase waits for an acceptable allocation.
-        overload: phase 1 starts more of A's queries (at most `load_step` at a time) until A
-            carries this multiple of its threshold: what A's 14 queries cost depends on the
-            machine (0.31 in one run, 0.63 in another), and A is to start overloaded.
+        overload: phase 1 starts more of A's queries (at most `load_step` at a time) until
+            they add up to this multiple of A's threshold: what A's 14 queries cost depends
+            on the machine (0.31 in one run, 0.63 in another), and A is to start overloaded.
         load_step: the most queries A starts at a time in phase 1 and B in phase 3; B's first
             step in phase 3 is that many.
-        fill: phase 3 starts queries at B until A, B and C together carry this share of
-            the sum of their thresholds: a federation near its capacity, with room for the
+        fill: phase 3 starts queries at B until the tasks of A, B and C add up to this share
+            of the sum of their thresholds: a federation near its capacity, with room for the
             whole load once D joins. The four participants share two cores: as the machine
             fills, batches fall behind their triggers and every participant measures more
             than its queries' own cost (`spark_agents.metrics.demand`). Runs that filled to
@@ -301,14 +302,16 @@ class Demo:
 
     def _raise_load(self, name: str, names: list[str], share: float, first_step: int = 0) -> None:
         """`name` starts queries over its partitions that have none until, with the new queries
-        measured, `names` carry `share` of the sum of their thresholds (or no partition is left).
+        measured, the tasks of `names`, wherever they run, add up to `share` of the sum of
+        their thresholds (or no partition is left).
 
         The first step starts at least `first_step` queries (so that the load rises at `name`
         however full the federation already is). Each step starts as many as the missing load
-        takes at the load `name`'s queries measure now, rounded down, at least one and at most
-        `load_step`: the load approaches its target from below instead of passing it by a whole
-        step. How much load a query brings depends on the machine; adding queries until the
-        load is there puts it there on a fast machine and a busy one alike."""
+        takes at the load `name`'s queries measure now, rounded up, at most `load_step`: the
+        load passes its target by less than one query. How much load a query brings depends
+        on the machine; adding queries until the load is there puts it there on a fast machine
+        and a busy one alike. Counting tasks wherever they run, not participants' loads, keeps
+        the count right while agents shed the new load."""
         count = max(first_step, self._queries_to_fill(name, names, share))
         free = self._idle_partitions(name)
         while free and count > 0:
@@ -327,16 +330,17 @@ class Demo:
         return [f"p{k}" for k in range(self._members[name].partitions) if f"{name}.p{k}" not in known]
 
     def _queries_to_fill(self, name: str, names: list[str], share: float) -> int:
-        """How many more of `name`'s queries take `names` to `share` of their thresholds (see `_raise_load`)."""
-        loads, thresholds = self._measured(self.poll(), names)
-        missing = share * sum(thresholds.values()) - sum(loads.values())
-        if len(loads) == len(names) and missing <= 0:
-            return 0
+        """How many more of `name`'s queries take the tasks of `names` to `share` of their thresholds (see `_raise_load`)."""
+        _, thresholds = self._measured(self.poll(), names)
         with self.fed.operator() as operator:
-            per_query = [t["load"] for t in operator.tasks(origin=name) if t["load"]]
-        if len(loads) < len(names) or not per_query:
+            tasks = [t for t in operator.tasks() if t["origin"] in names]
+        per_query = [t["load"] for t in tasks if t["origin"] == name and t["load"]]
+        if len(thresholds) < len(names) or not per_query:
             return 1
-        return max(1, min(self.s.load_step, int(missing / statistics.median(per_query))))
+        missing = share * sum(thresholds.values()) - sum(t["load"] or 0.0 for t in tasks)
+        if missing <= 0:
+            return 0
+        return min(self.s.load_step, math.ceil(missing / statistics.median(per_query)))
 
     def _wait_tasks_measured(self, name: str, tasks: set[str], timeout_s: float = 90.0) -> bool:
         """Wait until each of `tasks` (of `name`'s) has a measured load: its start-up is over."""
