@@ -332,15 +332,12 @@ class Demo:
     def _queries_to_fill(self, name: str, names: list[str], share: float) -> int:
         """How many more of `name`'s queries take the tasks of `names` to `share` of their thresholds (see `_raise_load`)."""
         _, thresholds = self._measured(self.poll(), names)
+        if len(thresholds) < len(names):
+            return 1
         with self.fed.operator() as operator:
             tasks = [t for t in operator.tasks() if t["origin"] in names]
-        per_query = [t["load"] for t in tasks if t["origin"] == name and t["load"]]
-        if len(thresholds) < len(names) or not per_query:
-            return 1
-        missing = share * sum(thresholds.values()) - sum(t["load"] or 0.0 for t in tasks)
-        if missing <= 0:
-            return 0
-        return min(self.s.load_step, math.ceil(missing / statistics.median(per_query)))
+        return queries_to_add(share * sum(thresholds.values()), [t["load"] or 0.0 for t in tasks],
+                              [t["load"] for t in tasks if t["origin"] == name and t["load"]], self.s.load_step)
 
     def _wait_tasks_measured(self, name: str, tasks: set[str], timeout_s: float = 90.0) -> bool:
         """Wait until each of `tasks` (of `name`'s) has a measured load: its start-up is over."""
@@ -450,7 +447,7 @@ class Demo:
         }
 
     def _start_idle_partitions(self) -> None:
-        """Start a query over each partition that phase 3 left without one: every partition of
+        """Start a query over each partition that phases 1 and 3 left without one: every partition of
         the input is then processed from its start, and the alerts compare with the reference
         over all of it."""
         for name in self.fed_logs:
@@ -515,6 +512,19 @@ class Demo:
                 raise RuntimeError(f"bpm pipeline run over {logs[name]} failed (exit {process.returncode})")
             expected[name] = [ResultRow.from_json(json.loads(line)) for line in out.read_text().splitlines() if line.strip()]
         return expected
+
+
+def queries_to_add(target: float, loads: list[float], query_loads: list[float], most: int) -> int:
+    """How many more queries take tasks with `loads` to `target` in all, a query bringing the
+    median of `query_loads` (the loads its kind measures now): rounded up, so the target is
+    passed by less than one query, and at most `most`. One when nothing is measured yet to
+    tell; none when the target is reached."""
+    missing = target - sum(loads)
+    if missing <= 0:
+        return 0
+    if not query_loads:
+        return 1
+    return min(most, math.ceil(missing / statistics.median(query_loads)))
 
 
 def _fmt(values: dict[str, float]) -> str:
