@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 
 from bpm.demo.run import Demo, DemoSettings, Member, Phase
-from bpm.federation.views import seconds
+from bpm.federation.views import AgreedTerms, seconds
 
 # A owns every task; B and C only take load, so killing B loses no input of its own.
 FAILOVER_MEMBERS = (
@@ -51,9 +51,9 @@ class FailoverDemo(Demo):
         self.lost_tasks: list[str] = []
         self.recovered: list[dict] = []  # tasks whose movement ended as their host died: restarted from their copy
 
-    def _contracts(self, member: Member) -> list[str]:
-        """The phases scenario's contracts, each with the HA mode appended."""
-        return [f"{terms}:{self.ha_mode}" for terms in super()._contracts(member)]
+    def _contracts(self, member: Member) -> list[AgreedTerms]:
+        """The phases scenario's contracts, each with the HA mode."""
+        return [dataclasses.replace(terms, ha_mode=self.ha_mode) for terms in super()._contracts(member)]
 
     def poll(self) -> dict:
         view, self.view = self.view, None

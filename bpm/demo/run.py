@@ -184,21 +184,21 @@ class Demo:
     def _stream(self, member: Member) -> Path:
         return self.s.workdir / "streams" / member.name
 
-    def _contracts(self, member: Member) -> list[str]:
-        """The terms `member` agreed offline, as `--contract` values (PARTNER:MIN:MAX:DURATION)."""
+    def _contracts(self, member: Member) -> list[AgreedTerms]:
+        """The terms `member` agreed offline."""
         s = self.s
         terms = []
         for pair, factor in CONTRACTS.items():
             if member.name in pair:
                 partner = pair[1] if pair[0] == member.name else pair[0]
                 price = factor * s.price
-                terms.append(f"{partner}:{price * (1 - s.spread):g}:{price:g}:{s.min_duration_s:g}")
+                terms.append(AgreedTerms(partner, price * (1 - s.spread), price, s.min_duration_s))
         return terms
 
     def _agent_options(self, member: Member, contracts: bool = True) -> list[str]:
         """`bpm agent run`'s options for `member`, its `--contract`s unless `contracts` is false."""
         s = self.s
-        signed = [o for terms in self._contracts(member) for o in ("--contract", terms)] if contracts else []
+        signed = [o for terms in self._contracts(member) for o in ("--contract", terms.spec())] if contracts else []
         return [*signed, "--reference-price", f"{s.price:g}", "--margin", f"{s.margin:g}",
             "--spark-master", "local[1]", "--cores", "1", "--window", str(s.window_s), "--lateness", str(s.lateness_s),
             "--min-connections", str(s.min_connections), "--min-ports", str(s.min_ports),
@@ -219,7 +219,7 @@ class Demo:
         """`member` joins: it accepts, with its own key through the registry's API, the
         proposals of the contracts it agreed offline (its partners' agents proposed them
         once it registered)."""
-        agreed = {t.partner: t for t in map(AgreedTerms.parse, self._contracts(member))}
+        agreed = {t.partner: t for t in self._contracts(member)}
         deadline = time.monotonic() + timeout_s
         with self.fed.participant(member.name) as client:
             while agreed:

@@ -219,6 +219,11 @@ class AgreedTerms:
         except ValueError as exc:
             raise ValueError(f"bad contract {spec!r}: prices and duration are numbers") from exc
 
+    def spec(self) -> str:
+        """The terms as `parse` reads them (the HA mode only when there is one)."""
+        mode = f":{self.ha_mode}" if self.ha_mode != "none" else ""
+        return f"{self.partner}:{self.price_min:g}:{self.price_max:g}:{self.min_duration_s:g}{mode}"
+
     def matches(self, contract: Mapping) -> bool:
         same_terms = all(abs(contract[k] - getattr(self, k)) <= 1e-9 * max(1.0, abs(contract[k])) for k in ("price_min", "price_max", "min_duration_s"))
         return same_terms and contract.get("ha_mode", "none") == self.ha_mode

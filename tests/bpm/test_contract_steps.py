@@ -21,6 +21,12 @@ def test_parse_and_errors():
             AgreedTerms.parse(bad)
 
 
+def test_spec_is_what_parse_reads():
+    for terms in (TERMS, AgreedTerms("c", 0.56, 0.8, 600.0, "passive_standby")):
+        assert AgreedTerms.parse(terms.spec()) == terms
+    assert TERMS.spec() == "b:1:1.1:15"
+
+
 def test_the_first_name_proposes_once_the_partner_is_there():
     assert contract_steps("a", [TERMS], [], ["a"]) == [], "b has not joined yet"
     [step] = contract_steps("a", [TERMS], [], ["a", "b"])
