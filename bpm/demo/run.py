@@ -332,11 +332,10 @@ class Demo:
     def _queries_to_fill(self, name: str, names: list[str], share: float) -> int:
         """How many more of `name`'s queries take the tasks of `names` to `share` of their thresholds (see `_raise_load`)."""
         _, thresholds = self._measured(self.poll(), names)
-        if len(thresholds) < len(names):
-            return 1
+        target = share * sum(thresholds.values()) if len(thresholds) == len(names) else None
         with self.fed.operator() as operator:
             tasks = [t for t in operator.tasks() if t["origin"] in names]
-        return queries_to_add(share * sum(thresholds.values()), [t["load"] or 0.0 for t in tasks],
+        return queries_to_add(target, [t["load"] or 0.0 for t in tasks],
                               [t["load"] for t in tasks if t["origin"] == name and t["load"]], self.s.load_step)
 
     def _wait_tasks_measured(self, name: str, tasks: set[str], timeout_s: float = 90.0) -> bool:
@@ -514,11 +513,13 @@ class Demo:
         return expected
 
 
-def queries_to_add(target: float, loads: list[float], query_loads: list[float], most: int) -> int:
+def queries_to_add(target: float | None, loads: list[float], query_loads: list[float], most: int) -> int:
     """How many more queries take tasks with `loads` to `target` in all, a query bringing the
     median of `query_loads` (the loads its kind measures now): rounded up, so the target is
-    passed by less than one query, and at most `most`. One when nothing is measured yet to
-    tell; none when the target is reached."""
+    passed by less than one query, and at most `most`. One when the target (None) or the
+    queries are not measured yet; none when the target is reached."""
+    if target is None:
+        return 1
     missing = target - sum(loads)
     if missing <= 0:
         return 0

@@ -25,3 +25,7 @@ def test_none_once_the_target_is_reached():
 
 def test_one_while_no_query_is_measured_yet():
     assert queries_to_add(0.4, [0.0, 0.0], [], most=3) == 1
+
+
+def test_one_while_the_thresholds_are_not_measured_yet():
+    assert queries_to_add(None, [0.2], [0.02], most=3) == 1
