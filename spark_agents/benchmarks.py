@@ -161,7 +161,7 @@ def load_model(
 
     After a warm-up with every task running, `tasks`..1 tasks run together (one fewer per
     level), then each other task runs alone. Per level, the sum of the task loads, and the sum
-    of the loads the same tasks had alone, are compared with the process CPU / cores; the cost
+    of the loads the same tasks had alone, are compared with the process CPU / CPUs; the cost
     model fitted to the other levels' intervals predicts the batch duration at a held-out level
     (interpolation: a middle level; extrapolation: the top one).
     """
@@ -213,7 +213,7 @@ def load_model(
     interpolation = _prediction(levels, rescaled, held_out=len(levels) // 2)
     extrapolation = _prediction(levels, rescaled, held_out=len(levels) - 1)
     result = {
-        "benchmark": "load-model", "cores": host.cores, "trigger_s": trigger_s, "rows_per_batch": rows_per_file,
+        "benchmark": "load-model", "cpus": host.cpus, "trigger_s": trigger_s, "rows_per_batch": rows_per_file,
         "overhead_factor": round(k, 4), "loads_alone": [round(k * x, 4) for x in alone],
         "levels": [{key: (round(v, 4) if isinstance(v, float) else v) for key, v in lv.items()} for lv in levels],
         "sum_of_loads_vs_measured_error": [round(e, 4) for e in together],
@@ -242,7 +242,7 @@ def plot_load_model(levels: list[dict[str, Any]], samples: list[list[IntervalSam
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
     n = [lv["tasks"] for lv in levels]
-    left.plot(n, [lv["cpu_utilisation"] for lv in levels], "ks-", label="measured: process CPU / cores")
+    left.plot(n, [lv["cpu_utilisation"] for lv in levels], "ks-", label="measured: process CPU / CPUs")
     left.plot(n, [lv["utilisation"] for lv in levels], "o-", label="sum of task loads")
     left.plot(n, [lv["sum_of_loads_alone"] for lv in levels], "d--", label="sum of loads measured alone")
     left.plot(n, [lv["wall_utilisation"] for lv in levels], "^:", label="from batch wall time (not used)")

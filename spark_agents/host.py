@@ -30,6 +30,7 @@ from bpm.costs import CostFunction, MM1Cost, fit_cost_function
 from bpm.zeek.definitions import QueryParams
 from bpm.streams.partitioned import MARK_END, closing_mark
 from spark_agents.checkpoint import committed_watermark_ms, owes_watermark_batch, processed_position
+from spark_agents.hosts import cpu_capacity
 from spark_agents.listener import BatchRecorder, TaskCpuMeter
 from spark_agents.metrics import (
     BatchSample,
@@ -107,7 +108,8 @@ class TaskHost:
         spark: the session (its master decides where tasks run).
         work_dir: default parent of the tasks' checkpoint folders.
         output_dir: where tasks write `<task>/batch-<id>.jsonl`.
-        cores: the participant's cores, the denominator of load.
+        cpus: the participant's capacity in CPUs, the denominator of load: what it was told,
+            else its cgroup CPU quota where it has one, else Spark's parallelism.
         intervals: recent measuring intervals (bounded).
         factor: process CPU per unit of task CPU over the recorded intervals (see `spark_agents.metrics`).
     """
@@ -117,14 +119,14 @@ class TaskHost:
         spark: SparkSession,
         work_dir: str | Path,
         output_dir: str | Path,
-        cores: int | None = None,
+        cpus: float | None = None,
         interval_s: float = 5.0,
         history: int = 720,
     ) -> None:
         self.spark = spark
         self.work_dir = Path(work_dir)
         self.output_dir = Path(output_dir)
-        self.cores = int(cores or spark.sparkContext.defaultParallelism)
+        self.cpus = float(cpus or cpu_capacity(default=spark.sparkContext.defaultParallelism))
         self.interval_s = interval_s
         self.intervals: deque[IntervalSample] = deque(maxlen=history)
         self._tasks: dict[str, HostedTask] = {}
@@ -279,9 +281,9 @@ class TaskHost:
         samples = self.recorder.samples(since_s=start)
         used = None if cpu is None or start_cpu is None else cpu - start_cpu
         running = self.running()
-        raw = interval_sample(samples, start, now, self.cores, running, used)
+        raw = interval_sample(samples, start, now, self.cpus, running, used)
         self.factor = overhead_factor([*self.intervals, raw], default=self.factor)
-        interval = interval_sample(samples, start, now, self.cores, running, used, self.factor)
+        interval = interval_sample(samples, start, now, self.cpus, running, used, self.factor)
         self._last_tick = (now, cpu)
         self.intervals.append(interval)
         return interval
@@ -303,7 +305,7 @@ class TaskHost:
         """Each running task's load over the last `window_s` seconds (default: the measuring interval)."""
         now = time.time()
         window = window_s or self.interval_s
-        own = task_loads(self.recorder.samples(now - window), now - window, now, self.cores, self.running())
+        own = task_loads(self.recorder.samples(now - window), now - window, now, self.cpus, self.running())
         return {task: load * self.factor for task, load in own.items()}
 
     def backlog(self, task: HostedTask) -> dict[str, float]:
@@ -359,7 +361,7 @@ class TaskHost:
                 "load": loads.get(task.task_id, 0.0), "backlog": self.backlog(task), "error": task.error,
             })
         return {
-            "master": self.spark.sparkContext.master, "cores": self.cores, "interval_s": self.interval_s,
+            "master": self.spark.sparkContext.master, "cpus": self.cpus, "interval_s": self.interval_s,
             "utilisation": sum(loads.values()),
             "cpu_utilisation": last.cpu_utilisation if last else None,
             "wall_utilisation": last.wall_utilisation if last else None,

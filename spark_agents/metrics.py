@@ -14,8 +14,9 @@ Definitions (docs/pipeline.md, "Measuring load"):
   used (so they add up), and their sum tracks the process CPU above its idle part.
   Elsewhere k = 1;
 * a task's load over an interval is its busy time inside the interval, divided by the
-  interval's length and by the participant's cores: the share of the participant's
-  processing capacity the task used;
+  interval's length and by the participant's CPUs (its capacity: its own CPU quota where it
+  has one, `spark_agents.hosts`): the share of the participant's processing capacity the
+  task used;
 * the participant's utilisation is the sum of its tasks' loads. Whether loads add up (the
   loads of tasks measured alone against the utilisation with all of them together) is what
   `bpm bench load-model` measures;
@@ -63,9 +64,9 @@ class IntervalSample:
         start_s, end_s: the interval (epoch seconds).
         loads: load per task.
         utilisation: sum of the loads.
-        task_cpu_utilisation: sum of the tasks' own CPU time / (length x cores), before scaling.
+        task_cpu_utilisation: sum of the tasks' own CPU time / (length x CPUs), before scaling.
         wall_utilisation: the same from the batches' wall time instead of their CPU time.
-        cpu_utilisation: process CPU time over the interval / (length x cores), None where not measurable.
+        cpu_utilisation: process CPU time over the interval / (length x CPUs), None where not measurable.
         mean_batch_s: mean duration of the batches that ended in the interval (None without batches).
         batches: how many batches ended in the interval.
         rows: input rows of those batches.
@@ -102,16 +103,16 @@ def busy_seconds(samples: Iterable[BatchSample], start_s: float, end_s: float, w
 
 
 def task_loads(
-    samples: Iterable[BatchSample], start_s: float, end_s: float, cores: int, tasks: Iterable[str] = (), wall: bool = False,
+    samples: Iterable[BatchSample], start_s: float, end_s: float, cpus: float, tasks: Iterable[str] = (), wall: bool = False,
 ) -> dict[str, float]:
-    """Per task, busy seconds per wall-clock second over the participant's cores; listed tasks without batches get 0."""
+    """Per task, busy seconds per wall-clock second over the participant's CPUs; listed tasks without batches get 0."""
     if end_s <= start_s:
         raise ValueError("the interval must have a positive length")
-    if cores < 1:
-        raise ValueError("cores must be at least 1")
+    if cpus <= 0:
+        raise ValueError("cpus must be positive")
     loads = {t: 0.0 for t in tasks}
     for task, busy in busy_seconds(samples, start_s, end_s, wall).items():
-        loads[task] = busy / (end_s - start_s) / cores
+        loads[task] = busy / (end_s - start_s) / cpus
     return loads
 
 
@@ -145,16 +146,16 @@ def overhead_factor(history: Iterable[IntervalSample], default: float = 1.0, rec
 
 
 def interval_sample(
-    samples: Sequence[BatchSample], start_s: float, end_s: float, cores: int,
+    samples: Sequence[BatchSample], start_s: float, end_s: float, cpus: float,
     tasks: Iterable[str] = (), cpu_seconds: float | None = None, factor: float = 1.0,
 ) -> IntervalSample:
     """Summarise one interval; `cpu_seconds` is the process CPU time measured over it, if any;
     `factor` scales task CPU to busy time (see `overhead_factor`)."""
     tasks = list(tasks)
-    own = task_loads(samples, start_s, end_s, cores, tasks)
-    wall = task_loads(samples, start_s, end_s, cores, tasks, wall=True)
+    own = task_loads(samples, start_s, end_s, cpus, tasks)
+    wall = task_loads(samples, start_s, end_s, cpus, tasks, wall=True)
     ended = [s for s in samples if start_s <= s.end_s < end_s]
-    cpu = None if cpu_seconds is None else cpu_seconds / (end_s - start_s) / cores
+    cpu = None if cpu_seconds is None else cpu_seconds / (end_s - start_s) / cpus
     loads = {task: load * factor for task, load in own.items()}
     return IntervalSample(
         start_s, end_s, loads, sum(loads.values()), sum(own.values()), sum(wall.values()), cpu,
@@ -186,7 +187,7 @@ def process_cpu_seconds(pid: int) -> float | None:
 def scaled_to_process(loads: dict[str, float], intervals: Iterable[IntervalSample], start_s: float) -> dict[str, float]:
     """Task loads rescaled so that they add up to the process CPU measured since `start_s`.
 
-    The participant's load is then what its process used (bounded by its cores, idle part
+    The participant's load is then what its process used (bounded by its CPUs, idle part
     included), split among its tasks in proportion to their own CPU: a short window in
     which the tasks' own CPU and the overhead factor disagree cannot report more load than
     the process had. Each interval counts for the part of it after `start_s`. Unchanged

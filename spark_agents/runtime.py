@@ -161,7 +161,7 @@ class SparkTasks:
     def status(self) -> dict[str, Any]:
         status = self.host.status()
         # The fitted curve and per-task details are long; the registry keeps a summary.
-        summary = {k: status[k] for k in ("master", "cores", "utilisation", "cpu_utilisation", "mean_batch_s", "fallback_used", "intervals")}
+        summary = {k: status[k] for k in ("master", "cpus", "utilisation", "cpu_utilisation", "mean_batch_s", "fallback_used", "intervals")}
         summary["tasks"] = [
             {"task_id": t["task_id"], "state": t["state"], "batches": t["batches"], "position": t["position"],
              "watermark_ms": t["watermark_ms"], "backlog_files": t["backlog"]["files"]}
@@ -200,7 +200,7 @@ def run_agent(
     bind_host: str,
     port: int,
     spark_master: str,
-    cores: int | None,
+    cpus: float | None,
     trigger_s: float,
     sample_s: float,
     cost_model: CostFunction | None = None,
@@ -219,7 +219,7 @@ def run_agent(
     # cached in the driver; the default 1 GB heap leaves a local driver little room for that.
     conf = {"spark.driver.memory": "2g"} if spark_master.startswith("local") else None
     spark = make_session(spark_master, app_name=f"bpm-{config.name}", conf=conf, lean=spark_master.startswith("local"))
-    host = TaskHost(spark, config.workdir, config.output_dir, cores=cores, interval_s=sample_s)
+    host = TaskHost(spark, config.workdir, config.output_dir, cpus=cpus, interval_s=sample_s)
     host.start_sampling()
     client = RegistryClient(registry_url, key)
     agent = Agent(config, client, SparkTasks(host, trigger_s, cost_model))

@@ -27,16 +27,16 @@ class HostCollector:
 
     def collect(self) -> Iterator[Any]:
         status = self.host.status()
-        yield GaugeMetricFamily("bpm_participant_cores", "Cores of the participant (denominator of load).", value=status["cores"])
+        yield GaugeMetricFamily("bpm_participant_cpus", "CPUs of the participant: its capacity, the denominator of load.", value=status["cpus"])
         yield GaugeMetricFamily("bpm_utilisation", "Sum of the task loads over the last interval.", value=status["utilisation"])
         if status["cpu_utilisation"] is not None:
-            yield GaugeMetricFamily("bpm_cpu_utilisation", "Spark driver process CPU over the last interval / cores.",
+            yield GaugeMetricFamily("bpm_cpu_utilisation", "Spark driver process CPU over the last interval / the participant's CPUs.",
                                     value=status["cpu_utilisation"])
         yield GaugeMetricFamily("bpm_marginal_cost", "Marginal cost dD/dL at the current load.",
                                 value=status["marginal_costs"]["marginal"])
         yield GaugeMetricFamily("bpm_cost_fallback", "1 when the analytic cost model stands in for a fit.",
                                 value=1.0 if status["fallback_used"] else 0.0)
-        load = GaugeMetricFamily("bpm_task_load", "Task load: busy seconds per second / cores.", labels=["task"])
+        load = GaugeMetricFamily("bpm_task_load", "Task load: busy seconds per second / the participant's CPUs.", labels=["task"])
         running = GaugeMetricFamily("bpm_task_running", "1 while the task runs here.", labels=["task"])
         duration = GaugeMetricFamily("bpm_task_last_batch_seconds", "Wall time of the task's last batch.", labels=["task"])
         backlog = GaugeMetricFamily("bpm_task_backlog_files", "Stream files the task has not taken yet.", labels=["task"])

@@ -48,7 +48,7 @@ def run(
     period: Annotated[float, typer.Option(help="Mechanism period: offers, answers, ends (Borealis: 7 s).")] = 7.0,
     tick: Annotated[float, typer.Option(help="Reconcile-and-heartbeat interval, seconds.")] = 0.5,
     sample: Annotated[float, typer.Option(help="Load measuring interval, seconds.")] = 5.0,
-    cores: Annotated[int | None, typer.Option(help="The participant's capacity in cores (default: Spark's parallelism).")] = None,
+    cpus: Annotated[float | None, typer.Option(min=0.01, help="The participant's capacity in CPUs, against which its load is measured (default: its cgroup CPU quota when it has one, else Spark's parallelism).")] = None,
     reference_price: Annotated[float | None, typer.Option(help="Price at which the threshold is reported (default: cheapest contract).")] = None,
     cost_model: Annotated[str, typer.Option(help="'fitted' (from measured batch durations, M/M/1 until samples suffice) or 'mm1' (the analytic form only).")] = "fitted",
     mm1_scale: Annotated[float, typer.Option(help="Scale a of the M/M/1 cost a*u/(1-u) when --cost-model mm1.")] = 1.0,
@@ -104,4 +104,4 @@ def run(
 
     fixed = MM1Cost(a=mm1_scale, c=1.0) if cost_model == "mm1" else None
     api_key = participant_key(registry, name, endpoint, workdir, key, admin_key)
-    run_agent(config, registry_url=registry, key=api_key, bind_host=host, port=port, spark_master=spark_master, cores=cores, trigger_s=trigger, sample_s=sample, cost_model=fixed)
+    run_agent(config, registry_url=registry, key=api_key, bind_host=host, port=port, spark_master=spark_master, cpus=cpus, trigger_s=trigger, sample_s=sample, cost_model=fixed)

@@ -19,7 +19,7 @@ PARAMS = QueryParams(window_s=30, min_connections=30, min_ports=10, lateness_s=1
 def main(master: str, stream_dir: str, work_dir: str, output_dir: str) -> None:
     spark = make_session(master, "bpm-cluster-test", {"spark.cores.max": "2", "spark.executor.memory": "512m"})
     stream = PartitionedStream(stream_dir)
-    host = TaskHost(spark, Path(work_dir), Path(output_dir), cores=2, interval_s=1.0)
+    host = TaskHost(spark, Path(work_dir), Path(output_dir), cpus=2, interval_s=1.0)
     try:
         for k in range(stream.partitions):
             host.start_task(f"p{k}", stream.partition_path(k), params=PARAMS, trigger_s=0.5)

@@ -29,8 +29,8 @@ def test_cpu_time_is_spread_over_the_batch_and_wall_time_stays_available():
     assert busy_seconds(samples, 10, 20, wall=True) == {"a": 2.0, "b": 1.0}
 
 
-def test_load_is_busy_time_per_second_over_cores_and_idle_tasks_get_zero():
-    loads = task_loads([b("a", 0, 5), b("b", 2, 2)], 0, 10, cores=2, tasks=["a", "b", "idle"])
+def test_load_is_busy_time_per_second_over_cpus_and_idle_tasks_get_zero():
+    loads = task_loads([b("a", 0, 5), b("b", 2, 2)], 0, 10, cpus=2, tasks=["a", "b", "idle"])
     assert loads == {"a": 0.25, "b": 0.1, "idle": 0.0}
     with pytest.raises(ValueError):
         task_loads([], 5, 5, 2)
@@ -40,21 +40,21 @@ def test_load_is_busy_time_per_second_over_cores_and_idle_tasks_get_zero():
 
 def test_interval_sample_and_cost_samples():
     samples = [b("a", 0, 2, rows=100, cpu=1.0), b("a", 4, 4, rows=50, cpu=2.0), b("b", 9, 3, cpu=0.3)]
-    unscaled = interval_sample(samples, 0, 10, cores=2, tasks=["a", "b"])
+    unscaled = interval_sample(samples, 0, 10, cpus=2, tasks=["a", "b"])
     assert unscaled.loads == {"a": 0.15, "b": pytest.approx(0.005)} and unscaled.cpu_utilisation is None
     assert unscaled.utilisation == unscaled.task_cpu_utilisation == pytest.approx(0.155)
     assert overhead_factor([unscaled]) == 1.0, "no process CPU measured"
-    measured = interval_sample(samples, 0, 10, cores=2, tasks=["a", "b"], cpu_seconds=6.2)
+    measured = interval_sample(samples, 0, 10, cpus=2, tasks=["a", "b"], cpu_seconds=6.2)
     assert overhead_factor([measured, unscaled]) == pytest.approx(2.0)
-    odd = interval_sample(samples, 0, 10, cores=2, tasks=["a", "b"], cpu_seconds=31.0)
+    odd = interval_sample(samples, 0, 10, cpus=2, tasks=["a", "b"], cpu_seconds=31.0)
     assert overhead_factor([measured, odd, measured]) == pytest.approx(2.0), "the median ignores one odd interval"
     assert overhead_factor([odd]) == MAX_OVERHEAD_FACTOR, "a warming-up process does not inflate loads without bound"
-    interval = interval_sample(samples, 0, 10, cores=2, tasks=["a", "b"], cpu_seconds=6.2, factor=2.0)
+    interval = interval_sample(samples, 0, 10, cpus=2, tasks=["a", "b"], cpu_seconds=6.2, factor=2.0)
     assert interval.loads == {"a": pytest.approx(0.3), "b": pytest.approx(0.01)}, "task CPU scaled by the factor"
     assert interval.utilisation == pytest.approx(0.31) == interval.cpu_utilisation
     assert interval.task_cpu_utilisation == pytest.approx(0.155) and interval.wall_utilisation == pytest.approx(0.35)
     assert interval.batches == 2 and interval.rows == 150 and interval.mean_batch_s == 3.0
-    idle = interval_sample([], 10, 20, cores=2)
+    idle = interval_sample([], 10, 20, cpus=2)
     assert idle.mean_batch_s is None and idle.cpu_utilisation is None
     assert cost_samples([interval, idle]) == ([pytest.approx(0.31)], [3.0])
 
@@ -70,22 +70,22 @@ def test_process_cpu_of_this_process_is_readable_and_grows():
 def test_overhead_factor_leaves_the_idle_part_of_the_process_cpu_to_no_task():
     # Process CPU = 0.1 (idle JVM) + 1.5 x task CPU, over intervals of varying task work.
     history = [
-        interval_sample([b("a", 0, 10, cpu=c)], 0, 10, cores=1, tasks=["a"], cpu_seconds=10 * (0.1 + 1.5 * c / 10))
+        interval_sample([b("a", 0, 10, cpu=c)], 0, 10, cpus=1, tasks=["a"], cpu_seconds=10 * (0.1 + 1.5 * c / 10))
         for c in (0.5, 1.0, 2.0, 3.0, 1.5, 0.8, 2.5, 4.0)
     ]
     assert overhead_factor(history) == pytest.approx(1.5)
     ratios = [i.cpu_utilisation / i.task_cpu_utilisation for i in history]
     assert min(ratios) > 1.7, "a plain ratio would charge the idle JVM to the tasks"
     # A warm-up interval (much process CPU, little task CPU) does not set it.
-    warm_up = interval_sample([b("a", 0, 10, cpu=0.2)], 0, 10, cores=1, tasks=["a"], cpu_seconds=8.0)
+    warm_up = interval_sample([b("a", 0, 10, cpu=0.2)], 0, 10, cpus=1, tasks=["a"], cpu_seconds=8.0)
     assert overhead_factor([warm_up, *history]) == pytest.approx(1.5, rel=0.05)
 
 
 def test_loads_scaled_to_the_process_cpu_of_the_window():
     from spark_agents.metrics import scaled_to_process
 
-    history = [interval_sample([b("a", 0, 10, cpu=1.0)], 0, 10, cores=1, tasks=["a"], cpu_seconds=4.0),
-               interval_sample([b("a", 10, 10, cpu=1.0)], 10, 20, cores=1, tasks=["a"], cpu_seconds=2.0)]
+    history = [interval_sample([b("a", 0, 10, cpu=1.0)], 0, 10, cpus=1, tasks=["a"], cpu_seconds=4.0),
+               interval_sample([b("a", 10, 10, cpu=1.0)], 10, 20, cpus=1, tasks=["a"], cpu_seconds=2.0)]
     loads = {"a": 0.3, "b": 0.1}
     assert scaled_to_process(loads, history, start_s=10) == {"a": pytest.approx(0.15), "b": pytest.approx(0.05)}
     assert sum(scaled_to_process(loads, history, start_s=0).values()) == pytest.approx(0.3), "both intervals: 6 s over 20 s"

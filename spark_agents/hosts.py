@@ -1,0 +1,283 @@
+"""A participant's CPU capacity: a cgroup CPU quota of its own, and the agent reading it.
+
+A participant is meant to be a host of its own (docs/hosts.md). On one Linux machine the
+first part of that is CPU: every process of a participant (its agent, the Spark driver
+JVM the agent launches, Python workers) runs in one cgroup whose CPU quota is the
+participant's capacity, so what one participant does cannot raise the load another
+measures. The agent reads its capacity from its own cgroup (`cpu_capacity`) and measures
+load against it.
+
+`CpuHosts` makes those cgroups for a run (the demo, tests, the compose processes): one
+parent per run, one child per participant with its quota, processes started inside with
+`popen_kwargs`; `close()` kills what is left in them and removes them, and the launchers
+call it on the way out, on errors and on Ctrl-C alike. Both cgroup layouts are handled:
+v1 (a `cpu` hierarchy: `cpu.cfs_quota_us` / `cpu.cfs_period_us`) and v2 (`cpu.max`).
+Creating cgroups needs root; without it `CpuHosts.available()` says why, and the
+launchers run the same processes without a quota, saying so once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PERIOD_US = 100_000
+# The parent of a run's participants gets this weight against everything else on the
+# machine (the registry, replayers, a test runner): up to its quota a participant gets the
+# CPU it asks for, so its capacity is what it is told.
+PARENT_SHARES_V1 = 8192
+PARENT_WEIGHT_V2 = 800
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+
+@dataclass(frozen=True)
+class CgroupLayout:
+    """Where the CPU controller's hierarchy is mounted and which version it is."""
+
+    root: Path
+    version: int  # 1 or 2
+
+
+def cpu_layout(mountinfo: str | None = None) -> CgroupLayout | None:
+    """The CPU controller's mount: a v1 hierarchy with the `cpu` option, else a v2 mount
+    that offers `cpu`; None where neither is mounted."""
+    if mountinfo is None:
+        try:
+            mountinfo = Path("/proc/self/mountinfo").read_text()
+        except OSError:
+            return None
+    v2: Path | None = None
+    for line in mountinfo.splitlines():
+        before, _, after = line.partition(" - ")
+        fields, tail = before.split(), after.split()
+        if len(fields) < 5 or len(tail) < 3:
+            continue
+        point, fstype, options = Path(fields[4]), tail[0], tail[2].split(",")
+        if fstype == "cgroup" and "cpu" in options:
+            return CgroupLayout(point, 1)
+        if fstype == "cgroup2" and v2 is None:
+            controllers = point / "cgroup.controllers"
+            if controllers.exists() and "cpu" in controllers.read_text().split():
+                v2 = point
+    return CgroupLayout(v2, 2) if v2 is not None else None
+
+
+def own_cgroup(layout: CgroupLayout, proc_cgroup: str | None = None) -> Path:
+    """This process's cgroup folder under `layout.root`."""
+    if proc_cgroup is None:
+        proc_cgroup = Path("/proc/self/cgroup").read_text()
+    for line in proc_cgroup.splitlines():
+        _, controllers, path = line.split(":", 2)
+        if layout.version == 1 and "cpu" in controllers.split(","):
+            return layout.root / path.lstrip("/")
+        if layout.version == 2 and controllers == "":
+            return layout.root / path.lstrip("/")
+    return layout.root
+
+
+def quota_of(folder: Path, version: int) -> float | None:
+    """The CPU quota set on one cgroup folder, in CPUs; None where unlimited or unreadable."""
+    try:
+        if version == 1:
+            quota = int((folder / "cpu.cfs_quota_us").read_text())
+            period = int((folder / "cpu.cfs_period_us").read_text())
+        else:
+            text = (folder / "cpu.max").read_text().split()
+            if text[0] == "max":
+                return None
+            quota, period = int(text[0]), int(text[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def cpu_quota(layout: CgroupLayout | None = None, proc_cgroup: str | None = None) -> float | None:
+    """The tightest CPU quota on this process's cgroup and its ancestors, in CPUs; None without one."""
+    layout = layout or cpu_layout()
+    if layout is None:
+        return None
+    folder = own_cgroup(layout, proc_cgroup)
+    quotas = []
+    while True:
+        quota = quota_of(folder, layout.version)
+        if quota is not None:
+            quotas.append(quota)
+        if folder == layout.root or layout.root not in folder.parents:
+            break
+        folder = folder.parent
+    return min(quotas) if quotas else None
+
+
+def cpu_capacity(default: float) -> float:
+    """The participant's capacity in CPUs: its cgroup's quota when it has one (never more
+    than the machine's CPUs), else `default` (its Spark's parallelism, or what it was told)."""
+    quota = cpu_quota()
+    if quota is None:
+        return default
+    return min(quota, float(os.cpu_count() or quota))
+
+
+@dataclass
+class CpuHosts:
+    """The cgroups of one run: a parent, and a child per participant with its CPU quota.
+
+    Attributes:
+        layout: the CPU controller's mount.
+        parent: the run's cgroup folder (`bpm-<id>` under the hierarchy's root).
+        quotas: participant name -> CPUs, for every cgroup made so far.
+    """
+
+    layout: CgroupLayout
+    parent: Path
+    quotas: dict[str, float] = field(default_factory=dict)
+
+    @staticmethod
+    def available() -> str | None:
+        """None when this process can make CPU cgroups; else why not, in words for the user."""
+        if os.geteuid() != 0:
+            return "not root"
+        layout = cpu_layout()
+        if layout is None:
+            return "no cgroup CPU controller is mounted"
+        if not os.access(layout.root, os.W_OK):
+            return f"{layout.root} is not writable"
+        return None
+
+    @classmethod
+    def create(cls, label: str = "run") -> CpuHosts:
+        """The run's parent cgroup; raises OSError where that cannot be done (see `available`)."""
+        layout = cpu_layout()
+        if layout is None:
+            raise OSError("no cgroup CPU controller is mounted")
+        remove_stale(layout)
+        parent = layout.root / f"bpm-{label}-{uuid.uuid4().hex[:8]}"
+        parent.mkdir()
+        hosts = cls(layout, parent)
+        try:
+            if layout.version == 1:
+                (parent / "cpu.shares").write_text(str(PARENT_SHARES_V1))
+            else:
+                _enable_cpu(layout.root)
+                (parent / "cpu.weight").write_text(str(PARENT_WEIGHT_V2))
+                _enable_cpu(parent)
+        except OSError:
+            hosts.close()
+            raise
+        return hosts
+
+    def folder(self, name: str) -> Path:
+        if not _NAME.match(name):
+            raise ValueError(f"bad host name {name!r}: lower-case letters, digits, '-' and '_'")
+        return self.parent / name
+
+    def add(self, name: str, cpus: float) -> Path:
+        """A participant's cgroup with a quota of `cpus` CPUs (made once; the quota is updated)."""
+        if not 0.01 <= cpus <= (os.cpu_count() or 1):
+            raise ValueError(f"a host's CPUs must be between 0.01 and the machine's {os.cpu_count()}, not {cpus}")
+        folder = self.folder(name)
+        folder.mkdir(exist_ok=True)
+        quota = int(round(cpus * PERIOD_US))
+        if self.layout.version == 1:
+            (folder / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+            (folder / "cpu.cfs_quota_us").write_text(str(quota))
+        else:
+            (folder / "cpu.max").write_text(f"{quota} {PERIOD_US}")
+        self.quotas[name] = cpus
+        return folder
+
+    def popen_kwargs(self, name: str) -> dict:
+        """`subprocess.Popen` arguments that start the process inside `name`'s cgroup, before it
+        runs anything: every process it starts (the Spark JVM) is inside too."""
+        procs = str(self.folder(name) / "cgroup.procs")
+
+        def enter() -> None:
+            with open(procs, "w") as handle:
+                handle.write(str(os.getpid()))
+
+        return {"preexec_fn": enter}
+
+    def pids(self, name: str) -> list[int]:
+        try:
+            return [int(p) for p in (self.folder(name) / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return []
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Kill what is left in the run's cgroups and remove them; safe to call twice."""
+        if not self.parent.exists():
+            return
+        children = [c for c in self.parent.iterdir() if c.is_dir()]
+        for child in children:
+            for pid in self.pids(child.name):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + timeout_s
+        for folder in [*children, self.parent]:
+            while True:
+                try:
+                    folder.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError as exc:
+                    if time.monotonic() > deadline:
+                        log.warning("could not remove cgroup %s: %s", folder, exc)
+                        break
+                    time.sleep(0.05)
+        self.quotas.clear()
+
+    def __enter__(self) -> CpuHosts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def remove_stale(layout: CgroupLayout, older_than_s: float = 60.0) -> list[Path]:
+    """Remove the cgroups of earlier runs that ended without removing them (a run killed with
+    SIGKILL): those with no process left, untouched for `older_than_s`. Returns them."""
+    removed = []
+    for parent in layout.root.glob("bpm-*"):
+        try:
+            hosts = CpuHosts(layout, parent)
+            children = [c.name for c in parent.iterdir() if c.is_dir()]
+            if any(hosts.pids(name) for name in children) or time.time() - parent.stat().st_mtime < older_than_s:
+                continue
+        except (OSError, ValueError):
+            continue
+        hosts.close()
+        removed.append(parent)
+    return removed
+
+
+def _enable_cpu(folder: Path) -> None:
+    control = folder / "cgroup.subtree_control"
+    if "cpu" not in control.read_text().split():
+        control.write_text("+cpu")
+
+
+def open_hosts(label: str, say=None) -> CpuHosts | None:
+    """A run's `CpuHosts`, or None (said once through `say`, or logged) where this machine or
+    user cannot make them: the run's processes then share the machine's CPUs."""
+    reason = CpuHosts.available()
+    if reason is None:
+        try:
+            return CpuHosts.create(label)
+        except OSError as exc:
+            reason = str(exc)
+    message = f"participants share this machine's CPUs: no CPU quota per participant ({reason})"
+    if say is not None:
+        say(message)
+    else:
+        log.warning(message)
+    return None

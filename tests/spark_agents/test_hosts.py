@@ -1,0 +1,126 @@
+"""A participant's CPU capacity: reading a cgroup's quota, and making quotas for a run's participants."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from spark_agents.hosts import CgroupLayout, CpuHosts, cpu_layout, cpu_quota, own_cgroup, quota_of, remove_stale
+
+V1_MOUNTINFO = """\
+30 25 0:26 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+31 30 0:27 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+32 30 0:28 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
+33 30 0:29 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+"""
+
+
+def test_the_cpu_controller_is_found_in_a_v1_hierarchy():
+    assert cpu_layout(V1_MOUNTINFO) == CgroupLayout(Path("/sys/fs/cgroup/cpu"), 1)
+    assert cpu_layout("24 1 0:5 / /proc rw - proc proc rw\n") is None
+
+
+def test_a_v2_mount_counts_only_when_it_offers_cpu(tmp_path):
+    (tmp_path / "cgroup.controllers").write_text("memory pids\n")
+    mountinfo = f"35 1 0:30 / {tmp_path} rw,relatime - cgroup2 cgroup2 rw\n"
+    assert cpu_layout(mountinfo) is None
+    (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    assert cpu_layout(mountinfo) == CgroupLayout(tmp_path, 2)
+
+
+def test_own_cgroup_follows_the_cpu_line_in_v1_and_the_unified_line_in_v2():
+    lines = "4:memory:/elsewhere\n1:cpu,cpuacct:/bpm-demo/a\n0::/system.slice/x\n"
+    assert own_cgroup(CgroupLayout(Path("/cg"), 1), lines) == Path("/cg/bpm-demo/a")
+    assert own_cgroup(CgroupLayout(Path("/cg"), 2), lines) == Path("/cg/system.slice/x")
+
+
+def test_the_tightest_quota_on_the_way_up_is_the_capacity(tmp_path):
+    child = tmp_path / "bpm-demo" / "a"
+    child.mkdir(parents=True)
+    for folder, quota in ((tmp_path, -1), (tmp_path / "bpm-demo", 150_000), (child, 40_000)):
+        (folder / "cpu.cfs_quota_us").write_text(f"{quota}\n")
+        (folder / "cpu.cfs_period_us").write_text("100000\n")
+    layout = CgroupLayout(tmp_path, 1)
+    assert quota_of(tmp_path, 1) is None, "-1 is no quota"
+    assert cpu_quota(layout, "1:cpu:/bpm-demo/a\n") == pytest.approx(0.4)
+    (child / "cpu.cfs_quota_us").write_text("-1\n")
+    assert cpu_quota(layout, "1:cpu:/bpm-demo/a\n") == pytest.approx(1.5), "a parent's quota bounds its children"
+    assert cpu_quota(layout, "1:cpu:/\n") is None
+
+
+def test_v2_reads_cpu_max(tmp_path):
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert quota_of(tmp_path, 2) is None
+    (tmp_path / "cpu.max").write_text("25000 50000\n")
+    assert quota_of(tmp_path, 2) == pytest.approx(0.5)
+
+
+def test_host_names_become_folders_only_when_safe(tmp_path):
+    hosts = CpuHosts(CgroupLayout(tmp_path, 1), tmp_path / "bpm-run")
+    assert hosts.folder("replay-a") == tmp_path / "bpm-run" / "replay-a"
+    for bad in ("../escape", "a/b", "", "A", "x" * 80):
+        with pytest.raises(ValueError):
+            hosts.folder(bad)
+
+
+needs_cgroups = pytest.mark.skipif(CpuHosts.available() is not None, reason=f"cannot make CPU cgroups here: {CpuHosts.available()}")
+
+
+@needs_cgroups
+def test_a_participant_runs_under_its_quota_and_reads_it_as_its_capacity():
+    """A process started in a host of 0.3 CPU, spinning for 2 s, reads 0.3 as its capacity and
+    gets about 0.6 s of CPU; its child (as the Spark JVM is the agent's) is in the host too."""
+    spin = ("import os, sys, time\n"
+            "from spark_agents.hosts import cpu_capacity\n"
+            "print(cpu_capacity(default=99.0), flush=True)\n"
+            "child = os.fork()\n"
+            "if child == 0:\n"
+            "    time.sleep(30)\n"
+            "    os._exit(0)\n"
+            "print(child, flush=True)\n"
+            "end = time.time() + 2\n"
+            "while time.time() < end: pass\n"
+            "print(sum(os.times()[:2]), flush=True)\n"
+            "time.sleep(30)\n")
+    hosts = CpuHosts.create("test")
+    try:
+        hosts.add("a", 0.3)
+        process = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2],
+                                   **hosts.popen_kwargs("a"))
+        capacity, child, cpu = (process.stdout.readline() for _ in range(3))
+        assert float(capacity) == pytest.approx(0.3)
+        assert float(cpu) == pytest.approx(0.6, abs=0.2), "the quota holds the process to 0.3 CPU"
+        assert set(hosts.pids("a")) == {process.pid, int(child)}
+        parent = hosts.parent
+    finally:
+        hosts.close()
+    assert process.wait(timeout=10) != 0, "closing the hosts kills what is left in them"
+    assert not parent.exists()
+    assert _gone(int(child)), "the child was killed too"
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or only its exit status left (a zombie its new parent has not reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+@needs_cgroups
+def test_cgroups_left_by_a_killed_run_are_removed_by_the_next():
+    layout = cpu_layout()
+    left = CpuHosts.create("left")
+    left.add("a", 0.2)
+    old = time.time() - 3600
+    os.utime(left.parent, (old, old))
+    try:
+        assert left.parent in remove_stale(layout)
+        assert not left.parent.exists()
+    finally:
+        left.close()
