@@ -83,6 +83,8 @@ def test_participants_run_the_demos_agent_command_and_options():
         }), member.name
     assert services["d"].get("profiles") == ["join"], "d joins later"
     for member in MEMBERS:
+        assert float(services[member.name]["cpus"]) == demo.s.cpus, f"{member.name} has the demo's CPU capacity"
+    for member in MEMBERS:
         if member.partitions:
             script = services[f"replay-{member.name}"]["command"][-1]
             assert f"--seed {member.seed}" in script and f"--partitions {member.partitions}" in script
@@ -91,12 +93,14 @@ def test_participants_run_the_demos_agent_command_and_options():
 @pytest.mark.slow
 def test_the_federation_services_run_as_local_processes_and_move_load(tmp_path):
     """Registry (PostgreSQL), replayers and participants a, b, c with their compose commands
-    and environment as local processes on 127.0.0.x: load moves from the overloaded A."""
+    and environment as local processes on 127.0.0.x, each participant under its service's CPU
+    limit where cgroups can be made: load moves from the overloaded A."""
     import signal
     import time
 
     from bpm.client import RegistryClient
     from bpm.processes import wait_http
+    from spark_agents.hosts import open_hosts
     from tests.conftest import free_port, require_postgres
     from tests.registry_server import BPM
 
@@ -122,12 +126,17 @@ def test_the_federation_services_run_as_local_processes_and_move_load(tmp_path):
         return {**os.environ, **env}
 
     processes: dict[str, subprocess.Popen] = {}
+    hosts = open_hosts("compose")
 
     def start(name: str, command: list[str], service: dict) -> Path:
         log = tmp_path / f"{name}.log"
+        inside = {}
+        if hosts is not None and "cpus" in service:  # compose's CPU limit, as a cgroup quota
+            hosts.add(name, float(service["cpus"]))
+            inside = hosts.popen_kwargs(name)
         with log.open("w") as out:
             processes[name] = subprocess.Popen(command, cwd=tmp_path, env=environment(service), stdout=out,
-                                               stderr=subprocess.STDOUT, start_new_session=True)
+                                               stderr=subprocess.STDOUT, start_new_session=True, **inside)
         return log
 
     try:
@@ -170,6 +179,8 @@ def test_the_federation_services_run_as_local_processes_and_move_load(tmp_path):
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+        if hosts is not None:
+            hosts.close()
         from api.migrate import upgrade
 
         upgrade(database_url)

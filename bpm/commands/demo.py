@@ -23,6 +23,7 @@ def demo(
     phase_timeout: Annotated[float, typer.Option(help="Longest wait of a phase for an acceptable allocation, seconds.")] = 120.0,
     scenario: Annotated[str, typer.Option(help="'phases' (the four phases of load management) or 'failover' (kill -9 of a participant hosting moved tasks, and the recovery).")] = "phases",
     ha_mode: Annotated[str, typer.Option(help="The contracts' HA mode in the failover scenario: passive_standby, active_standby, upstream_backup or none.")] = "passive_standby",
+    cpus: Annotated[float, typer.Option(min=0.0, help="Each participant's capacity: a CPU quota of its own (a cgroup; needs root). 0: the participants share the machine's CPUs.")] = 0.4,
 ) -> None:
     """Run the four phases of the Borealis poster on a local federation (SQLite, Spark local, 127.0.0.2-5),
     or, with --scenario failover, kill a participant that hosts moved tasks and show the federation recover."""
@@ -45,7 +46,7 @@ def demo(
     if workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
-    settings = DemoSettings(workdir=workdir.resolve(), port=port, phase_timeout_s=phase_timeout)
+    settings = DemoSettings(workdir=workdir.resolve(), port=port, phase_timeout_s=phase_timeout, cpus=cpus or None)
     say = (lambda msg: print(msg, file=sys.stderr, flush=True))
     if headless:
         runner = make(say=say)

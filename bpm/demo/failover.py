@@ -15,6 +15,10 @@ The report adds `failovers` (each with `task`, `mode`, `detected_s`: from the ki
 registry's detection, `recovery_s`: from the detection to the task's first output after
 it), `repairs` and `killed`. It reuses the phases scenario's federation and settings
 (`bpm.demo.run`), with a 5 s trigger: A's six tasks then take it over its threshold.
+Its participants share the machine's CPUs: no quota each, so each measures its load
+against one core, with the cost curve and price ranges the phases scenario had before it
+gave participants quotas (a threshold of 0.4; ranges [0.7 q, q]). A host's crash as the
+failure of a host with a CPU, network and storage of its own is still to come.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ FAILOVER_MEMBERS = (
     Member("c", "127.0.0.4", 0, 0, 13),
 )
 FAILOVER_TRIGGER_S = 5.0
+FAILOVER_MM1_SCALE = 0.36  # a threshold of 0.4 at the reference price
+FAILOVER_SPREAD = 0.3
 VICTIM = "b"
 
 
@@ -43,7 +49,8 @@ class FailoverDemo(Demo):
 
     def __init__(self, settings: DemoSettings, view: Callable[[dict], None] | None = None, say: Callable[[str], None] = print,
                  ha_mode: str = "passive_standby", recover_timeout_s: float = 120.0) -> None:
-        super().__init__(dataclasses.replace(settings, trigger_s=FAILOVER_TRIGGER_S), view, say)
+        super().__init__(dataclasses.replace(settings, trigger_s=FAILOVER_TRIGGER_S, mm1_scale=FAILOVER_MM1_SCALE,
+                                             spread=FAILOVER_SPREAD, cpus=None), view, say)
         self._members = {m.name: m for m in FAILOVER_MEMBERS}
         self.ha_mode = ha_mode
         self.recover_timeout_s = recover_timeout_s

@@ -1,7 +1,9 @@
 """Processes of a local federation: the registry, one agent per participant, and the log replayers.
 
 Every process is started in its own process group and stopped by `close()`, which the
-demo calls on the way out, on errors and on Ctrl-C alike.
+demo calls on the way out, on errors and on Ctrl-C alike. Given `CpuHosts`, each agent
+runs in a cgroup of its own with the participant's CPU quota (`spark_agents.hosts`), which
+`close()` removes too.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import httpx
 
 from bpm.client import RegistryClient
 from bpm.processes import wait_http
+from spark_agents.hosts import CpuHosts
 from spark_agents.runtime import KEY_FILE
 
 BPM = str(Path(sys.executable).with_name("bpm"))
@@ -27,11 +30,13 @@ BPM = str(Path(sys.executable).with_name("bpm"))
 
 @dataclass
 class Federation:
-    """A registry and its agents as local processes (SQLite, Spark local, 127.0.0.x)."""
+    """A registry and its agents as local processes (SQLite, Spark local, 127.0.0.x), each
+    agent with a CPU quota of its own where `hosts` is given."""
 
     workdir: Path
     registry_port: int = 8700
     admin_key: str = "demo-operator-key"
+    hosts: CpuHosts | None = None
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     endpoints: dict[str, str] = field(default_factory=dict)
 
@@ -39,12 +44,18 @@ class Federation:
     def registry_url(self) -> str:
         return f"http://127.0.0.1:{self.registry_port}"
 
-    def _spawn(self, name: str, args: list[str], env: dict | None = None) -> tuple[subprocess.Popen, Path]:
+    def _spawn(self, name: str, args: list[str], env: dict | None = None, cpus: float | None = None) -> tuple[subprocess.Popen, Path]:
+        """Start a process in its own session; with `cpus` and hosts, inside `name`'s cgroup with that quota."""
         log = self.workdir / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
+        inside = {}
+        if cpus is not None and self.hosts is not None:
+            self.hosts.add(name, cpus)
+            inside = self.hosts.popen_kwargs(name)
         with log.open("w") as out:
             process = subprocess.Popen(
-                args, cwd=self.workdir, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                args, cwd=self.workdir, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                **inside,
             )
         self.processes[name] = process
         return process, log
@@ -69,8 +80,10 @@ class Federation:
         """The registry as participant `name`, with the key its agent got when it registered itself."""
         return RegistryClient(self.registry_url, (self._agent_workdir(name) / KEY_FILE).read_text().strip())
 
-    def start_agent(self, name: str, address: str, port: int, stream: Path | None, partitions: str, options: list[str]) -> None:
-        """`bpm agent run`: the agent registers itself with the operator key on its first run."""
+    def start_agent(self, name: str, address: str, port: int, stream: Path | None, partitions: str, options: list[str],
+                    cpus: float | None = None) -> None:
+        """`bpm agent run`: the agent registers itself with the operator key on its first run; with
+        `cpus`, it runs (its Spark too) under that CPU quota and measures its load against it."""
         _require_free(address, port)
         args = [
             BPM, "agent", "run", "--name", name, "--registry", self.registry_url, "--host", address, "--port", str(port),
@@ -78,7 +91,7 @@ class Federation:
             *(["--stream", str(stream), "--partitions", partitions] if partitions else []), *options,
         ]
         self.endpoints[name] = f"http://{address}:{port}"
-        self._spawn(name, args, {"BPM_ADMIN_KEY": self.admin_key})
+        self._spawn(name, args, {"BPM_ADMIN_KEY": self.admin_key}, cpus=cpus)
 
     def wait_agent(self, name: str, timeout_s: float = 180, on_wait: Callable[[], None] | None = None) -> None:
         log = self.workdir / "logs" / f"{name}.log"
@@ -123,11 +136,12 @@ class Federation:
 
         SIGTERM goes to each process alone, as `docker stop` does: an agent's JVM, in the same
         process group, would otherwise stop Spark before the agent stops its queries. What is
-        left of a group afterwards (or a process that outlives the timeout) is killed.
-        A second Ctrl-C while this runs does not cut it short: it would leave processes behind.
+        left of a group afterwards (or a process that outlives the timeout) is killed, and so is
+        whatever is left in the participants' cgroups, which are then removed. A second Ctrl-C
+        or SIGTERM while this runs does not cut it short: it would leave processes behind.
         """
         shield = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if shield else None
+        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)} if shield else {}
         try:
             order = [n for n in self.processes if n != "registry"] + (["registry"] if "registry" in self.processes else [])
             for name in order:
@@ -144,8 +158,10 @@ class Federation:
                 process.wait()
             self.processes.clear()
         finally:
-            if shield:
-                signal.signal(signal.SIGINT, previous)
+            if self.hosts is not None:
+                self.hosts.close()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def _require_free(address: str, port: int) -> None:
@@ -153,6 +169,9 @@ def _require_free(address: str, port: int) -> None:
     import socket
 
     with socket.socket() as sock:
+        # As the servers themselves bind: connections of a run that just ended (TIME_WAIT) do
+        # not hold the port, a server listening on it does.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((address, port))
         except OSError as exc:

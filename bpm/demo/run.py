@@ -36,6 +36,7 @@ from bpm.streams.feed import end_watermark_ms
 from bpm.streams.partitioned import PartitionedStream
 from bpm.zeek.definitions import QueryParams, ResultRow
 from bpm.zeek.results import read_outputs
+from spark_agents.hosts import open_hosts
 
 
 @dataclass(frozen=True)
@@ -48,9 +49,9 @@ class Member:
 
 
 MEMBERS = (
-    Member("a", "127.0.0.2", 18, 14, 11),  # phase 1 starts queries over the other partitions if A is not overloaded yet
-    Member("b", "127.0.0.3", 16, 2, 12),  # phase 3 starts queries over the other partitions, as many as it takes
-    Member("c", "127.0.0.4", 5, 5, 13),
+    Member("a", "127.0.0.2", 6, 5, 11),  # phase 1 starts queries over its other partition if A is not overloaded yet
+    Member("b", "127.0.0.3", 6, 1, 12),  # phase 3 starts queries over the other partitions, as many as it takes
+    Member("c", "127.0.0.4", 2, 1, 13),
     Member("d", "127.0.0.5", 0, 0, 14),
 )
 # The contracts agreed offline, at the reference price p times the factor: A, B and C with
@@ -74,15 +75,19 @@ class DemoSettings:
             (docs/mechanism.md, "Where the mechanism falls short"), and a partner paid more
             than p would take load past its threshold. With the range below p and the
             agents' 10% margin (`margin`), a participant sheds down to where its marginal cost
-            is about 0.77 q (1.1 x 0.7 q: a load of 0.32 against a threshold of 0.40 at q = p)
-            and a partner takes load only up to where its cost is about 0.9 q (0.37). Loads
-            measured live on this machine move by a tenth from one window to the next, so an
-            allocation at rest keeps that much room below the thresholds; and C passes load on
-            to D once it carries more than 0.24 (its cost above 0.62 p), not only near its
-            threshold. With a spread of 0.2, participants stopped shedding at 0.36.
+            is about 0.55 q (1.1 x 0.5 q) and a partner takes load only up to where its cost
+            is about 0.9 q. Tasks are large here (see `mm1_scale`): loads go up in steps of
+            about 0.14 (0.29, 0.42, 0.55, 0.68 for one to four tasks), and the cost's
+            per-unit steps between them are about 0.34, 0.54 and 0.97 of p. So a participant
+            with four tasks (over its threshold of 0.63) sheds one to a partner with two or
+            fewer, none sheds at three, and C passes load on to D (saving above 1.1 x 0.4 p)
+            while it carries three tasks: in phase 4 load flows B to C and C to D.
         margin: what both sides demand on top of the price when offering and accepting load
             (`bpm agent run --margin`).
-        mm1_scale: a in the agents' M/M/1 cost a*u/(1-u); the threshold at price p is 1 - sqrt(a/p).
+        mm1_scale: a in the agents' M/M/1 cost a*u/(1-u); the threshold at price p is
+            1 - sqrt(a/p): 0.63 of the participant's CPUs. A query costs about 0.13 to 0.16
+            of a 0.4-CPU participant (its fixed cost per batch dominates), and the idle agent
+            and JVM 0.1 to 0.16: three queries fit under the threshold, four do not.
         warmup_s: how long an agent that starts with tasks of its own neither offers nor takes
             load (their first batches, JIT-compiled, cost several times the later ones).
         join_warmup_s: the same for an agent that joins without tasks (D): nothing to wait out
@@ -97,16 +102,17 @@ class DemoSettings:
         rate: connections per second in each participant's traffic.
         phase_timeout_s: the longest a phase waits for an acceptable allocation.
         overload: phase 1 starts more of A's queries (at most `load_step` at a time) until
-            they add up to this multiple of A's threshold: what A's 14 queries cost depends
-            on the machine (0.31 in one run, 0.63 in another), and A is to start overloaded.
+            they add up to this multiple of A's threshold: what a query costs depends on the
+            machine, and A is to start overloaded.
         load_step: the most queries A starts at a time in phase 1 and B in phase 3; B's first
             step in phase 3 is that many.
         fill: phase 3 starts queries at B until the tasks of A, B and C add up to this share
-            of the sum of their thresholds: a federation near its capacity, with room for the
-            whole load once D joins. The four participants share two cores: as the machine
-            fills, batches fall behind their triggers and every participant measures more
-            than its queries' own cost (`spark_agents.metrics.demand`). Runs that filled to
-            0.75 (0.9 together) three queries at a time ended phase 3 at 1.07 to 1.24.
+            of the sum of their thresholds: a federation near its capacity (three tasks each,
+            one over at B or C), with room for the whole load once D joins.
+        cpus: each participant's capacity, a CPU quota of its own (`spark_agents.hosts`; needs
+            root, else the participants share the machine's CPUs): what one participant does
+            then cannot raise the load another measures. Four quotas of 0.4 leave a 2-core
+            machine 0.4 CPU for the registry, the replayers and the demo itself. None: no quotas.
     """
 
     workdir: Path
@@ -121,10 +127,10 @@ class DemoSettings:
     tick_s: float = 1.0
     sample_s: float = 2.0
     price: float = 1.0
-    spread: float = 0.3
+    spread: float = 0.5
     margin: float = 0.1
     min_duration_s: float = 600.0
-    mm1_scale: float = 0.36
+    mm1_scale: float = 0.14
     warmup_s: float = 60.0
     join_warmup_s: float = 15.0
     agent_settle_s: float = 15.0
@@ -137,8 +143,9 @@ class DemoSettings:
     phase_timeout_s: float = 120.0
     poll_s: float = 2.0
     overload: float = 1.15
-    load_step: int = 3
-    fill: float = 0.65
+    load_step: int = 2
+    fill: float = 0.9
+    cpus: float | None = 0.4
 
 
 @dataclass
@@ -200,7 +207,7 @@ class Demo:
         s = self.s
         signed = [o for terms in self._contracts(member) for o in ("--contract", terms.spec())] if contracts else []
         return [*signed, "--reference-price", f"{s.price:g}", "--margin", f"{s.margin:g}",
-            "--spark-master", "local[1]", "--cores", "1", "--window", str(s.window_s), "--lateness", str(s.lateness_s),
+            "--spark-master", "local[1]", "--window", str(s.window_s), "--lateness", str(s.lateness_s),
             "--min-connections", str(s.min_connections), "--min-ports", str(s.min_ports),
             "--trigger", str(s.trigger_s), "--period", str(s.period_s), "--tick", str(s.tick_s), "--sample", str(s.sample_s),
             "--cost-model", "mm1", "--mm1-scale", str(s.mm1_scale), "--warmup", str(self._warmup_s(member)), "--settle", str(s.agent_settle_s),
@@ -213,7 +220,8 @@ class Demo:
         if stream is not None:
             PartitionedStream.create(stream, member.partitions)  # the replayer reopens it
         initial = f"0-{member.initial - 1}" if member.initial else ""
-        self.fed.start_agent(member.name, member.address, self.s.agent_port, stream, initial, self._agent_options(member, contracts=sign))
+        self.fed.start_agent(member.name, member.address, self.s.agent_port, stream, initial, self._agent_options(member, contracts=sign),
+                             cpus=self.s.cpus)
 
     def _sign(self, member: Member, timeout_s: float = 60.0) -> None:
         """`member` joins: it accepts, with its own key through the registry's API, the
@@ -371,6 +379,7 @@ class Demo:
         s = self.s
         try:
             self.say(f"registry on {self.fed.registry_url} (admin UI at {self.fed.registry_url}/, operator key {self.fed.admin_key})")
+            self._open_hosts()
             self.fed.start_registry()
             self._setup_first(list(MEMBERS), measured=["a", "b", "c"], unsigned={JOINS_LATER})
             self._phase("1 uneven load: A carries most tasks", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s,
@@ -383,6 +392,19 @@ class Demo:
             return self._finish()
         finally:
             self.fed.close()
+
+    def _open_hosts(self) -> None:
+        """A CPU quota of `cpus` for each participant, where this machine and user allow it
+        (`Federation.close` removes them); otherwise the participants share the machine's CPUs."""
+        if self.s.cpus:
+            self.fed.hosts = open_hosts("demo", self.say)
+            if self.fed.hosts is not None:
+                self.say(f"each participant runs under a CPU quota of {self.s.cpus:g} CPU ({self.fed.hosts.parent})")
+
+    def hosts_report(self) -> dict:
+        """Per participant: its CPUs, and whether it had them to itself (its own quota)."""
+        isolated = self.fed.hosts is not None
+        return {name: {"cpus": self.s.cpus if isolated else None, "isolated": isolated} for name in self._members}
 
     def _task_params(self) -> dict:
         return {**self.params.to_dict(), "trigger_s": self.s.trigger_s}
@@ -441,6 +463,7 @@ class Demo:
             "duplicate_results": duplicate,
             "fed_connections": {name: sum(1 for line in log.open() if not line.startswith("#")) for name, log in logs.items()},
             "timeline": self.timeline,
+            "hosts": self.hosts_report(),
             "elapsed_s": round(time.time() - self.t0, 1),
             "workdir": str(self.s.workdir),
         }

@@ -1,4 +1,5 @@
-"""End to end: a registry and four agents as real processes, Spark local, the poster's phases."""
+"""End to end: a registry and four agents as real processes, Spark local, the poster's phases;
+each participant under a CPU quota of its own where this machine allows it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 from bpm.demo.report import write_report
 from bpm.demo.run import Demo, DemoSettings
 from bpm.federation.views import seconds
+from spark_agents.hosts import CpuHosts
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.slow
@@ -36,3 +38,6 @@ def test_federation_moves_load_and_loses_nothing(tmp_path):
     assert report["phases"][1]["acceptable"], report["phases"][1]
     assert report["phases"][3]["acceptable"], report["phases"][3]
     assert (tmp_path / "report" / "timeline.png").stat().st_size > 10_000
+    if CpuHosts.available() is None:  # root on Linux, as in CI: every participant had its own CPU
+        assert all(h == {"cpus": settings.cpus, "isolated": True} for h in report["hosts"].values()), report["hosts"]
+        assert not demo.fed.hosts.parent.exists(), "the demo removed its cgroups"

@@ -1,8 +1,9 @@
-"""Ctrl-C during `bpm demo` stops every process the demo started."""
+"""Ctrl-C during `bpm demo` stops every process the demo started and removes its cgroups."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,6 +52,9 @@ def test_ctrl_c_stops_every_process_of_the_demo(tmp_path):
         assert demo.wait(timeout=120) == 130
         assert _processes_mentioning(str(workdir)) == []
         assert "interrupted" in log.read_text()
+        quotas = re.search(r"under a CPU quota of [0-9.]+ CPU \((\S+)\)", log.read_text())
+        if quotas:  # root on Linux: each participant had a cgroup of its own
+            assert not Path(quotas.group(1)).exists(), "the demo's cgroups are removed"
     finally:
         if demo.poll() is None:
             demo.kill()
