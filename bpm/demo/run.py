@@ -13,7 +13,8 @@ through the registry's API with its own key; until then no one trades with it.
 
 Loads are measured by each agent on its Spark; the decisions are `bpm.negotiation`'s.
 At the end the input is closed, every task drains, and the federation's alerts are
-compared with `bpm pipeline run` over exactly what was fed: lost and duplicate results.
+compared with `bpm pipeline run` over exactly what was fed to the partitions its tasks
+query: lost and duplicate results.
 """
 
 from __future__ import annotations
@@ -49,9 +50,12 @@ class Member:
 
 
 MEMBERS = (
-    Member("a", "127.0.0.2", 6, 5, 11),  # phase 1 starts queries over its other partition if A is not overloaded yet
-    Member("b", "127.0.0.3", 6, 1, 12),  # phase 3 starts queries over the other partitions, as many as it takes
-    Member("c", "127.0.0.4", 2, 1, 13),
+    # What a query costs varies from run to run (0.06 to 0.2 of a participant's capacity
+    # measured here), so phases 1 and 3 start as many more as it takes, over partitions that
+    # have none yet; partitions left without a query are no task's input.
+    Member("a", "127.0.0.2", 12, 5, 11),  # phase 1 starts queries over other partitions if A is not overloaded yet
+    Member("b", "127.0.0.3", 12, 1, 12),  # phase 3 starts queries over the other partitions, as many as it takes
+    Member("c", "127.0.0.4", 4, 1, 13),
     Member("d", "127.0.0.5", 0, 0, 14),
 )
 # The contracts agreed offline, at the reference price p times the factor: A, B and C with
@@ -143,7 +147,7 @@ class DemoSettings:
     phase_timeout_s: float = 120.0
     poll_s: float = 2.0
     overload: float = 1.15
-    load_step: int = 2
+    load_step: int = 3
     fill: float = 0.9
     cpus: float | None = 0.4
 
@@ -430,11 +434,11 @@ class Demo:
         self.stage = "draining: the input is closed, every task completes its last batch (phase 4 is over)"
         for name in self.fed_logs:
             self.fed.stop_replay(name)
-        logs = self.fed_logs
+        queried = {name: self._queried_partitions(name) for name in self.fed_logs}
+        logs = {name: self._queried_input(name, log, queried[name]) for name, log in self.fed_logs.items()}
         runs = self._start_reference(logs)  # it runs while the federation drains
         try:
-            self._start_idle_partitions()
-            self._drain(timeout_s=180)
+            self._drain(queried, timeout_s=180)
             state = self.poll()
             self.say("stopping the federation")
             self.fed.close()
@@ -444,7 +448,7 @@ class Demo:
                 if process.poll() is None:
                     process.kill()
                     process.wait()
-        tasks = {name: [f"{name}.p{k}" for k in range(self._members[name].partitions)] for name in logs}
+        tasks = {name: [f"{name}.p{k}" for k in partitions] for name, partitions in queried.items()}
         lost = duplicate = 0
         output_rows = 0
         for name, rows in expected.items():
@@ -461,34 +465,47 @@ class Demo:
             "output_results": output_rows,
             "lost_results": lost,
             "duplicate_results": duplicate,
-            "fed_connections": {name: sum(1 for line in log.open() if not line.startswith("#")) for name, log in logs.items()},
+            "fed_connections": {name: _connections(log) for name, log in self.fed_logs.items()},
+            "queried_connections": {name: _connections(log) for name, log in logs.items()},
+            "queried_partitions": {name: [f"p{k}" for k in partitions] for name, partitions in queried.items()},
             "timeline": self.timeline,
             "hosts": self.hosts_report(),
             "elapsed_s": round(time.time() - self.t0, 1),
             "workdir": str(self.s.workdir),
         }
 
-    def _start_idle_partitions(self) -> None:
-        """Start a query over each partition that phases 1 and 3 left without one: every partition of
-        the input is then processed from its start, and the alerts compare with the reference
-        over all of it."""
-        for name in self.fed_logs:
-            for task in self._idle_partitions(name):
-                self._add_query(name, task)
+    def _queried_partitions(self, name: str) -> list[int]:
+        """The partitions of `name`'s stream that a task of its processes (from their start)."""
+        idle = set(self._idle_partitions(name))
+        return [k for k in range(self._members[name].partitions) if f"p{k}" not in idle]
+
+    def _queried_input(self, name: str, fed: Path, partitions: list[int]) -> Path:
+        """What `name`'s tasks were fed: the connections of the fed log (after the lateness rule
+        the stream applied to all of it) that fall in `partitions`, as a Zeek log beside it.
+        Phases 1 and 3 leave some partitions without a query; their rows are no task's input."""
+        from bpm.zeek.conn import read_logs, write_tsv
+        from bpm.zeek.definitions import Admission, admitted, partition_of, source_prefix
+
+        count, keep = self._members[name].partitions, set(partitions)
+        out = fed.with_name(f"{name}.queried.log")
+        with out.open("w", encoding="utf-8") as handle:
+            write_tsv((c for c in admitted(read_logs([fed]), Admission(self.s.lateness_s))
+                       if partition_of(source_prefix(c.orig_h), count) in keep), handle)
+        return out
 
     def _add_query(self, name: str, task: str) -> None:
         """A new task of `name`'s: the query over its stream's partition `task` (p<k>)."""
         partition = self._stream(self._members[name]) / f"partition={task[1:]}"
         self.fed.add_task(name, task, str(partition.resolve()), self._task_params())
 
-    def _drain(self, timeout_s: float) -> None:
+    def _drain(self, queried: dict[str, list[int]], timeout_s: float) -> None:
         """Wait until every task, where it runs now, has completed a batch with the watermark
         that the end mark of its closed partition brings: that batch emits the last windows.
         A task moved after it has drained shows the same watermark in its handed-over checkpoint."""
         needed = {}
-        for name in self.fed_logs:
+        for name, partitions in queried.items():
             stream = PartitionedStream(self._stream(self._members[name]))
-            for k in range(stream.partitions):
+            for k in partitions:
                 end_us = stream.tick_us(k, stream.next_position(k) - 1)
                 needed[f"{name}.p{k}"] = end_watermark_ms(end_us, self.params) if end_us is not None else None
         deadline, done = time.monotonic() + timeout_s, set()
@@ -549,6 +566,10 @@ def queries_to_add(target: float | None, loads: list[float], query_loads: list[f
     if not query_loads:
         return 1
     return min(most, math.ceil(missing / statistics.median(query_loads)))
+
+
+def _connections(log: Path) -> int:
+    return sum(1 for line in log.open() if not line.startswith("#"))
 
 
 def _fmt(values: dict[str, float]) -> str:
