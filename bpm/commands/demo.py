@@ -76,11 +76,16 @@ def demo(
 def _run(runner) -> dict:
     import signal
 
-    def _terminated(*_):
+    def _stop(*_):
+        # The first Ctrl-C or SIGTERM stops the demo; one that follows at once must not cut the
+        # clean-up short before it starts (the federation shields its own close the same way).
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
         raise KeyboardInterrupt
 
     # SIGTERM (a supervisor, `kill`) cleans up like Ctrl-C: every process of the demo stops.
-    signal.signal(signal.SIGTERM, _terminated)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _stop)
     try:
         return runner.run()
     except KeyboardInterrupt:

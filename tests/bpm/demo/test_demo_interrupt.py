@@ -46,11 +46,12 @@ def test_ctrl_c_stops_every_process_of_the_demo(tmp_path):
             assert demo.poll() is None, log.read_text()
             time.sleep(1)
         assert "agents up" in log.read_text(), log.read_text()
-        assert len(_processes_mentioning(str(workdir))) >= 7, "registry, three agents, three replayers"
+        started = _processes_mentioning(str(workdir))
+        assert len(started) >= 7, f"registry, three agents, three replayers: {started}"
         demo.send_signal(signal.SIGINT)
         demo.send_signal(signal.SIGINT)  # an impatient second Ctrl-C
-        assert demo.wait(timeout=120) == 130
-        assert _processes_mentioning(str(workdir)) == []
+        assert demo.wait(timeout=120) == 130, log.read_text()[-3000:]
+        assert _processes_mentioning(str(workdir)) == [], log.read_text()[-3000:]
         assert "interrupted" in log.read_text()
         quotas = re.search(r"under a CPU quota of [0-9.]+ CPU \((\S+)\)", log.read_text())
         if quotas:  # root on Linux: each participant had a cgroup of its own
