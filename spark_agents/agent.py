@@ -34,8 +34,8 @@ from bpm.federation.views import (
     offerable_tasks,
     reconcile,
     seconds,
-    task_key,
 )
+from bpm.names import inside, task_key
 from bpm.negotiation import (
     DEFAULT_HYSTERESIS,
     DEFAULT_MARGIN,
@@ -198,7 +198,7 @@ class Agent:
     def checkpoint_dir(self, key: str) -> Path:
         if self.ha is not None and key in self.ha.checkpoints:
             return self.ha.checkpoints[key]  # a promoted active-standby replica runs on its own copy
-        return self.config.workdir / "checkpoints" / key
+        return inside(self.config.workdir / "checkpoints", key)
 
     def hosting(self) -> set[str]:
         """The tasks running here as the task itself (not as an active-standby replica)."""

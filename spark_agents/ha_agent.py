@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from bpm.client import RegistryError
-from bpm.federation.views import seconds, stream_partition, task_ha_mode, task_key
+from bpm.federation.views import seconds, stream_partition, task_ha_mode
+from bpm.names import inside, task_key
 from bpm.ha import REPLICATED_MODES, effective_mode, failover_target, is_failed, repair_target
 from spark_agents import handover
 from spark_agents.ha.fence import OutputFence
@@ -130,11 +131,11 @@ class HADuties:
         self.agent.note(kind, message, **kw)
 
     def backup_dir(self, key: str) -> Path:
-        return self.agent.config.workdir / "backups" / key
+        return inside(self.agent.config.workdir / "backups", key)
 
     def replica_dir(self, key: str, replica_id: int) -> Path:
         """One folder per replica: a promoted replica's folder stays the task's checkpoint."""
-        return self.agent.config.workdir / "replicas" / f"{key}-{replica_id}"
+        return inside(self.agent.config.workdir / "replicas", f"{key}-{replica_id}")
 
     # -- observation -----------------------------------------------------------------------
 

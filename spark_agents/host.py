@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bpm.costs import CostFunction, MM1Cost, fit_cost_function
+from bpm.names import UnsafeName, check_name
 from bpm.zeek.definitions import QueryParams
 from bpm.streams.partitioned import MARK_END, closing_mark
 from spark_agents.checkpoint import committed_watermark_ms, owes_watermark_batch, processed_position
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-_TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _STREAM_FILE = re.compile(r"^(\d{12})\.csv$")
 
 
@@ -167,8 +167,10 @@ class TaskHost:
         standby's held-back output); `start_position` makes a fresh task skip the stream files
         before it (see `spark_agents.query`).
         """
-        if not _TASK_ID.match(task_id):
-            raise TaskError(f"bad task id {task_id!r}: letters, digits, '.', '_' and '-' only")
+        try:
+            check_name(task_id, "task id")
+        except UnsafeName as exc:
+            raise TaskError(str(exc)) from exc
         input_path = Path(input_path)
         if not input_path.is_dir():
             raise TaskError(f"input {input_path} is not a stream partition folder")

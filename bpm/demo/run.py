@@ -31,7 +31,8 @@ from pathlib import Path
 import httpx
 
 from bpm.demo.federation import BPM, Federation
-from bpm.federation.views import AgreedTerms, task_key
+from bpm.federation.views import AgreedTerms
+from bpm.names import task_key
 from bpm.negotiation import is_acceptable
 from bpm.streams.feed import end_watermark_ms
 from bpm.streams.partitioned import PartitionedStream

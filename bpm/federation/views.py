@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from bpm.ha.decisions import HA_MODES, effective_mode
+from bpm.names import task_key
 from bpm.negotiation.models import Contract, Movement, Offer, Task
 
 # A task measured at no load cannot be offered (it would cost nothing to keep); tiny
@@ -89,11 +90,6 @@ def movement_views(movements: Iterable[Mapping]) -> list[Movement]:
             )
         )
     return views
-
-
-def task_key(task: Mapping) -> str:
-    """The federation-wide name of a task: stable across hosts, used for its output and checkpoint."""
-    return f"{task['origin']}.{task['name']}"
 
 
 @dataclass(frozen=True)

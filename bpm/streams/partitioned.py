@@ -25,10 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from bpm.names import is_safe
+
 MARK_DATA, MARK_TICK, MARK_END = 0, 1, 2
 _FILE = re.compile(r"^(\d{12})\.csv$")
-_CONSUMER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 PARTITIONER = "crc32(source prefix) mod partitions"
+
+
+def _check_consumer(consumer: str) -> None:
+    if not is_safe(consumer):
+        raise StreamError(f"bad consumer name {consumer!r}")
 
 
 class StreamError(ValueError):
@@ -196,8 +202,7 @@ class PartitionedStream:
 
     def ack(self, consumer: str, k: int, position: int) -> None:
         """Record that `consumer` needs partition k only from `position` on; acknowledgements never move back."""
-        if not _CONSUMER.match(consumer):
-            raise StreamError(f"bad consumer name {consumer!r}")
+        _check_consumer(consumer)
         self._check(k)
         if not 0 <= position <= self.next_position(k):
             raise StreamError(f"position {position} beyond the end of partition {k}")
@@ -207,8 +212,7 @@ class PartitionedStream:
 
     def register(self, consumer: str, partitions: Iterable[int] | None = None) -> None:
         """Make `consumer` hold every retained file of the given partitions (default: all) until it acknowledges."""
-        if not _CONSUMER.match(consumer):
-            raise StreamError(f"bad consumer name {consumer!r}")
+        _check_consumer(consumer)
         wanted = range(self.partitions) if partitions is None else list(partitions)
         for k in wanted:
             self._check(k)
@@ -219,8 +223,7 @@ class PartitionedStream:
 
     def release(self, consumer: str) -> None:
         """Forget `consumer`: it holds nothing any more (a failed host whose successor has acknowledged)."""
-        if not _CONSUMER.match(consumer):
-            raise StreamError(f"bad consumer name {consumer!r}")
+        _check_consumer(consumer)
         (self.root / "_acks" / f"{consumer}.json").unlink(missing_ok=True)
 
     def acks(self) -> dict[str, dict[int, int]]:
