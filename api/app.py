@@ -16,11 +16,12 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
 from api.db import make_engine, session_factories, utcnow
-from api.errors import install_error_handlers
+from api.errors import ERROR_RESPONSES, install_error_handlers
 from api.routers import contracts, ha, ledger, offers, participants, tasks
 from api.ui import router as ui_router
 from bpm import __version__
 from bpm.settings import Settings, get_settings
+from bpm.web import harden
 
 log = logging.getLogger("bpm.registry")
 
@@ -86,10 +87,11 @@ def create_app(
     app.state.settings = settings
     app.state.admin_key = admin_key
     app.state.clock = clock
+    harden(app)
     install_error_handlers(app)
 
     for router in (participants.router, participants.me_router, contracts.router, tasks.router, offers.router, ledger.router, ha.router):
-        app.include_router(router, prefix="/api/v1")
+        app.include_router(router, prefix="/api/v1", responses=ERROR_RESPONSES)
 
     @app.get("/healthz", tags=["health"])
     def healthz(request: Request):
@@ -97,8 +99,9 @@ def create_app(
         try:
             with request.app.state.engine.connect() as conn:
                 conn.execute(text("SELECT 1"))
-        except Exception as exc:  # any database failure means not ready
-            return JSONResponse({"status": "unavailable", "detail": str(exc)}, status_code=503)
+        except Exception:  # any database failure means not ready; its text stays in the log
+            log.warning("health check: the database does not answer", exc_info=True)
+            return JSONResponse({"status": "unavailable", "detail": "the database does not answer"}, status_code=503)
         return {"status": "ok", "version": __version__}
 
     app.include_router(ui_router)

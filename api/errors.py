@@ -5,7 +5,8 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import IntegrityError
+from pydantic import BaseModel
+from sqlalchemy.exc import DataError, IntegrityError
 
 
 class RegistryError(Exception):
@@ -37,6 +38,25 @@ class Invalid(RegistryError):
     status_code = 422
 
 
+class ErrorOut(BaseModel):
+    detail: str | list = "what was wrong, readable"
+
+
+# Every status the API answers with besides success, documented on every operation.
+ERROR_RESPONSES: dict[int | str, dict] = {
+    status: {"model": ErrorOut, "description": text}
+    for status, text in {
+        400: "The request cannot be done as asked (a rule of the mechanism says why)",
+        401: "No key, or a key the registry does not know",
+        403: "The key's holder is not a party to this",
+        404: "No such record",
+        409: "The record's state does not allow this now, or a concurrent change won; retry",
+        413: "The request body is too large",
+        422: "Invalid input: the detail lists each field and why",
+    }.items()
+}
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RegistryError)
     async def _registry_error(_request: Request, exc: RegistryError) -> JSONResponse:
@@ -47,6 +67,11 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _integrity(_request: Request, _exc: IntegrityError) -> JSONResponse:
         # A constraint caught a race the services' checks could not see (at flush or at commit).
         return JSONResponse({"detail": "the change conflicts with the registry's current state; retry"}, status_code=409)
+
+    @app.exception_handler(DataError)
+    async def _data_error(_request: Request, _exc: DataError) -> JSONResponse:
+        # A value the database refused (out of a column's range, say) that validation let through.
+        return JSONResponse({"detail": "a value is out of the range the registry can store"}, status_code=422)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:

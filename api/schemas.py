@@ -3,18 +3,35 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import Path, Query
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from api.limits import MAX_DURATION_S, MAX_ID, MAX_INT, MAX_LOAD, MAX_PRICE, check_json, sane_moment
+from bpm.names import NAME_PATTERN, PARTICIPANT_MAX, TASK_MAX
 
 HaMode = Literal["none", "upstream_backup", "passive_standby", "active_standby"]
-Name = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+Name = Field(min_length=1, max_length=PARTICIPANT_MAX, pattern=NAME_PATTERN)
+TaskName = Field(min_length=1, max_length=TASK_MAX, pattern=NAME_PATTERN)
+Id = Annotated[int, Field(ge=1, le=MAX_ID)]
+Epoch = Annotated[int, Field(ge=0, le=MAX_ID)]
+Count = Annotated[int, Field(ge=0, le=MAX_INT)]
+Load = Annotated[float, Field(ge=0, le=MAX_LOAD)]
+Price = Annotated[float, Field(gt=0, le=MAX_PRICE)]
+Moment = Annotated[datetime, AfterValidator(sane_moment)]
 
 
 class In(BaseModel):
-    """Inputs refuse unknown fields and non-finite numbers, so typos fail loudly with a 422."""
+    """Inputs refuse unknown fields, non-finite numbers, NUL characters and integers beyond
+    64 bits (also inside free-form objects), so bad input fails loudly with a 422."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable(cls, data: Any) -> Any:
+        return check_json(data)
 
 
 class Out(BaseModel):
@@ -52,17 +69,17 @@ class ParticipantCreated(ParticipantOut):
 
 
 class TaskLoad(In):
-    task_id: int
-    load: float = Field(ge=0)
+    task_id: Id
+    load: Load
 
 
 class Heartbeat(In):
-    load: float = Field(ge=0, description="Total load, as a fraction of the participant's capacity")
-    threshold: float | None = Field(default=None, ge=0)
+    load: Load = Field(description="Total load, as a fraction of the participant's capacity")
+    threshold: Load | None = None
     marginal_cost: dict[str, float | None] | None = Field(
         default=None, description="e.g. {'shed': ..., 'take': ...} per unit of load"
     )
-    tasks: list[TaskLoad] = Field(default_factory=list, description="Hosted tasks with their measured loads")
+    tasks: list[TaskLoad] = Field(default_factory=list, max_length=10_000, description="Hosted tasks with their measured loads")
     details: dict = Field(default_factory=dict, description="Anything else the agent reports (cost model, backlog)")
 
 
@@ -76,14 +93,14 @@ class LoadSampleOut(Out):
 
 
 class ContractTermsIn(In):
-    price_min: float = Field(gt=0)
-    price_max: float = Field(gt=0)
-    min_duration_s: float = Field(gt=0)
+    price_min: Price
+    price_max: Price
+    min_duration_s: float = Field(gt=0, le=MAX_DURATION_S)
 
 
 class ContractCreate(ContractTermsIn):
     counterparty: str = Name
-    valid_until: datetime | None = None
+    valid_until: Moment | None = None
     ha_mode: HaMode = "none"
 
 
@@ -108,8 +125,8 @@ class ContractOut(Out):
 
 
 class TaskCreate(In):
-    name: str = Field(min_length=1, max_length=128)
-    load: float = Field(default=0.0, ge=0)
+    name: str = TaskName
+    load: Load = 0.0
     input_uri: str | None = Field(default=None, max_length=1024)
     params: dict = Field(default_factory=dict)
     ha_mode: HaMode = "none"
@@ -132,17 +149,16 @@ class TaskOut(Out):
 
 
 class OfferCreate(In):
-    contract_id: int
-    task_ids: list[int] = Field(min_length=1, max_length=1000)
-    price: float = Field(gt=0)
+    contract_id: Id
+    task_ids: list[Id] = Field(min_length=1, max_length=1000)
+    price: Price
     ttl_s: float = Field(default=30.0, gt=0, le=3600, description="The offer expires unless decided within this time")
 
 
 class OfferAccept(In):
-    task_ids: list[int] | None = Field(default=None, min_length=1, description="A subset of the offer's tasks; all by default")
-    price: float | None = Field(
+    task_ids: list[Id] | None = Field(default=None, min_length=1, max_length=1000, description="A subset of the offer's tasks; all by default")
+    price: Price | None = Field(
         default=None,
-        gt=0,
         description="The settled price: at least the contract's price_min, at most the offered price (the offerer's cap); the offered price by default",
     )
 
@@ -216,7 +232,7 @@ class LedgerOut(Out):
 class EventCreate(In):
     kind: str = Field(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_.]*$")
     message: str = Field(min_length=1, max_length=4000)
-    subject: str | None = Field(default=None, max_length=64)
+    subject: str | None = Field(default=None, max_length=PARTICIPANT_MAX, pattern=NAME_PATTERN)
     data: dict = Field(default_factory=dict)
 
 
@@ -238,13 +254,13 @@ ReplicaRole = Literal["active_standby", "passive_standby"]
 class ReplicaCreate(In):
     participant: str = Name
     role: ReplicaRole | None = Field(default=None, description="The task's HA mode by default, when it is a standby mode")
-    repair_of: int | None = Field(default=None, description="The failover whose lost replica this one replaces: records a repair")
+    repair_of: Id | None = Field(default=None, description="The failover whose lost replica this one replaces: records a repair")
 
 
 class ReplicaSync(In):
-    epoch: int = Field(ge=0, description="The task epoch the copy belongs to; older than the task's is refused (fencing)")
-    position: int | None = Field(default=None, ge=0, description="Stream position of the copy or of the replica's last batch")
-    bytes_copied: int | None = Field(default=None, ge=0, description="Bytes copied by this sync, added to the total")
+    epoch: Epoch = Field(description="The task epoch the copy belongs to; older than the task's is refused (fencing)")
+    position: Count | None = Field(default=None, description="Stream position of the copy or of the replica's last batch")
+    bytes_copied: Count | None = Field(default=None, description="Bytes copied by this sync, added to the total")
 
 
 class ReplicaOut(Out):
@@ -268,12 +284,12 @@ class ReplicaCreated(ReplicaOut):
 
 class FailoverCreate(In):
     to: str = Name
-    expected_epoch: int = Field(ge=0, description="The task epoch the caller saw; the failover happens only if it is still current")
+    expected_epoch: Epoch = Field(description="The task epoch the caller saw; the failover happens only if it is still current")
     reason: str | None = Field(default=None, max_length=1000)
 
 
 class FailoverComplete(In):
-    recovery_s: float | None = Field(default=None, ge=0, description="Failure to first output; from started_at to now by default")
+    recovery_s: float | None = Field(default=None, ge=0, le=MAX_DURATION_S, description="Failure to first output; from started_at to now by default")
     details: dict | None = None
 
 
@@ -295,3 +311,13 @@ class FailoverOut(Out):
     recovery_s: float | None
     details: dict
     at: datetime = Field(description="= detected_at")
+
+
+# Path and query parameters: bounded like the bodies, so a hostile URL is a 422 too
+
+IdPath = Annotated[int, Path(ge=1, le=MAX_ID)]
+IdQuery = Annotated[int | None, Query(ge=0, le=MAX_ID)]
+NamePath = Annotated[str, Path(min_length=1, max_length=PARTICIPANT_MAX, pattern=NAME_PATTERN)]
+NameQuery = Annotated[str | None, Query(min_length=1, max_length=PARTICIPANT_MAX, pattern=NAME_PATTERN)]
+WordQuery = Annotated[str | None, Query(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_.]*$")]
+MomentQuery = Annotated[Moment | None, Query()]

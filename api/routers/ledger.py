@@ -11,7 +11,7 @@ router = APIRouter(tags=["ledger and events"])
 
 
 @router.get("/ledger", response_model=schemas.LedgerOut)
-def get_ledger(session: DbSession, caller: Caller, now: Now, participant: str | None = None):
+def get_ledger(session: DbSession, caller: Caller, now: Now, participant: schemas.NameQuery = None):
     """What each movement has accrued (price x load x seconds away), and balances per participant."""
     return service.ledger(session, caller, participant, now)
 
@@ -20,9 +20,9 @@ def get_ledger(session: DbSession, caller: Caller, now: Now, participant: str | 
 def list_events(
     session: DbSession,
     caller: Caller,
-    participant: str | None = None,
-    kind: str | None = None,
-    after_id: int | None = None,
+    participant: schemas.NameQuery = None,
+    kind: schemas.WordQuery = None,
+    after_id: schemas.IdQuery = None,
     limit: int = Query(default=200, ge=1, le=2000),
 ):
     """The readable record of offers, refusals, movements and errors, oldest first."""

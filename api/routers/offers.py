@@ -20,7 +20,7 @@ def make_offer(body: schemas.OfferCreate, session: DbSession, caller: Caller, no
 
 
 @router.get("/offers", response_model=list[schemas.OfferOut])
-def list_offers(session: DbSession, caller: Caller, now: Now, state: str | None = None):
+def list_offers(session: DbSession, caller: Caller, now: Now, state: schemas.WordQuery = None):
     """Offers the caller made or received (all, for the operator), optionally in one state."""
     offers = service.list_offers(session, caller, state, now)
     movements = service.movement_ids(session, [o.id for o in offers])
@@ -28,43 +28,43 @@ def list_offers(session: DbSession, caller: Caller, now: Now, state: str | None 
 
 
 @router.get("/offers/{offer_id}", response_model=schemas.OfferOut)
-def get_offer(offer_id: int, session: DbSession, caller: Caller, now: Now):
+def get_offer(offer_id: schemas.IdPath, session: DbSession, caller: Caller, now: Now):
     """One offer and the movements it created."""
     return _offer_out(session, service.get_visible(session, caller, offer_id), now)
 
 
 @router.post("/offers/{offer_id}/accept", response_model=schemas.OfferOut)
-def accept_offer(offer_id: int, session: DbSession, caller: Caller, now: Now, body: schemas.OfferAccept | None = None):
+def accept_offer(offer_id: schemas.IdPath, session: DbSession, caller: Caller, now: Now, body: schemas.OfferAccept | None = None):
     """Accept the offer, or a subset of its tasks (receiver only; the first decision wins)."""
     offer, _ = service.accept(session, caller, offer_id, body or schemas.OfferAccept(), now)
     return _offer_out(session, offer, now)
 
 
 @router.post("/offers/{offer_id}/reject", response_model=schemas.OfferOut)
-def reject_offer(offer_id: int, session: DbSession, caller: Caller, now: Now, body: schemas.OfferReject | None = None):
+def reject_offer(offer_id: schemas.IdPath, session: DbSession, caller: Caller, now: Now, body: schemas.OfferReject | None = None):
     """Refuse the offer (receiver only; the first decision wins)."""
     return _offer_out(session, service.reject(session, caller, offer_id, body or schemas.OfferReject(), now), now)
 
 
 @router.post("/offers/{offer_id}/withdraw", response_model=schemas.OfferOut)
-def withdraw_offer(offer_id: int, session: DbSession, caller: Caller, now: Now):
+def withdraw_offer(offer_id: schemas.IdPath, session: DbSession, caller: Caller, now: Now):
     """Take back a pending offer (its maker only)."""
     return _offer_out(session, service.withdraw(session, caller, offer_id, now), now)
 
 
 @router.get("/movements", response_model=list[schemas.MovementOut])
-def list_movements(session: DbSession, caller: Caller, now: Now, participant: str | None = None, state: str | None = None):
+def list_movements(session: DbSession, caller: Caller, now: Now, participant: schemas.NameQuery = None, state: schemas.WordQuery = None):
     """Movements the caller is party to or whose task it originates (all, for the operator)."""
     return [service.movement_out(m, now) for m in service.list_movements(session, caller, participant, state)]
 
 
 @router.get("/movements/{movement_id}", response_model=schemas.MovementOut)
-def get_movement(movement_id: int, session: DbSession, caller: Caller, now: Now):
+def get_movement(movement_id: schemas.IdPath, session: DbSession, caller: Caller, now: Now):
     """One movement and what it has accrued so far."""
     return service.movement_out(service.get_movement(session, caller, movement_id), now)
 
 
 @router.post("/movements/{movement_id}/end", response_model=schemas.MovementOut)
-def end_movement(movement_id: int, session: DbSession, caller: Caller, now: Now):
+def end_movement(movement_id: schemas.IdPath, session: DbSession, caller: Caller, now: Now):
     """End a movement after the contract's minimum duration: the task returns to the side that moved it, unwinding any chain after it."""
     return service.movement_out(service.end_movement(session, caller, movement_id, now), now)

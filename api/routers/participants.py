@@ -54,20 +54,20 @@ def who_am_i(caller: Caller):
 
 
 @router.get("/{name}", response_model=schemas.ParticipantOut)
-def get_participant(name: str, request: Request, session: DbSession, caller: Caller, now: Now):
+def get_participant(name: schemas.NamePath, request: Request, session: DbSession, caller: Caller, now: Now):
     """One participant with its liveness, last load report and hosted tasks."""
     participant = service.get(session, name)
     return _out(request, participant, service.hosted_task_ids(session, [participant.id])[participant.id], now)
 
 
 @router.post("/{name}/heartbeat", response_model=schemas.ParticipantOut)
-def heartbeat(name: str, body: schemas.Heartbeat, request: Request, session: DbSession, caller: Caller, now: Now):
+def heartbeat(name: schemas.NamePath, body: schemas.Heartbeat, request: Request, session: DbSession, caller: Caller, now: Now):
     """Report the participant's load, threshold, marginal costs and hosted tasks (that participant only)."""
     participant = service.heartbeat(session, caller, name, body, now)
     return _out(request, participant, service.hosted_task_ids(session, [participant.id])[participant.id], now)
 
 
 @router.get("/{name}/loads", response_model=list[schemas.LoadSampleOut])
-def load_history(name: str, session: DbSession, caller: Caller, since: datetime | None = None):
+def load_history(name: schemas.NamePath, session: DbSession, caller: Caller, since: schemas.MomentQuery = None):
     """The participant's recent load and threshold samples, oldest first."""
     return [schemas.LoadSampleOut(at=s.at, load=s.load, threshold=s.threshold) for s in service.load_samples(session, name, since)]

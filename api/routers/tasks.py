@@ -16,12 +16,12 @@ def register_task(body: schemas.TaskCreate, session: DbSession, caller: Caller):
 
 
 @router.get("", response_model=list[schemas.TaskOut])
-def list_tasks(session: DbSession, caller: Caller, host: str | None = None, origin: str | None = None):
+def list_tasks(session: DbSession, caller: Caller, host: schemas.NameQuery = None, origin: schemas.NameQuery = None):
     """Tasks, optionally those hosted by or originating at one participant."""
     return [service.to_out(t) for t in service.list_tasks(session, host, origin)]
 
 
 @router.get("/{task_id}", response_model=schemas.TaskOut)
-def get_task(task_id: int, session: DbSession, caller: Caller):
+def get_task(task_id: schemas.IdPath, session: DbSession, caller: Caller):
     """One task: its origin, current host, load and epoch."""
     return service.to_out(service.get(session, task_id))

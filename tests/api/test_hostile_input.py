@@ -1,0 +1,95 @@
+"""Hostile input to the registry gets a 4xx with a readable JSON detail, never a 500."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import create_engine
+
+from bpm.web import MAX_BODY
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["t/../../../../tmp/evil", "../up", ".hidden", "-flag", "a b", "tab\tname", "nul\x00", "ü", "x" * 129],
+)
+def test_a_task_name_that_could_become_a_path_is_refused(registry, name):
+    a = registry.participant("a")
+    response = registry.call("POST", "/tasks", a, json={"name": name})
+    assert response.status_code == 422, response.text
+    assert response.json()["message"]
+
+
+def test_a_participant_name_that_could_become_a_path_is_refused(registry):
+    response = registry.call("POST", "/participants", json={"name": "../b", "endpoint": "http://127.0.0.1:1"})
+    assert response.status_code == 422, response.text
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"name": "t", "params": {"k": "nul\x00byte"}},
+        {"name": "t", "params": {"n": 2**64}},
+        {"name": "t", "load": 1e300},
+        {"name": "t", "params": {"deep": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}},
+    ],
+    ids=["nul", "int65", "huge-load", "deep"],
+)
+def test_values_the_database_cannot_store_are_refused(registry, body):
+    a = registry.participant("a")
+    response = registry.call("POST", "/tasks", a, json=body)
+    assert response.status_code == 422, response.text
+
+
+@pytest.mark.parametrize("path", ["/tasks/99999999999999999999", "/tasks/2147483648", "/offers/0", "/contracts/-1", "/events?after_id=9223372036854775808"])
+def test_ids_beyond_the_id_columns_in_urls_are_refused(registry, path):
+    response = registry.call("GET", path)
+    assert response.status_code == 422, response.text
+
+
+def test_ids_within_the_id_columns_that_do_not_exist_are_not_found(registry):
+    response = registry.call("GET", "/tasks/2147483647")
+    assert response.status_code == 404, response.text
+
+
+def test_terms_that_overflow_the_registry_arithmetic_are_refused(registry):
+    registry.participant("a")
+    b = registry.participant("b")
+    for terms in ({"min_duration_s": 1e15}, {"valid_until": "9999-12-31T23:59:59Z"}, {"price_max": 1e300}):
+        body = {"counterparty": "a", "price_min": 1, "price_max": 2, "min_duration_s": 10, **terms}
+        response = registry.call("POST", "/contracts", b, json=body)
+        assert response.status_code == 422, (terms, response.text)
+    response = registry.call("GET", "/participants/a/loads", params={"since": "0001-01-01T00:00:00"})
+    assert response.status_code == 422, response.text
+
+
+def test_query_strings_are_bounded_too(registry):
+    for path, params in (("/tasks", {"host": "a\x00"}), ("/events", {"kind": "x" * 100}), ("/movements", {"state": "'; drop"})):
+        response = registry.call("GET", path, params=params)
+        assert response.status_code == 422, (path, response.text)
+
+
+def test_a_body_over_the_cap_gets_413_declared_or_streamed(registry):
+    a = registry.participant("a")
+    big = b'{"name": "t", "params": {"x": "' + b"y" * (MAX_BODY + 10) + b'"}}'
+    response = registry.call("POST", "/tasks", a, content=big, headers={"Content-Type": "application/json"})
+    assert response.status_code == 413 and "detail" in response.json()
+
+    def chunks():
+        for start in range(0, len(big), 65536):
+            yield big[start:start + 65536]
+
+    response = registry.call("POST", "/tasks", a, content=chunks(), headers={"Content-Type": "application/json"})
+    assert response.status_code == 413 and "detail" in response.json()
+
+
+def test_health_check_does_not_reveal_the_database_error(registry):
+    app = registry.client.app
+    working = app.state.engine
+    app.state.engine = create_engine("sqlite:////nonexistent-folder/registry.db")
+    try:
+        response = registry.client.get("/healthz")
+    finally:
+        app.state.engine.dispose()
+        app.state.engine = working
+    assert response.status_code == 503
+    assert "nonexistent" not in response.text and "sqlite" not in response.text.lower()
