@@ -27,6 +27,42 @@ class HandoverNotReady(Exception):
     """The previous host has not released the task yet (or the registry has not caught up)."""
 
 
+class ArchiveRefused(ValueError):
+    """A checkpoint archive from another participant that this agent will not unpack."""
+
+
+# What one checkpoint archive (a handover or an HA delta) may unpack to: a task's state
+# store is small (megabytes in the demo); these bounds only stop a hostile sender filling the disk.
+MAX_ARCHIVE_FILES = 20_000
+MAX_ARCHIVE_FILE = 256 << 20
+MAX_ARCHIVE_TOTAL = 1 << 30
+MAX_ARCHIVE_BYTES = 256 << 20  # the compressed archive, as a request or response body
+
+
+def open_archive(data: bytes) -> tarfile.TarFile:
+    """The tar.gz `data`, after checking its members' count and declared sizes (which bound
+    what extracting writes) and that every member is a plain file or folder."""
+    if len(data) > MAX_ARCHIVE_BYTES:
+        raise ArchiveRefused(f"archive of {len(data)} bytes is over {MAX_ARCHIVE_BYTES}")
+    try:
+        tar = tarfile.open(fileobj=io.BytesIO(data), mode="r:gz")
+        members = tar.getmembers()
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise ArchiveRefused(f"not a tar.gz archive: {exc}") from exc
+    if len(members) > MAX_ARCHIVE_FILES:
+        raise ArchiveRefused(f"archive of {len(members)} members is over {MAX_ARCHIVE_FILES}")
+    total = 0
+    for member in members:
+        if not (member.isfile() or member.isdir()):
+            raise ArchiveRefused(f"archive member {member.name!r} is neither a file nor a folder")
+        if member.size > MAX_ARCHIVE_FILE:
+            raise ArchiveRefused(f"archive member {member.name!r} of {member.size} bytes is over {MAX_ARCHIVE_FILE}")
+        total += member.size
+    if total > MAX_ARCHIVE_TOTAL:
+        raise ArchiveRefused(f"archive unpacks to {total} bytes, over {MAX_ARCHIVE_TOTAL}")
+    return tar
+
+
 PACK_ATTEMPTS = 5
 
 
@@ -65,8 +101,12 @@ def unpack(data: bytes, checkpoint_dir: Path, epoch: int) -> None:
     staging = checkpoint_dir.with_name(checkpoint_dir.name + ".incoming")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        tar.extractall(staging, filter="data")
+    with open_archive(data) as tar:
+        try:
+            tar.extractall(staging, filter="data")
+        except tarfile.FilterError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise ArchiveRefused(f"unsafe archive member: {exc}") from exc
     (staging / EPOCH_FILE).write_text(str(epoch))
     shutil.rmtree(checkpoint_dir, ignore_errors=True)
     staging.rename(checkpoint_dir)
@@ -84,6 +124,17 @@ def mark_epoch(checkpoint_dir: Path, epoch: int) -> None:
     (checkpoint_dir / EPOCH_FILE).write_text(str(epoch))
 
 
+def _read_capped(response: httpx.Response) -> bytes:
+    """The response body, refusing one over MAX_ARCHIVE_BYTES (the sender may be hostile)."""
+    chunks, size = [], 0
+    for chunk in response.iter_bytes():
+        size += len(chunk)
+        if size > MAX_ARCHIVE_BYTES:
+            raise ArchiveRefused(f"checkpoint from {response.url.host} over {MAX_ARCHIVE_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def fetch(endpoint: str, task_key: str, epoch: int, me: str, *, timeout_s: float = 60.0, poll_s: float = 0.1) -> bytes:
     """The checkpoint of `task_key` from its previous host, retrying while it is not released yet."""
     deadline = time.monotonic() + timeout_s
@@ -91,13 +142,14 @@ def fetch(endpoint: str, task_key: str, epoch: int, me: str, *, timeout_s: float
     with httpx.Client(base_url=endpoint.rstrip("/"), timeout=30.0) as http:
         while time.monotonic() < deadline:
             try:
-                response = http.get(f"/handover/{task_key}", params={"epoch": epoch, "to": me})
+                with http.stream("GET", f"/handover/{task_key}", params={"epoch": epoch, "to": me}) as response:
+                    body = _read_capped(response)
             except httpx.HTTPError as exc:
                 last = f"unreachable: {exc}"
             else:
                 if response.status_code == 200:
-                    return response.content
-                last = f"{response.status_code}: {response.text[:200]}"
+                    return body
+                last = f"{response.status_code}: {body[:200].decode(errors='replace')}"
                 if response.status_code not in (404, 409, 503):
                     break
             time.sleep(poll_s)

@@ -6,26 +6,34 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from fastapi import FastAPI, HTTPException, Query, Request
+from typing import Annotated
+
+from fastapi import FastAPI, HTTPException, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from bpm.names import KEY_MAX, NAME_PATTERN, PARTICIPANT_MAX, TASK_MAX
+from bpm.web import harden
 from spark_agents.ha.delta import DeltaRefused
 from spark_agents.ha_agent import NotHolder
-from spark_agents.handover import HandoverNotReady
+from spark_agents.handover import MAX_ARCHIVE_BYTES, HandoverNotReady
 
 if TYPE_CHECKING:
     from spark_agents.agent import Agent
 
 
+TaskKey = Annotated[str, Path(min_length=1, max_length=KEY_MAX, pattern=NAME_PATTERN)]
+Participant = Annotated[str, Query(min_length=1, max_length=PARTICIPANT_MAX, pattern=NAME_PATTERN)]
+
+
 class NewTask(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    input_uri: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=TASK_MAX, pattern=NAME_PATTERN)
+    input_uri: str = Field(min_length=1, max_length=1024)
     params: dict = Field(default_factory=dict)
 
 
@@ -60,6 +68,7 @@ class _AgentCollector:
 
 def create_agent_app(agent: Agent) -> FastAPI:
     app = FastAPI(title=f"BPM agent {agent.config.name}")
+    harden(app, paths={"/ha/": MAX_ARCHIVE_BYTES})
     metrics = CollectorRegistry()
     metrics.register(_AgentCollector(agent))
     handover_lock = threading.Lock()
@@ -87,7 +96,7 @@ def create_agent_app(agent: Agent) -> FastAPI:
         return agent.add_task(OwnTask(body.name, body.input_uri, body.params))
 
     @app.get("/handover/{task_key}")
-    def handover(task_key: str, epoch: int = Query(ge=0), to: str = Query(min_length=1)):
+    def handover(task_key: TaskKey, to: Participant, epoch: int = Query(ge=0, le=2**63 - 1)):
         """Stop the task here at a batch boundary and return its checkpoint (tar.gz) to its new host."""
         with handover_lock:
             try:
@@ -99,7 +108,7 @@ def create_agent_app(agent: Agent) -> FastAPI:
         return Response(data, media_type="application/gzip")
 
     @app.post("/ha/{task_key}/delta")
-    async def delta(task_key: str, request: Request, epoch: int = Query(ge=0), sender: str = Query(min_length=1)):
+    async def delta(task_key: TaskKey, request: Request, sender: Participant, epoch: int = Query(ge=0, le=2**63 - 1)):
         """Apply a delta checkpoint from the task's host (this participant holds its passive-standby copy)."""
         if agent.ha is None:
             raise HTTPException(404, "this agent keeps no HA copies")

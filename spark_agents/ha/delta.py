@@ -35,7 +35,7 @@ from pathlib import Path
 
 from spark_agents.checkpoint import processed_position
 from spark_agents.ha.logs import batch_offsets, committed_batch
-from spark_agents.handover import EPOCH_FILE, PACK_ATTEMPTS
+from spark_agents.handover import EPOCH_FILE, PACK_ATTEMPTS, ArchiveRefused, open_archive
 from spark_agents.query import START_FILE
 
 MANIFEST = "_delta.json"
@@ -251,12 +251,30 @@ def applied_copy(backup_dir: str | Path) -> Applied | None:
     return Applied(data["seq"], data["committed"], data["position"])
 
 
+def _manifest(tar: tarfile.TarFile, members: dict) -> dict:
+    """The delta's manifest, checked for the fields and types applying it reads."""
+    try:
+        manifest = json.loads(tar.extractfile(members.pop(MANIFEST)).read())
+        ok = (isinstance(manifest, dict) and isinstance(manifest.get("seq"), int) and isinstance(manifest.get("files"), list)
+              and all(isinstance(f, str) for f in manifest["files"])
+              and all(manifest.get(k) is None or isinstance(manifest[k], int) for k in ("committed", "position")))
+    except (KeyError, ValueError, tarfile.TarError) as exc:
+        raise DeltaRefused(f"a delta without a readable manifest: {exc}") from exc
+    if not ok:
+        raise DeltaRefused("a delta whose manifest lacks seq, files, committed or position")
+    return manifest
+
+
 def apply_delta(data: bytes, backup_dir: str | Path) -> Applied:
     """Apply a delta to the backup's copy (see the module text for the order); refuses an old one."""
     root = Path(backup_dir)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+    try:
+        tar = open_archive(data)
+    except ArchiveRefused as exc:
+        raise DeltaRefused(str(exc)) from exc
+    with tar:
         members = {m.name: m for m in tar.getmembers() if m.isfile()}
-        manifest = json.loads(tar.extractfile(members.pop(MANIFEST)).read())
+        manifest = _manifest(tar, members)
         current = applied_copy(root)
         if current is not None and manifest["seq"] <= current.seq:
             raise DeltaRefused(f"delta {manifest['seq']} is not newer than the copy's {current.seq}")
