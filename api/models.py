@@ -89,6 +89,17 @@ class Offer(Base):
     """A proposal to move tasks from `from_id` to `to_id` under a contract at one price."""
 
     __tablename__ = "offers"
+    __table_args__ = (
+        # One pending offer per participant, enforced by the database under races too; an
+        # offer past its expiry is stored as 'expired' before its maker offers again.
+        Index(
+            "uq_offers_one_pending",
+            "from_id",
+            unique=True,
+            sqlite_where=text("state = 'pending'"),
+            postgresql_where=text("state = 'pending'"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     contract_id: Mapped[int] = mapped_column(ForeignKey("contracts.id"), index=True)

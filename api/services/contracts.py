@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import or_, select
+from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from api import schemas
@@ -111,12 +111,11 @@ def act(
     except TransitionError as exc:
         raise (Forbidden if exc.forbidden else Conflict)(str(exc)) from exc
     other = contract.counterparty if contract.proposer_id == me.id else contract.proposer
+    values: dict = {"state": state, "updated_at": now}
     if action == "counter":
         assert terms is not None
         _check_terms(terms, contract.valid_until, now)
-        contract.price_min, contract.price_max = terms.price_min, terms.price_max
-        contract.min_duration_s = terms.min_duration_s
-        contract.last_proposed_by = me
+        values.update(price_min=terms.price_min, price_max=terms.price_max, min_duration_s=terms.min_duration_s, last_proposed_by_id=me.id)
     if action == "accept":
         if contract.valid_until is not None and contract.valid_until <= now:
             raise Conflict(f"contract #{contract.id} expired at {contract.valid_until.isoformat()}")
@@ -126,9 +125,7 @@ def act(
                 f"{contract.proposer.name} and {contract.counterparty.name} already have an active contract (#{existing.id})",
                 contract_id=existing.id,
             )
-    contract.state = state
-    contract.updated_at = now
-    session.flush()
+    _transition(session, contract, values)
     events.record(
         session,
         f"contract.{state}",
@@ -140,6 +137,23 @@ def act(
         at=now,
     )
     return contract
+
+
+def _transition(session: Session, contract: Contract, values: dict) -> None:
+    """Apply a party's action only to the contract as the party saw it: of two concurrent
+    actions (accept and terminate, accept and counter) the one that comes second finds the
+    state or the last proposer changed, changes nothing and gets a 409. The partial unique
+    index on active pairs refuses a second active contract in the same way (IntegrityError)."""
+    seen_state, seen_proposer = contract.state, contract.last_proposed_by_id
+    changed = session.execute(
+        update(Contract)
+        .where(Contract.id == contract.id, Contract.state == seen_state, Contract.last_proposed_by_id == seen_proposer)
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    ).rowcount
+    session.refresh(contract)
+    if changed != 1:
+        raise Conflict(f"contract #{contract.id} changed meanwhile (it is {contract.state} now); look again and retry", state=contract.state)
 
 
 def _verb(action: str) -> str:

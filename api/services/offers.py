@@ -16,6 +16,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from sqlalchemy import and_, or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from api import schemas
@@ -51,12 +52,7 @@ def create(session: Session, caller: Principal, body: schemas.OfferCreate, now: 
         raise NotFound(f"no tasks {missing}")
     partner = contract.counterparty if contract.proposer_id == me.id else contract.proposer
     _check_offerable(session, me, partner, contract, [tasks[t] for t in task_ids])
-    outstanding = _pending_of(session, me.id, now)
-    if outstanding is not None:
-        raise Conflict(
-            f"{me.name} already has an outstanding offer (#{outstanding.id}); one at a time",
-            offer_id=outstanding.id,
-        )
+    _refuse_second_offer(session, me, now)
     offer = Offer(
         contract_id=contract.id,
         from_id=me.id,
@@ -67,8 +63,12 @@ def create(session: Session, caller: Principal, body: schemas.OfferCreate, now: 
         created_at=now,
         expires_at=now + timedelta(seconds=body.ttl_s),
     )
-    session.add(offer)
-    session.flush()
+    try:
+        with session.begin_nested():
+            session.add(offer)
+    except IntegrityError:  # a concurrent offer of the same participant was stored first
+        _refuse_second_offer(session, me, now)
+        raise
     events.record(
         session,
         "offer.made",
@@ -79,6 +79,23 @@ def create(session: Session, caller: Principal, body: schemas.OfferCreate, now: 
         at=now,
     )
     return offer
+
+
+def _refuse_second_offer(session: Session, me, now: datetime) -> None:
+    """409 while the participant has an offer pending; its offers past their expiry are
+    stored as expired first (the unique index counts stored state)."""
+    session.execute(
+        update(Offer)
+        .where(Offer.from_id == me.id, Offer.state == "pending", Offer.expires_at <= now)
+        .values(state="expired")
+        .execution_options(synchronize_session=False)
+    )
+    outstanding = _pending_of(session, me.id, now)
+    if outstanding is not None:
+        raise Conflict(
+            f"{me.name} already has an outstanding offer (#{outstanding.id}); one at a time",
+            offer_id=outstanding.id,
+        )
 
 
 def _check_offerable(session: Session, me, partner, contract: Contract, tasks: list[Task]) -> None:
@@ -115,6 +132,8 @@ def list_offers(session: Session, caller: Principal, state: str | None, now: dat
         query = query.where(or_(Offer.from_id == me, Offer.to_id == me))
     if state == "pending":
         query = query.where(Offer.state == "pending", Offer.expires_at > now)
+    elif state == "expired":  # stored as expired, or pending past its expiry
+        query = query.where(or_(Offer.state == "expired", and_(Offer.state == "pending", Offer.expires_at <= now)))
     elif state:
         query = query.where(Offer.state == state)
     return list(session.scalars(query))

@@ -92,6 +92,7 @@ def test_offer_expires_and_can_be_withdrawn(registry, pair):
     assert registry.ok("GET", f"/offers/{offer['id']}", a)["state"] == "expired"
     assert registry.call("POST", f"/offers/{offer['id']}/accept", b).status_code == 409
     fresh = _offer(registry, a, contract["id"], tasks[:1]).json()
+    assert [o["id"] for o in registry.ok("GET", "/offers?state=expired", a)] == [offer["id"]]
     assert registry.call("POST", f"/offers/{fresh['id']}/withdraw", b).status_code == 403
     assert registry.ok("POST", f"/offers/{fresh['id']}/withdraw", a)["state"] == "withdrawn"
     assert registry.ok("GET", "/offers?state=pending", a) == []

@@ -96,6 +96,78 @@ def test_concurrent_contract_accepts_keep_one_active_per_pair(tmp_path, backend_
             a.close()
 
 
+def _race(*calls) -> list[int]:
+    """Run the calls at once (each after a barrier); each one's HTTP status."""
+    barrier = Barrier(len(calls))
+
+    def run(call):
+        barrier.wait()
+        try:
+            call()
+            return 200
+        except RegistryError as exc:
+            assert exc.status < 500, exc
+            return exc.status
+
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return list(pool.map(run, calls))
+
+
+def _clients(reg, operator, *names):
+    return [RegistryClient(reg.url, operator.add_participant(n, f"http://127.0.0.{i + 2}:9000")["api_key"]) for i, n in enumerate(names)]
+
+
+def _contract_events(client: RegistryClient, contract_id: int) -> list[str]:
+    return [e["kind"] for e in client.events(limit=1000) if e["kind"].startswith("contract.") and e["data"].get("contract_id") == contract_id]
+
+
+def test_accept_and_terminate_of_a_proposal_end_as_one_order_of_the_two(tmp_path, backend_url):
+    """Terminating a proposal while it is accepted: both may succeed (accepted, then
+    terminated) or one may, never both with the contract left active."""
+    with running_registry(tmp_path, backend_url) as reg, RegistryClient(reg.url, reg.admin_key) as operator:
+        a, b = _clients(reg, operator, "a", "b")
+        for _ in range(10):
+            cid = a.propose("b", 1.0, 2.0, 5.0)["id"]
+            accept, terminate = _race(lambda: b.contract_action(cid, "accept"), lambda: a.contract_action(cid, "terminate"))
+            state = a.contract(cid)["state"]
+            kinds = _contract_events(operator, cid)
+            if accept == terminate == 200:
+                assert state == "terminated" and kinds == ["contract.proposed", "contract.active", "contract.terminated"], (state, kinds)
+            elif accept == 200:
+                assert terminate == 409 and state == "active" and kinds == ["contract.proposed", "contract.active"], (terminate, state, kinds)
+                a.contract_action(cid, "terminate")
+            else:
+                assert (accept, terminate) == (409, 200) and state == "terminated", (accept, terminate, state)
+                assert kinds == ["contract.proposed", "contract.terminated"], kinds
+
+
+def test_accept_and_counter_by_the_same_side_one_wins(tmp_path, backend_url):
+    with running_registry(tmp_path, backend_url) as reg, RegistryClient(reg.url, reg.admin_key) as operator:
+        a, b = _clients(reg, operator, "a", "b")
+        for _ in range(10):
+            cid = a.propose("b", 1.0, 2.0, 5.0)["id"]
+            accept, counter = _race(lambda: b.contract_action(cid, "accept"), lambda: b.counter(cid, 1.5, 2.5, 5.0))
+            # The loser sees the winner's change: 409, or 403 when its side made the last proposal.
+            assert sorted((accept, counter)) in ([200, 403], [200, 409]), (accept, counter)
+            contract = a.contract(cid)
+            if accept == 200:
+                assert (contract["state"], contract["price_min"], contract["last_proposed_by"]) == ("active", 1.0, "a"), contract
+            else:
+                assert (contract["state"], contract["price_min"], contract["last_proposed_by"]) == ("countered", 1.5, "b"), contract
+            a.contract_action(cid, "terminate")
+
+
+def test_concurrent_offers_of_one_participant_leave_one_pending(tmp_path, backend_url):
+    with running_registry(tmp_path, backend_url) as reg, RegistryClient(reg.url, reg.admin_key) as operator:
+        a, b = _clients(reg, operator, "a", "b")
+        cid = a.propose("b", 1.0, 2.0, 5.0)["id"]
+        b.contract_action(cid, "accept")
+        tasks = [a.register_task(f"t{i}", load=0.1)["id"] for i in range(20)]
+        statuses = _race(*[(lambda t=t: a.offer(cid, [t], 1.5)) for t in tasks])
+        assert sorted(statuses) == [200] + [409] * 19, statuses
+        assert len(a.offers(state="pending")) == 1
+
+
 def test_data_survives_restart_and_migrations_repeat(tmp_path, backend_url):
     with running_registry(tmp_path, backend_url) as reg:
         with RegistryClient(reg.url, reg.admin_key) as operator:
