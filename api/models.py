@@ -130,7 +130,11 @@ class Movement(Base):
     from_id: Mapped[int] = mapped_column(ForeignKey("participants.id"), index=True)
     to_id: Mapped[int] = mapped_column(ForeignKey("participants.id"), index=True)
     price: Mapped[float] = mapped_column(Float)
+    # The task's load as its host last measured it (as declared, until the host reports);
+    # `amount` is what accrued up to `accrued_at`, each interval at the load measured over it.
     load: Mapped[float] = mapped_column(Float)
+    amount: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    accrued_at: Mapped[datetime] = mapped_column(UTCDateTime)
     state: Mapped[str] = mapped_column(String(16), index=True)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime)
     earliest_end_at: Mapped[datetime] = mapped_column(UTCDateTime)
@@ -237,3 +241,4 @@ class Failover(Base):
     failed: Mapped[Participant | None] = relationship(foreign_keys=[failed_id], lazy="joined")
     from_host: Mapped[Participant] = relationship(foreign_keys=[from_host_id], lazy="joined")
     to_host: Mapped[Participant] = relationship(foreign_keys=[to_host_id], lazy="joined")
+

@@ -33,7 +33,5 @@ def list_events(
 @router.post("/events", status_code=201, response_model=schemas.EventOut)
 def report_event(body: schemas.EventCreate, session: DbSession, caller: Caller, now: Now):
     """Record something a participant's agent did or suffered, in its own name."""
-    caller.require_participant()
-    event = event_service.record(session, body.kind, body.message, actor=caller.name, subject=body.subject, data=body.data, at=now)
-    session.flush()
+    event = event_service.report(session, caller, body.kind, body.message, body.subject, body.data, now)
     return schemas.EventOut.model_validate(event, from_attributes=True)

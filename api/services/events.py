@@ -8,6 +8,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from api.auth import Principal
+from api.errors import Forbidden
 from api.db import utcnow
 from api.models import Event
 
@@ -24,6 +25,21 @@ def record(
 ) -> Event:
     event = Event(kind=kind, message=message, actor=actor, subject=subject, data=data or {}, at=at or utcnow())
     session.add(event)
+    return event
+
+
+def report(session: Session, caller: Principal, kind: str, message: str, subject: str | None, data: dict, now: datetime) -> Event:
+    """An event a participant's agent reports, in its own name; its subject (whose feed it
+    shows in) is the reporter itself or a participant it has dealt with."""
+    from api.services import participants
+
+    me = caller.require_participant()
+    if subject is not None and subject != me.name:
+        other = participants.get(session, subject)
+        if not participants.related(session, me.id, other.id):
+            raise Forbidden(f"{me.name} has no contract and no task with {subject}; it reports events only about itself or a participant it deals with")
+    event = record(session, kind, message, actor=me.name, subject=subject, data=data, at=now)
+    session.flush()
     return event
 
 

@@ -24,8 +24,8 @@ from sqlalchemy.orm import Session
 from api import schemas
 from api.auth import Principal
 from api.errors import Conflict, Forbidden, Invalid, NotFound
-from api.models import Contract, Failover, Movement, Replica, Task
-from api.services import events, participants
+from api.models import Contract, Failover, Movement, Participant, Replica, Task
+from api.services import contracts, events, participants
 from bpm.ha import REPLICATED_MODES, effective_mode, is_failed
 
 
@@ -55,6 +55,16 @@ def mode_of(session: Session, task: Task) -> str:
     if movement is not None and movement.state != "ended":
         contract_mode = session.scalar(select(Contract.ha_mode).where(Contract.id == movement.contract_id))
     return effective_mode(task.ha_mode, contract_mode)
+
+
+def may_keep(session: Session, task: Task, participant: Participant, now: datetime, what: str) -> None:
+    """A task's replicas and failovers go only to its origin or to a participant holding a
+    contract in force with the origin: nobody else has agreed to keep or run it."""
+    if participant.id == task.origin_id:
+        return
+    contract = contracts.active_between(session, task.origin_id, participant.id)
+    if contract is None or not contracts.in_force(contract, now):
+        raise Forbidden(f"{participant.name} has no contract in force with task #{task.id}'s origin {task.origin.name}; {what}")
 
 
 def _involved_tasks(participant_id: int):
@@ -111,6 +121,7 @@ def create_replica(
     if role is None:
         raise Invalid(f"task #{task.id}'s HA mode is {mode}, which keeps no replica; give a role to place one anyway")
     holder = participants.get(session, body.participant)
+    may_keep(session, task, holder, now, "a replica lives only at the origin or a contract partner of it")
     if holder.id == task.host_id:
         raise Conflict(f"{holder.name} hosts task #{task.id}; a replica must live elsewhere")
     existing = _live_replica(session, task.id, holder.id)
@@ -272,6 +283,7 @@ def failover(
     if not is_failed(status):
         raise Conflict(f"task #{task.id}'s host {failed.name} is {status}; failover needs it suspected or failed", status=status)
     target = participants.get(session, body.to)
+    may_keep(session, task, target, now, "a task fails over only to its origin or a contract partner of it")
     to_status, _ = participants.liveness(target, now, timeout_s)
     if to_status != "alive":
         raise Conflict(f"{target.name} is {to_status}; a task fails over only to a live participant", status=to_status)

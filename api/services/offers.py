@@ -198,6 +198,7 @@ def accept(session: Session, caller: Principal, offer_id: int, body: schemas.Off
             to_id=offer.to_id,
             price=offer.price,
             load=task.load,
+            accrued_at=now,
             state="active",
             started_at=now,
             earliest_end_at=now + timedelta(seconds=contract.min_duration_s),
@@ -304,6 +305,11 @@ def end_movement(session: Session, caller: Principal, movement_id: int, now: dat
     may always take it back). A host may end only a movement whose task still runs at it.
     """
     movement = get_movement(session, caller, movement_id)
+    if not caller.is_operator and caller.participant.id not in (movement.from_id, movement.to_id):
+        raise Forbidden(
+            f"only {movement.from_participant.name} and {movement.to_participant.name} may end movement #{movement.id}; "
+            f"task #{movement.task_id}'s origin ends its own movement, which unwinds the chain after it"
+        )
     if movement.state != "active":
         raise Conflict(f"movement #{movement.id} already ended")
     if now < movement.earliest_end_at:
@@ -366,10 +372,27 @@ def end_movement(session: Session, caller: Principal, movement_id: int, now: dat
 
 
 def accrued(movement: Movement, now: datetime) -> tuple[float, float]:
-    """(seconds hosted away so far, amount the origin owes the host): price x load x seconds."""
+    """(seconds hosted away so far, amount the mover owes the host): price x load x seconds,
+    summed over the host's reports, and the time since the last at the load it reported."""
     end = movement.ended_at or now
     seconds = max(0.0, (end - movement.started_at).total_seconds())
-    return seconds, movement.price * movement.load * seconds
+    since = max(0.0, (end - movement.accrued_at).total_seconds())
+    return seconds, movement.amount + movement.price * movement.load * since
+
+
+def accrue(session: Session, task_id: int, load: float, now: datetime) -> None:
+    """The task's host measured `load` over the time since its last report: every active
+    movement of the task (a chain pays link by link) accrues that interval at it.
+    Conditional on the movement still being active and not accrued meanwhile, so a report
+    racing an end or another report adds nothing twice."""
+    for movement in session.scalars(select(Movement).where(Movement.task_id == task_id, Movement.state == "active")):
+        since = max(0.0, (now - movement.accrued_at).total_seconds())
+        session.execute(
+            update(Movement)
+            .where(Movement.id == movement.id, Movement.state == "active", Movement.accrued_at == movement.accrued_at)
+            .values(amount=Movement.amount + movement.price * load * since, load=load, accrued_at=now)
+            .execution_options(synchronize_session=False)
+        )
 
 
 def movement_out(movement: Movement, now: datetime) -> schemas.MovementOut:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, or_, select, union
 from sqlalchemy.orm import Session
 
 from api import schemas
 from api.auth import Principal, hash_key, new_key
 from api.errors import Conflict, Forbidden, NotFound
-from api.models import LoadSample, Participant, Task
+from api.models import Contract, Failover, LoadSample, Participant, Replica, Task
 from api.services import events
 
 # Load samples older than this are dropped: the UI charts the recent past only.
@@ -22,6 +22,29 @@ def get(session: Session, name: str) -> Participant:
     if participant is None:
         raise NotFound(f"no participant named {name!r}")
     return participant
+
+
+def _task_ids_of(participant_id: int):
+    """Tasks a participant originates, hosts, holds or held a replica of, or took part in a failover of."""
+    return union(
+        select(Task.id).where(or_(Task.origin_id == participant_id, Task.host_id == participant_id)),
+        select(Replica.task_id).where(Replica.participant_id == participant_id),
+        select(Failover.task_id).where(
+            or_(Failover.failed_id == participant_id, Failover.from_host_id == participant_id, Failover.to_host_id == participant_id)
+        ),
+    )
+
+
+def related(session: Session, a: int, b: int) -> bool:
+    """Whether two participants have dealt with each other: a contract in any state, or a task
+    both have had a part in. What one may say about the other (an event's subject) needs it."""
+    if a == b:
+        return True
+    lo, hi = sorted((a, b))
+    if session.scalar(select(Contract.id).where(Contract.pair_lo == lo, Contract.pair_hi == hi).limit(1)) is not None:
+        return True
+    shared = select(Task.id).where(Task.id.in_(_task_ids_of(a)), Task.id.in_(_task_ids_of(b))).limit(1)
+    return session.scalar(shared) is not None
 
 
 def register(session: Session, caller: Principal, body: schemas.ParticipantCreate) -> tuple[Participant, str]:
@@ -66,8 +89,12 @@ def heartbeat(session: Session, caller: Principal, name: str, body: schemas.Hear
     reported = {t.task_id: t.load for t in body.tasks}
     if reported:
         # Only the current host's measurement counts; a stale report about a task that moved is ignored.
+        # The movements of a task are paid on what its host measures, not what the mover declared.
+        from api.services.offers import accrue
+
         for task in session.scalars(select(Task).where(Task.id.in_(reported), Task.host_id == participant.id)):
             task.load = reported[task.id]
+            accrue(session, task.id, reported[task.id], now)
     session.add(LoadSample(participant_id=participant.id, at=now, load=body.load, threshold=body.threshold))
     session.execute(
         delete(LoadSample).where(LoadSample.participant_id == participant.id, LoadSample.at < now - SAMPLE_RETENTION)

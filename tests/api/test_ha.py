@@ -13,7 +13,8 @@ TIMEOUT = 3.0  # the registry's default heartbeat timeout
 
 @pytest.fixture
 def moved(registry):
-    """Origin a moved task t0 to b under a contract asking for `active_standby`; c and d are alive.
+    """Origin a moved task t0 to b under a contract asking for `active_standby`; c and d,
+    alive, hold contracts with a too (where its replicas and failovers may go).
 
     Returns (keys by name, task, movement). Every participant has just sent a heartbeat.
     """
@@ -23,6 +24,8 @@ def moved(registry):
         json={"counterparty": "b", "price_min": 1.0, "price_max": 2.0, "min_duration_s": 60, "ha_mode": "active_standby"},
     )
     registry.ok("POST", f"/contracts/{contract['id']}/accept", keys["b"])
+    for partner in "cd":
+        registry.active_contract(keys["a"], partner, keys[partner])
     task = registry.task(keys["a"], "t0", load=0.5)
     offer = registry.ok("POST", "/offers", keys["a"], status=201, json={"contract_id": contract["id"], "task_ids": [task["id"]], "price": 2.0})
     accepted = registry.ok("POST", f"/offers/{offer['id']}/accept", keys["b"])
@@ -92,6 +95,9 @@ def test_replica_refusals(registry, moved):
     # A task at home with no HA mode of its own or by contract has no standby role to default to.
     home = registry.task(keys["c"], "plain")
     assert registry.call("POST", f"/tasks/{home['id']}/replicas", keys["c"], json={"participant": "d"}).status_code == 422
+    unsigned = registry.call("POST", f"/tasks/{home['id']}/replicas", keys["c"], json={"participant": "d", "role": "passive_standby"})
+    assert unsigned.status_code == 403 and "no contract in force" in unsigned.json()["detail"]
+    registry.active_contract(keys["c"], "d", keys["d"])
     assert add_replica(registry, keys["c"], home["id"], "d", role="passive_standby")["role"] == "passive_standby"
     sync = f"/replicas/{replica['id']}/sync"
     assert registry.call("POST", sync, keys["a"], json={"epoch": 1}).status_code == 403  # origin: neither holder nor host
@@ -104,6 +110,31 @@ def test_replica_refusals(registry, moved):
     assert [r["task_id"] for r in registry.ok("GET", "/replicas", keys["d"])] == [home["id"]]
     assert len(registry.ok("GET", "/replicas")) == 2
     assert registry.call("GET", "/replicas", None).status_code == 401
+
+
+def test_replicas_and_failovers_go_only_to_the_origin_or_its_partners(registry, moved):
+    """Nobody keeps or runs a task without a contract in force with its origin: not a
+    stranger the origin or host names, not a partner whose contract ended."""
+    keys, task, _ = moved
+    tid = task["id"]
+    keys["e"] = registry.participant("e")  # alive, but no contract with a
+    for by in "ab":
+        refused = registry.call("POST", f"/tasks/{tid}/replicas", keys[by], json={"participant": "e"})
+        assert refused.status_code == 403 and "no contract in force with task #" in refused.json()["detail"], refused.text
+    contract_ac = next(c for c in registry.ok("GET", "/contracts", keys["c"]) if c["state"] == "active")
+    registry.ok("POST", f"/contracts/{contract_ac['id']}/terminate", keys["a"])
+    assert registry.call("POST", f"/tasks/{tid}/replicas", keys["a"], json={"participant": "c"}).status_code == 403
+    replica = add_replica(registry, keys["a"], tid, "d")
+    silence(registry, keys, "b")
+    body = {"expected_epoch": 1, "reason": "b is silent"}
+    for stranger in "ce":
+        refused = registry.call("POST", f"/tasks/{tid}/failover", keys["a"], json={**body, "to": stranger})
+        assert refused.status_code == 403 and "fails over only to its origin or a contract partner" in refused.json()["detail"], refused.text
+    assert registry.ok("GET", f"/tasks/{tid}")["host"] == "b"
+    record = registry.ok("POST", f"/tasks/{tid}/failover", keys["d"], status=201, json={**body, "to": "d"})
+    assert (record["to_host"], record["to_epoch"]) == ("d", 2)
+    states = {r["id"]: r["state"] for r in registry.ok("GET", f"/replicas?task_id={tid}")}
+    assert states[replica["id"]] == "promoted"
 
 
 def test_failover_refused_while_the_host_lives_then_done_with_fencing(registry, moved):

@@ -164,6 +164,11 @@ def test_the_next_host_returns_a_passed_on_task_to_the_host_that_passed_it(regis
 def test_the_origin_takes_its_task_back_and_the_chain_unwinds(registry, chain):
     a, b, c, task_id, first, second = chain
     registry.clock.advance(9)  # past a -> b's minimum duration (10 s), not yet b -> c's (30 s)
+    # The origin is not a party to b -> c: it ends its own movement, which unwinds the chain.
+    registry.clock.advance(30)
+    foreign = registry.call("POST", f"/movements/{second}/end", a)
+    assert foreign.status_code == 403 and "only b and c may end" in foreign.json()["detail"], foreign.text
+    registry.clock.advance(-30)
     ended = registry.ok("POST", f"/movements/{first}/end", a)
     assert ended["state"] == "ended"
     assert registry.ok("GET", f"/movements/{second}", c)["state"] == "ended"
@@ -219,6 +224,39 @@ def test_participant_events_are_private(registry, pair):
     assert [e["kind"] for e in registry.ok("GET", "/events", c)] == ["participant.registered", "agent.error"]
     assert all(e["actor"] in ("a", "b") or e["subject"] in ("a", "b") for e in registry.ok("GET", "/events", a))
     assert registry.call("POST", "/events", json={"kind": "x", "message": "y"}).status_code == 403
+    # An event shows in its subject's feed: only about oneself or a participant one deals with.
+    about_a = {"kind": "agent.error", "message": "a is slow", "subject": "a"}
+    stranger = registry.call("POST", "/events", c, json=about_a)
+    assert stranger.status_code == 403 and "no contract and no task with a" in stranger.json()["detail"]
+    assert registry.call("POST", "/events", c, json={**about_a, "subject": "zz"}).status_code == 404
+    assert registry.ok("POST", "/events", b, status=201, json=about_a)["subject"] == "a"
+    assert registry.ok("POST", "/events", c, status=201, json={**about_a, "subject": "c"})["subject"] == "c"
+    assert [e["message"] for e in registry.ok("GET", "/events?kind=agent.error", a)] == ["a is slow"]
+
+
+def test_a_movement_is_paid_on_the_load_its_host_measures(registry, pair):
+    """The payer declared 0.1 for t0; b, hosting it, measures 0.4 then 0.2; a's own report
+    about a task it no longer hosts changes nothing."""
+    a, b, contract, tasks = pair
+    offer = _offer(registry, a, contract["id"], tasks[:1], price=2.0).json()
+    movement = registry.ok("POST", f"/offers/{offer['id']}/accept", b)["movements"][0]
+
+    def beat(key, name, load):
+        registry.ok("POST", f"/participants/{name}/heartbeat", key, json={"load": load, "tasks": [{"task_id": tasks[0], "load": load}]})
+
+    registry.clock.advance(10)
+    beat(b, "b", 0.4)  # 2.0 x 0.4 x 10 = 8
+    beat(a, "a", 0.0)  # not the host: ignored
+    registry.clock.advance(5)
+    beat(b, "b", 0.2)  # + 2.0 x 0.2 x 5 = 2
+    registry.clock.advance(5)  # + 2.0 x 0.2 x 5 = 2 at the last measured load, until the next report
+    entry = registry.ok("GET", "/ledger")["entries"][0]
+    assert (entry["movement_id"], entry["load"], entry["seconds"]) == (movement, 0.2, 20.0)
+    assert entry["amount"] == pytest.approx(12.0)
+    registry.ok("POST", f"/movements/{movement}/end", a)
+    registry.clock.advance(5)
+    beat(b, "b", 0.9)  # after the end: nothing more accrues
+    assert registry.ok("GET", "/ledger")["entries"][0]["amount"] == pytest.approx(12.0)
 
 
 def test_accept_settles_the_price_between_range_minimum_and_offered_cap(registry, pair):
