@@ -15,9 +15,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
+from api import signing
 from api.db import make_engine, session_factories, utcnow
 from api.errors import ERROR_RESPONSES, install_error_handlers
-from api.routers import contracts, ha, ledger, offers, participants, tasks
+from api.routers import contracts, ha, ledger, offers, participants, tasks, tokens
 from api.ui import router as ui_router
 from bpm import __version__
 from bpm.settings import Settings, get_settings
@@ -73,6 +74,8 @@ def create_app(
         app.state.engine = engine
         app.state.read_session, app.state.write_session = session_factories(engine)
         app.state.write_lock = asyncio.Lock() if engine.dialect.name == "sqlite" else None
+        with app.state.write_session() as session, session.begin():
+            signing.current(session, clock())  # agents read the key that verifies call tokens from the start
         try:
             yield
         finally:
@@ -90,7 +93,7 @@ def create_app(
     harden(app)
     install_error_handlers(app)
 
-    for router in (participants.router, participants.me_router, contracts.router, tasks.router, offers.router, ledger.router, ha.router):
+    for router in (participants.router, participants.me_router, contracts.router, tasks.router, offers.router, ledger.router, ha.router, tokens.router):
         app.include_router(router, prefix="/api/v1", responses=ERROR_RESPONSES)
 
     @app.get("/healthz", tags=["health"])

@@ -242,3 +242,16 @@ class Failover(Base):
     from_host: Mapped[Participant] = relationship(foreign_keys=[from_host_id], lazy="joined")
     to_host: Mapped[Participant] = relationship(foreign_keys=[to_host_id], lazy="joined")
 
+
+class SigningKey(Base):
+    """A key the registry signs agents' call tokens with (Ed25519). The newest unretired one
+    signs; a retired one still verifies for a grace period, so rotation breaks no call."""
+
+    __tablename__ = "signing_keys"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kid: Mapped[str] = mapped_column(String(32), unique=True)
+    private_pem: Mapped[str] = mapped_column(Text)
+    public_pem: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    retired_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)

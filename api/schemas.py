@@ -317,6 +317,29 @@ class FailoverOut(Out):
 
 IdPath = Annotated[int, Path(ge=1, le=MAX_ID)]
 IdQuery = Annotated[int | None, Query(ge=0, le=MAX_ID)]
+# Call tokens between agents
+
+
+class TokenCreate(In):
+    task_id: Id
+    purpose: Literal["handover", "delta"] = Field(description="handover: fetch the task's checkpoint from its previous host; delta: send an HA delta to a replica's holder")
+    audience: str = Field(min_length=1, max_length=PARTICIPANT_MAX, pattern=NAME_PATTERN, description="The participant the call goes to")
+    epoch: Epoch = Field(description="The task's epoch the call is for: the caller must host the task at it")
+
+
+class TokenOut(Out):
+    token: str = Field(description="A JWT (EdDSA) the registry signed; send it as 'Authorization: Bearer <token>' to the audience's agent")
+    expires_at: datetime
+    kid: str
+
+
+class KeyOut(Out):
+    kid: str
+    public_key: str = Field(description="Ed25519 public key, PEM")
+    created_at: datetime
+    retired_at: datetime | None
+
+
 NamePath = Annotated[str, Path(min_length=1, max_length=PARTICIPANT_MAX, pattern=NAME_PATTERN)]
 NameQuery = Annotated[str | None, Query(min_length=1, max_length=PARTICIPANT_MAX, pattern=NAME_PATTERN)]
 WordQuery = Annotated[str | None, Query(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_.]*$")]

@@ -28,6 +28,7 @@ class RegistryClient:
 
     def __init__(self, base_url: str, key: str | None = None, *, timeout: float = 10.0, transport: httpx.BaseTransport | None = None) -> None:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.key = key
         self.base_url = base_url.rstrip("/")
         self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout, transport=transport)
 
@@ -98,6 +99,16 @@ class RegistryClient:
 
     def tasks(self, host: str | None = None, origin: str | None = None) -> list[dict]:
         return self.request("GET", "/tasks", params={"host": host, "origin": origin})
+
+    # Call tokens between agents
+    def call_token(self, task_id: int, purpose: str, audience: str, epoch: int) -> dict:
+        return self.request("POST", "/tokens", json={"task_id": task_id, "purpose": purpose, "audience": audience, "epoch": epoch})
+
+    def signing_keys(self) -> list[dict]:
+        return self.request("GET", "/keys")
+
+    def rotate_signing_key(self) -> dict:
+        return self.request("POST", "/keys/rotate")
 
     # Offers and movements
     def offer(self, contract_id: int, task_ids: list[int], price: float, ttl_s: float | None = None) -> dict:

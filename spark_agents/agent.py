@@ -45,6 +45,7 @@ from bpm.negotiation import (
     settle_price,
 )
 from spark_agents import handover
+from spark_agents.credentials import Credentials
 from spark_agents.ha_agent import HADuties
 
 log = logging.getLogger("bpm.agent")
@@ -142,7 +143,7 @@ class Agent:
         host: TaskHost,
         *,
         clock: Callable[[], float] = time.time,
-        fetch: Callable[[str, str, int, str], bytes] | None = None,
+        fetch: Callable[[str, str, int, str], bytes] | None = None,  # (endpoint, task key, epoch, token)
     ) -> None:
         self.config = config
         self.client = client
@@ -165,7 +166,8 @@ class Agent:
         self._contracts: list = []
         # A fetch gives up after a while and is retried next tick, so that the loop goes on
         # (detection, other starts) while a previous host is slow or has just died.
-        self.fetch = fetch or (lambda endpoint, key, epoch, me: handover.fetch(endpoint, key, epoch, me, timeout_s=config.fetch_timeout_s))
+        self.fetch = fetch or (lambda endpoint, key, epoch, token: handover.fetch(endpoint, key, epoch, token, timeout_s=config.fetch_timeout_s))
+        self.credentials = Credentials(client, config.name, clock)
         self._beat_lock = threading.Lock()
         self._last_beat = 0.0
         self.ha = HADuties(self, interval_s=config.ha_interval_s) if config.ha and hasattr(host, "ha_take_over") else None
@@ -330,7 +332,8 @@ class Agent:
         if source is not None and handover.local_epoch(checkpoint) != epoch:
             endpoint = self._endpoint(source)
             fetched_at = time.perf_counter()
-            data = self.fetch(endpoint, key, epoch, self.config.name)
+            token = self.credentials.token(task["id"], "handover", source, epoch)
+            data = self.fetch(endpoint, key, epoch, token)
             handover.unpack(data, checkpoint, epoch)
             self.note(
                 "task.received",
@@ -353,6 +356,10 @@ class Agent:
         if participant not in self._endpoints:
             self._endpoints[participant] = self.client.participant(participant)["endpoint"]
         return self._endpoints[participant]
+
+    def release_to_caller(self, token: str | None, key: str, epoch: int) -> bytes:
+        """`release` to whoever the registry's token says calls (TokenRefused if none)."""
+        return self.release(key, epoch, self.credentials.verify(token, "handover", key, epoch).caller)
 
     def release(self, key: str, epoch: int, to: str) -> bytes:
         """Hand the checkpoint of `key` to `to`, once the registry says it hosts the task at `epoch`."""

@@ -27,6 +27,8 @@ when, from the registry's records:
 
 from __future__ import annotations
 
+import functools
+
 import shutil
 import threading
 from collections.abc import Callable, Mapping
@@ -78,11 +80,14 @@ class Duty:
     epoch: int
 
 
-def ship_over_http(client: httpx.Client, endpoint: str, key: str, epoch: int, sender: str) -> Callable[[bytes], Any]:
-    """A `ship` for `PrimaryDuties`: POST the delta to the backup's agent; it returns once applied."""
+def ship_over_http(client: httpx.Client, endpoint: str, key: str, epoch: int, token: Callable[[], str]) -> Callable[[bytes], Any]:
+    """A `ship` for `PrimaryDuties`: POST the delta to the backup's agent, with the registry's
+    grant of the call (`token()`: one is reused while fresh); it returns once applied."""
 
     def ship(data: bytes) -> Any:
-        response = client.post(f"{endpoint.rstrip('/')}/ha/{key}/delta", params={"epoch": epoch, "sender": sender}, content=data)
+        response = client.post(
+            f"{endpoint.rstrip('/')}/ha/{key}/delta", params={"epoch": epoch}, content=data, headers={"Authorization": f"Bearer {token()}"}
+        )
         response.raise_for_status()
         return response.json()
 
@@ -329,7 +334,8 @@ class HADuties:
             ship = None
             if duty.holder is not None:
                 endpoint = self._view["participants"][duty.holder]["endpoint"]
-                ship = ship_over_http(self.http, endpoint, key, duty.epoch, self.me)
+                grant = functools.partial(self.agent.credentials.token, task["id"], "delta", duty.holder, duty.epoch)
+                ship = ship_over_http(self.http, endpoint, key, duty.epoch, grant)
             window_s = int((task.get("params") or {}).get("window_s", 60))
             self.host.ha_start_duties(key, duty.mode, located[0], located[1], consumer_name(key, self.me),
                                       window_s=window_s, interval_s=self.interval_s, ship=ship)
@@ -391,6 +397,10 @@ class HADuties:
         self.host.ha_stop_replica(key)
         shutil.rmtree(self.replica_dir(key, replica_id), ignore_errors=True)
         self.note("replica.stopped", f"{key}: active-standby replica stopped: {why}")
+
+    def receive_delta_from_caller(self, token: str | None, key: str, epoch: int, data: bytes) -> dict:
+        """`receive_delta` from whoever the registry's token says sends it (TokenRefused if none)."""
+        return self.receive_delta(key, epoch, self.agent.credentials.verify(token, "delta", key, epoch).caller, data)
 
     def receive_delta(self, key: str, epoch: int, sender: str, data: bytes) -> dict:
         """Apply a delta checkpoint from the host of `key` (the server's `POST /ha/{task}/delta`).

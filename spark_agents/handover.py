@@ -1,7 +1,8 @@
 """Moving a task's checkpoint between agents: packed at the releasing host, fetched by the new one.
 
-The new host pulls (`GET {previous}/handover/{task}?epoch=E&to=ME`); the previous host
-answers only once the registry says the task now belongs to the caller at epoch E
+The new host pulls (`GET {previous}/handover/{task}?epoch=E`, with the registry's token for
+this handover, `bpm.tokens`, naming it as the caller); the previous host answers only once
+the registry says the task now belongs to the caller at epoch E
 (fencing: a stale or foreign request gets 409), after stopping the task at a batch
 boundary. The checkpoint travels as a tar.gz of the files a restart reads
 (`spark_agents.checkpoint.restart_files`) and replaces the receiver's copy atomically
@@ -135,14 +136,15 @@ def _read_capped(response: httpx.Response) -> bytes:
     return b"".join(chunks)
 
 
-def fetch(endpoint: str, task_key: str, epoch: int, me: str, *, timeout_s: float = 60.0, poll_s: float = 0.1) -> bytes:
-    """The checkpoint of `task_key` from its previous host, retrying while it is not released yet."""
+def fetch(endpoint: str, task_key: str, epoch: int, token: str, *, timeout_s: float = 60.0, poll_s: float = 0.1) -> bytes:
+    """The checkpoint of `task_key` from its previous host, retrying while it is not released
+    yet; `token` is the registry's grant of this call (`bpm.tokens`)."""
     deadline = time.monotonic() + timeout_s
     last = "no answer"
-    with httpx.Client(base_url=endpoint.rstrip("/"), timeout=30.0) as http:
+    with httpx.Client(base_url=endpoint.rstrip("/"), timeout=30.0, headers={"Authorization": f"Bearer {token}"}) as http:
         while time.monotonic() < deadline:
             try:
-                with http.stream("GET", f"/handover/{task_key}", params={"epoch": epoch, "to": me}) as response:
+                with http.stream("GET", f"/handover/{task_key}", params={"epoch": epoch}) as response:
                     body = _read_capped(response)
             except httpx.HTTPError as exc:
                 last = f"unreachable: {exc}"

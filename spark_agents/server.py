@@ -3,19 +3,22 @@ passive-standby deltas a host ships to this participant as the backup of its tas
 
 from __future__ import annotations
 
+import hmac
 import threading
 from typing import TYPE_CHECKING
 
 from typing import Annotated
 
-from fastapi import FastAPI, HTTPException, Path, Query, Request
+from fastapi import FastAPI, Header, HTTPException, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from bpm.names import KEY_MAX, NAME_PATTERN, PARTICIPANT_MAX, TASK_MAX
+from bpm.names import KEY_MAX, NAME_PATTERN, TASK_MAX
+from bpm.tokens import TokenRefused
+from spark_agents.credentials import bearer
 from bpm.web import harden
 from spark_agents.ha.delta import DeltaRefused
 from spark_agents.ha_agent import NotHolder
@@ -26,7 +29,7 @@ if TYPE_CHECKING:
 
 
 TaskKey = Annotated[str, Path(min_length=1, max_length=KEY_MAX, pattern=NAME_PATTERN)]
-Participant = Annotated[str, Query(min_length=1, max_length=PARTICIPANT_MAX, pattern=NAME_PATTERN)]
+_REFUSED = {401: {"description": "No credential, or one the registry did not issue"}, 403: {"description": "A credential for another caller or call"}}
 
 
 class NewTask(BaseModel):
@@ -88,33 +91,45 @@ def create_agent_app(agent: Agent) -> FastAPI:
         """Alive while the control loop runs."""
         return {"status": "ok", "participant": agent.config.name, "steps": agent.steps}
 
-    @app.post("/tasks", status_code=201)
-    def add_task(body: NewTask):
-        """Take on a new task of this participant's own (a new query over one input partition)."""
+    @app.post("/tasks", status_code=201, responses=_REFUSED)
+    def add_task(body: NewTask, authorization: Annotated[str | None, Header()] = None):
+        """Take on a new task of this participant's own (a new query over one input partition):
+        only with this participant's own registry key."""
         from spark_agents.agent import OwnTask
 
+        given = bearer(authorization)
+        if given is None:
+            raise HTTPException(401, "send this participant's registry key: 'Authorization: Bearer <key>'", headers={"WWW-Authenticate": "Bearer"})
+        if not agent.client.key or not hmac.compare_digest(given.encode(), agent.client.key.encode()):
+            raise HTTPException(403, f"only {agent.config.name}'s own key adds tasks here")
         return agent.add_task(OwnTask(body.name, body.input_uri, body.params))
 
-    @app.get("/handover/{task_key}")
-    def handover(task_key: TaskKey, to: Participant, epoch: int = Query(ge=0, le=2**63 - 1)):
-        """Stop the task here at a batch boundary and return its checkpoint (tar.gz) to its new host."""
+    @app.get("/handover/{task_key}", responses=_REFUSED)
+    def handover(task_key: TaskKey, epoch: int = Query(ge=0, le=2**63 - 1), authorization: Annotated[str | None, Header()] = None):
+        """Stop the task here at a batch boundary and return its checkpoint (tar.gz) to its new
+        host: the caller shows the registry's token for this handover (task, epoch, both parties)."""
         with handover_lock:
             try:
-                data = agent.release(task_key, epoch, to)
+                data = agent.release_to_caller(bearer(authorization), task_key, epoch)
+            except TokenRefused as exc:
+                raise HTTPException(exc.status, str(exc)) from exc
             except PermissionError as exc:
                 raise HTTPException(409, str(exc)) from exc
             except HandoverNotReady as exc:
                 raise HTTPException(503, str(exc)) from exc
         return Response(data, media_type="application/gzip")
 
-    @app.post("/ha/{task_key}/delta")
-    async def delta(task_key: TaskKey, request: Request, sender: Participant, epoch: int = Query(ge=0, le=2**63 - 1)):
-        """Apply a delta checkpoint from the task's host (this participant holds its passive-standby copy)."""
+    @app.post("/ha/{task_key}/delta", responses=_REFUSED)
+    async def delta(task_key: TaskKey, request: Request, epoch: int = Query(ge=0, le=2**63 - 1), authorization: Annotated[str | None, Header()] = None):
+        """Apply a delta checkpoint from the task's host (this participant holds its
+        passive-standby copy): the host shows the registry's token for this delta."""
         if agent.ha is None:
             raise HTTPException(404, "this agent keeps no HA copies")
         data = await request.body()
         try:
-            return await run_in_threadpool(agent.ha.receive_delta, task_key, epoch, sender, data)
+            return await run_in_threadpool(agent.ha.receive_delta_from_caller, bearer(authorization), task_key, epoch, data)
+        except TokenRefused as exc:
+            raise HTTPException(exc.status, str(exc)) from exc
         except (NotHolder, DeltaRefused) as exc:
             raise HTTPException(409, str(exc)) from exc
 

@@ -127,7 +127,11 @@ class Federation:
             raise RuntimeError(f"the replayer of {name} failed (exit {process.returncode}); see {self.workdir / 'logs' / f'replay-{name}.log'}")
 
     def add_task(self, name: str, task: str, input_uri: str, params: dict) -> dict:
-        response = httpx.post(self.endpoints[name] + "/tasks", json={"name": task, "input_uri": input_uri, "params": params}, timeout=30)
+        key = (self._agent_workdir(name) / KEY_FILE).read_text().strip()  # only the participant's own key adds its tasks
+        response = httpx.post(
+            self.endpoints[name] + "/tasks", json={"name": task, "input_uri": input_uri, "params": params},
+            headers={"Authorization": f"Bearer {key}"}, timeout=30,
+        )
         response.raise_for_status()
         return response.json()
 

@@ -35,8 +35,8 @@ def stepped_federation(
         operator = RegistryClient("http://testserver", "op", transport=transport)
         agents: dict[str, Agent] = {}
 
-        def fetch(endpoint, key, epoch, me):
-            return agents[endpoint.rsplit("/", 1)[-1]].release(key, epoch, me)
+        def fetch(endpoint, key, epoch, token):
+            return agents[endpoint.rsplit("/", 1)[-1]].release_to_caller(token, key, epoch)
 
         def add(name: str, tasks: int) -> Agent:
             key = operator.add_participant(name, f"http://127.0.0.2:9000/{name}")["api_key"]

@@ -15,8 +15,10 @@ import httpx
 import pytest
 
 from bpm.costs import MM1Cost
+from bpm.tokens import TokenRefused
 from bpm.zeek.definitions import ResultRow
 from spark_agents.agent import Agent
+from spark_agents.credentials import bearer
 from spark_agents.ha.delta import DeltaShipper
 from spark_agents.ha.fence import FencedError, FencedSink, OutputFence
 from tests.spark_agents.stepped import stepped_federation
@@ -139,8 +141,11 @@ def federation(tmp_path):
         def deliver(request: httpx.Request) -> httpx.Response:
             """Agents' HTTP between each other: the delta endpoint of the addressed agent."""
             _, name, _, key, _ = request.url.path.split("/", 4)
+            token = bearer(request.headers.get("Authorization"))
             try:
-                body = agents[name].ha.receive_delta(key, int(request.url.params["epoch"]), request.url.params["sender"], request.content)
+                body = agents[name].ha.receive_delta_from_caller(token, key, int(request.url.params["epoch"]), request.content)
+            except TokenRefused as exc:
+                return httpx.Response(exc.status, json={"detail": str(exc)})
             except PermissionError as exc:
                 return httpx.Response(409, json={"detail": str(exc)})
             return httpx.Response(200, json=body)

@@ -111,10 +111,9 @@ def agent_http(tmp_path):
 @pytest.mark.parametrize(
     "method,path",
     [
-        ("GET", "/handover/..%2F..%2Fvictim?epoch=1&to=b"),
-        ("GET", "/handover/a.p0?epoch=1&to=..%2Fb"),
-        ("GET", "/handover/a.p0?epoch=99999999999999999999&to=b"),
-        ("POST", "/ha/.hidden/delta?epoch=1&sender=b"),
+        ("GET", "/handover/..%2F..%2Fvictim?epoch=1"),
+        ("GET", "/handover/a.p0?epoch=99999999999999999999"),
+        ("POST", "/ha/.hidden/delta?epoch=1"),
     ],
 )
 def test_the_agent_refuses_unsafe_names_in_urls(agent_http, method, path):

@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from api import schemas
+from api.deps import Caller, DbSession, Now
+from api.services import tokens as service
+
+router = APIRouter(tags=["tokens"])
+
+
+@router.post("/tokens", status_code=201, response_model=schemas.TokenOut)
+def issue_token(body: schemas.TokenCreate, session: DbSession, caller: Caller, now: Now):
+    """A short-lived token for one call to another participant's agent about one task at one epoch (see `GET /keys`)."""
+    return service.issue(session, caller, body, now)
+
+
+@router.get("/keys", response_model=list[schemas.KeyOut])
+def signing_keys(session: DbSession, now: Now):
+    """The public keys agents verify call tokens with: open to all, like a certificate."""
+    return service.keys(session, now)
+
+
+@router.post("/keys/rotate", status_code=201, response_model=schemas.KeyOut)
+def rotate_signing_key(session: DbSession, caller: Caller, now: Now):
+    """Operator: sign with a new key from now on; tokens signed before stay valid until they expire."""
+    return service.rotate(session, caller, now)

@@ -1,0 +1,57 @@
+"""Call tokens: the registry vouches for who calls another agent, for which task and epoch."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from api import schemas, signing
+from api.auth import Principal
+from api.errors import Conflict, Forbidden, Invalid
+from api.models import Replica
+from api.services import events, participants, tasks
+from api.services.ha import task_label
+
+
+def issue(session: Session, caller: Principal, body: schemas.TokenCreate, now: datetime) -> schemas.TokenOut:
+    """A token for the caller's call to `body.audience` about one task at one epoch.
+
+    Only the task's host at that epoch gets one: for a handover it fetches the checkpoint
+    from the task's previous host; for a delta it sends an HA delta to a holder of an
+    active replica of the task.
+    """
+    me = caller.require_participant()
+    task = tasks.get(session, body.task_id)
+    audience = participants.get(session, body.audience)
+    if audience.id == me.id:
+        raise Invalid("a token is for a call to another participant")
+    if task.host_id != me.id or task.epoch != body.epoch:
+        raise Conflict(
+            f"task #{task.id} {task_label(task)} runs at {task.host.name} at epoch {task.epoch}; only its host at an epoch calls others about it",
+            host=task.host.name, epoch=task.epoch,
+        )
+    if body.purpose == "delta":
+        holds = session.scalar(
+            select(Replica.id).where(Replica.task_id == task.id, Replica.participant_id == audience.id, Replica.state == "active")
+        )
+        if holds is None:
+            raise Forbidden(f"{audience.name} holds no active replica of task #{task.id}; deltas go only to replica holders")
+    claims = {"sub": me.name, "aud": audience.name, "purpose": body.purpose, "task": task_label(task), "task_id": task.id, "epoch": task.epoch}
+    token, expires = signing.sign(session, claims, now)
+    return schemas.TokenOut(token=token, expires_at=expires, kid=signing.current(session, now).kid)
+
+
+def keys(session: Session, now: datetime) -> list[schemas.KeyOut]:
+    return [
+        schemas.KeyOut(kid=k.kid, public_key=k.public_pem, created_at=k.created_at, retired_at=k.retired_at)
+        for k in signing.verifying(session, now)
+    ]
+
+
+def rotate(session: Session, caller: Principal, now: datetime) -> schemas.KeyOut:
+    caller.require_operator()
+    key = signing.rotate(session, now)
+    events.record(session, "registry.key_rotated", f"the registry's signing key is now {key.kid}; earlier keys verify for {signing.GRACE.total_seconds():g} s more", actor="operator", data={"kid": key.kid}, at=now)
+    return schemas.KeyOut(kid=key.kid, public_key=key.public_pem, created_at=key.created_at, retired_at=None)

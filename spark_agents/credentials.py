@@ -1,0 +1,78 @@
+"""An agent's call tokens: it asks the registry for its own and verifies its callers' (`bpm.tokens`)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+from bpm.client import RegistryClient
+from bpm.tokens import TTL_S, Grant, TokenRefused, key_id, verify
+
+log = logging.getLogger(__name__)
+
+KEYS_REFRESH_S = 1.0  # an unknown key id makes the agent re-read the registry's keys, at most this often
+
+
+class Credentials:
+    def __init__(self, client: RegistryClient, me: str, clock: Callable[[], float] = time.time) -> None:
+        self.client = client
+        self.me = me
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._tokens: dict[tuple, tuple[str, float]] = {}
+        self._keys: dict[str, str] = {}
+        self._keys_read_at = float("-inf")
+
+    def token(self, task_id: int, purpose: str, audience: str, epoch: int) -> str:
+        """A token for my call to `audience` about task `task_id` at `epoch`; reused while it
+        has more than half its life left."""
+        wanted = (task_id, purpose, audience, epoch)
+        now = self.clock()
+        with self._lock:
+            held = self._tokens.get(wanted)
+            if held is not None and held[1] - now > TTL_S / 2:
+                return held[0]
+        issued = self.client.call_token(task_id, purpose, audience, epoch)
+        expires = datetime.fromisoformat(issued["expires_at"]).timestamp()
+        with self._lock:
+            self._tokens = {k: v for k, v in self._tokens.items() if v[1] > now}
+            self._tokens[wanted] = (issued["token"], expires)
+        return issued["token"]
+
+    def verify(self, token: str | None, purpose: str, task: str, epoch: int) -> Grant:
+        """Who calls me with `token` for this purpose, task and epoch; TokenRefused if nobody the registry vouches for."""
+        kid = key_id(token) if token else None
+        pem = self._keys.get(kid) if kid else None
+        if pem is None and kid is not None:
+            self._read_keys()
+            pem = self._keys.get(kid)
+        return verify(token, pem, audience=self.me, purpose=purpose, task=task, epoch=epoch, now=self.clock())
+
+    def _read_keys(self) -> None:
+        with self._lock:
+            if time.monotonic() - self._keys_read_at < KEYS_REFRESH_S:
+                return
+            self._keys_read_at = time.monotonic()
+        try:
+            listed = self.client.signing_keys()
+        except Exception as exc:  # the registry unreachable: the call is refused, not the agent
+            log.warning("cannot read the registry's signing keys: %s", exc)
+            return
+        with self._lock:
+            self._keys = {k["kid"]: k["public_key"] for k in listed}
+
+
+def bearer(header: str | None) -> str | None:
+    """The credential of an `Authorization: Bearer ...` header, or None."""
+    if not header:
+        return None
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return value.strip() or None
+
+
+__all__ = ["Credentials", "Grant", "TokenRefused", "bearer"]

@@ -1,0 +1,104 @@
+"""Calls between agents carry the registry's grant: nobody else fetches a checkpoint (and so
+stops a task), sends a delta or adds a task, whatever names the request carries."""
+
+from __future__ import annotations
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from fastapi.testclient import TestClient
+
+from bpm.client import RegistryClient, RegistryError
+from bpm.costs import MM1Cost
+from bpm.tokens import TokenRefused
+from spark_agents.server import create_agent_app
+from tests.spark_agents.stepped import stepped_federation
+from tests.spark_agents.test_agent import SteppedHost
+
+
+@pytest.fixture
+def moved(tmp_path):
+    """a's task a.p0 moved to b (epoch 1) by an accepted offer; c is a stranger. Yields
+    (a's agent HTTP, registry clients by name, the task, the registry's clock)."""
+    with stepped_federation(tmp_path, lambda now: SteppedHost(MM1Cost(a=0.25, c=1.0))) as (operator, agents, add, clock):
+        a = add("a", 1)
+        clients = {"a": a.client}
+        for name in "bc":
+            clients[name] = RegistryClient("http://testserver", operator.add_participant(name, f"http://127.0.0.2:9000/{name}")["api_key"], transport=operator._http._transport)
+        contract = clients["a"].propose("b", 1.0, 2.0, 5.0)
+        clients["b"].contract_action(contract["id"], "accept")
+        task = clients["a"].tasks(origin="a")[0]
+        offer = clients["a"].offer(contract["id"], [task["id"]], 1.5)
+        clients["b"].accept_offer(offer["id"])
+        with TestClient(create_agent_app(a), raise_server_exceptions=False) as http:
+            yield http, clients, clients["a"].tasks(origin="a")[0], clock
+
+
+def _fetch(http, token, epoch=1):
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return http.get("/handover/a.p0", params={"epoch": epoch}, headers=headers)
+
+
+def test_only_the_new_host_with_the_registry_token_fetches_the_checkpoint(moved):
+    http, clients, task, clock = moved
+    assert task["host"] == "b" and task["epoch"] == 1
+    # Naming itself in the request no longer works: no token, no checkpoint.
+    bare = http.get("/handover/a.p0", params={"epoch": 1, "to": "b"})
+    assert bare.status_code == 401 and bare.json()["detail"].startswith("missing credential")
+    # A stranger cannot get a token for the task, nor can the old host.
+    for name in "ca":
+        with pytest.raises(RegistryError) as refused:
+            clients[name].call_token(task["id"], "handover", "a" if name == "c" else "b", 1)
+        assert refused.value.status == 409
+    # A token signed by anyone but the registry is refused.
+    forger = Ed25519PrivateKey.generate().private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    forged = jwt.encode({"sub": "b", "aud": "a", "iss": "bpm-registry", "purpose": "handover", "task": "a.p0", "epoch": 1, "iat": 0, "exp": 2**40},
+                        forger, algorithm="EdDSA", headers={"kid": "forged"})
+    assert _fetch(http, forged).status_code == 401
+    # b's token for a call to someone else, or for a delta, or shown for another epoch: 403.
+    for_c = clients["b"].call_token(task["id"], "handover", "c", 1)["token"]
+    assert _fetch(http, for_c).status_code == 403
+    assert _fetch(http, clients["b"].call_token(task["id"], "handover", "a", 1)["token"], epoch=0).status_code == 403
+    with pytest.raises(RegistryError) as no_replica:
+        clients["b"].call_token(task["id"], "delta", "a", 1)
+    assert no_replica.value.status == 403
+    # An expired token: 401.
+    stale = clients["b"].call_token(task["id"], "handover", "a", 1)["token"]
+    clock.advance(600)
+    assert _fetch(http, stale).status_code == 401
+    # The new host's fresh token: the checkpoint.
+    granted = _fetch(http, clients["b"].call_token(task["id"], "handover", "a", 1)["token"])
+    assert granted.status_code == 200, granted.text
+    assert granted.headers["content-type"] == "application/gzip"
+
+
+def test_a_rotated_registry_key_still_verifies_tokens_it_signed_until_they_lapse(moved):
+    http, clients, task, _ = moved
+    before = clients["b"].call_token(task["id"], "handover", "a", 1)
+    operator = RegistryClient("http://testserver", "op", transport=clients["b"]._http._transport)
+    rotated = operator.rotate_signing_key()
+    after = clients["b"].call_token(task["id"], "handover", "a", 1)
+    assert before["kid"] != rotated["kid"] == after["kid"]
+    assert {k["kid"] for k in operator.signing_keys()} >= {before["kid"], after["kid"]}
+    assert _fetch(http, before["token"]).status_code == 200  # the old key still verifies
+    with pytest.raises(RegistryError) as refused:
+        clients["a"].rotate_signing_key()
+    assert refused.value.status == 403
+
+
+def test_only_the_participant_s_own_key_adds_its_tasks(moved):
+    http, clients, _, _ = moved
+    body = {"name": "p9", "input_uri": "/streams/a/partition=9"}
+    assert http.post("/tasks", json=body).status_code == 401
+    assert http.post("/tasks", json=body, headers={"Authorization": f"Bearer {clients['b'].key}"}).status_code == 403
+    added = http.post("/tasks", json=body, headers={"Authorization": f"Bearer {clients['a'].key}"})
+    assert added.status_code == 201 and added.json()["origin"] == "a"
+
+
+def test_token_refusals_carry_their_status():
+    with pytest.raises(TokenRefused) as missing:
+        from bpm.tokens import verify
+
+        verify(None, None, audience="a", purpose="handover", task="a.p0", epoch=1, now=0.0)
+    assert missing.value.status == 401
