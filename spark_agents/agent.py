@@ -212,6 +212,8 @@ class Agent:
         mine = {t["name"]: t for t in self.client.tasks(origin=self.config.name)}
         for task in self.config.tasks:
             self._register(task, mine.get(task.name))
+        for record in mine.values():  # added at run time (`POST /tasks`) before a restart, too
+            self._task_ids.setdefault(task_key(record), record["id"])
 
     def add_task(self, task: OwnTask) -> dict:
         """Take on a new task of my own (a new query); the next tick starts it."""
@@ -362,10 +364,17 @@ class Agent:
         return self.release(key, epoch, self.credentials.verify(token, "handover", key, epoch).caller)
 
     def release(self, key: str, epoch: int, to: str) -> bytes:
-        """Hand the checkpoint of `key` to `to`, once the registry says it hosts the task at `epoch`."""
+        """Hand the checkpoint of `key` to `to`, once the registry says it hosts the task at `epoch`.
+
+        The task is looked up in the registry when this agent does not know it (it restarted
+        after a SIGKILL between stopping the task and its new host fetching it, say): the
+        checkpoint on disk is what the new host needs, whatever this process remembers."""
         task_id = self._task_ids.get(key)
         if task_id is None:
-            raise handover.HandoverNotReady(f"{key} is not known here")
+            found = [t for t in self.client.tasks(host=to) if task_key(t) == key]
+            if not found:
+                raise handover.HandoverNotReady(f"{key} is not known here, and the registry does not place it at {to}")
+            task_id = self._task_ids[key] = found[0]["id"]
         current = self.client.request("GET", f"/tasks/{task_id}")
         if current["host"] != to or current["epoch"] != epoch:
             raise PermissionError(f"the registry gives {key} to {current['host']} at epoch {current['epoch']}, not to {to} at {epoch}")

@@ -38,8 +38,14 @@ def stepped_federation(
         def fetch(endpoint, key, epoch, token):
             return agents[endpoint.rsplit("/", 1)[-1]].release_to_caller(token, key, epoch)
 
+        keys: dict[str, str] = {}
+
         def add(name: str, tasks: int) -> Agent:
-            key = operator.add_participant(name, f"http://127.0.0.2:9000/{name}")["api_key"]
+            """A new participant's agent; for a name added before, that agent restarted (a new
+            process: nothing in memory, a new host, the same key and work folder)."""
+            if name not in keys:
+                keys[name] = operator.add_participant(name, f"http://127.0.0.2:9000/{name}")["api_key"]
+            key = keys[name]
             client = RegistryClient("http://testserver", key, transport=transport)
             config = AgentConfig(
                 name=name,

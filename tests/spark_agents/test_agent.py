@@ -13,6 +13,8 @@ import pytest
 
 from bpm.costs import MM1Cost
 from bpm.negotiation import is_acceptable
+from spark_agents.agent import OwnTask
+from spark_agents.handover import HandoverNotReady
 from tests.spark_agents.stepped import stepped_federation
 
 TASK_LOAD = 0.12
@@ -165,6 +167,64 @@ def test_a_host_over_its_threshold_passes_hosted_tasks_on_and_the_origin_gets_th
     assert [n for k, n in a.host.starts if k == passed] == [0, 3], "a resumed from c's checkpoint, not b's older one"
     ledger = operator.ledger()
     assert sum(x["balance"] for x in ledger["balances"]) == pytest.approx(0.0)
+
+
+def _cut_after_release(agent):
+    """`agent`'s next fetches reach the old host, which stops the task and packs its
+    checkpoint, but the answer never arrives (the old host, or the caller, is killed then)."""
+    real = agent.fetch
+
+    def cut(endpoint, key, epoch, token):
+        real(endpoint, key, epoch, token)
+        raise HandoverNotReady("the connection broke")
+
+    agent.fetch = cut
+
+
+def test_a_host_killed_after_stopping_a_passed_on_task_hands_it_over_once_restarted(federation):
+    """c stops a's task for a (the chain unwinds) and is SIGKILLed before a has the
+    checkpoint: the restarted c, which never heard of the task, finds it in the registry."""
+    operator, agents, add, clock = federation
+    a, b, c = _b_passes_on(federation, a_b_duration=600.0)
+    onward = [m for m in operator.movements(state="active") if m["from"] == "b"]
+    passed = f"a.{onward[0]['task_name']}"
+    clock.advance(600)
+    first = next(m for m in operator.movements(state="active") if m["from"] == "a" and m["task_id"] == onward[0]["task_id"])
+    a.client.end_movement(first["id"])
+    _cut_after_release(a)
+    a.tick()
+    assert passed not in a.host.running() and passed not in c.host.running(), "stopped at c, not started at a"
+    restarted = add("c", 0)
+    assert passed not in restarted._task_ids
+    a.fetch = agents["b"].fetch  # the federation's usual fetch
+    a.tick()
+    assert passed in a.host.running()
+    assert [n for k, n in a.host.starts if k == passed] == [0, 3], "a resumed from c's checkpoint"
+
+
+def test_agents_killed_mid_handover_start_the_task_once_after_restarting(federation):
+    """a's tasks, added at run time, move to b; a stops them and packs their checkpoints, then
+    both agents are SIGKILLed. Restarted, with nothing in memory, they finish the handover:
+    every task runs once, at b, from a's checkpoint."""
+    operator, agents, add, clock = federation
+    add("a", 0)
+    for i in range(6):
+        agents["a"].add_task(OwnTask(f"q{i}", f"/streams/a/partition={i}", {}))
+    add("b", 0)
+    _contract(agents, "a", "b")
+    _cut_after_release(agents["b"])
+    for _ in range(4):
+        _round(agents, clock)
+    moved = {f"a.{m['task_name']}" for m in operator.movements(state="active")}
+    assert moved and not moved & (agents["a"].host.running() | agents["b"].host.running()), "stopped at a, not started at b"
+    add("a", 0)
+    add("b", 0)
+    for _ in range(3):
+        _round(agents, clock)
+    assert moved <= agents["b"].host.running() and not moved & agents["a"].host.running()
+    assert [n for k, n in agents["b"].host.starts if k in moved] == [1] * len(moved), "each resumed from a's checkpoint, once"
+    hosts = {f"a.{t['name']}": t["host"] for t in operator.tasks(origin="a")}
+    assert all(hosts[k] == "b" for k in moved)
 
 
 def test_a_host_ends_only_the_movements_of_tasks_that_still_run_there(federation):
