@@ -108,7 +108,9 @@ class DemoSettings:
         phase_timeout_s: the longest a phase waits for an acceptable allocation.
         overload: phase 1 starts more of A's queries (at most `load_step` at a time) until
             they add up to this multiple of A's threshold: what a query costs depends on the
-            machine, and A is to start overloaded.
+            machine, and A is to start overloaded. A's JVM has just started then, and a query
+            measures dearer than it runs warm: `top_up_s` before trading starts, phase 1 tops
+            A up to it again with what its queries measure by then.
         load_step: the most queries A starts at a time in phase 1 and B in phase 3; B's first
             step in phase 3 is that many.
         fill: phase 3 starts queries at B until the tasks of A, B and C add up to this share
@@ -148,6 +150,7 @@ class DemoSettings:
     phase_timeout_s: float = 120.0
     poll_s: float = 2.0
     overload: float = 1.15
+    top_up_s: float = 20.0
     load_step: int = 3
     fill: float = 0.9
     cpus: float | None = 0.4
@@ -336,6 +339,16 @@ class Demo:
                 return
             count = self._queries_to_fill(name, names, share)
 
+    def _overload(self, name: str, traders: list[str]) -> None:
+        """Phase 1: `name`'s queries up to `overload` times its threshold, and again `top_up_s`
+        before `traders` may trade, when its queries measure what they cost warm."""
+        self._raise_load(name, [name], self.s.overload)
+        top_up_at = self._trading_from(traders) - self.s.top_up_s
+        while time.monotonic() < top_up_at:
+            self.poll()
+            time.sleep(self.s.poll_s)
+        self._raise_load(name, [name], self.s.overload)
+
     def _idle_partitions(self, name: str) -> list[str]:
         """`name`'s partitions that no task of its processes yet (p<k>)."""
         with self.fed.operator() as operator:
@@ -388,7 +401,7 @@ class Demo:
             self.fed.start_registry()
             self._setup_first(list(MEMBERS), measured=["a", "b", "c"], unsigned={JOINS_LATER})
             self._phase("1 uneven load: A carries most tasks", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s,
-                        not_before=self._trading_from(["a", "b", "c"]), action=lambda: self._raise_load("a", ["a"], s.overload))
+                        not_before=self._trading_from(["a", "b", "c"]), action=lambda: self._overload("a", ["a", "b", "c"]))
             self._phase("2 A sheds load to B and C", ["a", "b", "c"], until_acceptable=True, hold_s=s.settle_s)
             self._phase("3 load rises at B: new queries take the federation near its capacity", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s,
                         action=lambda: self._raise_load("b", ["a", "b", "c"], s.fill, first_step=s.load_step))

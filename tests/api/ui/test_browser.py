@@ -281,7 +281,8 @@ def test_a_movement_appears_live_while_the_federation_runs(federation, page):
 
 def test_ha_view_shows_the_registrys_replicas_and_an_empty_failover_record(federation, page):
     federation.add("alpha", "bravo")
-    federation["alpha"].propose("bravo", 1.0, 2.0, 30, ha_mode="active_standby")
+    proposed = federation["alpha"].propose("bravo", 1.0, 2.0, 30, ha_mode="active_standby")
+    federation["bravo"].contract_action(proposed["id"], "accept")  # a replica lives only at a contract partner
     task = federation["alpha"].register_task("conn-p0")
     federation["alpha"].create_replica(task["id"], "bravo", role="passive_standby")
     sign_in(page, federation.url, federation.registry.admin_key)
@@ -291,7 +292,7 @@ def test_ha_view_shows_the_registrys_replicas_and_an_empty_failover_record(feder
     expect(rows.first).to_contain_text("alpha.conn-p0")
     expect(rows.first).to_contain_text("passive_standby")
     expect(page.locator("#ha-failovers")).to_contain_text("No failovers recorded.")
-    expect(page.locator("#ha-asked")).to_contain_text("Contract #1 alpha – bravo (proposed) asks for active_standby.")
+    expect(page.locator("#ha-asked")).to_contain_text("Contract #1 alpha – bravo (active) asks for active_standby.")
 
 
 def test_ha_view_shows_records_when_the_registry_serves_them(federation, page):
