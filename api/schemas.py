@@ -57,6 +57,7 @@ class ParticipantOut(Out):
     threshold: float | None
     marginal_cost: dict | None
     hosted_tasks: list[int]
+    key_revoked: bool = Field(default=False, description="The operator revoked its key: it can do nothing until given a new one")
 
 
 class Identity(Out):
@@ -66,6 +67,16 @@ class Identity(Out):
 
 class ParticipantCreated(ParticipantOut):
     api_key: str = Field(description="The participant's key: shown once, stored only as a hash")
+
+
+class KeyRotated(Out):
+    name: str
+    api_key: str = Field(description="The participant's new key: shown once; the old one no longer works")
+
+
+class KeyRevoked(Out):
+    name: str
+    key_revoked: bool
 
 
 class TaskLoad(In):

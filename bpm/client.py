@@ -100,6 +100,17 @@ class RegistryClient:
     def tasks(self, host: str | None = None, origin: str | None = None) -> list[dict]:
         return self.request("GET", "/tasks", params={"host": host, "origin": origin})
 
+    def rotate_key(self, name: str) -> dict:
+        return self.request("POST", f"/participants/{name}/key")
+
+    def revoke_key(self, name: str) -> dict:
+        return self.request("DELETE", f"/participants/{name}/key")
+
+    def use_key(self, key: str) -> None:
+        """Act with `key` from now on (after a rotation)."""
+        self.key = key
+        self._http.headers["Authorization"] = f"Bearer {key}"
+
     # Call tokens between agents
     def call_token(self, task_id: int, purpose: str, audience: str, epoch: int) -> dict:
         return self.request("POST", "/tokens", json={"task_id": task_id, "purpose": purpose, "audience": audience, "epoch": epoch})

@@ -15,6 +15,7 @@ registry as an event, and the loop goes on.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -76,6 +77,19 @@ class OwnTask:
     name: str
     input_uri: str
     params: dict = field(default_factory=dict)
+
+
+KEY_FILE = "participant.key"  # in the agent's work folder: the key it registered with, or rotated to
+
+
+def write_key(path: Path, key: str) -> None:
+    """Keep the participant's key readable by its owner only, replaced in one step."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(path.name + ".new")
+    fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(key + "\n")
+    os.replace(staging, path)
 
 
 @dataclass
@@ -358,6 +372,15 @@ class Agent:
         if participant not in self._endpoints:
             self._endpoints[participant] = self.client.participant(participant)["endpoint"]
         return self._endpoints[participant]
+
+    def rotate_key(self) -> str:
+        """A new registry key for this participant, used from now on and kept in the key file;
+        the old one stops working at once."""
+        rotated = self.client.rotate_key(self.config.name)["api_key"]
+        self.client.use_key(rotated)
+        write_key(self.config.workdir / KEY_FILE, rotated)
+        self.note("participant.key_rotated", f"{self.config.name} rotated its registry key; {self.config.workdir / KEY_FILE} holds the new one")
+        return rotated
 
     def release_to_caller(self, token: str | None, key: str, epoch: int) -> bytes:
         """`release` to whoever the registry's token says calls (TokenRefused if none)."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 import time
@@ -14,12 +13,11 @@ from typing import Any
 from bpm.client import RegistryClient, RegistryError
 from bpm.costs import CostFunction
 from bpm.zeek.definitions import QueryParams
-from spark_agents.agent import Agent, AgentConfig
+from spark_agents.agent import KEY_FILE, Agent, AgentConfig, write_key
 from spark_agents.metrics import demand, scaled_to_process, steady_window_start
 
 log = logging.getLogger("bpm.agent")
 
-KEY_FILE = "participant.key"
 _QUERY_FIELDS = {f.name for f in fields(QueryParams)}
 
 
@@ -184,10 +182,7 @@ def participant_key(registry_url: str, name: str, endpoint: str, workdir: Path, 
             created = operator.add_participant(name, endpoint)
         except RegistryError as exc:
             raise SystemExit(f"cannot register {name}: {exc}; if it exists, pass its --key") from exc
-    workdir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(created["api_key"] + "\n")
+    write_key(key_file, created["api_key"])
     log.info("registered %s at %s", name, endpoint)
     return created["api_key"]
 

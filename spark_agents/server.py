@@ -97,12 +97,22 @@ def create_agent_app(agent: Agent) -> FastAPI:
         only with this participant's own registry key."""
         from spark_agents.agent import OwnTask
 
+        _require_own_key(authorization, "adds tasks here")
+        return agent.add_task(OwnTask(body.name, body.input_uri, body.params))
+
+    @app.post("/key/rotate", status_code=201, responses=_REFUSED)
+    def rotate_key(authorization: Annotated[str | None, Header()] = None):
+        """Rotate this participant's registry key (with the current one): the agent goes on with
+        the new key, keeps it in its key file and returns it, shown this once."""
+        _require_own_key(authorization, "rotates it")
+        return {"name": agent.config.name, "api_key": agent.rotate_key()}
+
+    def _require_own_key(authorization: str | None, what: str) -> None:
         given = bearer(authorization)
         if given is None:
             raise HTTPException(401, "send this participant's registry key: 'Authorization: Bearer <key>'", headers={"WWW-Authenticate": "Bearer"})
         if not agent.client.key or not hmac.compare_digest(given.encode(), agent.client.key.encode()):
-            raise HTTPException(403, f"only {agent.config.name}'s own key adds tasks here")
-        return agent.add_task(OwnTask(body.name, body.input_uri, body.params))
+            raise HTTPException(403, f"only {agent.config.name}'s own key {what}")
 
     @app.get("/handover/{task_key}", responses=_REFUSED)
     def handover(task_key: TaskKey, epoch: int = Query(ge=0, le=2**63 - 1), authorization: Annotated[str | None, Header()] = None):

@@ -26,6 +26,7 @@ def _out(request: Request, participant: Participant, hosted: list[int], now: dat
         threshold=participant.threshold,
         marginal_cost=participant.marginal_cost,
         hosted_tasks=hosted,
+        key_revoked=service.key_revoked(participant),
         **extra,
     )
 
@@ -71,3 +72,17 @@ def heartbeat(name: schemas.NamePath, body: schemas.Heartbeat, request: Request,
 def load_history(name: schemas.NamePath, session: DbSession, caller: Caller, since: schemas.MomentQuery = None):
     """The participant's recent load and threshold samples, oldest first."""
     return [schemas.LoadSampleOut(at=s.at, load=s.load, threshold=s.threshold) for s in service.load_samples(session, name, since)]
+
+
+@router.post("/{name}/key", status_code=201, response_model=schemas.KeyRotated)
+def rotate_key(name: schemas.NamePath, session: DbSession, caller: Caller, now: Now):
+    """A new key for the participant (by itself or the operator), shown this once; the old key stops working."""
+    participant, key = service.rotate_key(session, caller, name, now)
+    return schemas.KeyRotated(name=participant.name, api_key=key)
+
+
+@router.delete("/{name}/key", response_model=schemas.KeyRevoked)
+def revoke_key(name: schemas.NamePath, session: DbSession, caller: Caller, now: Now):
+    """Operator: withdraw the participant's key; it can do nothing until the operator rotates it."""
+    participant = service.revoke_key(session, caller, name, now)
+    return schemas.KeyRevoked(name=participant.name, key_revoked=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime, timedelta
 
 from sqlalchemy import delete, or_, select, union
@@ -57,6 +58,37 @@ def register(session: Session, caller: Principal, body: schemas.ParticipantCreat
     session.flush()
     events.record(session, "participant.registered", f"{body.name} joined at {body.endpoint}", actor="operator", subject=body.name)
     return participant, key
+
+
+# A revoked key's stored hash: never the SHA-256 hex digest of any key, unique per participant.
+_REVOKED = "revoked-"
+
+
+def key_revoked(participant: Participant) -> bool:
+    return participant.key_hash.startswith(_REVOKED)
+
+
+def rotate_key(session: Session, caller: Principal, name: str, now: datetime) -> tuple[Participant, str]:
+    """A new key for the participant, by itself or the operator; the old key stops working at once."""
+    participant = get(session, name)
+    if not caller.is_operator and caller.participant.id != participant.id:
+        raise Forbidden(f"only {name} or the operator may rotate {name}'s key")
+    key = new_key()
+    participant.key_hash = hash_key(key)
+    session.flush()
+    events.record(session, "participant.key_rotated", f"{caller.name} rotated {name}'s key", actor=caller.name, subject=name, at=now)
+    return participant, key
+
+
+def revoke_key(session: Session, caller: Principal, name: str, now: datetime) -> Participant:
+    """The operator withdraws the participant's key (lost or stolen): every call with it gets 401
+    until the operator rotates it, which hands out a new one."""
+    caller.require_operator()
+    participant = get(session, name)
+    participant.key_hash = _REVOKED + secrets.token_hex(28)
+    session.flush()
+    events.record(session, "participant.key_revoked", f"the operator revoked {name}'s key", actor="operator", subject=name, at=now)
+    return participant
 
 
 def liveness(participant: Participant, now: datetime, timeout_s: float) -> tuple[str, float | None]:

@@ -147,6 +147,27 @@ def participants_list(registry: RegistryUrl = DEFAULT_URL, key: Key = None, as_j
         _table(rows, ["name", "endpoint", "status", "load", "threshold", "heartbeat_age_s"], "participants")
 
 
+@participants_app.command("rotate-key")
+def participants_rotate_key(name: str, registry: RegistryUrl = DEFAULT_URL, key: Key = None, as_json: AsJson = False) -> None:
+    """Give NAME a new key (acting with NAME's current key, or the operator's) and print it, shown once;
+    the old key stops working. A running agent rotates its own with `POST /key/rotate` instead."""
+    with _client(registry, key or operator_key(None)) as client:
+        rotated = _run(lambda: client.rotate_key(name))
+    typer.echo(json.dumps(rotated) if as_json else f"{name}'s new key (shown once; the old one no longer works): {rotated['api_key']}")
+
+
+@participants_app.command("revoke-key")
+def participants_revoke_key(
+    name: str,
+    registry: RegistryUrl = DEFAULT_URL,
+    admin_key: Annotated[str | None, typer.Option("--admin-key", help="Operator key (default: BPM_ADMIN_KEY or ./.bpm-admin-key).")] = None,
+) -> None:
+    """Operator: withdraw NAME's key (lost or stolen); NAME can do nothing until `rotate-key` gives it a new one."""
+    with _client(registry, operator_key(admin_key)) as client:
+        _run(lambda: client.revoke_key(name))
+    typer.echo(f"revoked {name}'s key; `bpm participants rotate-key {name}` (as the operator) hands out a new one")
+
+
 CONTRACT_COLUMNS = ["id", "proposer", "counterparty", "state", "awaiting", "price_min", "price_max", "min_duration_s"]
 
 

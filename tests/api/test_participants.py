@@ -73,3 +73,29 @@ def test_me_tells_whose_key_is_in_use(registry):
     assert registry.ok("GET", "/me") == {"name": "operator", "role": "operator"}
     assert registry.ok("GET", "/me", alpha) == {"name": "alpha", "role": "participant"}
     assert registry.call("GET", "/me", "nope").status_code == 401
+
+
+def test_a_participant_rotates_its_own_key_and_the_old_one_stops_working(registry):
+    a, b = registry.participant("a"), registry.participant("b")
+    assert registry.call("POST", "/participants/b/key", a).status_code == 403
+    rotated = registry.ok("POST", "/participants/a/key", a, status=201)
+    assert rotated["name"] == "a" and rotated["api_key"] != a
+    assert registry.call("GET", "/me", a).status_code == 401
+    assert registry.ok("GET", "/me", rotated["api_key"]) == {"name": "a", "role": "participant"}
+    assert registry.ok("GET", "/me", b)["name"] == "b"
+    kinds = [e["kind"] for e in registry.ok("GET", "/events?participant=a")]
+    assert "participant.key_rotated" in kinds
+
+
+def test_the_operator_revokes_a_key_and_hands_out_a_new_one(registry):
+    a, b = registry.participant("a"), registry.participant("b")
+    assert registry.call("DELETE", "/participants/a/key", b).status_code == 403
+    assert registry.call("DELETE", "/participants/a/key", a).status_code == 403  # not even its own: the operator decides
+    assert registry.ok("DELETE", "/participants/a/key") == {"name": "a", "key_revoked": True}
+    assert registry.call("GET", "/me", a).status_code == 401
+    assert registry.call("POST", "/participants/a/key", a).status_code == 401  # a revoked key cannot rotate itself back
+    assert registry.ok("GET", "/participants/a")["key_revoked"] is True
+    fresh = registry.ok("POST", "/participants/a/key", status=201)["api_key"]
+    assert registry.ok("GET", "/me", fresh)["name"] == "a"
+    assert registry.ok("GET", "/participants/a")["key_revoked"] is False
+    assert registry.call("DELETE", "/participants/zz/key").status_code == 404

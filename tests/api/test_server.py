@@ -239,3 +239,13 @@ def test_two_participants_negotiate_with_the_cli(tmp_path):
         listed = bpm("contracts", "list", key=keys["south"]).stdout
         assert "active" in listed
         assert json.loads(bpm("participants", "list", "--json").stdout)[0]["name"] == "north"
+        # A participant rotates its key; the operator revokes one and hands out a new one.
+        rotated = json.loads(bpm("participants", "rotate-key", "north", "--json", key=keys["north"]).stdout)["api_key"]
+        assert bpm("contracts", "list", key=keys["north"], check=False).returncode == 1
+        assert "active" in bpm("contracts", "list", key=rotated).stdout
+        assert "revoked south's key" in bpm("participants", "revoke-key", "south").stdout
+        assert "invalid API key" in bpm("contracts", "list", key=keys["south"], check=False).stderr
+        not_operator = bpm("participants", "revoke-key", "north", "--admin-key", rotated, check=False)
+        assert not_operator.returncode == 1 and "only the operator" in not_operator.stderr
+        fresh = json.loads(bpm("participants", "rotate-key", "south", "--json").stdout)["api_key"]
+        assert "active" in bpm("contracts", "list", key=fresh).stdout

@@ -102,3 +102,20 @@ def test_token_refusals_carry_their_status():
 
         verify(None, None, audience="a", purpose="handover", task="a.p0", epoch=1, now=0.0)
     assert missing.value.status == 401
+
+
+def test_a_running_agent_rotates_its_key_and_goes_on_with_the_new_one(moved, tmp_path):
+    http, clients, _, _ = moved
+    old = clients["a"].key
+    assert http.post("/key/rotate", headers={"Authorization": f"Bearer {clients['b'].key}"}).status_code == 403
+    rotated = http.post("/key/rotate", headers={"Authorization": f"Bearer {old}"})
+    assert rotated.status_code == 201, rotated.text
+    new = rotated.json()["api_key"]
+    assert new != old and clients["a"].key == new  # the agent's own client acts with it
+    assert (tmp_path / "a" / "participant.key").read_text().strip() == new
+    assert clients["a"].request("GET", "/me")["name"] == "a"
+    with RegistryClient("http://testserver", old, transport=clients["b"]._http._transport) as stale:
+        with pytest.raises(RegistryError) as refused:
+            stale.request("GET", "/me")
+    assert refused.value.status == 401
+    assert http.post("/tasks", json={"name": "p9", "input_uri": "/x"}, headers={"Authorization": f"Bearer {old}"}).status_code == 403
