@@ -10,3 +10,6 @@ COPY api api
 COPY spark_agents spark_agents
 COPY migrations migrations
 RUN pip install --no-cache-dir .
+# Services run as an unprivileged user; /data (the shared volume) starts out as its own.
+RUN useradd --uid 10001 --create-home bpm && mkdir -p /data && chown bpm:bpm /data
+USER 10001:10001

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,13 +13,43 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_compose_file_is_valid():
+# The secrets the compose file asks for, none with a default.
+SECRETS = {"BPM_ADMIN_KEY": "op-key", "BPM_DB_PASSWORD": "db-password", **{f"BPM_KEY_{n.upper()}": f"key-{n}" for n in "abcd"}}
+
+
+def _compose_config(env: dict) -> subprocess.CompletedProcess:
     if shutil.which("docker-compose") is None:
         if os.environ.get("CI"):
             pytest.fail("docker-compose is missing; scripts/install-system-deps.sh installs it")
         pytest.skip("docker-compose not installed")
-    result = subprocess.run(["docker-compose", "config", "-q"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    clean = {k: v for k, v in os.environ.items() if k not in SECRETS}
+    return subprocess.run(["docker-compose", "config", "-q"], cwd=ROOT, env={**clean, **env}, capture_output=True, text=True, timeout=60)
+
+
+def test_compose_file_is_valid():
+    result = _compose_config(SECRETS)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("secret", sorted(SECRETS))
+def test_compose_supplies_no_default_secret(secret):
+    result = _compose_config({k: v for k, v in SECRETS.items() if k != secret})
+    assert result.returncode != 0 and secret in result.stderr, result.stderr
+
+
+def test_each_agent_gets_only_its_own_key_and_nothing_runs_as_root():
+    services = _services()
+    for name in "abcd":
+        env = services[name]["environment"]
+        assert set(env) == {"BPM_REGISTRY_URL", "BPM_KEY"}, env
+        assert env["BPM_KEY"].startswith(f"${{BPM_KEY_{name.upper()}:?"), env
+    for name, service in services.items():
+        if service.get("image", "").startswith("bpm-federation"):
+            user = str(service.get("user", "0"))
+            assert user.split(":")[0] not in ("0", "root"), (name, user)
+    dockerfile = (ROOT / "Dockerfile").read_text().splitlines()
+    users = [line.split()[1] for line in dockerfile if line.startswith("USER ")]
+    assert users and users[-1].split(":")[0] not in ("0", "root")
 
 
 @pytest.mark.slow
@@ -98,6 +129,8 @@ def test_the_federation_services_run_as_local_processes_and_move_load(tmp_path):
     import signal
     import time
 
+    import httpx
+
     from bpm.client import RegistryClient
     from bpm.processes import wait_http
     from spark_agents.hosts import open_hosts
@@ -120,10 +153,15 @@ def test_the_federation_services_run_as_local_processes_and_move_load(tmp_path):
             argument = argument.replace(f"http://{name}:9000", f"http://{address}:{ports[name]}")
         return argument
 
+    secrets = {"BPM_ADMIN_KEY": admin_key, "BPM_DB_PASSWORD": "unused"}  # the local server trusts loopback
+
     def environment(service: dict) -> dict:
-        env = {k: local(str(v)) for k, v in (service.get("environment") or {}).items()}
-        env.update({"BPM_ADMIN_KEY": admin_key, "BPM_DATABASE_URL": database_url})
-        return {**os.environ, **env}
+        """The service's environment with the secrets the operator sets (`${VAR:?...}`) filled in."""
+        env = {k: local(re.sub(r"\$\{(\w+):\?[^}]*\}", lambda m: secrets[m.group(1)], str(v))) for k, v in (service.get("environment") or {}).items()}
+        if "BPM_DATABASE_URL" in env:
+            env["BPM_DATABASE_URL"] = database_url  # the compose file's postgres service, here the local server
+        clean = {k: v for k, v in os.environ.items() if k not in ("BPM_ADMIN_KEY", "BPM_KEY")}
+        return {**clean, **env}
 
     processes: dict[str, subprocess.Popen] = {}
     hosts = open_hosts("compose")
@@ -146,6 +184,10 @@ def test_the_federation_services_run_as_local_processes_and_move_load(tmp_path):
         command[command.index("--port") + 1] = str(registry_port)
         log = start("registry", command, registry)
         wait_http(registry_url + "/healthz", processes["registry"], log, 60)
+        # The operator registers the participants; each agent gets only its own key.
+        with RegistryClient(registry_url, admin_key) as operator:
+            for name in addresses:
+                secrets[f"BPM_KEY_{name.upper()}"] = operator.add_participant(name, local(f"http://{name}:9000"))["api_key"]
         bin_dir = str(Path(BPM).parent)
         for name in addresses:
             service = services[f"replay-{name}"]
@@ -156,14 +198,28 @@ def test_the_federation_services_run_as_local_processes_and_move_load(tmp_path):
             command = [BPM, *(local(a) for a in service["command"][1:])]
             command[command.index("--host") + 1] = address
             command[command.index("--port") + 1] = str(ports[name])
+            assert "BPM_ADMIN_KEY" not in environment(service), "an agent gets no operator key"
             start(name, command, service)
         moved = []
-        deadline = time.monotonic() + 360
+        deadline = time.monotonic() + 420
+        added_at = time.monotonic()
         with RegistryClient(registry_url, admin_key) as operator:
             while time.monotonic() < deadline and not moved:
                 for name, process in processes.items():
                     assert process.poll() is None, f"{name} exited: {(tmp_path / f'{name}.log').read_text()[-3000:]}"
                 moved = operator.movements()
+                a = operator.participant("a")
+                # What a query costs depends on the machine: as an operator would, A starts more
+                # queries through its agent's API (with its own key) while it is not overloaded.
+                if not moved and a["load"] and a["threshold"] and a["load"] < 1.15 * a["threshold"] and time.monotonic() - added_at > 30:
+                    tasks = operator.tasks(origin="a")
+                    k = len(tasks)
+                    if k < 12:
+                        uri = tasks[0]["input_uri"].replace("partition=0", f"partition={k}")
+                        added = httpx.post(f"http://{addresses['a']}:{ports['a']}/tasks", json={"name": f"p{k}", "input_uri": uri, "params": tasks[0]["params"]},
+                                           headers={"Authorization": f"Bearer {secrets['BPM_KEY_A']}"}, timeout=30)
+                        assert added.status_code == 201, added.text
+                        added_at = time.monotonic()
                 time.sleep(3)
             contracts = operator.contracts(state="active")
         assert {(c["proposer"], c["counterparty"]) for c in contracts} == {("a", "b"), ("a", "c"), ("b", "c")}
