@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bpm.client import RegistryError
 from bpm.costs import MM1Cost
 from bpm.tokens import TokenRefused
 from bpm.zeek.definitions import ResultRow
@@ -323,3 +324,27 @@ def test_reconcile_takes_a_failed_over_task_over_instead_of_fetching_it():
     assert task_ha_mode(task, movements, [{"id": 7, "ha_mode": "upstream_backup"}]) == "upstream_backup"
     moved_on = {**task, "epoch": 3}  # a movement since the failover: the failover no longer applies
     assert reconcile("a", [moved_on], set(), movements, [record]).start[0].failover is None
+
+
+def test_a_forged_delta_does_not_touch_a_backup(federation):
+    """Only the task's host, with the registry's token for a delta to this holder, for this
+    task and epoch, replaces a backup: a sender that names itself gets nowhere."""
+    operator, agents, add, clock = federation
+    moved = _shed_to_b(operator, agents, add, clock, "passive_standby")
+    a, b, c = agents["a"], agents["b"], agents["c"]
+    key, other = f"a.{moved[0]['name']}", f"a.{moved[-1]['name']}"
+    b.host.batch(key, [_row(100)])
+    b.host.ship_deltas()
+    before = a.ha.backups[key].applied
+    epoch = moved[0]["epoch"]
+    with pytest.raises(TokenRefused) as missing:
+        a.ha.receive_delta_from_caller(None, key, epoch, b"forged")
+    assert missing.value.status == 401
+    with pytest.raises(RegistryError) as not_host:
+        c.credentials.token(moved[0]["id"], "delta", "a", epoch)
+    assert not_host.value.status == 409
+    if other != key:  # b's token for another task's delta is no good for this one
+        with pytest.raises(TokenRefused) as elsewhere:
+            a.ha.receive_delta_from_caller(b.credentials.token(moved[-1]["id"], "delta", "a", epoch), key, epoch, b"forged")
+        assert elsewhere.value.status == 403
+    assert a.ha.backups[key].applied == before
