@@ -3,12 +3,15 @@
 Every operation gets generated requests, valid and invalid, as the operator and as a
 participant of a small federation; none may answer with a server error, and every
 answer is JSON with the status codes the schema documents. Bounded: a few examples per
-operation (more with BPM_FUZZ_EXAMPLES).
+operation (more with BPM_FUZZ_EXAMPLES). Each database's run ends by printing its figures
+(operations, cases, requests, server errors) as one JSON line, shown with `pytest -s`.
 """
 
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import dataclass, field
 
 import httpx
 import pytest
@@ -46,6 +49,8 @@ def _seed(url: str, admin_key: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def fuzzed_registry(request, tmp_path_factory):
+    """A served registry on one database, seeded, and the tally of its run, printed at the end."""
+    tally = Tally()
     workdir = tmp_path_factory.mktemp(f"fuzz-{request.param}")
     database_url = None
     if request.param == "postgresql":
@@ -55,7 +60,8 @@ def fuzzed_registry(request, tmp_path_factory):
         downgrade(database_url, "base")
     with running_registry(workdir, database_url) as registry:
         keys = _seed(registry.url, registry.admin_key)
-        yield registry, {"operator": registry.admin_key, "participant": keys["a"]}
+        yield registry, {"operator": registry.admin_key, "participant": keys["a"]}, tally
+    print("\nfuzz " + tally.summary(request.param))
     if database_url:
         from api.migrate import downgrade
 
@@ -64,8 +70,22 @@ def fuzzed_registry(request, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def api_schema(fuzzed_registry):
-    registry, _ = fuzzed_registry
+    registry, _, _ = fuzzed_registry
     return schemathesis.openapi.from_url(registry.url + "/openapi.json")
+
+
+@dataclass
+class Tally:
+    """What one database's run sent and got back."""
+
+    operations: set[str] = field(default_factory=set)
+    cases: int = 0
+    requests: int = 0
+    server_errors: int = 0
+
+    def summary(self, database: str) -> str:
+        return json.dumps({"database": database, "examples_per_operation": EXAMPLES, "operations": len(self.operations),
+                           "cases": self.cases, "requests": self.requests, "server_errors": self.server_errors})
 
 
 schema = schemathesis.pytest.from_fixture("api_schema")
@@ -80,9 +100,13 @@ schema = schemathesis.pytest.from_fixture("api_schema")
     suppress_health_check=list(HealthCheck),
 )
 def test_no_server_errors_and_documented_statuses(case, fuzzed_registry):
-    registry, keys = fuzzed_registry
+    registry, keys, tally = fuzzed_registry
+    tally.operations.add(case.operation.label)
+    tally.cases += 1
     for key in keys.values():
         response = case.call(base_url=registry.url, headers={"Authorization": f"Bearer {key}"}, timeout=20)
+        tally.requests += 1
+        tally.server_errors += response.status_code >= 500
         case.validate_response(response, checks=[not_a_server_error, status_code_conformance])
         if response.status_code >= 400:
             assert response.headers.get("content-type", [""])[0].startswith("application/json"), response.text
