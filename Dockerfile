@@ -6,6 +6,8 @@ RUN apt-get update \
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY bpm bpm
+COPY bpm_app bpm_app
+COPY bpm_http bpm_http
 COPY api api
 COPY spark_agents spark_agents
 COPY migrations migrations

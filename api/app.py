@@ -21,8 +21,8 @@ from api.errors import ERROR_RESPONSES, install_error_handlers
 from api.routers import contracts, ha, ledger, offers, participants, tasks, tokens
 from api.ui import router as ui_router
 from bpm import __version__
-from bpm.settings import Settings, get_settings
-from bpm.web import harden
+from api.settings import Settings, get_settings
+from bpm_http.web import harden
 
 log = logging.getLogger("bpm.registry")
 

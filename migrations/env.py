@@ -7,7 +7,7 @@ from sqlalchemy import pool
 
 from api import models  # noqa: F401  (registers the tables on Base.metadata)
 from api.db import Base, make_engine
-from bpm.settings import get_settings
+from api.settings import get_settings
 
 config = context.config
 target_metadata = Base.metadata

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from bpm.client import RegistryClient, RegistryError
+from bpm_http.client import RegistryClient, RegistryError
 from bpm.costs.base import CostFunction
 from bpm.federation.views import (
     AgreedTerms,

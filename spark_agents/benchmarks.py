@@ -15,8 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bpm.streams import PartitionedStream
-from bpm.streams.feed import feed_all
+from spark_agents.streams import PartitionedStream
+from spark_agents.streams.feed import feed_all
 from bpm.zeek.definitions import QueryParams
 from bpm.zeek.generator import TrafficProfile, generate
 from spark_agents.host import TaskHost

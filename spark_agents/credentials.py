@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
-from bpm.client import RegistryClient
+from bpm_http.client import RegistryClient
 from bpm.tokens import TTL_S, Grant, TokenRefused, key_id, verify
 
 log = logging.getLogger(__name__)

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from bpm.client import RegistryError
+from bpm_http.client import RegistryError
 from bpm.federation.views import seconds, stream_partition, task_ha_mode
 from bpm.names import inside, task_key
 from bpm.ha import REPLICATED_MODES, effective_mode, failover_target, is_failed, repair_target
@@ -293,7 +293,7 @@ class HADuties:
         located = stream_partition(task.get("input_uri") or "")
         if located is None:
             return
-        from bpm.streams import PartitionedStream, StreamError
+        from spark_agents.streams import PartitionedStream, StreamError
 
         try:
             PartitionedStream(located[0]).trim()
@@ -528,7 +528,7 @@ class HADuties:
 
     @staticmethod
     def _release(stream_root: str, consumer: str) -> None:
-        from bpm.streams import PartitionedStream
+        from spark_agents.streams import PartitionedStream
 
         PartitionedStream(stream_root).release(consumer)
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from bpm.costs import CostFunction, MM1Cost, fit_cost_function
 from bpm.names import UnsafeName, check_name
 from bpm.zeek.definitions import QueryParams
-from bpm.streams.partitioned import MARK_END, closing_mark
+from spark_agents.streams.partitioned import MARK_END, closing_mark
 from spark_agents.checkpoint import committed_watermark_ms, owes_watermark_batch, processed_position
 from spark_agents.hosts import cpu_capacity
 from spark_agents.listener import BatchRecorder, TaskCpuMeter

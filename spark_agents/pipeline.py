@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bpm.streams import PartitionedStream
-from bpm.streams.feed import feed_all
+from spark_agents.streams import PartitionedStream
+from spark_agents.streams.feed import feed_all
 from bpm.zeek.conn import Conn
 from bpm.zeek.definitions import QueryParams, ResultRow
 from bpm.zeek.results import read_outputs

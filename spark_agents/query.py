@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bpm.streams.partitioned import positions_glob
+from spark_agents.streams.partitioned import positions_glob
 from bpm.zeek.definitions import PORT_PROTOCOLS, QueryParams, ResultRow
 from bpm.zeek.results import write_batch
 

@@ -10,7 +10,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from bpm.client import RegistryClient, RegistryError
+from bpm_http.client import RegistryClient, RegistryError
 from bpm.costs import CostFunction
 from bpm.zeek.definitions import QueryParams
 from spark_agents.agent import KEY_FILE, Agent, AgentConfig, write_key
@@ -60,7 +60,7 @@ class SparkTasks:
 
     def ha_start_duties(self, task_id: str, mode: str, stream_root: str, partition: int, consumer: str, *,
                         window_s: int, interval_s: float, ship) -> None:
-        from bpm.streams import PartitionedStream
+        from spark_agents.streams import PartitionedStream
         from spark_agents.ha.roles import PrimaryDuties
 
         duties = PrimaryDuties(self.host, task_id, mode, PartitionedStream(stream_root), partition, consumer,
@@ -93,7 +93,7 @@ class SparkTasks:
 
     def ha_take_over(self, task_id: str, mode: str, *, epoch: int, stream_root: str, partition: int, consumer: str,
                      failed_consumer: str | None, params: dict[str, Any], checkpoint_dir: Path, backup) -> dict[str, Any]:
-        from bpm.streams import PartitionedStream
+        from spark_agents.streams import PartitionedStream
         from spark_agents.ha.roles import take_over
 
         took = take_over(self.host, task_id, mode, epoch=epoch, stream=PartitionedStream(stream_root), partition=partition,

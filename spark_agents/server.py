@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from bpm.names import KEY_MAX, NAME_PATTERN, TASK_MAX
 from bpm.tokens import TokenRefused
 from spark_agents.credentials import bearer
-from bpm.web import harden
+from bpm_http.web import harden
 from spark_agents.ha.delta import DeltaRefused
 from spark_agents.ha_agent import NotHolder
 from spark_agents.handover import MAX_ARCHIVE_BYTES, HandoverNotReady

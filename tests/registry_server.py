@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from bpm.processes import wait_http
+from bpm_app.processes import wait_http
 from tests.conftest import free_port
 
 BPM = str(Path(sys.executable).with_name("bpm"))

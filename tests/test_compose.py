@@ -98,7 +98,7 @@ def _option_pairs(args: list[str]) -> list[tuple[str, str]]:
 
 def test_participants_run_the_demos_agent_command_and_options():
     """The compose participants are the demo's agents: same command, same options and contracts."""
-    from bpm.demo.run import MEMBERS, Demo, DemoSettings
+    from bpm_app.demo.run import MEMBERS, Demo, DemoSettings
 
     demo = Demo.__new__(Demo)
     demo.s = DemoSettings(workdir=Path("/data"))
@@ -131,8 +131,8 @@ def test_the_federation_services_run_as_local_processes_and_move_load(tmp_path):
 
     import httpx
 
-    from bpm.client import RegistryClient
-    from bpm.processes import wait_http
+    from bpm_http.client import RegistryClient
+    from bpm_app.processes import wait_http
     from spark_agents.hosts import open_hosts
     from tests.conftest import free_port, require_postgres
     from tests.registry_server import BPM

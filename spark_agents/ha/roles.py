@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bpm.ha.decisions import HA_MODES
-from bpm.streams import PartitionedStream
+from spark_agents.streams import PartitionedStream
 from bpm.zeek.definitions import QueryParams
 from spark_agents.ha.delta import Applied, DeltaRefused, DeltaShipper, applied_copy, apply_delta
 from spark_agents.ha.fence import FencedSink

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bpm.streams import PartitionedStream
+from spark_agents.streams import PartitionedStream
 from bpm.zeek.definitions import MICROS
 from spark_agents.ha.logs import batch_offsets, committed_batch, committed_position
 

@@ -13,7 +13,7 @@ from sqlalchemy import text
 from api.app import create_app
 from api.db import Base, make_engine
 from api.migrate import downgrade, upgrade
-from bpm.settings import Settings
+from api.settings import Settings
 from tests.conftest import require_postgres
 
 ADMIN_KEY = "test-operator-key"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import create_engine
 
-from bpm.web import MAX_BODY
+from bpm_http.web import MAX_BODY
 
 
 @pytest.mark.parametrize(

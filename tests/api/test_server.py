@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import create_engine, inspect
 
 from api.migrate import downgrade, upgrade
-from bpm.client import RegistryClient, RegistryError
+from bpm_http.client import RegistryClient, RegistryError
 from tests.conftest import require_postgres
 from tests.registry_server import BPM, running_registry
 
@@ -205,7 +205,7 @@ def test_production_mode_refuses_to_start_without_key(tmp_path):
 
 
 def test_local_mode_generates_key_once(tmp_path):
-    from bpm.settings import Settings
+    from api.settings import Settings
     from api.app import resolve_admin_key
 
     key_file = tmp_path / ".bpm-admin-key"

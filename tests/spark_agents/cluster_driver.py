@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from bpm.streams import PartitionedStream
+from spark_agents.streams import PartitionedStream
 from bpm.zeek.definitions import QueryParams
 from spark_agents.host import TaskHost
 from spark_agents.session import make_session

@@ -10,8 +10,8 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.migrate import upgrade
-from bpm.client import RegistryClient
-from bpm.settings import Settings
+from bpm_http.client import RegistryClient
+from api.settings import Settings
 from spark_agents.agent import Agent, AgentConfig, OwnTask
 from tests.api.conftest import Clock
 

@@ -9,7 +9,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
 
-from bpm.client import RegistryClient, RegistryError
+from bpm_http.client import RegistryClient, RegistryError
 from bpm.costs import MM1Cost
 from bpm.tokens import TokenRefused
 from spark_agents.server import create_agent_app

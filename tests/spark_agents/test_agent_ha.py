@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bpm.client import RegistryError
+from bpm_http.client import RegistryError
 from bpm.costs import MM1Cost
 from bpm.tokens import TokenRefused
 from bpm.zeek.definitions import ResultRow

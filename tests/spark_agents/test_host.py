@@ -6,8 +6,8 @@ import httpx
 import pytest
 
 from bpm.costs import CostFunction
-from bpm.streams import PartitionedStream
-from bpm.streams.feed import Feeder, end_watermark_ms, feed_all
+from spark_agents.streams import PartitionedStream
+from spark_agents.streams.feed import Feeder, end_watermark_ms, feed_all
 from bpm.zeek.definitions import QueryParams
 from bpm.zeek.generator import TrafficProfile, generate
 from bpm.zeek.reference import compute

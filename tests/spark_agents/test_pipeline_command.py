@@ -3,7 +3,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from bpm.cli import app
+from bpm_app.cli import app
 from bpm.zeek.conn import read_logs
 from bpm.zeek.definitions import QueryParams, ResultRow
 from bpm.zeek.reference import compute

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from bpm.streams import PartitionedStream
-from bpm.streams.feed import end_watermark_ms, feed_all
+from spark_agents.streams import PartitionedStream
+from spark_agents.streams.feed import end_watermark_ms, feed_all
 from bpm.zeek.conn import read_logs
 from bpm.zeek.definitions import QueryParams
 from bpm.zeek.generator import TrafficProfile, generate

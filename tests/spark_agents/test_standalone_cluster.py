@@ -11,8 +11,8 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from bpm.streams import PartitionedStream
-from bpm.streams.feed import feed_all
+from spark_agents.streams import PartitionedStream
+from spark_agents.streams.feed import feed_all
 from bpm.zeek.generator import TrafficProfile, generate
 from bpm.zeek.reference import compute
 from bpm.zeek.results import read_outputs

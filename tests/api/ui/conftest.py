@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from bpm.client import RegistryClient
+from bpm_http.client import RegistryClient
 from tests.api.ui.browser import VIEWPORT, launch, require_chromium
 from tests.registry_server import RunningRegistry, running_registry
 

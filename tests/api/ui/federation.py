@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from bpm.client import RegistryClient, RegistryError
+from bpm_http.client import RegistryClient, RegistryError
 from tests.conftest import free_port
 
 ADMIN_KEY = "ui-operator-key"
@@ -54,7 +54,7 @@ def in_process_registry(workdir: Path, clock: SteppedClock) -> Iterator[InProces
     import uvicorn
 
     from api.app import create_app
-    from bpm.settings import Settings
+    from api.settings import Settings
 
     settings = Settings(database_url=f"sqlite:///{workdir / 'registry.db'}")
     app = create_app(settings, admin_key=ADMIN_KEY, clock=clock)

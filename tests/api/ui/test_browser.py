@@ -12,7 +12,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from bpm.client import RegistryError
+from bpm_http.client import RegistryError
 from tests.api.ui.browser import sign_in
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.ui.router import STATIC
-from bpm.settings import Settings
+from api.settings import Settings
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from bpm.cli import app
+from bpm_app.cli import app
 from bpm.costs import MM1Cost, QuadraticCost
 from bpm.negotiation import Task
 from bpm.sim import Federation, SimConfig, build_federation, contract_graph, divisible_optimum, simulate_once

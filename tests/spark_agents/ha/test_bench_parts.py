@@ -2,7 +2,7 @@
 
 import pytest
 
-from bpm.bench.ha import HASettings, goals, overhead_ratios, sliced_cpu_per_row
+from bpm_app.bench.ha import HASettings, goals, overhead_ratios, sliced_cpu_per_row
 
 
 def mark(cpu_a, cpu_b, rows):

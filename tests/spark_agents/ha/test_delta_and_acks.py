@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from bpm.streams import PartitionedStream, StreamRecord
-from bpm.streams.partitioned import MARK_TICK
+from spark_agents.streams import PartitionedStream, StreamRecord
+from spark_agents.streams.partitioned import MARK_TICK
 from spark_agents.ha.delta import DeltaRefused, DeltaShipper, apply_delta, applied_copy, checkpoint_cut
 from spark_agents.ha.heartbeat import HeartbeatFile, HeartbeatWatcher, read_heartbeat, silent
 from spark_agents.ha.upstream import oldest_open_window_us, processed_ack_position, upstream_ack_position

@@ -1,17 +1,17 @@
 """Fault tests with real processes: the host of a task is killed with SIGKILL mid-stream, the
 second participant takes over in the task's HA mode, and the final alerts are compared with
 `bpm pipeline run` over exactly what was fed. The benchmark's harness runs them
-(`bpm.bench.ha.run_mode`), with shorter phases."""
+(`bpm_app.bench.ha.run_mode`), with shorter phases."""
 
 import itertools
 from dataclasses import replace
 
 import pytest
 
-from bpm.bench.ha import TASK_ID, HASettings, run_mode
-from bpm.bench.move import traffic
+from bpm_app.bench.ha import TASK_ID, HASettings, run_mode
+from bpm_app.bench.move import traffic
 from bpm.ha.decisions import HA_MODES, PRECISE_MODES
-from bpm.streams import PartitionedStream
+from spark_agents.streams import PartitionedStream
 from bpm.zeek.results import read_outputs
 from spark_agents.ha.fence import FencedSink
 from spark_agents.host import TaskHost

@@ -4,8 +4,8 @@ mode acknowledged (so the takeover could not have read anything older)."""
 
 import pytest
 
-from bpm.streams import PartitionedStream
-from bpm.streams.feed import Feeder
+from spark_agents.streams import PartitionedStream
+from spark_agents.streams.feed import Feeder
 from bpm.zeek.definitions import QueryParams
 from bpm.zeek.generator import TrafficProfile, generate
 from bpm.zeek.reference import compute

@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from bpm.streams import PartitionedStream, StreamError, StreamRecord, positions_glob
-from bpm.streams.partitioned import MARK_TICK
+from spark_agents.streams import PartitionedStream, StreamError, StreamRecord, positions_glob
+from spark_agents.streams.partitioned import MARK_TICK
 
 
 def glob_matches(glob: str, name: str) -> bool:

@@ -1,0 +1,107 @@
+"""`bpm agent run`: one participant of the federation."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bpm_app.commands import app
+
+agent_app = typer.Typer(help="Run a participant's agent.", no_args_is_help=True)
+app.add_typer(agent_app, name="agent")
+
+
+def parse_partitions(spec: str) -> list[int]:
+    """'0-3,7' -> [0, 1, 2, 3, 7]."""
+    out: list[int] = []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        lo, _, hi = part.partition("-")
+        try:
+            out.extend(range(int(lo), int(hi or lo) + 1))
+        except ValueError as exc:
+            raise typer.BadParameter(f"bad partition list {spec!r}: use e.g. 0-3,7") from exc
+    return sorted(set(out))
+
+
+@agent_app.command("run")
+def run(
+    name: Annotated[str, typer.Option(help="Participant name.")],
+    registry: Annotated[str, typer.Option(envvar="BPM_REGISTRY_URL", help="Registry base URL.")] = "http://127.0.0.1:8000",
+    host: Annotated[str, typer.Option(help="Loopback address this agent listens on (127.0.0.x).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port of the agent's HTTP endpoint (status, metrics, handover).")] = 9000,
+    endpoint: Annotated[str | None, typer.Option(envvar="BPM_ENDPOINT", help="URL partners reach this agent at (default http://HOST:PORT); set it when HOST is 0.0.0.0, as in a container.")] = None,
+    spark_master: Annotated[str, typer.Option(envvar="BPM_SPARK_MASTER", help="Spark master URL: local[*], local[N], spark://host:port.")] = "local[*]",
+    key: Annotated[str | None, typer.Option(envvar="BPM_KEY", help="This participant's API key.")] = None,
+    admin_key: Annotated[str | None, typer.Option(envvar="BPM_ADMIN_KEY", help="Operator key, to register the participant on first run.")] = None,
+    workdir: Annotated[Path | None, typer.Option(help="Checkpoints and key file (default ./bpm-agents/NAME).")] = None,
+    output: Annotated[Path, typer.Option(help="Shared output folder of the federation's tasks.")] = Path("bpm-output"),
+    stream: Annotated[Path | None, typer.Option(help="This participant's input stream (a partitioned stream folder).")] = None,
+    partitions: Annotated[str, typer.Option(help="Partitions of --stream that are this participant's own tasks, e.g. 0-3.")] = "",
+    window: Annotated[int, typer.Option(help="Window of the query, seconds.")] = 60,
+    min_connections: Annotated[int, typer.Option(help="Connections alert threshold (strictly more).")] = 100,
+    min_ports: Annotated[int, typer.Option(help="Distinct ports alert threshold (strictly more).")] = 10,
+    lateness: Annotated[int, typer.Option(help="Allowed lateness / watermark delay, seconds.")] = 60,
+    trigger: Annotated[float, typer.Option(help="Micro-batch trigger interval, seconds; each task adds up to a tenth, fixed by its name, so that batches do not all start at once.")] = 1.0,
+    period: Annotated[float, typer.Option(help="Mechanism period: offers, answers, ends (Borealis: 7 s).")] = 7.0,
+    tick: Annotated[float, typer.Option(help="Reconcile-and-heartbeat interval, seconds.")] = 0.5,
+    sample: Annotated[float, typer.Option(help="Load measuring interval, seconds.")] = 5.0,
+    cpus: Annotated[float | None, typer.Option(min=0.01, help="The participant's capacity in CPUs, against which its load is measured (default: its cgroup CPU quota when it has one, else Spark's parallelism).")] = None,
+    reference_price: Annotated[float | None, typer.Option(help="Price at which the threshold is reported (default: cheapest contract).")] = None,
+    cost_model: Annotated[str, typer.Option(help="'fitted' (from measured batch durations, M/M/1 until samples suffice) or 'mm1' (the analytic form only).")] = "fitted",
+    mm1_scale: Annotated[float, typer.Option(help="Scale a of the M/M/1 cost a*u/(1-u) when --cost-model mm1.")] = 1.0,
+    warmup: Annotated[float, typer.Option(help="Seconds after start during which the agent neither offers nor takes load (JIT compilation inflates the CPU measured).")] = 30.0,
+    settle: Annotated[float, typer.Option(min=0.0, help="Seconds after a task starts or stops here during which the agent neither offers, answers offers nor ends movements, so that it decides on a load window (15 s) that saw only the tasks it runs now.")] = 15.0,
+    pass_on: Annotated[bool, typer.Option("--pass-on/--no-pass-on", help="Offer tasks hosted for others on to this participant's own partners when it is over its threshold (only where none of its contracts replicates moved tasks).")] = True,
+    margin: Annotated[float, typer.Option(min=0.0, help="Relative margin both sides demand on top of the price when offering and accepting load (bpm.negotiation): 0.1 keeps a partner taking load below its threshold by about 10% of the price.")] = 0.0,
+    contract: Annotated[list[str] | None, typer.Option(help="Terms agreed offline, PARTNER:PRICE_MIN:PRICE_MAX:MIN_DURATION_S[:HA_MODE] (repeatable; HA_MODE none, upstream_backup, passive_standby or active_standby); the agent proposes or accepts them in the registry.")] = None,
+    ha: Annotated[bool, typer.Option("--ha/--no-ha", help="High availability duties: fail over moved tasks whose host failed, keep replicas and delta checkpoints, repair.")] = True,
+    ha_interval: Annotated[float, typer.Option(min=0.1, help="Seconds between a host's passive-standby deltas and stream acknowledgements.")] = 2.0,
+) -> None:
+    """Run one participant: host its tasks on Spark and trade load with its contract partners."""
+    from bpm.zeek.definitions import QueryParams
+    from bpm.federation.views import AgreedTerms
+    from spark_agents.agent import AgentConfig, OwnTask
+    from spark_agents.runtime import participant_key, run_agent
+
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s")
+    for noisy in ("httpx", "py4j", "py4j.clientserver", "uvicorn.access"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    workdir = (workdir or Path("bpm-agents") / name).resolve()
+    endpoint = endpoint or f"http://{host}:{port}"
+    params = {**QueryParams(window, min_connections, min_ports, lateness).to_dict(), "trigger_s": trigger}
+    own = []
+    if partitions:
+        if stream is None:
+            raise typer.BadParameter("--partitions needs --stream")
+        own = [OwnTask(f"p{k}", str((stream / f"partition={k}").resolve()), params) for k in parse_partitions(partitions)]
+    try:
+        agreed = [AgreedTerms.parse(spec) for spec in contract or []]
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--contract") from None
+    config = AgentConfig(
+        name=name,
+        workdir=workdir,
+        output_dir=output.resolve(),
+        endpoint=endpoint,
+        tasks=own,
+        period_s=period,
+        tick_s=tick,
+        reference_price=reference_price,
+        contracts=agreed,
+        warmup_s=warmup,
+        settle_s=settle,
+        margin=margin,
+        pass_on=pass_on,
+        ha=ha,
+        ha_interval_s=ha_interval,
+    )
+    if cost_model not in ("fitted", "mm1"):
+        raise typer.BadParameter("--cost-model is 'fitted' or 'mm1'")
+    from bpm.costs import MM1Cost
+
+    fixed = MM1Cost(a=mm1_scale, c=1.0) if cost_model == "mm1" else None
+    api_key = participant_key(registry, name, endpoint, workdir, key, admin_key)
+    run_agent(config, registry_url=registry, key=api_key, bind_host=host, port=port, spark_master=spark_master, cpus=cpus, trigger_s=trigger, sample_s=sample, cost_model=fixed)

@@ -1,0 +1,79 @@
+"""`bpm bench registry`: offer-and-accept round trips per second and latency against a registry."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bpm_app.commands import bench_app
+
+
+def _start_registry(database_url: str, port: int, workers: int, workdir: Path) -> subprocess.Popen:
+    from bpm_app.processes import wait_http
+
+    env = {**os.environ, "BPM_ADMIN_KEY": "bench-operator-key"}
+    bpm = str(Path(sys.executable).with_name("bpm"))
+    args = [bpm, "registry", "serve", "--database-url", database_url, "--port", str(port), "--workers", str(workers), "--log-level", "warning"]
+    log = workdir / "registry.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(args, cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=out)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", process, log, 60)
+    except (RuntimeError, TimeoutError):
+        process.kill()
+        raise
+    return process
+
+
+@bench_app.command("registry")
+def bench_registry_command(
+    url: Annotated[str | None, typer.Option(help="A running registry; by default one is started for the run.")] = None,
+    admin_key: Annotated[str | None, typer.Option(envvar="BPM_ADMIN_KEY", help="Operator key of the running registry.")] = None,
+    database_url: Annotated[str | None, typer.Option(help="Database of the registry started for the run (default: a temporary SQLite file).")] = None,
+    workers: Annotated[int, typer.Option(min=1, help="Worker processes of the registry started for the run.")] = 1,
+    clients: Annotated[int, typer.Option(min=1, help="Concurrent clients.")] = 100,
+    rounds: Annotated[int, typer.Option(min=1, help="Round trips per client.")] = 20,
+    port: Annotated[int, typer.Option(help="Port of the registry started for the run.")] = 8799,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Offer-and-accept round trips per second, p50 and p99 latency, with N concurrent clients."""
+    from rich.progress import Progress
+
+    from bpm_app.bench.registry import bench_registry
+
+    process = None
+    with tempfile.TemporaryDirectory(prefix="bpm-bench-") as tmp:
+        if url is None:
+            database_url = database_url or f"sqlite:///{Path(tmp) / 'bench.db'}"
+            process = _start_registry(database_url, port, workers, Path(tmp))
+            url, admin_key = f"http://127.0.0.1:{port}", "bench-operator-key"
+        if not admin_key:
+            typer.secho("--admin-key (or BPM_ADMIN_KEY) is needed for a running registry", fg="red", err=True)
+            raise typer.Exit(2)
+        try:
+            with Progress(transient=True, disable=as_json) as bar:
+                setup = bar.add_task("registering participants, contracts and tasks", total=clients)
+                result = bench_registry(url, admin_key, clients, rounds, lambda phase, n: bar.advance(setup, n))
+        finally:
+            if process is not None:
+                process.terminate()
+                process.wait(timeout=30)
+    result = {"benchmark": "registry", "url": url, "database": _backend(database_url), "workers": workers if process else None, **result}
+    if as_json:
+        typer.echo(json.dumps(result))
+    else:
+        for key, value in result.items():
+            typer.echo(f"{key:>20}: {value}")
+
+
+def _backend(database_url: str | None) -> str | None:
+    if database_url is None:
+        return None
+    return database_url.split(":", 1)[0].split("+", 1)[0]

@@ -1,0 +1,63 @@
+"""`bpm bench overhead` and `bpm bench load-model`: benchmarks of the Spark data plane."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from bpm_app.commands import bench_app
+
+
+def _report(result: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result))
+    else:
+        Console().print_json(json.dumps(result))
+
+
+@bench_app.command("overhead")
+def overhead_command(
+    rounds: int = typer.Option(4, "--rounds", min=1, help="Interleaved pairs of runs (bare, instrumented)."),
+    files: int = typer.Option(24, "--files", min=2, help="Stream files per run."),
+    rows_per_file: int = typer.Option(4000, "--rows-per-file", min=100),
+    master: str = typer.Option("local[*]", "--master", help="Spark master URL."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Rows per second of the query with the host's instrumentation against bare Spark (goal: ratio >= 0.98)."""
+    from spark_agents import benchmarks
+    from spark_agents.session import make_session
+
+    err = Console(stderr=True)
+    with tempfile.TemporaryDirectory(prefix="bpm-bench-overhead-") as tmp, err.status("starting Spark") as status:
+        spark = make_session(master, "bpm-bench-overhead")
+        result = benchmarks.overhead(spark, Path(tmp), rounds, files, rows_per_file, progress=status.update)
+    _report(result, as_json)
+
+
+@bench_app.command("load-model")
+def load_model_command(
+    tasks: int = typer.Option(4, "--tasks", min=3, help="Load levels: 1..N concurrent tasks."),
+    level_seconds: float = typer.Option(40.0, "--level-seconds", min=5, help="Measured seconds per level."),
+    warmup: float = typer.Option(30.0, "--warmup", min=0, help="Seconds of warm-up with every task, not measured."),
+    interval: float = typer.Option(10.0, "--interval", min=1, help="Measuring interval in seconds (longer: more batches per sample, less noise)."),
+    trigger: float = typer.Option(2.0, "--trigger", min=0.1, help="Tasks' trigger interval in seconds."),
+    rows_per_batch: int = typer.Option(3000, "--rows-per-batch", min=100),
+    master: str = typer.Option("local[*]", "--master", help="Spark master URL."),
+    plot: Path | None = typer.Option(None, "--plot", help="Write a PNG of the measurements and the fit here."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Do task loads measured alone add up to the utilisation measured together, and does the fitted
+    cost model predict batch duration at a new load level? (goal: both within 15%)"""
+    from spark_agents import benchmarks
+    from spark_agents.session import make_session
+
+    err = Console(stderr=True)
+    with tempfile.TemporaryDirectory(prefix="bpm-bench-load-") as tmp, err.status("starting Spark") as status:
+        spark = make_session(master, "bpm-bench-load-model")
+        result = benchmarks.load_model(spark, Path(tmp), tasks, level_seconds, interval, trigger, rows_per_batch,
+                                       warmup, plot, progress=status.update)
+    _report(result, as_json)

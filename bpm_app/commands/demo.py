@@ -1,0 +1,95 @@
+"""`bpm demo`: the README's main command."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bpm_app.commands import app
+
+
+@app.command("demo")
+def demo(
+    headless: Annotated[bool, typer.Option("--headless", help="No live terminal view.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object on stdout.")] = False,
+    workdir: Annotated[Path, typer.Option(help="Where the run keeps its registry, streams, checkpoints, output and logs.")] = Path("demo-run"),
+    report_dir: Annotated[Path, typer.Option("--report", help="Report folder: report.json and timeline.png.")] = Path("demo-report"),
+    port: Annotated[int, typer.Option(help="Registry port (the admin UI is served there too).")] = 8700,
+    phase_timeout: Annotated[float, typer.Option(help="Longest wait of a phase for an acceptable allocation, seconds.")] = 120.0,
+    scenario: Annotated[str, typer.Option(help="'phases' (the four phases of load management) or 'failover' (kill -9 of a participant hosting moved tasks, and the recovery).")] = "phases",
+    ha_mode: Annotated[str, typer.Option(help="The contracts' HA mode in the failover scenario: passive_standby, active_standby, upstream_backup or none.")] = "passive_standby",
+    cpus: Annotated[float, typer.Option(min=0.0, help="Each participant's capacity: a CPU quota of its own (a cgroup; needs root). 0: the participants share the machine's CPUs.")] = 0.4,
+) -> None:
+    """Run the four phases of the Borealis poster on a local federation (SQLite, Spark local, 127.0.0.2-5),
+    or, with --scenario failover, kill a participant that hosts moved tasks and show the federation recover."""
+    from bpm_app.demo.report import write_report
+    from bpm_app.demo.run import Demo, DemoSettings
+    from bpm.ha import HA_MODES
+
+    if scenario not in ("phases", "failover"):
+        raise typer.BadParameter("--scenario is 'phases' or 'failover'")
+    if ha_mode not in HA_MODES:
+        raise typer.BadParameter(f"--ha-mode is one of {', '.join(HA_MODES)}")
+
+    def make(**kw):
+        if scenario == "failover":
+            from bpm_app.demo.failover import FailoverDemo
+
+            return FailoverDemo(settings, ha_mode=ha_mode, **kw)
+        return Demo(settings, **kw)
+
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    settings = DemoSettings(workdir=workdir.resolve(), port=port, phase_timeout_s=phase_timeout, cpus=cpus or None)
+    say = (lambda msg: print(msg, file=sys.stderr, flush=True))
+    if headless:
+        runner = make(say=say)
+        report = _run(runner)
+    else:
+        from rich.console import Console
+        from rich.live import Live
+
+        from bpm_app.demo.view import render
+
+        console = Console(stderr=as_json)
+        with Live(console=console, refresh_per_second=2, transient=False) as live:
+            runner = make(view=lambda state: live.update(render(state)), say=lambda msg: live.console.print(msg))
+            report = _run(runner)
+    folder = write_report(report, report_dir, runner.t0)
+    if as_json:
+        typer.echo(json.dumps({k: v for k, v in report.items() if k != "timeline"}))
+    else:
+        typer.echo(f"report: {folder / 'report.json'} and {folder / 'timeline.png'}")
+        for phase in report["phases"]:
+            typer.echo(f"  {phase['name']}: {'acceptable' if phase['acceptable'] else 'not acceptable'}")
+        typer.echo(f"  movements {len(report['movements'])}, lost results {report['lost_results']}, duplicate results {report['duplicate_results']}")
+        for f in report.get("failovers", []):
+            typer.echo(f"  failover of {f['task']} ({f['mode']}) {f['from']} -> {f['to']}: detected {f['detected_s']} s after the kill, recovery {f['recovery_s']} s")
+
+
+def _run(runner) -> dict:
+    import signal
+
+    def _stop(*_):
+        # The first Ctrl-C or SIGTERM stops the demo; one that follows at once must not cut the
+        # clean-up short before it starts (the federation shields its own close the same way).
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    # SIGTERM (a supervisor, `kill`) cleans up like Ctrl-C: every process of the demo stops.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _stop)
+    try:
+        return runner.run()
+    except KeyboardInterrupt:
+        print("interrupted: every process of the demo has been stopped", file=sys.stderr)
+        raise typer.Exit(130) from None
+
+

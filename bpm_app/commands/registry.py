@@ -1,0 +1,244 @@
+"""`bpm registry serve`, `bpm participants ...` and `bpm contracts ...`: the registry for people."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bpm_app.commands import app
+
+registry_app = typer.Typer(help="Run the contract registry.", no_args_is_help=True)
+participants_app = typer.Typer(help="Register and list participants (adding needs the operator key).", no_args_is_help=True)
+contracts_app = typer.Typer(help="Negotiate bilateral bounded-price contracts.", no_args_is_help=True)
+app.add_typer(registry_app, name="registry")
+app.add_typer(participants_app, name="participants")
+app.add_typer(contracts_app, name="contracts")
+
+RegistryUrl = Annotated[str, typer.Option("--registry", envvar="BPM_REGISTRY_URL", help="Registry base URL.")]
+Key = Annotated[
+    str | None,
+    typer.Option("--key", envvar="BPM_KEY", help="API key to act with (a participant's, or the operator's)."),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+@registry_app.command("serve")
+def serve(
+    database_url: Annotated[str | None, typer.Option("--database-url", envvar="BPM_DATABASE_URL", help="SQLAlchemy URL (default: SQLite file ./bpm-registry.db).")] = None,
+    host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    workers: Annotated[int, typer.Option(min=1, help="Worker processes (more than one needs a non-SQLite database to pay off).")] = 1,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+) -> None:
+    """Serve the registry's JSON API, docs (/docs) and admin UI; migrates the database first."""
+    import uvicorn
+
+    from api.app import ProductionKeyMissing, create_app, resolve_admin_key
+    from api.migrate import upgrade
+    from api.settings import Settings
+
+    overrides = {"database_url": database_url} if database_url else {}
+    settings = Settings(**overrides)
+    try:
+        admin_key, generated = resolve_admin_key(settings)
+    except ProductionKeyMissing as exc:
+        typer.secho(f"refusing to start: {exc}", fg="red", err=True)
+        raise typer.Exit(2) from exc
+    if generated:
+        typer.secho(f"operator key (shown once, kept in ./.bpm-admin-key): {admin_key}", fg="yellow", err=True)
+    try:
+        upgrade(settings.database_url)
+    except Exception as exc:
+        typer.secho(f"cannot migrate {settings.database_url}: {exc}", fg="red", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(f"registry on http://{host}:{port} (database {_safe_url(settings.database_url)})", err=True)
+    if workers > 1:
+        # Each worker builds its app from the environment, so pass the resolved values down.
+        os.environ["BPM_DATABASE_URL"] = settings.database_url
+        os.environ["BPM_ADMIN_KEY"] = admin_key
+        uvicorn.run("api.app:create_app_from_env", factory=True, host=host, port=port, workers=workers, log_level=log_level)
+    else:
+        uvicorn.run(create_app(settings, admin_key=admin_key, migrate=False), host=host, port=port, log_level=log_level)
+
+
+def _safe_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def operator_key(explicit: str | None) -> str | None:
+    """The operator key: given, else BPM_ADMIN_KEY, else the local key file next to the registry."""
+    if explicit:
+        return explicit
+    if os.environ.get("BPM_ADMIN_KEY"):
+        return os.environ["BPM_ADMIN_KEY"]
+    path = Path(".bpm-admin-key")
+    return path.read_text().strip() if path.exists() else None
+
+
+def _client(url: str, key: str | None):
+    from bpm_http.client import RegistryClient
+
+    if not key:
+        typer.secho("no key: pass --key or set BPM_KEY", fg="red", err=True)
+        raise typer.Exit(2)
+    return RegistryClient(url, key)
+
+
+def _run(call):
+    """Run a client call; print the registry's refusal clearly and exit 1 instead of a traceback."""
+    import httpx
+
+    from bpm_http.client import RegistryError
+
+    try:
+        return call()
+    except RegistryError as exc:
+        typer.secho(f"refused: {exc}", fg="red", err=True)
+        raise typer.Exit(1) from exc
+    except httpx.HTTPError as exc:
+        typer.secho(f"cannot reach the registry: {exc}", fg="red", err=True)
+        raise typer.Exit(1) from exc
+
+
+def _table(rows: list[dict], columns: list[str], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*("" if row.get(c) is None else str(row.get(c)) for c in columns))
+    Console().print(table)
+
+
+@participants_app.command("add")
+def participants_add(
+    name: str,
+    endpoint: Annotated[str, typer.Option(help="URL where the participant's agent listens.")],
+    registry: RegistryUrl = DEFAULT_URL,
+    admin_key: Annotated[str | None, typer.Option("--admin-key", help="Operator key (default: BPM_ADMIN_KEY or ./.bpm-admin-key).")] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Register a participant and print its API key (shown once)."""
+    with _client(registry, operator_key(admin_key)) as client:
+        created = _run(lambda: client.add_participant(name, endpoint))
+    if as_json:
+        typer.echo(json.dumps(created))
+    else:
+        typer.echo(f"registered {created['name']}; its key (shown once): {created['api_key']}")
+
+
+@participants_app.command("list")
+def participants_list(registry: RegistryUrl = DEFAULT_URL, key: Key = None, as_json: AsJson = False) -> None:
+    """List participants with liveness and load."""
+    with _client(registry, key or operator_key(None)) as client:
+        rows = _run(client.participants)
+    if as_json:
+        typer.echo(json.dumps(rows))
+    else:
+        _table(rows, ["name", "endpoint", "status", "load", "threshold", "heartbeat_age_s"], "participants")
+
+
+@participants_app.command("rotate-key")
+def participants_rotate_key(name: str, registry: RegistryUrl = DEFAULT_URL, key: Key = None, as_json: AsJson = False) -> None:
+    """Give NAME a new key (acting with NAME's current key, or the operator's) and print it, shown once;
+    the old key stops working. A running agent rotates its own with `POST /key/rotate` instead."""
+    with _client(registry, key or operator_key(None)) as client:
+        rotated = _run(lambda: client.rotate_key(name))
+    typer.echo(json.dumps(rotated) if as_json else f"{name}'s new key (shown once; the old one no longer works): {rotated['api_key']}")
+
+
+@participants_app.command("revoke-key")
+def participants_revoke_key(
+    name: str,
+    registry: RegistryUrl = DEFAULT_URL,
+    admin_key: Annotated[str | None, typer.Option("--admin-key", help="Operator key (default: BPM_ADMIN_KEY or ./.bpm-admin-key).")] = None,
+) -> None:
+    """Operator: withdraw NAME's key (lost or stolen); NAME can do nothing until `rotate-key` gives it a new one."""
+    with _client(registry, operator_key(admin_key)) as client:
+        _run(lambda: client.revoke_key(name))
+    typer.echo(f"revoked {name}'s key; `bpm participants rotate-key {name}` (as the operator) hands out a new one")
+
+
+CONTRACT_COLUMNS = ["id", "proposer", "counterparty", "state", "awaiting", "price_min", "price_max", "min_duration_s"]
+
+
+def _show_contract(contract: dict, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(contract))
+    else:
+        _table([contract], CONTRACT_COLUMNS, f"contract #{contract['id']}")
+
+
+@contracts_app.command("propose")
+def contracts_propose(
+    counterparty: str,
+    price_min: Annotated[float, typer.Option(help="Lowest price per unit of load per second.")],
+    price_max: Annotated[float, typer.Option(help="Highest price per unit of load per second.")],
+    min_duration: Annotated[float, typer.Option("--min-duration", help="Minimum movement duration, seconds.")],
+    valid_until: Annotated[str | None, typer.Option(help="ISO-8601 end of validity.")] = None,
+    ha_mode: Annotated[str, typer.Option(help="none, upstream_backup, passive_standby or active_standby.")] = "none",
+    registry: RegistryUrl = DEFAULT_URL,
+    key: Key = None,
+    as_json: AsJson = False,
+) -> None:
+    """Propose a contract to COUNTERPARTY, acting with your key."""
+    with _client(registry, key) as client:
+        contract = _run(lambda: client.propose(counterparty, price_min, price_max, min_duration, valid_until=valid_until, ha_mode=ha_mode))
+    _show_contract(contract, as_json)
+
+
+@contracts_app.command("counter")
+def contracts_counter(
+    contract_id: int,
+    price_min: Annotated[float, typer.Option()],
+    price_max: Annotated[float, typer.Option()],
+    min_duration: Annotated[float, typer.Option("--min-duration")],
+    registry: RegistryUrl = DEFAULT_URL,
+    key: Key = None,
+    as_json: AsJson = False,
+) -> None:
+    """Answer the last proposal of CONTRACT_ID with other terms."""
+    with _client(registry, key) as client:
+        contract = _run(lambda: client.counter(contract_id, price_min, price_max, min_duration))
+    _show_contract(contract, as_json)
+
+
+def _action_command(action: str, doc: str) -> None:
+    def command(contract_id: int, registry: RegistryUrl = DEFAULT_URL, key: Key = None, as_json: AsJson = False) -> None:
+        with _client(registry, key) as client:
+            contract = _run(lambda: client.contract_action(contract_id, action))
+        _show_contract(contract, as_json)
+
+    command.__doc__ = doc
+    contracts_app.command(action)(command)
+
+
+_action_command("accept", "Accept the last proposal of CONTRACT_ID: it becomes active.")
+_action_command("reject", "Reject the last proposal of CONTRACT_ID.")
+_action_command("terminate", "Terminate CONTRACT_ID (either party).")
+
+
+@contracts_app.command("list")
+def contracts_list(
+    participant: Annotated[str | None, typer.Option(help="Only this participant's contracts.")] = None,
+    state: Annotated[str | None, typer.Option(help="Only contracts in this state.")] = None,
+    registry: RegistryUrl = DEFAULT_URL,
+    key: Key = None,
+    as_json: AsJson = False,
+) -> None:
+    """List the contracts your key may read."""
+    with _client(registry, key or operator_key(None)) as client:
+        rows = _run(lambda: client.contracts(participant, state))
+    if as_json:
+        typer.echo(json.dumps(rows))
+    else:
+        _table(rows, CONTRACT_COLUMNS, "contracts")

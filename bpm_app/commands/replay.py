@@ -1,0 +1,94 @@
+"""`bpm replay`: feed Zeek logs into a partitioned stream at a paced rate; `bpm generate-traffic`: write realistic logs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from bpm_app.commands import app
+
+
+@app.command("replay")
+def replay_command(
+    files: list[Path] = typer.Argument(..., help="Zeek conn.log files (TSV or JSON lines, optionally .gz), replayed in order."),
+    stream: str = typer.Option(..., "--stream", help="Stream folder: a local path or file:// URI (created if absent)."),
+    partitions: int = typer.Option(..., "--partitions", min=1, help="Number of partitions (by source /24)."),
+    rate: float = typer.Option(..., "--rate", min=0, help="Rows per second at most; 0 for no limit."),
+    speedup: float | None = typer.Option(None, "--speedup", min=0.001, help="Also follow recorded time, X times faster."),
+    amplify: int = typer.Option(1, "--amplify", min=1, help="Replay each connection N times from distinct sources."),
+    window: int = typer.Option(60, "--window", min=1, help="Query window in seconds (sizes the end-of-input mark)."),
+    lateness: int = typer.Option(60, "--lateness", min=0, help="Rows further behind the newest are late and not written."),
+    flush_interval: float = typer.Option(1.0, "--flush-interval", min=0.01, help="Seconds between stream files."),
+    fed_log: Path | None = typer.Option(None, "--fed-log", help="Write the connections fed so far as a Zeek log here at the end (also when stopped)."),
+) -> None:
+    """Feed recorded or generated conn.logs into a replayable, partitioned input stream.
+
+    SIGTERM or Ctrl-C stops the replay early: what was read so far is written, the stream is
+    closed (every window ends), and `--fed-log` receives exactly the connections fed, so a
+    reference run (`bpm pipeline run`) sees the same input as the stream's readers.
+    """
+    import signal
+    import threading
+    from bpm_app.commands.pipeline import read_input
+    from spark_agents.streams import PartitionedStream, StreamError
+    from spark_agents.streams.feed import Feeder, amplified, replay
+    from bpm.zeek.definitions import QueryParams
+
+    err = Console(stderr=True)
+    try:
+        target = PartitionedStream.create(stream, partitions)
+    except StreamError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    recorded, stats = read_input(files, err)
+    conns = list(amplified(recorded, amplify))
+    params = QueryParams(window_s=window, lateness_s=lateness)
+    feeder = Feeder(target, params)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    columns = (TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TextColumn("rows"), TimeElapsedColumn())
+    with Progress(*columns, console=err) as progress:
+        bar = progress.add_task("replay", total=len(conns))
+        replay(feeder, conns, rate, speedup, flush_interval, stop=stop, on_flush=lambda done: progress.update(bar, completed=done))
+    if not feeder.closed:
+        feeder.close()
+        err.print(f"stopped after {feeder.offered} of {len(conns)} rows; the stream is closed")
+    if fed_log is not None:
+        from bpm.zeek.conn import write_tsv
+
+        with fed_log.open("w", encoding="utf-8") as out:
+            write_tsv(conns[: feeder.offered], out)
+    if stats.skipped:
+        err.print(f"[yellow]warning:[/] {stats.summary()}")
+    if feeder.admission.late:
+        err.print(f"[yellow]warning:[/] {feeder.admission.late} rows more than {lateness} s behind the newest were not written")
+    err.print(f"wrote {sum(feeder.written)} rows in {feeder.files} files to {target.root} "
+              f"({', '.join(f'p{k}: {n}' for k, n in enumerate(feeder.written))})")
+
+
+@app.command("generate-traffic")
+def generate_command(
+    out: Path = typer.Argument(..., help="File to write (a Zeek conn.log)."),
+    duration: float = typer.Option(300.0, "--duration", min=1, help="Seconds of traffic."),
+    rate: float = typer.Option(200.0, "--rate", min=0, help="Mean connections per second of ordinary sources."),
+    sources: int = typer.Option(400, "--sources", min=1, help="Ordinary sources (heavy-tailed activity)."),
+    scanners: int = typer.Option(6, "--scanners", min=0, help="Port scanners."),
+    start: float = typer.Option(1_717_200_000.0, "--start", help="First timestamp (epoch seconds)."),
+    seed: int = typer.Option(0, "--seed", help="Random seed; the same seed gives the same log."),
+    fmt: str = typer.Option("tsv", "--format", help="tsv (with #fields header) or json (JSON lines)."),
+) -> None:
+    """Write realistic Zeek conn.log traffic: heavy-tailed sources, scanners, busy /24s."""
+    from bpm.zeek.conn import write_json, write_tsv
+    from bpm.zeek.generator import TrafficProfile, generate
+
+    if fmt not in ("tsv", "json"):
+        Console(stderr=True).print(f"[red]error:[/] --format must be tsv or json, not {fmt!r}")
+        raise typer.Exit(2)
+    conns = generate(TrafficProfile(start_ts=start, duration_s=duration, rate=rate, sources=sources, scanners=scanners), seed)
+    with out.open("w", encoding="utf-8") as handle:
+        n = write_tsv(conns, handle) if fmt == "tsv" else write_json(conns, handle)
+    Console(stderr=True).print(f"wrote {n} connections to {out}")

@@ -1,0 +1,172 @@
+"""`bpm demo --scenario failover`: a participant hosting moved tasks dies, and the federation recovers them.
+
+1. A carries every task; B and C have none of their own. Their contracts ask for an HA mode
+   (passive standby by default: A, the tasks' origin, keeps a copy of each moved task's
+   checkpoint, updated with a delta every 2 s).
+2. A sheds load to B and C until the allocation is acceptable.
+3. While B hosts moved tasks whose copies are up to date, the demo kills B's process group
+   with SIGKILL (its agent and its Spark JVM). A sees B silent past the registry's heartbeat
+   timeout and fails B's tasks over at once; the new host (A, the backup) restarts each
+   from its copy and replays the stream since; the replication level is repaired at C.
+4. The federation runs on without B; then the input closes, every task drains, and the
+   alerts are compared with `bpm pipeline run` over exactly what was fed.
+
+The report adds `failovers` (each with `task`, `mode`, `detected_s`: from the kill to the
+registry's detection, `recovery_s`: from the detection to the task's first output after
+it), `repairs` and `killed`. It reuses the phases scenario's federation and settings
+(`bpm_app.demo.run`), with a 5 s trigger: A's six tasks then take it over its threshold.
+Its participants share the machine's CPUs: no quota each, so each measures its load
+against one core, with the cost curve and price ranges the phases scenario had before it
+gave participants quotas (a threshold of 0.4; ranges [0.7 q, q]). A host's crash as the
+failure of a host with a CPU, network and storage of its own is still to come.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+from collections.abc import Callable
+
+from bpm_app.demo.run import Demo, DemoSettings, Member, Phase
+from bpm.federation.views import AgreedTerms, seconds
+
+# A owns every task; B and C only take load, so killing B loses no input of its own.
+FAILOVER_MEMBERS = (
+    Member("a", "127.0.0.2", 6, 6, 11),
+    Member("b", "127.0.0.3", 0, 0, 12),
+    Member("c", "127.0.0.4", 0, 0, 13),
+)
+FAILOVER_TRIGGER_S = 5.0
+FAILOVER_MM1_SCALE = 0.36  # a threshold of 0.4 at the reference price
+FAILOVER_SPREAD = 0.3
+VICTIM = "b"
+
+
+class FailoverDemo(Demo):
+    """The failover scenario on the phases scenario's federation (see the module text)."""
+
+    def __init__(self, settings: DemoSettings, view: Callable[[dict], None] | None = None, say: Callable[[str], None] = print,
+                 ha_mode: str = "passive_standby", recover_timeout_s: float = 120.0) -> None:
+        super().__init__(dataclasses.replace(settings, trigger_s=FAILOVER_TRIGGER_S, mm1_scale=FAILOVER_MM1_SCALE,
+                                             spread=FAILOVER_SPREAD, cpus=None), view, say)
+        self._members = {m.name: m for m in FAILOVER_MEMBERS}
+        self.ha_mode = ha_mode
+        self.recover_timeout_s = recover_timeout_s
+        self.killed_at: float | None = None
+        self.lost_tasks: list[str] = []
+        self.recovered: list[dict] = []  # tasks whose movement ended as their host died: restarted from their copy
+
+    def _contracts(self, member: Member) -> list[AgreedTerms]:
+        """The phases scenario's contracts, each with the HA mode."""
+        return [dataclasses.replace(terms, ha_mode=self.ha_mode) for terms in super()._contracts(member)]
+
+    def poll(self) -> dict:
+        view, self.view = self.view, None
+        try:
+            state = super().poll()
+        finally:
+            self.view = view
+        with self.fed.operator() as operator:
+            state["failovers"] = operator.failovers()
+            state["replicas"] = operator.replicas()
+        state["killed"] = None if self.killed_at is None else {"participant": VICTIM, "t": round(self.killed_at - self.t0, 1)}
+        if self.view:
+            self.view(state)
+        return state
+
+    # The run
+
+    def run(self) -> dict:
+        s = self.s
+        names = [m.name for m in FAILOVER_MEMBERS]
+        try:
+            self.say(f"registry on {self.fed.registry_url} (admin UI at {self.fed.registry_url}/, operator key {self.fed.admin_key})")
+            self.fed.start_registry()
+            self.say(f"contracts under {self.ha_mode}")
+            self._setup_first(list(FAILOVER_MEMBERS), measured=["a"])
+            self._phase("1 A carries every task", names, until_acceptable=False, hold_s=0, not_before=self._trading_from(names))
+            self._phase("2 A sheds load to B and C", names, until_acceptable=True, hold_s=s.settle_s)
+            self._kill_when_copied()
+            self._recover()
+            self._phase("4 the federation runs on without B", ["a", "c"], until_acceptable=True, hold_s=s.settle_s)
+            return self._finish_failover()
+        finally:
+            self.fed.close()
+
+    def _kill_when_copied(self, timeout_s: float = 120.0) -> None:
+        """Wait until B hosts moved tasks whose replicas hold a copy (or, without replicas, just hosts), then kill -9 B."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            state = self.poll()
+            with self.fed.operator() as operator:
+                tasks = operator.tasks()
+            hosted = [t for t in tasks if t["host"] == VICTIM and t["origin"] != VICTIM]
+            synced = {r["task_id"] for r in state["replicas"] if r["state"] == "active" and r["synced_at"]}
+            copied = hosted and (self.ha_mode not in ("passive_standby",) or all(t["id"] in synced for t in hosted))
+            if copied or (hosted and time.monotonic() > deadline):
+                break
+            if time.monotonic() > deadline + timeout_s:
+                raise TimeoutError(f"{VICTIM} hosted no moved task within {2 * timeout_s:.0f} s; see {self.s.workdir / 'logs'}")
+            time.sleep(self.s.poll_s)
+        self.lost_tasks = [f"{t['origin']}.{t['name']}" for t in hosted]
+        self.say(f"kill -9 of {VICTIM}'s process group (agent and Spark JVM) while it hosts {', '.join(self.lost_tasks)}")
+        self.killed_at = time.time()
+        os.killpg(self.fed.processes[VICTIM].pid, signal.SIGKILL)
+
+    def _recover(self) -> None:
+        """Phase 3: poll until every task B hosted was failed over and produces output again."""
+        phase = Phase(f"3 {VICTIM} killed: detection and failover", time.time() - self.t0)
+        self.phases.append(phase)
+        self.say(f"phase: {phase.name}")
+        deadline = time.monotonic() + self.recover_timeout_s
+        while time.monotonic() < deadline:
+            state = self.poll()
+            with self.fed.operator() as operator:
+                away = {f"{t['origin']}.{t['name']}" for t in operator.tasks(host=VICTIM)}
+                self.recovered = [e for e in operator.events(kind="task.recovered", limit=100)]
+            pending = [f for f in state["failovers"] if f["kind"] == "failover" and not f["completed_at"]]
+            loads, thresholds = self._measured(state, ["a", "c"])
+            phase.loads, phase.thresholds = loads, thresholds
+            # Recovered: no task left at the dead host, every failover producing output again.
+            if not away & set(self.lost_tasks) and not pending and state["failovers"]:
+                break
+            time.sleep(self.s.poll_s)
+        else:
+            self.say(f"not every task of {VICTIM} recovered within {self.recover_timeout_s:.0f} s")
+        phase.ended_s = time.time() - self.t0
+        for f in self.failover_rows(self.state.get("failovers", [])):
+            self.say(f"  {f['task']}: {f['mode']} {f['from']} -> {f['to']}, detected {f['detected_s']} s after the kill, recovered {f['recovery_s']} s after detection")
+
+    def failover_rows(self, records: list[dict]) -> list[dict]:
+        """The failovers as the report shows them: times relative to the kill and the demo's start."""
+        rows = []
+        for f in records:
+            if f["kind"] != "failover":
+                continue
+            detected = seconds(f["detected_at"])
+            rows.append({
+                "task": f["task"], "mode": f["mode"], "from": f["from_host"], "to": f["to_host"],
+                "epoch": f["to_epoch"], "requested_by": (f.get("details") or {}).get("requested_by"),
+                "detected_s": None if self.killed_at is None else round(detected - self.killed_at, 2),
+                "recovery_s": None if f["recovery_s"] is None else round(f["recovery_s"], 2),
+                "completed": f["completed_at"] is not None, "at_s": round(detected - self.t0, 1),
+            })
+        return rows
+
+    def _finish_failover(self) -> dict:
+        report = self._finish()
+        records = self.state.get("failovers", [])
+        report["scenario"] = "failover"
+        report["ha_mode"] = self.ha_mode
+        report["killed"] = {"participant": VICTIM, "at_s": round(self.killed_at - self.t0, 1) if self.killed_at else None,
+                            "hosted": self.lost_tasks}
+        report["failovers"] = self.failover_rows(records)
+        report["recovered_without_failover"] = [{"message": e["message"], "at": e["at"]} for e in self.recovered]
+        report["repairs"] = [
+            {"task": f["task"], "at": f["to_host"], "completed": f["completed_at"] is not None,
+             "repair_of": (f.get("details") or {}).get("repair_of")}
+            for f in records if f["kind"] == "repair"
+        ]
+        return report

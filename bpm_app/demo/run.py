@@ -1,0 +1,590 @@
+"""The four phases of the Borealis load-management demonstration, on a live local federation.
+
+1. Three participants with identical contracts and uneven load (A carries most tasks, and
+   starts more queries until it is over its threshold: what a query costs depends on the machine).
+2. A sheds load to B and C until the allocation is acceptable.
+3. Load rises at B: it takes on new queries until the federation is near its capacity.
+4. D joins with a contract to C at 0.8 p; load flows C to D and B to C until acceptable.
+
+D's agent starts with the others, without a contract: a JVM starting takes much of this
+machine's CPU for a while, and loads measured then would be far off. D joins the
+federation in phase 4, when it accepts C's proposal of the terms they agreed offline,
+through the registry's API with its own key; until then no one trades with it.
+
+Loads are measured by each agent on its Spark; the decisions are `bpm.negotiation`'s.
+At the end the input is closed, every task drains, and the federation's alerts are
+compared with `bpm pipeline run` over exactly what was fed to the partitions its tasks
+query: lost and duplicate results.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from bpm_app.demo.federation import BPM, Federation
+from bpm.federation.views import AgreedTerms
+from bpm.names import task_key
+from bpm.negotiation import is_acceptable
+from spark_agents.streams.feed import end_watermark_ms
+from spark_agents.streams.partitioned import PartitionedStream
+from bpm.zeek.definitions import QueryParams, ResultRow
+from bpm.zeek.results import read_outputs
+from spark_agents.hosts import open_hosts
+
+
+@dataclass(frozen=True)
+class Member:
+    name: str
+    address: str
+    partitions: int  # partitions of its input stream
+    initial: int  # how many of them are its tasks from the start
+    seed: int
+
+
+MEMBERS = (
+    # What a query costs varies from run to run (0.06 to 0.2 of a participant's capacity
+    # measured here), so phases 1 and 3 start as many more as it takes, over partitions that
+    # have none yet; partitions left without a query are no task's input.
+    Member("a", "127.0.0.2", 12, 5, 11),  # phase 1 starts queries over other partitions if A is not overloaded yet
+    Member("b", "127.0.0.3", 12, 1, 12),  # phase 3 starts queries over the other partitions, as many as it takes
+    Member("c", "127.0.0.4", 4, 1, 13),
+    Member("d", "127.0.0.5", 0, 0, 14),
+)
+# The contracts agreed offline, at the reference price p times the factor: A, B and C with
+# identical contracts; D with C only, cheaper (0.8 p). Each contract's range reaches down
+# from its price (`DemoSettings.spread`).
+CONTRACTS = {("a", "b"): 1.0, ("a", "c"): 1.0, ("b", "c"): 1.0, ("c", "d"): 0.8}
+JOINS_LATER = "d"  # signs its contract in phase 4
+
+
+@dataclass
+class DemoSettings:
+    """Knobs of the demo; with the defaults a run takes 5 to 10 minutes on a 2-core machine.
+
+    Attributes:
+        price: the reference price p: each agent's threshold is its load where its marginal
+            cost is p, and a contract's range is [q(1 - spread), q] below its price q (p, and
+            0.8 p for D's).
+        spread: how far the ranges reach below the price. Tasks are lumpy: a participant just
+            over its threshold sheds its last task only if that task's per-unit saving, about
+            its marginal cost half a task lower, beats the contract's lowest price
+            (docs/mechanism.md, "Where the mechanism falls short"), and a partner paid more
+            than p would take load past its threshold. With the range below p and the
+            agents' 10% margin (`margin`), a participant sheds down to where its marginal cost
+            is about 0.55 q (1.1 x 0.5 q) and a partner takes load only up to where its cost
+            is about 0.9 q. Tasks are large here (see `mm1_scale`): loads go up in steps of
+            about 0.14 (0.29, 0.42, 0.55, 0.68 for one to four tasks), and the cost's
+            per-unit steps between them are about 0.34, 0.54 and 0.97 of p. So a participant
+            with four tasks (over its threshold of 0.63) sheds one to a partner with two or
+            fewer, none sheds at three, and C passes load on to D (saving above 1.1 x 0.4 p)
+            while it carries three tasks: in phase 4 load flows B to C and C to D.
+        margin: what both sides demand on top of the price when offering and accepting load
+            (`bpm agent run --margin`).
+        mm1_scale: a in the agents' M/M/1 cost a*u/(1-u); the threshold at price p is
+            1 - sqrt(a/p): 0.63 of the participant's CPUs. A query costs about 0.13 to 0.16
+            of a 0.4-CPU participant (its fixed cost per batch dominates), and the idle agent
+            and JVM 0.1 to 0.16: three queries fit under the threshold, four do not.
+        warmup_s: how long an agent that starts with tasks of its own neither offers nor takes
+            load (their first batches, JIT-compiled, cost several times the later ones).
+        join_warmup_s: the same for an agent that joins without tasks (D): nothing to wait out
+            but its own start.
+        agent_settle_s: how long after a task starts or stops an agent waits before it
+            trades again (`bpm agent run --settle`): one load window (15 s). A phase that
+            waits for an acceptable allocation wants it to hold that long too.
+        min_duration_s: the contracts' minimum movement duration. Longer than the demo: a
+            contract is meant to outlast the load changes it absorbs, and a movement that
+            ends brings a task back to where the load has since grown
+            (tests/spark_agents/test_agent.py shows movements ending).
+        rate: connections per second in each participant's traffic.
+        phase_timeout_s: the longest a phase waits for an acceptable allocation.
+        overload: phase 1 starts more of A's queries (at most `load_step` at a time) until
+            they add up to this multiple of A's threshold: what a query costs depends on the
+            machine, and A is to start overloaded. A's JVM has just started then, and a query
+            measures dearer than it runs warm: `top_up_s` before trading starts, phase 1 tops
+            A up to it again with what its queries measure by then.
+        load_step: the most queries A starts at a time in phase 1 and B in phase 3; B's first
+            step in phase 3 is that many.
+        fill: phase 3 starts queries at B until the tasks of A, B and C add up to this share
+            of the sum of their thresholds: a federation near its capacity (three tasks each,
+            one over at B or C), with room for the whole load once D joins.
+        cpus: each participant's capacity, a CPU quota of its own (`spark_agents.hosts`; needs
+            root, else the participants share the machine's CPUs): what one participant does
+            then cannot raise the load another measures. Four quotas of 0.4 leave a 2-core
+            machine 0.4 CPU for the registry, the replayers and the demo itself. None: no quotas.
+    """
+
+    workdir: Path
+    port: int = 8700
+    agent_port: int = 9100
+    window_s: int = 10
+    lateness_s: int = 5
+    min_connections: int = 20
+    min_ports: int = 5
+    trigger_s: float = 10.0
+    period_s: float = 3.0
+    tick_s: float = 1.0
+    sample_s: float = 2.0
+    price: float = 1.0
+    spread: float = 0.5
+    margin: float = 0.1
+    min_duration_s: float = 600.0
+    mm1_scale: float = 0.14
+    warmup_s: float = 60.0
+    join_warmup_s: float = 15.0
+    agent_settle_s: float = 15.0
+    rate: float = 40.0
+    sources: int = 150
+    scanners: int = 3
+    traffic_s: float = 1800.0
+    speedup: float = 1.0
+    settle_s: float = 20.0
+    phase_timeout_s: float = 120.0
+    poll_s: float = 2.0
+    overload: float = 1.15
+    top_up_s: float = 20.0
+    load_step: int = 3
+    fill: float = 0.9
+    cpus: float | None = 0.4
+
+
+@dataclass
+class Phase:
+    name: str
+    started_s: float
+    ended_s: float = 0.0
+    acceptable: bool = False
+    loads: dict[str, float] = field(default_factory=dict)
+    thresholds: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "acceptable": self.acceptable,
+            "started_s": round(self.started_s, 1),
+            "ended_s": round(self.ended_s, 1),
+            "loads": {k: round(v, 4) for k, v in self.loads.items()},
+            "thresholds": {k: round(v, 4) for k, v in self.thresholds.items()},
+        }
+
+
+class Demo:
+    """Runs the phases; `view` (if given) is called with the current state after every poll."""
+
+    def __init__(self, settings: DemoSettings, view: Callable[[dict], None] | None = None, say: Callable[[str], None] = print) -> None:
+        self.s = settings
+        self.params = QueryParams(settings.window_s, settings.min_connections, settings.min_ports, settings.lateness_s)
+        self.fed = Federation(settings.workdir, registry_port=settings.port)
+        self.view = view
+        self.say = say
+        self.fed_logs: dict[str, Path] = {}
+        self.phases: list[Phase] = []
+        self.stage: str | None = None  # what the live view shows once the phases are over
+        self.timeline: list[dict] = []
+        self.t0 = time.time()
+        self.state: dict = {}
+        self._members = {m.name: m for m in MEMBERS}
+        self._up_at: dict[str, float] = {}  # monotonic time each agent first answered
+
+    # Setup
+
+    def _stream(self, member: Member) -> Path:
+        return self.s.workdir / "streams" / member.name
+
+    def _contracts(self, member: Member) -> list[AgreedTerms]:
+        """The terms `member` agreed offline."""
+        s = self.s
+        terms = []
+        for pair, factor in CONTRACTS.items():
+            if member.name in pair:
+                partner = pair[1] if pair[0] == member.name else pair[0]
+                price = factor * s.price
+                terms.append(AgreedTerms(partner, price * (1 - s.spread), price, s.min_duration_s))
+        return terms
+
+    def _agent_options(self, member: Member, contracts: bool = True) -> list[str]:
+        """`bpm agent run`'s options for `member`, its `--contract`s unless `contracts` is false."""
+        s = self.s
+        signed = [o for terms in self._contracts(member) for o in ("--contract", terms.spec())] if contracts else []
+        return [*signed, "--reference-price", f"{s.price:g}", "--margin", f"{s.margin:g}",
+            "--spark-master", "local[1]", "--window", str(s.window_s), "--lateness", str(s.lateness_s),
+            "--min-connections", str(s.min_connections), "--min-ports", str(s.min_ports),
+            "--trigger", str(s.trigger_s), "--period", str(s.period_s), "--tick", str(s.tick_s), "--sample", str(s.sample_s),
+            "--cost-model", "mm1", "--mm1-scale", str(s.mm1_scale), "--warmup", str(self._warmup_s(member)), "--settle", str(s.agent_settle_s),
+        ]
+
+    def _join(self, member: Member, sign: bool = True) -> None:
+        """Start the participant's agent: it registers itself and, unless `sign` is false,
+        signs the contracts it agreed offline (otherwise `_sign` does, later)."""
+        stream = self._stream(member) if member.partitions else None
+        if stream is not None:
+            PartitionedStream.create(stream, member.partitions)  # the replayer reopens it
+        initial = f"0-{member.initial - 1}" if member.initial else ""
+        self.fed.start_agent(member.name, member.address, self.s.agent_port, stream, initial, self._agent_options(member, contracts=sign),
+                             cpus=self.s.cpus)
+
+    def _sign(self, member: Member, timeout_s: float = 60.0) -> None:
+        """`member` joins: it accepts, with its own key through the registry's API, the
+        proposals of the contracts it agreed offline (its partners' agents proposed them
+        once it registered)."""
+        agreed = {t.partner: t for t in self._contracts(member)}
+        deadline = time.monotonic() + timeout_s
+        with self.fed.participant(member.name) as client:
+            while agreed:
+                for c in client.contracts(participant=member.name, state="proposed"):
+                    terms = agreed.get(c["proposer"])
+                    if terms is not None and c.get("awaiting") == member.name and terms.matches(c):
+                        client.contract_action(c["id"], "accept")
+                        self.say(f"  {member.name} accepts contract #{c['id']} with {terms.partner}: [{terms.price_min:g}, {terms.price_max:g}]")
+                        del agreed[terms.partner]
+                if not agreed:
+                    return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no proposal from {', '.join(agreed)} to {member.name} after {timeout_s:.0f} s; see {self.s.workdir / 'logs'}")
+                self.poll()
+                time.sleep(self.s.poll_s)
+
+    def _start_input(self, member: Member) -> None:
+        """`bpm generate-traffic`, then `bpm replay` into the participant's stream."""
+        s = self.s
+        log = self.fed.generate_traffic(member.name, s.traffic_s, s.rate, s.sources, s.scanners, member.seed)
+        self.fed_logs[member.name] = self.fed.start_replay(
+            member.name, log, self._stream(member), member.partitions, s.window_s, s.lateness_s, s.speedup
+        )
+
+    # Observation
+
+    def poll(self) -> dict:
+        with self.fed.operator() as operator:
+            participants = operator.participants()
+            movements = operator.movements()
+            ledger = operator.ledger()
+        now = time.time() - self.t0
+        for p in participants:
+            if p["load"] is not None:
+                self.timeline.append({"t": round(now, 2), "participant": p["name"], "load": p["load"], "threshold": p["threshold"]})
+        self.state = {"t": now, "participants": participants, "movements": movements, "ledger": ledger, "phase": self.stage or (self.phases[-1].name if self.phases else "setup"), "registry": self.fed.registry_url}
+        if self.view:
+            self.view(self.state)
+        return self.state
+
+    def _measured(self, state: dict, names: list[str]) -> tuple[dict[str, float], dict[str, float]]:
+        loads, thresholds = {}, {}
+        for p in state["participants"]:
+            if p["name"] in names and p["load"] is not None and p["threshold"] is not None:
+                loads[p["name"]], thresholds[p["name"]] = p["load"], p["threshold"]
+        return loads, thresholds
+
+    def _phase(self, name: str, names: list[str], *, until_acceptable: bool, hold_s: float, not_before: float = 0.0,
+               action: Callable[[], None] | None = None) -> Phase:
+        """Run `action` (what happens in the phase), then poll for at least `hold_s` and until
+        `not_before` (monotonic); a phase `until_acceptable` then goes on until the allocation
+        of `names` has stayed acceptable, with no new movement, for two of an agent's settling
+        times (or the phase timeout, counted from then): the mechanism has come to rest, not
+        only passed through an acceptable allocation between two movements."""
+        phase = Phase(name, time.time() - self.t0)
+        self.phases.append(phase)
+        self.say(f"phase: {name}")
+        if action is not None:
+            action()
+        held_until = max(time.monotonic() + hold_s, not_before)
+        steady_s = 2 * max(2 * self.s.period_s, self.s.agent_settle_s)
+        ok_since = None
+        moved = None
+        while True:
+            state = self.poll()
+            now = time.monotonic()
+            loads, thresholds = self._measured(state, names)
+            ok = len(loads) == len(names) and is_acceptable(list(loads.values()), list(thresholds.values()))
+            ok_since = (ok_since or now) if ok and len(state["movements"]) == moved else None
+            moved = len(state["movements"])
+            phase.loads, phase.thresholds, phase.acceptable = loads, thresholds, ok
+            if now >= held_until and (not until_acceptable or (ok_since is not None and now - ok_since >= steady_s)):
+                break
+            if now >= held_until + self.s.phase_timeout_s:
+                break
+            time.sleep(self.s.poll_s)
+        phase.ended_s = time.time() - self.t0
+        self.say(f"  {'acceptable' if phase.acceptable else 'not acceptable'}: loads {_fmt(phase.loads)} thresholds {_fmt(phase.thresholds)}")
+        return phase
+
+    def _raise_load(self, name: str, names: list[str], share: float, first_step: int = 0) -> None:
+        """`name` starts queries over its partitions that have none until, with the new queries
+        measured, the tasks of `names`, wherever they run, add up to `share` of the sum of
+        their thresholds (or no partition is left).
+
+        The first step starts at least `first_step` queries (so that the load rises at `name`
+        however full the federation already is). Each step starts as many as the missing load
+        takes at the load `name`'s queries measure now, rounded up, at most `load_step`: the
+        load passes its target by less than one query. How much load a query brings depends
+        on the machine; adding queries until the load is there puts it there on a fast machine
+        and a busy one alike. Counting tasks wherever they run, not participants' loads, keeps
+        the count right while agents shed the new load."""
+        count = max(first_step, self._queries_to_fill(name, names, share))
+        free = self._idle_partitions(name)
+        while free and count > 0:
+            new, free = free[:count], free[count:]
+            for task in new:
+                self._add_query(name, task)
+            self.say(f"  {name} starts queries over partitions {', '.join(new)}")
+            if not self._wait_tasks_measured(name, {f"{name}.{task}" for task in new}):
+                return
+            count = self._queries_to_fill(name, names, share)
+
+    def _overload(self, name: str, traders: list[str]) -> None:
+        """Phase 1: `name`'s queries up to `overload` times its threshold, and again `top_up_s`
+        before `traders` may trade, when its queries measure what they cost warm."""
+        self._raise_load(name, [name], self.s.overload)
+        top_up_at = self._trading_from(traders) - self.s.top_up_s
+        while time.monotonic() < top_up_at:
+            self.poll()
+            time.sleep(self.s.poll_s)
+        self._raise_load(name, [name], self.s.overload)
+
+    def _idle_partitions(self, name: str) -> list[str]:
+        """`name`'s partitions that no task of its processes yet (p<k>)."""
+        with self.fed.operator() as operator:
+            known = {task_key(t) for t in operator.tasks(origin=name)}
+        return [f"p{k}" for k in range(self._members[name].partitions) if f"{name}.p{k}" not in known]
+
+    def _queries_to_fill(self, name: str, names: list[str], share: float) -> int:
+        """How many more of `name`'s queries take the tasks of `names` to `share` of their thresholds (see `_raise_load`)."""
+        _, thresholds = self._measured(self.poll(), names)
+        target = share * sum(thresholds.values()) if len(thresholds) == len(names) else None
+        with self.fed.operator() as operator:
+            tasks = [t for t in operator.tasks() if t["origin"] in names]
+        return queries_to_add(target, [t["load"] or 0.0 for t in tasks],
+                              [t["load"] for t in tasks if t["origin"] == name and t["load"]], self.s.load_step)
+
+    def _wait_tasks_measured(self, name: str, tasks: set[str], timeout_s: float = 90.0) -> bool:
+        """Wait until each of `tasks` (of `name`'s) has a measured load: its start-up is over."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.poll()
+            with self.fed.operator() as operator:
+                if tasks <= {task_key(t) for t in operator.tasks(origin=name) if t["load"]}:
+                    return True
+            time.sleep(self.s.poll_s)
+        return False
+
+    def _warmup_s(self, member: Member) -> float:
+        return self.s.warmup_s if member.initial else self.s.join_warmup_s
+
+    def _trading_from(self, names: list[str]) -> float:
+        """When (monotonic) every one of `names` is past its warm-up and may offer or take load."""
+        return max(self._up_at[n] + self._warmup_s(self._members[n]) for n in names)
+
+    def _wait_measured(self, names: list[str], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            loads, _ = self._measured(self.poll(), names)
+            if len(loads) == len(names) and all(v > 0 for v in loads.values()):
+                return
+            time.sleep(self.s.poll_s)
+        raise TimeoutError(f"no measured load from {names} after {timeout_s:.0f} s; see {self.s.workdir / 'logs'}")
+
+    # The run
+
+    def run(self) -> dict:
+        s = self.s
+        try:
+            self.say(f"registry on {self.fed.registry_url} (admin UI at {self.fed.registry_url}/, operator key {self.fed.admin_key})")
+            self._open_hosts()
+            self.fed.start_registry()
+            self._setup_first(list(MEMBERS), measured=["a", "b", "c"], unsigned={JOINS_LATER})
+            self._phase("1 uneven load: A carries most tasks", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s,
+                        not_before=self._trading_from(["a", "b", "c"]), action=lambda: self._overload("a", ["a", "b", "c"]))
+            self._phase("2 A sheds load to B and C", ["a", "b", "c"], until_acceptable=True, hold_s=s.settle_s)
+            self._phase("3 load rises at B: new queries take the federation near its capacity", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s,
+                        action=lambda: self._raise_load("b", ["a", "b", "c"], s.fill, first_step=s.load_step))
+            self._phase("4 D joins (contract with C at 0.8 p): load flows B to C and C to D", ["a", "b", "c", "d"], until_acceptable=True,
+                        hold_s=s.settle_s, action=lambda: self._sign(self._members[JOINS_LATER]))
+            return self._finish()
+        finally:
+            self.fed.close()
+
+    def _open_hosts(self) -> None:
+        """A CPU quota of `cpus` for each participant, where this machine and user allow it
+        (`Federation.close` removes them); otherwise the participants share the machine's CPUs."""
+        if self.s.cpus:
+            self.fed.hosts = open_hosts("demo", self.say)
+            if self.fed.hosts is not None:
+                self.say(f"each participant runs under a CPU quota of {self.s.cpus:g} CPU ({self.fed.hosts.parent})")
+
+    def hosts_report(self) -> dict:
+        """Per participant: its CPUs, and whether it had them to itself (its own quota)."""
+        isolated = self.fed.hosts is not None
+        return {name: {"cpus": self.s.cpus if isolated else None, "isolated": isolated} for name in self._members}
+
+    def _task_params(self) -> dict:
+        return {**self.params.to_dict(), "trigger_s": self.s.trigger_s}
+
+    def _setup_first(self, members: list[Member], measured: list[str] | None = None, unsigned: Collection[str] = ()) -> None:
+        """Start the members' agents (those in `unsigned` without their contracts), then their
+        input; wait until `measured` (default: all) report load."""
+        for m in members:
+            self._join(m, sign=m.name not in unsigned)
+        for m in members:
+            self.fed.wait_agent(m.name, on_wait=self.poll)  # the view and the timeline go on while the JVMs start
+            self._up_at[m.name] = time.monotonic()
+        for m in members:
+            if m.partitions:
+                self._start_input(m)
+        self.say("agents up; input flowing")
+        self._wait_measured(measured or [m.name for m in members], 180)
+
+    # Drain and compare
+
+    def _finish(self) -> dict:
+        self.say("closing the input and draining every task")
+        self.stage = "draining: the input is closed, every task completes its last batch (phase 4 is over)"
+        for name in self.fed_logs:
+            self.fed.stop_replay(name)
+        queried = {name: self._queried_partitions(name) for name in self.fed_logs}
+        logs = {name: self._queried_input(name, log, queried[name]) for name, log in self.fed_logs.items()}
+        runs = self._start_reference(logs)  # it runs while the federation drains
+        try:
+            self._drain(queried, timeout_s=180)
+            state = self.poll()
+            self.say("stopping the federation")
+            self.fed.close()
+            expected = self._reference(logs, runs)
+        finally:
+            for _, process in runs.values():
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+        tasks = {name: [f"{name}.p{k}" for k in partitions] for name, partitions in queried.items()}
+        lost = duplicate = 0
+        output_rows = 0
+        for name, rows in expected.items():
+            out = read_outputs(self.s.workdir / "output", tasks[name])
+            lost += len(out.lost(rows))
+            duplicate += len(out.duplicates)
+            output_rows += len(out.rows)
+        ledger = state["ledger"]
+        return {
+            "phases": [p.to_json() for p in self.phases],
+            "movements": state["movements"],
+            "payments": {"balances": ledger["balances"], "total_paid": sum(b["paid"] for b in ledger["balances"]), "total_earned": sum(b["earned"] for b in ledger["balances"])},
+            "expected_results": sum(len(r) for r in expected.values()),
+            "output_results": output_rows,
+            "lost_results": lost,
+            "duplicate_results": duplicate,
+            "fed_connections": {name: _connections(log) for name, log in self.fed_logs.items()},
+            "queried_connections": {name: _connections(log) for name, log in logs.items()},
+            "queried_partitions": {name: [f"p{k}" for k in partitions] for name, partitions in queried.items()},
+            "timeline": self.timeline,
+            "hosts": self.hosts_report(),
+            "elapsed_s": round(time.time() - self.t0, 1),
+            "workdir": str(self.s.workdir),
+        }
+
+    def _queried_partitions(self, name: str) -> list[int]:
+        """The partitions of `name`'s stream that a task of its processes (from their start)."""
+        idle = set(self._idle_partitions(name))
+        return [k for k in range(self._members[name].partitions) if f"p{k}" not in idle]
+
+    def _queried_input(self, name: str, fed: Path, partitions: list[int]) -> Path:
+        """What `name`'s tasks were fed: the connections of the fed log (after the lateness rule
+        the stream applied to all of it) that fall in `partitions`, as a Zeek log beside it.
+        Phases 1 and 3 leave some partitions without a query; their rows are no task's input."""
+        from bpm.zeek.conn import read_logs, write_tsv
+        from bpm.zeek.definitions import Admission, admitted, partition_of, source_prefix
+
+        count, keep = self._members[name].partitions, set(partitions)
+        out = fed.with_name(f"{name}.queried.log")
+        with out.open("w", encoding="utf-8") as handle:
+            write_tsv((c for c in admitted(read_logs([fed]), Admission(self.s.lateness_s))
+                       if partition_of(source_prefix(c.orig_h), count) in keep), handle)
+        return out
+
+    def _add_query(self, name: str, task: str) -> None:
+        """A new task of `name`'s: the query over its stream's partition `task` (p<k>)."""
+        partition = self._stream(self._members[name]) / f"partition={task[1:]}"
+        self.fed.add_task(name, task, str(partition.resolve()), self._task_params())
+
+    def _drain(self, queried: dict[str, list[int]], timeout_s: float) -> None:
+        """Wait until every task, where it runs now, has completed a batch with the watermark
+        that the end mark of its closed partition brings: that batch emits the last windows.
+        A task moved after it has drained shows the same watermark in its handed-over checkpoint."""
+        needed = {}
+        for name, partitions in queried.items():
+            stream = PartitionedStream(self._stream(self._members[name]))
+            for k in partitions:
+                end_us = stream.tick_us(k, stream.next_position(k) - 1)
+                needed[f"{name}.p{k}"] = end_watermark_ms(end_us, self.params) if end_us is not None else None
+        deadline, done = time.monotonic() + timeout_s, set()
+        while time.monotonic() < deadline:
+            done = set()
+            for endpoint in self.fed.endpoints.values():
+                try:
+                    status = httpx.get(endpoint + "/status", timeout=10).json()
+                except httpx.HTTPError:
+                    continue
+                for t in status.get("last_report", {}).get("details", {}).get("host", {}).get("tasks", []):
+                    want = needed.get(t["task_id"])
+                    if t["state"] == "running" and want is not None and (t.get("watermark_ms") or 0) >= want:
+                        done.add(t["task_id"])
+            if done >= set(needed):
+                return
+            self.poll()
+            time.sleep(self.s.poll_s)
+        self.say(f"tasks {', '.join(sorted(set(needed) - done))} had not drained after {timeout_s:.0f} s; results compared as they are")
+
+    def _start_reference(self, logs: dict[str, Path]) -> dict[str, tuple[Path, subprocess.Popen]]:
+        """`bpm pipeline run` over exactly what each participant's stream received, all at once."""
+        s = self.s
+        runs = {}
+        for name, log in logs.items():
+            self.say(f"reference: bpm pipeline run {log.name}")
+            out = log.with_suffix(".reference.jsonl")
+            with out.open("w") as handle:
+                runs[name] = (out, subprocess.Popen(
+                    [
+                        BPM, "pipeline", "run", str(log), "--window", str(s.window_s), "--lateness", str(s.lateness_s),
+                        "--min-connections", str(s.min_connections), "--min-ports", str(s.min_ports), "--master", "local[1]", "--json",
+                    ],
+                    stdout=handle, stderr=subprocess.DEVNULL, cwd=s.workdir,
+                ))
+        return runs
+
+    def _reference(self, logs: dict[str, Path], runs: dict[str, tuple[Path, subprocess.Popen]]) -> dict[str, list[ResultRow]]:
+        """The reference alerts, once the runs of `_start_reference` have finished."""
+        expected = {}
+        for name, (out, process) in runs.items():
+            if process.wait(timeout=600) != 0:
+                raise RuntimeError(f"bpm pipeline run over {logs[name]} failed (exit {process.returncode})")
+            expected[name] = [ResultRow.from_json(json.loads(line)) for line in out.read_text().splitlines() if line.strip()]
+        return expected
+
+
+def queries_to_add(target: float | None, loads: list[float], query_loads: list[float], most: int) -> int:
+    """How many more queries take tasks with `loads` to `target` in all, a query bringing the
+    median of `query_loads` (the loads its kind measures now): rounded up, so the target is
+    passed by less than one query, and at most `most`. One when the target (None) or the
+    queries are not measured yet; none when the target is reached."""
+    if target is None:
+        return 1
+    missing = target - sum(loads)
+    if missing <= 0:
+        return 0
+    if not query_loads:
+        return 1
+    return min(most, math.ceil(missing / statistics.median(query_loads)))
+
+
+def _connections(log: Path) -> int:
+    return sum(1 for line in log.open() if not line.startswith("#"))
+
+
+def _fmt(values: dict[str, float]) -> str:
+    return ", ".join(f"{k}={v:.2f}" for k, v in sorted(values.items()))

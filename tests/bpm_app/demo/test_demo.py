@@ -1,0 +1,43 @@
+"""End to end: a registry and four agents as real processes, Spark local, the poster's phases;
+each participant under a CPU quota of its own where this machine allows it."""
+
+from __future__ import annotations
+
+import pytest
+
+from bpm_app.demo.report import write_report
+from bpm_app.demo.run import Demo, DemoSettings
+from bpm.federation.views import seconds
+from spark_agents.hosts import CpuHosts
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.slow
+
+
+# The demo bounds itself (each phase waits at most phase_timeout_s); a typical run takes
+# 5 to 10 minutes, past pytest's default limit for one test.
+@pytest.mark.timeout(900)
+def test_federation_moves_load_and_loses_nothing(tmp_path):
+    settings = DemoSettings(workdir=tmp_path / "run", port=free_port(), agent_port=free_port(), settle_s=10)
+    settings.workdir.mkdir()
+    demo = Demo(settings, say=lambda msg: print(msg, flush=True))
+    report = demo.run()
+    write_report(report, tmp_path / "report", demo.t0)
+
+    assert [p["name"][0] for p in report["phases"]] == ["1", "2", "3", "4"]
+    assert report["movements"], "load moved between participants"
+    assert any(m["from"] == "a" for m in report["movements"]), "the overloaded A shed load"
+    payments = report["payments"]
+    assert payments["total_paid"] == pytest.approx(payments["total_earned"]), "what one pays the other earns"
+    assert report["expected_results"] > 0, "the input raised alerts to compare"
+    assert report["lost_results"] == 0
+    assert report["duplicate_results"] == 0
+    assert any(m["to"] == "d" for m in report["movements"]), "load flowed to D once it joined"
+    joined = demo.t0 + report["phases"][3]["started_s"]
+    assert all(seconds(m["started_at"]) >= joined for m in report["movements"] if "d" in (m["from"], m["to"])), "D trades only once it has joined"
+    assert report["phases"][1]["acceptable"], report["phases"][1]
+    assert report["phases"][3]["acceptable"], report["phases"][3]
+    assert (tmp_path / "report" / "timeline.png").stat().st_size > 10_000
+    if CpuHosts.available() is None:  # root on Linux, as in CI: every participant had its own CPU
+        assert all(h == {"cpus": settings.cpus, "isolated": True} for h in report["hosts"].values()), report["hosts"]
+        assert not demo.fed.hosts.parent.exists(), "the demo removed its cgroups"

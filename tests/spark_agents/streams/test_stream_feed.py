@@ -1,0 +1,70 @@
+import pytest
+
+from spark_agents.streams import PartitionedStream
+from spark_agents.streams.feed import Feeder, amplified, end_mark_us, feed_all
+from spark_agents.streams.partitioned import MARK_DATA, MARK_END, MARK_TICK
+from bpm.zeek.conn import Conn
+from bpm.zeek.definitions import QueryParams, partition_of, source_prefix
+from bpm.zeek.generator import TrafficProfile, generate
+from bpm.zeek.reference import compute
+
+PARAMS = QueryParams(lateness_s=10)
+
+
+def conn(ts, src="10.0.0.1"):
+    return Conn(ts, src, 1, "10.9.9.9", 80, "tcp")
+
+
+def records(stream, k):
+    return [r for _, rows in stream.read(k) for r in rows]
+
+
+def test_rows_go_to_the_partition_of_their_prefix_and_every_file_ends_with_a_tick(tmp_path):
+    stream = PartitionedStream.create(tmp_path / "s", 3)
+    feeder = Feeder(stream, PARAMS)
+    sources = [f"10.0.{i}.7" for i in range(12)]
+    for i, src in enumerate(sources):
+        assert feeder.add(conn(100 + i, src))
+    assert feeder.flush() == 3
+    for k in range(3):
+        rows = records(stream, k)
+        assert rows[-1].mark == MARK_TICK and rows[-1].ts_us == 111_000_000
+        assert all(partition_of(source_prefix(r.src), 3) == k and r.prefix == source_prefix(r.src)
+                   for r in rows if r.mark == MARK_DATA)
+    assert sum(feeder.written) == 12
+
+
+def test_idle_partitions_get_a_tick_only_when_event_time_moved(tmp_path):
+    stream = PartitionedStream.create(tmp_path / "s", 2)
+    feeder = Feeder(stream, PARAMS)
+    feeder.add(conn(100))
+    feeder.flush()
+    assert feeder.flush() == 0
+    feeder.add(conn(101))
+    assert feeder.flush() == 2
+
+
+def test_late_rows_are_refused_before_partitioning_and_the_end_mark_closes_every_window(tmp_path):
+    stream = PartitionedStream.create(tmp_path / "s", 2)
+    feeder = feed_all(stream, [conn(100), conn(200), conn(190.5), conn(190)], PARAMS)
+    assert feeder.admission.late == 1 and sum(feeder.written) == 3
+    for k in range(2):
+        last = records(stream, k)[-1]
+        assert last.mark == MARK_END and last.ts_us == end_mark_us(200_000_000, PARAMS) == (200 + 60 + 10 + 1) * 10**6
+
+
+def test_results_do_not_depend_on_the_number_of_partitions(tmp_path):
+    conns = generate(TrafficProfile(duration_s=120, rate=50, sources=80), seed=4)
+    late = {feed_all(PartitionedStream.create(tmp_path / str(k), k), conns, QueryParams()).admission.late for k in (1, 2, 5)}
+    assert len(late) == 1
+
+
+def test_amplification_multiplies_sources_and_keeps_their_shape():
+    base = [Conn(100.0 + i, "10.0.0.1", 1, "10.9.9.9", 1000 + i, "tcp") for i in range(12)] + [conn(101, "2001:db8::1")]
+    copies = list(amplified(base, 3))
+    assert len(copies) == 39
+    assert {c.orig_h for c in copies} == {"10.0.0.1", "27.0.0.1", "44.0.0.1", "2001:db8::1", "2001:db8:1::1", "2001:db8:2::1"}
+    rows = compute(copies, QueryParams())
+    assert sorted(r.key for r in rows if r.kind == "ports") == ["10.0.0.1", "27.0.0.1", "44.0.0.1"]
+    with pytest.raises(ValueError):
+        list(amplified(base, 0))
