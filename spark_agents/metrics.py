@@ -29,6 +29,7 @@ import os
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +183,21 @@ def process_cpu_seconds(pid: int) -> float | None:
         return None
     # Fields after the command name: state is [0], utime is [11], stime is [12].
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def process_tree_cpu_seconds(pid: int) -> float | None:
+    """CPU seconds of a local process and of its live descendants (a server's worker
+    processes), None where the process is unreadable."""
+    own = process_cpu_seconds(pid)
+    if own is None:
+        return None
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            children += [int(c) for c in task.read_text().split()]
+        except OSError:
+            continue
+    return own + sum(process_tree_cpu_seconds(c) or 0.0 for c in children)
 
 
 def scaled_to_process(loads: dict[str, float], intervals: Iterable[IntervalSample], start_s: float) -> dict[str, float]:

@@ -3,7 +3,9 @@
 Each client is one pair of participants with an active contract and its own tasks, so
 clients never contend for the same offer; what they share is the server and its
 database, which is what is measured. One round trip = POST /offers, then POST
-/offers/{id}/accept by the partner; latency is the time for both.
+/offers/{id}/accept by the partner; latency is the time for both. Given a probe of the
+server's CPU seconds (a registry the command started itself), the run also reports the
+server's CPU per round trip.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import asyncio
 import statistics
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
@@ -57,7 +60,7 @@ async def _client_loop(http: httpx.AsyncClient, pair: Pair, latencies: list[floa
         latencies.append(time.perf_counter() - started)
 
 
-async def _run(url: str, admin_key: str, clients: int, rounds: int, progress) -> dict:
+async def _run(url: str, admin_key: str, clients: int, rounds: int, progress, server_cpu: Callable[[], float | None]) -> dict:
     limits = httpx.Limits(max_connections=clients + 10, max_keepalive_connections=clients + 10)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60.0) as http:
         run = uuid.uuid4().hex[:8]
@@ -74,10 +77,13 @@ async def _run(url: str, admin_key: str, clients: int, rounds: int, progress) ->
         setup_s = time.perf_counter() - setup_started
         latencies: list[float] = []
         errors: list[str] = []
+        cpu_before = server_cpu()
         started = time.perf_counter()
         await asyncio.gather(*(_client_loop(http, pair, latencies, errors) for pair in pairs))
         elapsed = time.perf_counter() - started
+        cpu_after = server_cpu()
     latencies.sort()
+    server_cpu_s = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
     return {
         "clients": clients,
         "rounds_per_client": rounds,
@@ -89,8 +95,11 @@ async def _run(url: str, admin_key: str, clients: int, rounds: int, progress) ->
         "round_trips_per_s": round(len(latencies) / elapsed, 1) if elapsed > 0 else None,
         "p50_ms": round(1000 * statistics.median(latencies), 2) if latencies else None,
         "p99_ms": round(1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 2) if latencies else None,
+        "server_cpu_s": None if server_cpu_s is None else round(server_cpu_s, 3),
+        "server_cpu_ms_per_round_trip": round(1000 * server_cpu_s / len(latencies), 2) if server_cpu_s is not None and latencies else None,
     }
 
 
-def bench_registry(url: str, admin_key: str, clients: int, rounds: int, progress=lambda phase, n: None) -> dict:
-    return asyncio.run(_run(url, admin_key, clients, rounds, progress))
+def bench_registry(url: str, admin_key: str, clients: int, rounds: int, progress=lambda phase, n: None,
+                   server_cpu: Callable[[], float | None] = lambda: None) -> dict:
+    return asyncio.run(_run(url, admin_key, clients, rounds, progress, server_cpu))

@@ -43,10 +43,12 @@ def bench_registry_command(
     port: Annotated[int, typer.Option(help="Port of the registry started for the run.")] = 8799,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Offer-and-accept round trips per second, p50 and p99 latency, with N concurrent clients."""
+    """Offer-and-accept round trips per second, p50 and p99 latency, with N concurrent clients;
+    for a registry it starts itself, the server's CPU per round trip."""
     from rich.progress import Progress
 
     from bpm_app.bench.registry import bench_registry
+    from spark_agents.metrics import process_tree_cpu_seconds
 
     process = None
     with tempfile.TemporaryDirectory(prefix="bpm-bench-") as tmp:
@@ -60,7 +62,8 @@ def bench_registry_command(
         try:
             with Progress(transient=True, disable=as_json) as bar:
                 setup = bar.add_task("registering participants, contracts and tasks", total=clients)
-                result = bench_registry(url, admin_key, clients, rounds, lambda phase, n: bar.advance(setup, n))
+                server_cpu = (lambda: process_tree_cpu_seconds(process.pid)) if process is not None else (lambda: None)
+                result = bench_registry(url, admin_key, clients, rounds, lambda phase, n: bar.advance(setup, n), server_cpu)
         finally:
             if process is not None:
                 process.terminate()

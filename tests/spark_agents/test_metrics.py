@@ -1,4 +1,7 @@
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -10,6 +13,7 @@ from spark_agents.metrics import (
     interval_sample,
     overhead_factor,
     process_cpu_seconds,
+    process_tree_cpu_seconds,
     task_loads,
 )
 
@@ -65,6 +69,24 @@ def test_process_cpu_of_this_process_is_readable_and_grows():
     after = process_cpu_seconds(os.getpid())
     assert before is not None and after > before
     assert process_cpu_seconds(2**22 + 12345) is None
+
+
+def test_process_tree_cpu_counts_the_live_children_of_a_process():
+    """A server's workers are its children: their CPU counts with the server's."""
+    burn = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass\ntime.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", burn])
+    try:
+        deadline = time.monotonic() + 20
+        while (process_cpu_seconds(child.pid) or 0.0) < 0.45 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        own = process_cpu_seconds(os.getpid())
+        tree = process_tree_cpu_seconds(os.getpid())
+        assert tree is not None and own is not None
+        assert tree - own >= 0.4, (own, tree)
+    finally:
+        child.kill()
+        child.wait()
+    assert process_tree_cpu_seconds(child.pid) is None, "a process that is gone is unreadable"
 
 
 def test_overhead_factor_leaves_the_idle_part_of_the_process_cpu_to_no_task():

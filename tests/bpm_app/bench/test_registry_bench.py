@@ -1,0 +1,27 @@
+"""`bpm bench registry` against a registry it starts itself: every round trip counted, and the
+server's CPU per round trip measured."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.slow
+BPM = str(Path(sys.executable).with_name("bpm"))
+
+
+def test_the_registry_benchmark_reports_round_trips_latency_and_server_cpu():
+    out = subprocess.run([BPM, "bench", "registry", "--clients", "3", "--rounds", "4", "--port", str(free_port()), "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["errors"] == 0 and result["round_trips"] == 12
+    assert result["round_trips_per_s"] > 0 and 0 < result["p50_ms"] <= result["p99_ms"]
+    assert result["server_cpu_s"] > 0, "the server did the work of twelve round trips"
+    assert result["server_cpu_ms_per_round_trip"] == pytest.approx(1000 * result["server_cpu_s"] / 12, rel=0.05, abs=0.01)
