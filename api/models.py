@@ -86,7 +86,13 @@ class Task(Base):
 
 
 class Offer(Base):
-    """A proposal to move tasks from `from_id` to `to_id` under a contract at one price."""
+    """A proposal to move tasks from `from_id` to `to_id` under a contract at up to one price.
+
+    Attributes:
+        price: the offerer's cap, the most it pays per unit of load.
+        settled_price: once accepted, the price the movements run at (within the
+            contract's range and at most `price`).
+    """
 
     __tablename__ = "offers"
     __table_args__ = (
@@ -108,6 +114,7 @@ class Offer(Base):
     task_ids: Mapped[list] = mapped_column(JSON)
     accepted_task_ids: Mapped[list | None] = mapped_column(JSON, nullable=True)
     price: Mapped[float] = mapped_column(Float)
+    settled_price: Mapped[float | None] = mapped_column(Float, nullable=True)
     state: Mapped[str] = mapped_column(String(16), index=True)
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

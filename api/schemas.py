@@ -185,7 +185,8 @@ class OfferOut(Out):
     to: str
     task_ids: list[int]
     accepted_task_ids: list[int] | None
-    price: float
+    price: float = Field(description="the offerer's cap per unit of load")
+    settled_price: float | None = Field(default=None, description="once accepted, the price its movements run at")
     state: str
     reason: str | None
     created_at: datetime

@@ -178,7 +178,7 @@ def accept(session: Session, caller: Principal, offer_id: int, body: schemas.Off
         raise Invalid(
             f"the settled price {price:g} must lie between the contract's price_min {contract.price_min:g} and the offered {offer.price:g}"
         )
-    _decide(session, offer, "accepted", now, accepted_task_ids=chosen, price=price)
+    _decide(session, offer, "accepted", now, accepted_task_ids=chosen, settled_price=price)
     moved = session.execute(
         update(Task)
         .where(Task.id.in_(chosen), Task.host_id == offer.from_id)
@@ -196,7 +196,7 @@ def accept(session: Session, caller: Principal, offer_id: int, body: schemas.Off
             task=task,
             from_id=offer.from_id,
             to_id=offer.to_id,
-            price=offer.price,
+            price=price,
             load=task.load,
             accrued_at=now,
             state="active",
@@ -209,10 +209,10 @@ def accept(session: Session, caller: Principal, offer_id: int, body: schemas.Off
     events.record(
         session,
         "offer.accepted",
-        f"{offer.to_participant.name} accepted tasks {chosen} of offer #{offer.id} from {offer.from_participant.name} at {offer.price:g}",
+        f"{offer.to_participant.name} accepted tasks {chosen} of offer #{offer.id} from {offer.from_participant.name} at {price:g} (offered up to {offer.price:g})",
         actor=offer.to_participant.name,
         subject=offer.from_participant.name,
-        data={"offer_id": offer.id, "task_ids": chosen, "movement_ids": [m.id for m in movements], "price": offer.price},
+        data={"offer_id": offer.id, "task_ids": chosen, "movement_ids": [m.id for m in movements], "price": price, "cap": offer.price},
         at=now,
     )
     return offer, movements
@@ -261,6 +261,7 @@ def to_out(offer: Offer, now: datetime, movements: list[int]) -> schemas.OfferOu
         task_ids=offer.task_ids,
         accepted_task_ids=offer.accepted_task_ids,
         price=offer.price,
+        settled_price=offer.settled_price,
         state=state_of(offer, now),
         reason=offer.reason,
         created_at=offer.created_at,

@@ -262,10 +262,12 @@ def test_a_movement_is_paid_on_the_load_its_host_measures(registry, pair):
 def test_accept_settles_the_price_between_range_minimum_and_offered_cap(registry, pair):
     a, b, contract, tasks = pair
     offer = _offer(registry, a, contract["id"], tasks[:1], price=1.8).json()
+    assert offer["settled_price"] is None
     for bad in (0.5, 1.9, 2.5):
         assert registry.call("POST", f"/offers/{offer['id']}/accept", b, json={"price": bad}).status_code == 422
     accepted = registry.ok("POST", f"/offers/{offer['id']}/accept", b, json={"price": 1.4})
-    assert accepted["price"] == 1.4
+    assert (accepted["price"], accepted["settled_price"]) == (1.8, 1.4), "the offerer's cap is kept beside the settled price"
+    assert registry.ok("GET", f"/offers/{offer['id']}", a)["price"] == 1.8
     assert registry.ok("GET", f"/movements/{accepted['movements'][0]}", a)["price"] == 1.4
 
 

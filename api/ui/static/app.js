@@ -608,14 +608,14 @@ function renderMovements() {
   });
   showTable('offers-table', [...offers].reverse().slice(0, 15), {
     caption: 'Recent offers',
-    headers: ['Offer', 'From → to', 'Tasks', 'Price', 'State', 'Reason', 'Made at'],
+    headers: ['Offer', 'From → to', 'Tasks', 'Price (offered up to)', 'State', 'Reason', 'Made at'],
     cls: 'offers',
     none: ['No offers yet.', 'An overloaded participant offers tasks to a contract partner.'],
     row: (o) => [
       `#${o.id}`,
       route(o.from, o.to),
       (o.accepted_task_ids || o.task_ids).map((id) => `#${id}`).join(' '),
-      { cell: price(o.price), class: 'num' },
+      { cell: o.settled_price == null ? `(${price(o.price)})` : `${price(o.settled_price)} (${price(o.price)})`, class: 'num' },
       badge(o.state),
       o.reason || DASH,
       when(o.created_at),
