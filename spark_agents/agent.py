@@ -40,6 +40,7 @@ from bpm.names import inside, task_key
 from bpm.negotiation import (
     DEFAULT_HYSTERESIS,
     DEFAULT_MARGIN,
+    after_answer,
     choose_offer,
     evaluate_offer,
     movements_to_end,
@@ -169,7 +170,6 @@ class Agent:
         self._lock = threading.RLock()
         self._task_ids: dict[str, int] = {}  # task key -> registry id
         self._released: dict[str, int] = {}  # task key -> epoch at which it was handed over
-        self._refused: dict[str, float] = {}  # partner -> time of its last refusal of my offer
         self._unreachable: set[str] = set()
         self._endpoints: dict[str, str] = {}
         self._next_mechanism = 0.0
@@ -552,9 +552,9 @@ class Agent:
         me = self.config.name
         tasks = self.client.tasks()  # after any ending above: a task I just returned is no longer mine to offer
         mine = [o for o in self.client.offers() if o["from"] == me]
-        for o in mine:
-            if o["state"] == "rejected" and o["decided_at"]:
-                self._refused[o["to"]] = max(self._refused.get(o["to"], 0.0), seconds(o["decided_at"]))
+        refused: dict[str, float] = {}  # partner -> time it refused the last offer I made it
+        for o in sorted((o for o in mine if o["state"] in ("accepted", "rejected") and o["decided_at"]), key=lambda o: (seconds(o["decided_at"]), o["id"])):
+            refused = after_answer(refused, o["to"], o["state"] == "accepted", seconds(o["decided_at"]))
         if any(t["host"] != me and task_key(t) in self.hosting() for t in tasks):
             return  # an offer of mine was just accepted: its tasks still run here, and my load still counts them
         outstanding = any(o["state"] == "pending" for o in mine)
@@ -566,7 +566,7 @@ class Agent:
             cost=cost,
             tasks=offerable,
             contracts=self._contracts,
-            refused_last=self._refused,
+            refused_last=refused,
             unreachable=self._unreachable,
             outstanding=outstanding,
             margin=self.config.margin,

@@ -4,6 +4,7 @@ The simulator (`bpm.sim`) and the live agents call exactly these.
 """
 
 from bpm.negotiation.decisions import (
+    after_answer,
     choose_offer,
     contract_order,
     evaluate_offer,
@@ -21,6 +22,7 @@ __all__ = [
     "Movement",
     "Offer",
     "Task",
+    "after_answer",
     "choose_offer",
     "contract_order",
     "evaluate_offer",

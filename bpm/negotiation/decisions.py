@@ -45,6 +45,23 @@ def _smallest_first(tasks: Iterable[Task]) -> list[Task]:
     return sorted(tasks, key=lambda t: (t.load, t.id))
 
 
+def after_answer(refused: Mapping[str, float], partner: str, accepted: bool, at: float) -> dict[str, float]:
+    """Who refused the last offer made to them, after `partner` answered one at time `at`.
+
+    `refused` maps partner -> time of its refusal of the last offer made to it
+    (`contract_order` tries those partners last). A refusal records its time; an
+    acceptance forgets an earlier refusal, since the partner's last answer is now a yes.
+    The simulator applies each answer as it happens; the agent replays its decided
+    offers in the order they were decided, so both keep the same map.
+    """
+    after = dict(refused)
+    if accepted:
+        after.pop(partner, None)
+    else:
+        after[partner] = at
+    return after
+
+
 def contract_order(
     contracts: Sequence[Contract],
     *,

@@ -24,6 +24,7 @@ from bpm.negotiation import (
     Contract,
     Movement,
     Task,
+    after_answer,
     choose_offer,
     evaluate_offer,
     is_acceptable,
@@ -261,7 +262,7 @@ class Federation:
         q = self.participants[j]
         answer = evaluate_offer(load=q.load, cost=q.cost, offer=offer, margin=self.margin)
         if not answer.accepted:
-            p.refused[q.name] = self.now_s
+            p.refused = after_answer(p.refused, q.name, False, self.now_s)
             self.refusal_count += 1
             if self.record:
                 self.events.append(Event(self.rounds, self.now_s, "refuse", p.name, q.name, offer.load, offer.price_cap, len(offer.tasks)))
@@ -271,9 +272,9 @@ class Federation:
             price_min=offer.price_min, price_max=offer.price_max,
         )
         if price is None:  # cannot happen with the rules above; a refusal if it ever did
-            p.refused[q.name] = self.now_s
+            p.refused = after_answer(p.refused, q.name, False, self.now_s)
             return 0
-        p.refused.pop(q.name, None)
+        p.refused = after_answer(p.refused, q.name, True, self.now_s)
         contract = next(c for c in p.contracts if c.id == offer.contract_id)
         self._next_movement += 1
         m = Movement(

@@ -15,6 +15,7 @@ from bpm.negotiation import (
     Contract,
     Movement,
     Task,
+    after_answer,
     choose_offer,
     contract_order,
     evaluate_offer,
@@ -103,6 +104,20 @@ def test_contract_order_cheapest_first_refusals_and_unreachable_last() -> None:
     assert [c.partner for c in contract_order(cs)] == ["E", "C", "D", "B"]
     order = contract_order(cs, refused_last={"C": 20.0, "E": 10.0}, unreachable={"D"})
     assert [c.partner for c in order] == ["B", "E", "C", "D"]
+
+
+def test_a_partner_goes_last_only_while_its_answer_to_the_last_offer_is_a_refusal() -> None:
+    refused = after_answer({}, "B", False, 10.0)
+    refused = after_answer(refused, "C", False, 12.0)
+    assert refused == {"B": 10.0, "C": 12.0}
+    assert after_answer(refused, "B", False, 15.0) == {"B": 15.0, "C": 12.0}, "the newest refusal counts"
+    accepted = after_answer(refused, "B", True, 20.0)
+    assert accepted == {"C": 12.0}, "a yes to a later offer forgets the refusal"
+    assert refused == {"B": 10.0, "C": 12.0}, "the map given is left as it was"
+    cs = [Contract("c1", "B", 1.0, 1.2), Contract("c2", "C", 0.8, 1.0)]  # C is the cheaper
+    c_refused = after_answer({}, "C", False, 1.0)
+    assert [c.partner for c in contract_order(cs, refused_last=c_refused)] == ["B", "C"]
+    assert [c.partner for c in contract_order(cs, refused_last=after_answer(c_refused, "C", True, 2.0))] == ["C", "B"]
 
 
 def test_offers_respect_outstanding_prices_and_task_origin() -> None:
