@@ -89,7 +89,9 @@ class Offer(Base):
     """A proposal to move tasks from `from_id` to `to_id` under a contract at up to one price.
 
     Attributes:
-        price: the offerer's cap, the most it pays per unit of load.
+        price: the offerer's cap, the most it pays per unit of load for the whole set.
+        caps: for each k, the offerer's cap for the first k tasks (not increasing; the
+            last is `price`).
         settled_price: once accepted, the price the movements run at (within the
             contract's range and at most `price`).
     """
@@ -114,6 +116,7 @@ class Offer(Base):
     task_ids: Mapped[list] = mapped_column(JSON)
     accepted_task_ids: Mapped[list | None] = mapped_column(JSON, nullable=True)
     price: Mapped[float] = mapped_column(Float)
+    caps: Mapped[list] = mapped_column(JSON)
     settled_price: Mapped[float | None] = mapped_column(Float, nullable=True)
     state: Mapped[str] = mapped_column(String(16), index=True)
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)

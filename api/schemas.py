@@ -162,7 +162,11 @@ class TaskOut(Out):
 class OfferCreate(In):
     contract_id: Id
     task_ids: list[Id] = Field(min_length=1, max_length=1000)
-    price: Price
+    price: Price = Field(description="The offerer's cap for the whole set, per unit of load")
+    caps: list[Price] | None = Field(
+        default=None, max_length=1000,
+        description="For each k, the offerer's cap for the first k tasks (one per task, not increasing, the last equal to price); price for every k by default",
+    )
     ttl_s: float = Field(default=30.0, gt=0, le=3600, description="The offer expires unless decided within this time")
 
 
@@ -170,7 +174,7 @@ class OfferAccept(In):
     task_ids: list[Id] | None = Field(default=None, min_length=1, max_length=1000, description="A subset of the offer's tasks; all by default")
     price: Price | None = Field(
         default=None,
-        description="The settled price: at least the contract's price_min, at most the offered price (the offerer's cap); the offered price by default",
+        description="The settled price: at least the contract's price_min, at most the offerer's cap for as many tasks as are taken; that cap by default",
     )
 
 
@@ -185,7 +189,8 @@ class OfferOut(Out):
     to: str
     task_ids: list[int]
     accepted_task_ids: list[int] | None
-    price: float = Field(description="the offerer's cap per unit of load")
+    price: float = Field(description="the offerer's cap per unit of load, for the whole set")
+    caps: list[float] = Field(description="the offerer's cap for the first k tasks, for each k")
     settled_price: float | None = Field(default=None, description="once accepted, the price its movements run at")
     state: str
     reason: str | None

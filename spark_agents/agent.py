@@ -44,7 +44,7 @@ from bpm.negotiation import (
     choose_offer,
     evaluate_offer,
     movements_to_end,
-    settle_price,
+    settle,
 )
 from spark_agents import handover
 from spark_agents.credentials import Credentials
@@ -499,9 +499,7 @@ class Agent:
             loads = {t["id"]: t["load"] for t in self.client.tasks(host=offer["from"]) if t["id"] in offer["task_ids"]}
             view = offer_view(offer, contract, loads)
             answer = evaluate_offer(load=load, cost=cost, offer=view, margin=self.config.margin)
-            price = None
-            if answer.accepted:
-                price = settle_price(shedder_limit=view.price_cap, taker_limit=answer.price_floor, price_min=view.price_min, price_max=view.price_max)
+            price = settle(view, answer)
             if price is None:
                 reason = f"marginal cost at load {load:.3f} is {cost.marginal(load):.3f}; not below the offered {view.price_cap:.3f} with margin"
                 self._refuse(offer, reason)
@@ -573,7 +571,7 @@ class Agent:
         )
         if offer is None:
             return
-        made = self.client.offer(int(offer.contract_id), [int(t) for t in offer.task_ids], offer.price_cap, ttl_s=self.config.offer_ttl_s)
+        made = self.client.offer(int(offer.contract_id), [int(t) for t in offer.task_ids], offer.price_cap, caps=list(offer.caps), ttl_s=self.config.offer_ttl_s)
         self.note("offer.made", f"offered tasks {made['task_ids']} ({offer.load:.3f} load) to {offer.partner} at up to {offer.price_cap:.3f}")
 
     # Status

@@ -28,6 +28,21 @@ from api.services import events, participants
 from api.services.ha import mode_of
 
 
+def _caps(body: schemas.OfferCreate, task_ids: list[int], contract: Contract) -> list[float]:
+    """The offerer's cap for each leading part of its tasks: given, or `price` for every one."""
+    if body.caps is None:
+        return [body.price] * len(task_ids)
+    if len(body.caps) != len(body.task_ids) or len(task_ids) != len(body.task_ids):
+        raise Invalid(f"caps needs one value per task, and the tasks no repeat: {len(body.caps)} caps for tasks {body.task_ids}")
+    if any(later > earlier for earlier, later in zip(body.caps, body.caps[1:])):
+        raise Invalid(f"caps {body.caps} increase: shedding more tasks cannot be worth more per unit of load")
+    if body.caps[-1] != body.price:
+        raise Invalid(f"the last cap {body.caps[-1]:g} is the cap for the whole set and must equal price {body.price:g}")
+    if not (contract.price_min <= body.caps[-1] and body.caps[0] <= contract.price_max):
+        raise Invalid(f"caps {body.caps} leave contract #{contract.id}'s range [{contract.price_min:g}, {contract.price_max:g}]")
+    return list(body.caps)
+
+
 def _pending_of(session: Session, participant_id: int, now: datetime) -> Offer | None:
     return session.scalar(
         select(Offer).where(Offer.from_id == participant_id, Offer.state == "pending", Offer.expires_at > now).limit(1)
@@ -46,6 +61,7 @@ def create(session: Session, caller: Principal, body: schemas.OfferCreate, now: 
             f"price {body.price:g} is outside contract #{contract.id}'s range [{contract.price_min:g}, {contract.price_max:g}]"
         )
     task_ids = list(dict.fromkeys(body.task_ids))
+    caps = _caps(body, task_ids, contract)
     tasks = {t.id: t for t in session.scalars(select(Task).where(Task.id.in_(task_ids)))}
     missing = [t for t in task_ids if t not in tasks]
     if missing:
@@ -59,6 +75,7 @@ def create(session: Session, caller: Principal, body: schemas.OfferCreate, now: 
         to_id=partner.id,
         task_ids=task_ids,
         price=body.price,
+        caps=caps,
         state="pending",
         created_at=now,
         expires_at=now + timedelta(seconds=body.ttl_s),
@@ -173,10 +190,11 @@ def accept(session: Session, caller: Principal, offer_id: int, body: schemas.Off
     contract = session.get(Contract, offer.contract_id)
     if not contract_service.in_force(contract, now):
         raise Conflict(f"contract #{contract.id} is no longer in force")
-    price = offer.price if body.price is None else body.price
-    if not contract.price_min <= price <= offer.price:
+    cap = offer.caps[len(chosen) - 1]  # the offerer's cap for as many tasks as are taken
+    price = cap if body.price is None else body.price
+    if not contract.price_min <= price <= cap:
         raise Invalid(
-            f"the settled price {price:g} must lie between the contract's price_min {contract.price_min:g} and the offered {offer.price:g}"
+            f"the settled price {price:g} must lie between the contract's price_min {contract.price_min:g} and the offered {cap:g} for {len(chosen)} task(s)"
         )
     _decide(session, offer, "accepted", now, accepted_task_ids=chosen, settled_price=price)
     moved = session.execute(
@@ -261,6 +279,7 @@ def to_out(offer: Offer, now: datetime, movements: list[int]) -> schemas.OfferOu
         task_ids=offer.task_ids,
         accepted_task_ids=offer.accepted_task_ids,
         price=offer.price,
+        caps=offer.caps,
         settled_price=offer.settled_price,
         state=state_of(offer, now),
         reason=offer.reason,

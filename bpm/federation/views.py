@@ -54,17 +54,14 @@ def offerable_tasks(
 
 
 def offer_view(offer: Mapping, contract: Mapping, task_loads: Mapping[int, float]) -> Offer:
-    """A pending offer made to me, as `evaluate_offer` sees it.
-
-    The registry carries one price, the offerer's cap for the whole set; it stands for
-    every leading part too, as the offerer pays at least as much per unit for fewer tasks.
-    """
+    """A pending offer made to me, as `evaluate_offer` sees it: with the offerer's caps for
+    each leading part of its tasks, as the registry carries them."""
     tasks = tuple(Task(id=str(tid), load=max(task_loads.get(tid, 0.0), MIN_TASK_LOAD)) for tid in offer["task_ids"])
     return Offer(
         contract_id=str(offer["contract_id"]),
         partner=offer["from"],
         tasks=tasks,
-        caps=(offer["price"],) * len(tasks),
+        caps=tuple(offer["caps"]),
         price_min=contract["price_min"],
         price_max=contract["price_max"],
     )

@@ -10,6 +10,7 @@ from bpm.negotiation.decisions import (
     evaluate_offer,
     is_acceptable,
     movements_to_end,
+    settle,
     settle_price,
 )
 from bpm.negotiation.models import DEFAULT_HYSTERESIS, DEFAULT_MARGIN, Acceptance, Contract, Movement, Offer, Task
@@ -28,5 +29,6 @@ __all__ = [
     "evaluate_offer",
     "is_acceptable",
     "movements_to_end",
+    "settle",
     "settle_price",
 ]

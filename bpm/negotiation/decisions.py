@@ -195,6 +195,16 @@ def settle_price(*, shedder_limit: float, taker_limit: float, price_min: float, 
     return min(price_max, max(price_min, 0.5 * (lo + hi)))
 
 
+def settle(offer: Offer, answer: Acceptance) -> float | None:
+    """The price of the movements an accepted answer makes, or None when there is none:
+    `settle_price` between the offerer's cap for the part taken (`offer.caps`, for the
+    first `answer.count` tasks) and the receiver's floor, within the contract's range."""
+    if not answer.accepted:
+        return None
+    return settle_price(shedder_limit=offer.caps[answer.count - 1], taker_limit=answer.price_floor,
+                        price_min=offer.price_min, price_max=offer.price_max)
+
+
 def movements_to_end(
     *,
     me: str,

@@ -29,7 +29,7 @@ from bpm.negotiation import (
     evaluate_offer,
     is_acceptable,
     movements_to_end,
-    settle_price,
+    settle,
 )
 
 
@@ -267,10 +267,7 @@ class Federation:
             if self.record:
                 self.events.append(Event(self.rounds, self.now_s, "refuse", p.name, q.name, offer.load, offer.price_cap, len(offer.tasks)))
             return 0
-        price = settle_price(
-            shedder_limit=offer.caps[answer.count - 1], taker_limit=answer.price_floor,
-            price_min=offer.price_min, price_max=offer.price_max,
-        )
+        price = settle(offer, answer)
         if price is None:  # cannot happen with the rules above; a refusal if it ever did
             p.refused = after_answer(p.refused, q.name, False, self.now_s)
             return 0

@@ -271,6 +271,24 @@ def test_accept_settles_the_price_between_range_minimum_and_offered_cap(registry
     assert registry.ok("GET", f"/movements/{accepted['movements'][0]}", a)["price"] == 1.4
 
 
+def test_an_offer_carries_a_cap_for_each_leading_part_and_a_partial_accept_settles_under_its_own(registry, pair):
+    a, b, contract, tasks = pair
+    for bad in ([1.8, 1.5], [1.2, 1.5, 1.8], [1.9, 1.7, 1.6], [2.5, 1.8, 1.5], [1.8, 1.6, 1.5, 1.5]):
+        response = _offer(registry, a, contract["id"], tasks, price=1.5, caps=bad)
+        assert response.status_code == 422 and "cap" in response.json()["detail"], (bad, response.text)
+    offer = _offer(registry, a, contract["id"], tasks, price=1.5, caps=[1.9, 1.7, 1.5]).json()
+    assert offer["caps"] == [1.9, 1.7, 1.5]
+    assert registry.call("POST", f"/offers/{offer['id']}/accept", b, json={"task_ids": tasks[:2], "price": 1.8}).status_code == 422
+    accepted = registry.ok("POST", f"/offers/{offer['id']}/accept", b, json={"task_ids": tasks[:2]})
+    assert (accepted["price"], accepted["settled_price"]) == (1.5, 1.7), "two tasks settle at most at the cap for two"
+    assert {registry.ok("GET", f"/movements/{m}", a)["price"] for m in accepted["movements"]} == {1.7}
+
+
+def test_an_offer_without_caps_has_its_price_as_the_cap_of_every_part(registry, pair):
+    a, b, contract, tasks = pair
+    assert _offer(registry, a, contract["id"], tasks[:2], price=1.6).json()["caps"] == [1.6, 1.6]
+
+
 def test_a_failover_of_a_passed_on_task_ends_its_whole_chain(registry, chain):
     a, b, c, task_id, first, second = chain
     keys = {"a": a, "b": b, "c": c}
