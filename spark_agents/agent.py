@@ -45,6 +45,7 @@ from bpm.negotiation import (
     evaluate_offer,
     movements_to_end,
     settle,
+    why_no_offer,
 )
 from spark_agents import handover
 from spark_agents.credentials import Credentials
@@ -175,6 +176,7 @@ class Agent:
         self._next_mechanism = 0.0
         self._started = clock()
         self._changed_at = float("-inf")  # when the set of tasks running here last changed
+        self._waiting: str | None = None  # why no offer was made last period (a cause of why_no_offer, or a wait)
         self.last_report: dict[str, Any] = {}
         self._reported: dict[str, float] = {}  # task key -> the load its host last reported to the registry
         self._contracts: list = []
@@ -449,7 +451,11 @@ class Agent:
         if self._agree_contracts(contracts_json):
             contracts_json = self.client.contracts(participant=me, state="active")
         self._contracts = active_contracts(me, contracts_json)
-        if now - self._started < self.config.warmup_s or self.settling(now):
+        if now - self._started < self.config.warmup_s:
+            self._wait("warming_up", f"warming up: no load is traded for {self.config.warmup_s:g} s after the start")
+            return
+        if self.settling(now):
+            self._wait("settling", f"settling: the load window still covers a change of the tasks running here ({self.config.settle_s:g} s)")
             return
         load, loads, cost, _ = self.measure()
         load = self._answer_offers(load, cost, contracts_json)
@@ -462,6 +468,12 @@ class Agent:
 
     def _changed(self) -> None:
         self._changed_at = self.clock()
+
+    def _wait(self, cause: str, message: str) -> None:
+        """Record why no offer is made, once each time the cause changes (it is checked every period)."""
+        if cause != self._waiting:
+            self._waiting = cause
+            self.note("offer.none", message)
 
     def settling(self, now: float | None = None) -> bool:
         """Whether the load window still covers a change of the tasks running here (`AgentConfig.settle_s`)."""
@@ -554,7 +566,9 @@ class Agent:
         for o in sorted((o for o in mine if o["state"] in ("accepted", "rejected") and o["decided_at"]), key=lambda o: (seconds(o["decided_at"]), o["id"])):
             refused = after_answer(refused, o["to"], o["state"] == "accepted", seconds(o["decided_at"]))
         if any(t["host"] != me and task_key(t) in self.hosting() for t in tasks):
-            return  # an offer of mine was just accepted: its tasks still run here, and my load still counts them
+            # An offer of mine was just accepted: its tasks still run here, and my load still counts them.
+            self._wait("handing_over", "tasks of an accepted offer still run here")
+            return
         outstanding = any(o["state"] == "pending" for o in mine)
         # Tasks hosted for others are passed on only where no contract of mine replicates them.
         pass_on = self.config.pass_on and all(c.get("ha_mode", "none") == "none" for c in contracts_json)
@@ -570,7 +584,9 @@ class Agent:
             margin=self.config.margin,
         )
         if offer is None:
+            self._wait(*why_no_offer(load=load, cost=cost, tasks=offerable, contracts=self._contracts, outstanding=outstanding, margin=self.config.margin))
             return
+        self._waiting = None
         made = self.client.offer(int(offer.contract_id), [int(t) for t in offer.task_ids], offer.price_cap, caps=list(offer.caps), ttl_s=self.config.offer_ttl_s)
         self.note("offer.made", f"offered tasks {made['task_ids']} ({offer.load:.3f} load) to {offer.partner} at up to {offer.price_cap:.3f}")
 

@@ -12,6 +12,7 @@ from bpm.negotiation.decisions import (
     movements_to_end,
     settle,
     settle_price,
+    why_no_offer,
 )
 from bpm.negotiation.models import DEFAULT_HYSTERESIS, DEFAULT_MARGIN, Acceptance, Contract, Movement, Offer, Task
 
@@ -31,4 +32,5 @@ __all__ = [
     "movements_to_end",
     "settle",
     "settle_price",
+    "why_no_offer",
 ]

@@ -144,6 +144,33 @@ def choose_offer(
     return None
 
 
+def why_no_offer(
+    *,
+    load: float,
+    cost: CostFunction,
+    tasks: Sequence[Task],
+    contracts: Sequence[Contract],
+    outstanding: bool = False,
+    margin: float = DEFAULT_MARGIN,
+) -> tuple[str, str]:
+    """Why `choose_offer`, called with the same state, made no offer, for the record of a
+    decision not taken: a short cause (`outstanding`, `no_contract`, `no_task`,
+    `below_price`, `lumpy`) and a sentence with the figures behind it."""
+    if outstanding:
+        return "outstanding", "an offer of mine is outstanding"
+    if not contracts:
+        return "no_contract", "no contract in force"
+    if not tasks:
+        return "no_task", "no task to offer: none measured yet, or none may move"
+    lowest = min(c.price_min for c in contracts) * _factor(margin)
+    marginal = cost.marginal(load)
+    if marginal <= lowest:
+        return "below_price", f"marginal cost {marginal:.3f} at load {load:.3f} is below every contract's lowest price with margin ({lowest:.3f})"
+    smallest = min(t.load for t in tasks)
+    return "lumpy", (f"marginal cost {marginal:.3f} at load {load:.3f} is above the lowest price with margin ({lowest:.3f}), but no "
+                     f"task's own saving beats the price of a contract whose partner may take it: the smallest ({smallest:.3f}) is too large")
+
+
 def evaluate_offer(*, load: float, cost: CostFunction, offer: Offer, margin: float = DEFAULT_MARGIN) -> Acceptance:
     """The receiver's answer to `offer`, given the load it carries now.
 

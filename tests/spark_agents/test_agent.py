@@ -292,9 +292,13 @@ def test_no_load_is_traded_while_the_agent_warms_up(federation):
     for _ in range(5):
         _round(agents, clock)
     assert operator.offers() == [], "no offer in the first 10 s"
+    waits = [r.message for r in a.records if r.kind == "offer.none"]
+    assert len(waits) == 1 and waits[0].startswith("warming up"), "the decision not taken is recorded once, with its cause"
     for _ in range(8):
         _round(agents, clock)
     assert operator.offers(), "offers once warm"
+    b_waits = [r.message for r in agents["b"].records if r.kind == "offer.none"]
+    assert any("below every contract's lowest price" in m for m in b_waits), b_waits
 
 
 def test_trading_waits_for_a_load_window_that_saw_only_the_current_tasks(federation):

@@ -22,6 +22,7 @@ from bpm.negotiation import (
     is_acceptable,
     movements_to_end,
     settle_price,
+    why_no_offer,
 )
 
 
@@ -118,6 +119,27 @@ def test_a_partner_goes_last_only_while_its_answer_to_the_last_offer_is_a_refusa
     c_refused = after_answer({}, "C", False, 1.0)
     assert [c.partner for c in contract_order(cs, refused_last=c_refused)] == ["B", "C"]
     assert [c.partner for c in contract_order(cs, refused_last=after_answer(c_refused, "C", True, 2.0))] == ["C", "B"]
+
+
+def test_a_decision_not_to_offer_says_why() -> None:
+    cost = MM1Cost.with_threshold(0.6, 1.0)  # marginal cost 1.0 at load 0.6
+    small = [Task(f"t{i}", 0.05, "A") for i in range(10)]
+    contracts = [Contract("c", "B", 1.0, 1.2)]
+    state = dict(cost=cost, contracts=contracts, margin=0.1)
+    cases = {
+        "outstanding": dict(load=0.9, tasks=small, outstanding=True),
+        "no_contract": dict(load=0.9, tasks=small, contracts=[]),
+        "no_task": dict(load=0.9, tasks=[]),
+        "below_price": dict(load=0.5, tasks=small),
+        "lumpy": dict(load=0.63, tasks=[Task("big", 0.5, "A")]),
+    }
+    for cause, case in cases.items():
+        args = {**state, **case}
+        assert choose_offer(**args) is None, cause
+        got, sentence = why_no_offer(**args)
+        assert got == cause and sentence, (cause, got, sentence)
+    assert "0.500" in why_no_offer(**{**state, **cases["lumpy"]})[1], "the sentence names the smallest task"
+    assert choose_offer(load=0.9, tasks=small, **state) is not None, "the same state over its threshold with small tasks offers"
 
 
 def test_offers_respect_outstanding_prices_and_task_origin() -> None:
