@@ -93,7 +93,7 @@ class Offer(Base):
         caps: for each k, the offerer's cap for the first k tasks (not increasing; the
             last is `price`).
         settled_price: once accepted, the price the movements run at (within the
-            contract's range and at most `price`).
+            contract's range and at most the cap for as many tasks as were taken).
     """
 
     __tablename__ = "offers"

@@ -33,7 +33,7 @@ def _caps(body: schemas.OfferCreate, task_ids: list[int], contract: Contract) ->
     if body.caps is None:
         return [body.price] * len(task_ids)
     if len(body.caps) != len(body.task_ids) or len(task_ids) != len(body.task_ids):
-        raise Invalid(f"caps needs one value per task, and the tasks no repeat: {len(body.caps)} caps for tasks {body.task_ids}")
+        raise Invalid(f"caps needs one value per task, with no task named twice: {len(body.caps)} caps for tasks {body.task_ids}")
     if any(later > earlier for earlier, later in zip(body.caps, body.caps[1:])):
         raise Invalid(f"caps {body.caps} increase: shedding more tasks cannot be worth more per unit of load")
     if body.caps[-1] != body.price:
