@@ -6,9 +6,11 @@ gave them; tasks that left are stopped at a batch boundary and wait for their ne
 fetch the checkpoint), does its high-availability duties (`spark_agents.ha_agent`: failure
 detection and failover of its moved tasks, replicas, delta checkpoints, repair) and sends
 its heartbeat; a keep-alive thread repeats the last heartbeat while a long step runs, so
-partners do not take a busy agent for a failed one. Every period it runs the mechanism with the pure decisions of
-`bpm.negotiation`: answer offers made to it, end movements that no longer pay, and make
-its next offer. Each step is guarded and timed: a failure is logged, reported to the
+partners do not take a busy agent for a failed one. The mechanism's decisions are a state
+machine (`bpm.agent.machine`, shared with the simulator): every tick the agent feeds it
+the time, and every period what the participant sees; it carries out what the machine
+returns (answer offers made to it, end movements that no longer pay, make its next offer,
+record a decision not taken). Each step is guarded and timed: a failure is logged, reported to the
 registry as an event, and the loop goes on.
 """
 
@@ -37,16 +39,24 @@ from bpm.federation.views import (
     seconds,
 )
 from bpm.names import inside, task_key
-from bpm.negotiation import (
-    DEFAULT_HYSTERESIS,
-    DEFAULT_MARGIN,
-    after_answer,
-    choose_offer,
-    evaluate_offer,
-    movements_to_end,
-    settle,
-    why_no_offer,
+from bpm.agent.machine import (
+    Accept,
+    Answered,
+    Contracts,
+    End,
+    Gather,
+    Incoming,
+    Instruction,
+    MakeOffer,
+    Mechanism,
+    Period,
+    Refuse,
+    TasksChanged,
+    Tick,
+    View,
+    Wait,
 )
+from bpm.negotiation import DEFAULT_HYSTERESIS, DEFAULT_MARGIN
 from spark_agents import handover
 from spark_agents.credentials import Credentials
 from spark_agents.ha_agent import HADuties
@@ -107,17 +117,14 @@ class AgentConfig:
             lowest price_min of its active contracts.
         contracts: terms agreed offline with partners; the agent brings them into the
             registry (`bpm.federation.views.contract_steps`).
-        warmup_s: how long after start the agent neither offers nor takes load: a JVM
-            compiling its code measures far more CPU than its tasks will need.
+        warmup_s: how long after start the agent neither offers nor takes load
+            (`bpm.agent.machine.Mechanism`).
         pass_on: whether the agent offers tasks it hosts for others on to its own partners
             (a movement of its own; see docs/mechanism.md, "Passing load on"). Only where
             none of its contracts replicates moved tasks, and never a task with an HA mode.
         settle_s: how long after a task starts or stops here (or it accepts an offer or ends
             a movement) the agent neither offers, answers offers nor ends movements: until
-            its load window has seen only the tasks it runs now. A window that mixes the
-            old set with the new one counts the CPU of tasks that left against those that
-            stayed, and misses most of what new ones will need: a participant deciding on
-            it sheds or takes far more than its threshold allows.
+            its load window has seen only the tasks it runs now (`bpm.agent.machine.Mechanism`).
         ha: whether the agent does high-availability duties (needs a host with the `ha_*`
             methods of `spark_agents.runtime.SparkTasks`).
         ha_interval_s: how often a host ships passive-standby deltas and acknowledges the stream.
@@ -171,15 +178,14 @@ class Agent:
         self._lock = threading.RLock()
         self._task_ids: dict[str, int] = {}  # task key -> registry id
         self._released: dict[str, int] = {}  # task key -> epoch at which it was handed over
-        self._unreachable: set[str] = set()
         self._endpoints: dict[str, str] = {}
-        self._next_mechanism = 0.0
-        self._started = clock()
-        self._changed_at = float("-inf")  # when the set of tasks running here last changed
-        self._waiting: str | None = None  # why no offer was made last period (a cause of why_no_offer, or a wait)
+        self.machine = Mechanism(config.name, started_s=clock(), period_s=config.period_s, warmup_s=config.warmup_s,
+                                 settle_s=config.settle_s, margin=config.margin, hysteresis=config.hysteresis)
+        self._answered: set[int] = set()  # my offers whose answer the machine has seen
         self.last_report: dict[str, Any] = {}
         self._reported: dict[str, float] = {}  # task key -> the load its host last reported to the registry
         self._contracts: list = []
+        self._contracts_json: list[dict] = []
         # A fetch gives up after a while and is retried next tick, so that the loop goes on
         # (detection, other starts) while a previous host is slow or has just died.
         self.fetch = fetch or (lambda endpoint, key, epoch, token: handover.fetch(endpoint, key, epoch, token, timeout_s=config.fetch_timeout_s))
@@ -285,9 +291,7 @@ class Agent:
             self.ha.resync = False  # a failover to me: take the task over in this tick
             self._guarded("sync", self.sync)
         self._guarded("heartbeat", self.heartbeat)
-        if self.clock() >= self._next_mechanism:
-            self._next_mechanism = self.clock() + self.config.period_s
-            self._guarded("mechanism", self.mechanism)
+        self._guarded("mechanism", self.mechanism)
 
     def sync(self) -> None:
         """Run exactly the tasks the registry says I host."""
@@ -445,39 +449,57 @@ class Agent:
         self.last_report = report
 
     def mechanism(self) -> None:
+        """One turn of the participant's state machine (`bpm.agent.machine`): what it asks for, done."""
+        todo = deque(self.machine.handle(Tick(self.clock())))
+        while todo:
+            todo.extend(self._execute(todo.popleft()))
+
+    def _changed(self) -> None:
+        self.machine.handle(TasksChanged(self.clock()))
+
+    def _execute(self, instruction: Instruction) -> list[Instruction]:
+        """Carry out one instruction of the state machine; returns what it asks for next."""
+        match instruction:
+            case Contracts():
+                self._refresh_contracts()
+            case Gather():
+                return self.machine.handle(Period(self._view()))
+            case Accept(offer_id, partner, task_ids, _, price):
+                try:
+                    accepted = self.client.accept_offer(int(offer_id), [int(t) for t in task_ids], price=price)
+                except RegistryError as exc:
+                    self.note("offer.lost", f"offer #{offer_id} could not be accepted: {exc}")
+                else:
+                    self.note("offer.accepted", f"accepted tasks {accepted['accepted_task_ids']} from {partner} at {price:.3f}")
+            case Refuse(offer_id, partner, reason):
+                try:
+                    self.client.reject_offer(int(offer_id), reason)
+                    self.note("offer.refused", f"refused offer #{offer_id} from {partner}: {reason}")
+                except RegistryError as exc:
+                    self.note("offer.lost", f"offer #{offer_id}: {exc}")
+            case End(m):
+                try:
+                    self.client.end_movement(int(m.id))
+                except RegistryError as exc:
+                    self.note("movement.end_refused", f"movement #{m.id}: {exc}")
+                else:
+                    self.note("movement.ended", f"ended movement #{m.id}: task {m.task_ids[0]} returns to {m.origin}")
+            case MakeOffer(offer):
+                made = self.client.offer(int(offer.contract_id), [int(t) for t in offer.task_ids], offer.price_cap, caps=list(offer.caps),
+                                         ttl_s=self.config.offer_ttl_s)
+                self.note("offer.made", f"offered tasks {made['task_ids']} ({offer.load:.3f} load) to {offer.partner} at up to {offer.price_cap:.3f}")
+            case Wait(_, message):
+                self.note("offer.none", message)
+        return []
+
+    def _refresh_contracts(self) -> None:
+        """My contracts in force, after bringing those agreed offline into the registry."""
         me = self.config.name
-        now = self.clock()
         contracts_json = self.client.contracts(participant=me, state="active")
         if self._agree_contracts(contracts_json):
             contracts_json = self.client.contracts(participant=me, state="active")
+        self._contracts_json = contracts_json
         self._contracts = active_contracts(me, contracts_json)
-        if now - self._started < self.config.warmup_s:
-            self._wait("warming_up", f"warming up: no load is traded for {self.config.warmup_s:g} s after the start")
-            return
-        if self.settling(now):
-            self._wait("settling", f"settling: the load window still covers a change of the tasks running here ({self.config.settle_s:g} s)")
-            return
-        load, loads, cost, _ = self.measure()
-        load = self._answer_offers(load, cost, contracts_json)
-        if self.settling():
-            return
-        load = self._end_movements(now, load, cost)
-        if self.settling():
-            return
-        self._offer(load, loads, cost, contracts_json)
-
-    def _changed(self) -> None:
-        self._changed_at = self.clock()
-
-    def _wait(self, cause: str, message: str) -> None:
-        """Record why no offer is made, once each time the cause changes (it is checked every period)."""
-        if cause != self._waiting:
-            self._waiting = cause
-            self.note("offer.none", message)
-
-    def settling(self, now: float | None = None) -> bool:
-        """Whether the load window still covers a change of the tasks running here (`AgentConfig.settle_s`)."""
-        return (self.clock() if now is None else now) - self._changed_at < self.config.settle_s
 
     def _agree_contracts(self, active: list[dict]) -> bool:
         """Propose or accept the contracts agreed offline that are not active yet; True if one became active."""
@@ -498,97 +520,53 @@ class Agent:
                 activated = True
         return activated
 
-    def _answer_offers(self, load: float, cost: CostFunction, contracts_json: list[dict]) -> float:
+    def _view(self) -> View:
+        """What I see at a period, for the state machine: my load, the offers made to me, the
+        movements I may end, the tasks I may offer, and the answers to my offers so far."""
         me = self.config.name
-        contracts = {c["id"]: c for c in contracts_json}
+        now = self.clock()
+        load, loads, cost, _ = self.measure()
+        contracts = {c["id"]: c for c in self._contracts_json}
+        incoming = []
         for offer in self.client.offers(state="pending"):
             if offer["to"] != me:
                 continue
             contract = contracts.get(offer["contract_id"])
-            if contract is None:
-                self.client.reject_offer(offer["id"], "no active contract")
-                continue
-            loads = {t["id"]: t["load"] for t in self.client.tasks(host=offer["from"]) if t["id"] in offer["task_ids"]}
-            view = offer_view(offer, contract, loads)
-            answer = evaluate_offer(load=load, cost=cost, offer=view, margin=self.config.margin)
-            price = settle(view, answer)
-            if price is None:
-                reason = f"marginal cost at load {load:.3f} is {cost.marginal(load):.3f}; not below the offered {view.price_cap:.3f} with margin"
-                self._refuse(offer, reason)
-                continue
-            try:
-                accepted = self.client.accept_offer(offer["id"], [int(t) for t in answer.task_ids], price=price)
-            except RegistryError as exc:
-                self.note("offer.lost", f"offer #{offer['id']} could not be accepted: {exc}")
-                continue
-            self.note("offer.accepted", f"accepted tasks {accepted['accepted_task_ids']} from {offer['from']} at {price:.3f}")
-            self._changed()
-            load += answer.load
-        return load
-
-    def _refuse(self, offer: dict, reason: str) -> None:
-        try:
-            self.client.reject_offer(offer["id"], reason)
-            self.note("offer.refused", f"refused offer #{offer['id']} from {offer['from']}: {reason}")
-        except RegistryError as exc:
-            self.note("offer.lost", f"offer #{offer['id']}: {exc}")
-
-    def _end_movements(self, now: float, load: float, cost: CostFunction) -> float:
-        me = self.config.name
+            view = None
+            if contract is not None:
+                task_loads = {t["id"]: t["load"] for t in self.client.tasks(host=offer["from"]) if t["id"] in offer["task_ids"]}
+                view = offer_view(offer, contract, task_loads)
+            incoming.append(Incoming(str(offer["id"]), offer["from"], view))
         movements = self.client.movements(participant=me, state="active")
         # Where each task runs: the host of the newest of its movements I see (the end of its
         # chain, as far as I am in it). As host I can return only tasks that still run here.
         runs_at = {m["task_id"]: m["to"] for m in sorted(movements, key=lambda m: m["id"])}
-        views = movement_views(m for m in movements if m["to"] != me or runs_at[m["task_id"]] == me)
+        endable = movement_views(m for m in movements if m["to"] != me or runs_at[m["task_id"]] == me)
         if self.ha is not None:
             # A movement whose task would go back to a failed participant, or would have to come
             # from one, ends by failover, not here: the task would wait for a checkpoint that no
             # one can release. (The task runs at the movement's host unless that host passed it on.)
-            views = [v for v in views if not (self.ha.failed(v.origin) or self.ha.failed(runs_at[int(v.task_ids[0])]))]
-        by_id = {v.id: v for v in views}
-        for movement_id in movements_to_end(me=me, now_s=now, load=load, cost=cost, movements=views, hysteresis=self.config.hysteresis):
-            try:
-                self.client.end_movement(int(movement_id))
-            except RegistryError as exc:
-                self.note("movement.end_refused", f"movement #{movement_id}: {exc}")
-                continue
-            m = by_id[movement_id]
-            load += m.load if m.origin == me else -m.load
-            self.note("movement.ended", f"ended movement #{movement_id}: task {m.task_ids[0]} returns to {m.origin}")
-            self._changed()
-        return load
-
-    def _offer(self, load: float, loads: dict[str, float], cost: CostFunction, contracts_json: list[dict]) -> None:
-        me = self.config.name
-        tasks = self.client.tasks()  # after any ending above: a task I just returned is no longer mine to offer
+            endable = [v for v in endable if not (self.ha.failed(v.origin) or self.ha.failed(runs_at[int(v.task_ids[0])]))]
+        tasks = self.client.tasks()
         mine = [o for o in self.client.offers() if o["from"] == me]
-        refused: dict[str, float] = {}  # partner -> time it refused the last offer I made it
-        for o in sorted((o for o in mine if o["state"] in ("accepted", "rejected") and o["decided_at"]), key=lambda o: (seconds(o["decided_at"]), o["id"])):
-            refused = after_answer(refused, o["to"], o["state"] == "accepted", seconds(o["decided_at"]))
-        if any(t["host"] != me and task_key(t) in self.hosting() for t in tasks):
-            # An offer of mine was just accepted: its tasks still run here, and my load still counts them.
-            self._wait("handing_over", "tasks of an accepted offer still run here")
-            return
-        outstanding = any(o["state"] == "pending" for o in mine)
+        for o in sorted((o for o in mine if o["state"] in ("accepted", "rejected") and o["decided_at"] and o["id"] not in self._answered),
+                        key=lambda o: (seconds(o["decided_at"]), o["id"])):
+            self._answered.add(o["id"])
+            self.machine.handle(Answered(o["to"], o["state"] == "accepted", seconds(o["decided_at"])))
         # Tasks hosted for others are passed on only where no contract of mine replicates them.
-        pass_on = self.config.pass_on and all(c.get("ha_mode", "none") == "none" for c in contracts_json)
-        offerable = offerable_tasks(me, tasks, loads, self.host.running(), pass_on=pass_on)
-        offer = choose_offer(
+        pass_on = self.config.pass_on and all(c.get("ha_mode", "none") == "none" for c in self._contracts_json)
+        return View(
+            now_s=now,
             load=load,
             cost=cost,
-            tasks=offerable,
-            contracts=self._contracts,
-            refused_last=refused,
-            unreachable=self._unreachable,
-            outstanding=outstanding,
-            margin=self.config.margin,
+            contracts=tuple(self._contracts),
+            incoming=tuple(incoming),
+            movements=tuple(endable),
+            offerable=tuple(offerable_tasks(me, tasks, loads, self.host.running(), pass_on=pass_on)),
+            outstanding=any(o["state"] == "pending" for o in mine),
+            # An offer of mine was just accepted: its tasks still run here, and my load still counts them.
+            handing_over=any(t["host"] != me and task_key(t) in self.hosting() for t in tasks),
         )
-        if offer is None:
-            self._wait(*why_no_offer(load=load, cost=cost, tasks=offerable, contracts=self._contracts, outstanding=outstanding, margin=self.config.margin))
-            return
-        self._waiting = None
-        made = self.client.offer(int(offer.contract_id), [int(t) for t in offer.task_ids], offer.price_cap, caps=list(offer.caps), ttl_s=self.config.offer_ttl_s)
-        self.note("offer.made", f"offered tasks {made['task_ids']} ({offer.load:.3f} load) to {offer.partner} at up to {offer.price_cap:.3f}")
 
     # Status
 

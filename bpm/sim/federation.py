@@ -1,9 +1,11 @@
 """A federation stepped in discrete rounds, deciding with `bpm.negotiation` unchanged.
 
-One round is one offer period of the live agents (Borealis: 7 s). In each round,
-participants whose movements may end decide which to end; then every participant, in
-a seeded random order, makes at most one offer (so there is never more than one
-outstanding), which the partner answers at once and the offerer settles. The round's
+One round is one offer period of the live agents (Borealis: 7 s). Every participant
+decides with the live agent's state machine (`bpm.agent.machine.Mechanism`). In each
+round, participants whose movements may end decide which to end (`EndsDue`); then every
+participant, in a seeded random order, makes at most one offer (`OfferDue`; so there is
+never more than one outstanding), which the partner answers at once (`OfferReceived`)
+and the offerer learns the answer of (`Answered`). The round's
 loads are updated after every decision, as they would be in a live federation where
 offers are spread over the period.
 """
@@ -17,20 +19,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from bpm.agent.machine import Accept, Answered, End, EndsDue, Incoming, MakeOffer, Mechanism, OfferDue, OfferReceived, View
 from bpm.costs.base import CostFunction
-from bpm.negotiation import (
-    DEFAULT_HYSTERESIS,
-    DEFAULT_MARGIN,
-    Contract,
-    Movement,
-    Task,
-    after_answer,
-    choose_offer,
-    evaluate_offer,
-    is_acceptable,
-    movements_to_end,
-    settle,
-)
+from bpm.negotiation import DEFAULT_HYSTERESIS, DEFAULT_MARGIN, Contract, Movement, Task, is_acceptable
 
 
 @dataclass(slots=True)
@@ -44,8 +35,8 @@ class Participant:
         load: the load it carries now (own tasks at home plus tasks it hosts).
         home: its own tasks running at home, by id.
         hosted: other participants' tasks running here, by id.
+        machine: its side of the mechanism (the refusal memory among it).
         contracts: its contracts, seen from its side.
-        refused: partners whose answer to its last offer to them was a refusal, with its time.
         movements_out / movements_in: active movements of its tasks elsewhere / of others' tasks here.
         paid, earned: payments so far (price x load x seconds).
         own_load: the total load of its own tasks wherever they run.
@@ -55,11 +46,11 @@ class Participant:
     name: str
     cost: CostFunction
     threshold: float
+    machine: Mechanism
     load: float = 0.0
     home: dict[str, Task] = field(default_factory=dict)
     hosted: dict[str, Task] = field(default_factory=dict)
     contracts: list[Contract] = field(default_factory=list)
-    refused: dict[str, float] = field(default_factory=dict)
     movements_out: dict[str, Movement] = field(default_factory=dict)
     movements_in: dict[str, Movement] = field(default_factory=dict)
     paid: float = 0.0
@@ -148,7 +139,8 @@ class Federation:
             if reference_price is None:
                 raise ValueError("give a threshold or a reference price")
             threshold = cost.threshold(reference_price)
-        p = Participant(name=name, cost=cost, threshold=threshold)
+        p = Participant(name=name, cost=cost, threshold=threshold,
+                        machine=Mechanism(name, period_s=self.period_s, margin=self.margin, hysteresis=self.hysteresis))
         self.index[name] = len(self.participants)
         self.participants.append(p)
         return p
@@ -251,27 +243,21 @@ class Federation:
         # A task's per-unit saving never exceeds the marginal cost at the current load.
         if p.cost.marginal(p.load) <= p.min_price * (1.0 + self.margin):
             return 0
-        offer = choose_offer(
-            load=p.load, cost=p.cost, contracts=p.contracts,
-            tasks=[*p.home.values(), *p.hosted.values()] if self.forward else list(p.home.values()),
-            refused_last=p.refused, margin=self.margin,
-        )
-        if offer is None:
+        tasks = [*p.home.values(), *p.hosted.values()] if self.forward else list(p.home.values())
+        made = p.machine.handle(OfferDue(View(now_s=self.now_s, load=p.load, cost=p.cost, contracts=tuple(p.contracts), offerable=tuple(tasks))))
+        if not made or not isinstance(made[0], MakeOffer):
             return 0
+        offer = made[0].offer
         j = self.index[offer.partner]
         q = self.participants[j]
-        answer = evaluate_offer(load=q.load, cost=q.cost, offer=offer, margin=self.margin)
-        if not answer.accepted:
-            p.refused = after_answer(p.refused, q.name, False, self.now_s)
+        answer = q.machine.handle(OfferReceived(self.now_s, q.load, q.cost, Incoming(f"o{self.rounds}.{i}", p.name, offer)))[0]
+        p.machine.handle(Answered(q.name, isinstance(answer, Accept), self.now_s))
+        if not isinstance(answer, Accept):
             self.refusal_count += 1
             if self.record:
                 self.events.append(Event(self.rounds, self.now_s, "refuse", p.name, q.name, offer.load, offer.price_cap, len(offer.tasks)))
             return 0
-        price = settle(offer, answer)
-        if price is None:  # cannot happen with the rules above; a refusal if it ever did
-            p.refused = after_answer(p.refused, q.name, False, self.now_s)
-            return 0
-        p.refused = after_answer(p.refused, q.name, True, self.now_s)
+        price = answer.price
         contract = next(c for c in p.contracts if c.id == offer.contract_id)
         self._next_movement += 1
         m = Movement(
@@ -317,8 +303,8 @@ class Federation:
             # As host it can only return what still runs here (not what it passed on).
             mine = [m for m in p.movements_out.values() if m.id in self._eligible]
             mine += [m for m in p.movements_in.values() if m.id in self._eligible and all(t in p.hosted for t in m.task_ids)]
-            ids = movements_to_end(me=p.name, now_s=self.now_s, load=p.load, cost=p.cost, movements=mine, hysteresis=self.hysteresis)
-            for mid in ids:
+            ends = p.machine.handle(EndsDue(self.now_s, p.load, p.cost, tuple(mine)))
+            for mid in (e.movement.id for e in ends if isinstance(e, End)):
                 if mid in self.movements:  # not already unwound by an earlier ending
                     changes += self._end(self.movements[mid], by=p.name)
         return changes

@@ -20,7 +20,7 @@ def demo(
     workdir: Annotated[Path, typer.Option(help="Where the run keeps its registry, streams, checkpoints, output and logs.")] = Path("demo-run"),
     report_dir: Annotated[Path, typer.Option("--report", help="Report folder: report.json and timeline.png.")] = Path("demo-report"),
     port: Annotated[int, typer.Option(help="Registry port (the admin UI is served there too).")] = 8700,
-    phase_timeout: Annotated[float, typer.Option(help="Longest wait of a phase for an acceptable allocation, seconds.")] = 120.0,
+    phase_timeout: Annotated[float, typer.Option(help="Longest wait of a phase for an acceptable allocation, seconds.")] = 240.0,
     scenario: Annotated[str, typer.Option(help="'phases' (the four phases of load management) or 'failover' (kill -9 of a participant hosting moved tasks, and the recovery).")] = "phases",
     ha_mode: Annotated[str, typer.Option(help="The contracts' HA mode in the failover scenario: passive_standby, active_standby, upstream_backup or none.")] = "passive_standby",
     cpus: Annotated[float, typer.Option(min=0.0, help="Each participant's capacity: a CPU quota of its own (a cgroup; needs root). 0: the participants share the machine's CPUs.")] = 0.4,

@@ -105,7 +105,12 @@ class DemoSettings:
             ends brings a task back to where the load has since grown
             (tests/spark_agents/test_agent.py shows movements ending).
         rate: connections per second in each participant's traffic.
-        phase_timeout_s: the longest a phase waits for an acceptable allocation.
+        phase_timeout_s: the longest a phase waits for an acceptable allocation. A partner
+            paid on loads its origin measured while saturated finds them dearer once they
+            run here, and may end over its threshold with its own partners full: the way out
+            is a chain (C passes load on to D, then takes the partner's), about 30 s a step
+            (an offer period, a handover, a settling time on each side), so a phase allows
+            several steps.
         overload: phase 1 starts more of A's queries (at most `load_step` at a time) until
             they add up to this multiple of A's threshold: what a query costs depends on the
             machine, and A is to start overloaded. A's JVM has just started then, and a query
@@ -147,7 +152,7 @@ class DemoSettings:
     traffic_s: float = 1800.0
     speedup: float = 1.0
     settle_s: float = 20.0
-    phase_timeout_s: float = 120.0
+    phase_timeout_s: float = 240.0
     poll_s: float = 2.0
     overload: float = 1.15
     top_up_s: float = 20.0

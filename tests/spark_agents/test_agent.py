@@ -286,7 +286,7 @@ def test_contracts_agreed_offline_become_active_once_both_sides_run(federation):
 def test_no_load_is_traded_while_the_agent_warms_up(federation):
     operator, agents, add, clock = federation
     a = add("a", 9)
-    a.config.warmup_s = 10.0
+    a.machine.warmup_s = 10.0  # the state machine decides when trading starts
     add("b", 1)
     _contract(agents, "a", "b")
     for _ in range(5):
@@ -306,7 +306,7 @@ def test_trading_waits_for_a_load_window_that_saw_only_the_current_tasks(federat
     a = add("a", 9)  # 1.08 load against a 0.5 threshold
     b = add("b", 1)
     for agent in (a, b):
-        agent.config.settle_s = 10.0
+        agent.machine.settle_s = 10.0
     _contract(agents, "a", "b")
     for _ in range(9):
         _round(agents, clock)

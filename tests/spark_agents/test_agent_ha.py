@@ -181,7 +181,7 @@ def _shed_to_b(operator, agents, add, clock, mode):
         _round(agents, clock, "abc")
     moved = [t for t in operator.tasks(host="b") if t["origin"] == "a"]
     assert moved, "a shed load to b"
-    agents["a"].config.warmup_s = 1e9  # a trades no more: what follows is HA's doing alone
+    agents["a"].machine.warmup_s = 1e9  # a trades no more: what follows is HA's doing alone
     return moved
 
 

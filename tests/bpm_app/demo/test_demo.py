@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 # The demo bounds itself (each phase waits at most phase_timeout_s); a typical run takes
 # 5 to 10 minutes, past pytest's default limit for one test.
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1200)
 def test_federation_moves_load_and_loses_nothing(tmp_path):
     settings = DemoSettings(workdir=tmp_path / "run", port=free_port(), agent_port=free_port(), settle_s=10)
     settings.workdir.mkdir()

@@ -1,0 +1,324 @@
+"""One participant's side of the mechanism as a state machine: events in, instructions out.
+
+The machine holds what a participant remembers between periods (when it started, when
+the tasks running here last changed, who refused its last offer, why it made no offer
+last time) and decides with `bpm.negotiation`. It does no I/O and reads no clock: every
+event carries its time. The live agent (`spark_agents.agent`) reads the registry and its
+Spark host, feeds the machine events and executes the instructions it returns; the
+simulator (`bpm.sim`) feeds the same machine from its own state, so both decide alike.
+
+Events:
+    `Tick` — the agent's loop turned; when a period is due the machine asks for the contracts
+        agreed offline to be brought into force (`Contracts`), then either for what the
+        participant sees (`Gather`: read it and send a `Period`) or records why it does not
+        trade now (`Wait`).
+    `Period` — a mechanism period with what the participant sees (`View`): answer the
+        offers made to it, end the movements that no longer pay, make its next offer.
+    `OfferReceived` — one offer to answer now (the simulator answers at once).
+    `EndsDue` / `OfferDue` — one step of a period on its own (the simulator ends every
+        participant's movements before anyone offers).
+    `Answered` — a partner answered an offer of mine (the refusal memory).
+    `TasksChanged` — a task started or stopped here: the load window is mixed until
+        `settle_s` has passed.
+
+Instructions: `Contracts`, `Gather`, `Accept`, `Refuse`, `End`, `MakeOffer`, and `Wait` — the record
+of a decision not taken, once each time its cause changes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from bpm.costs.base import CostFunction
+from bpm.negotiation import (
+    DEFAULT_HYSTERESIS,
+    DEFAULT_MARGIN,
+    Contract,
+    Movement,
+    Offer,
+    Task,
+    after_answer,
+    choose_offer,
+    evaluate_offer,
+    movements_to_end,
+    settle,
+    why_no_offer,
+)
+
+# ---- events ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """A pending offer made to me: `offer` is None when it names no contract of mine in force."""
+
+    id: str
+    partner: str
+    offer: Offer | None
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """What the participant sees at a period.
+
+    Attributes:
+        now_s: the time, on the clock the movements' times are on.
+        load: everything it carries now (own tasks here and tasks hosted for others).
+        cost: its cost function.
+        contracts: its contracts in force, seen from its side.
+        incoming: offers made to it, waiting for an answer.
+        movements: active movements it is a party to and may end (as host only those whose
+            task still runs here).
+        offerable: the tasks it may offer (`bpm.federation.views.offerable_tasks`).
+        outstanding: whether an offer of its own waits for an answer.
+        handing_over: whether tasks it gave away still run here (its load still counts them).
+    """
+
+    now_s: float
+    load: float
+    cost: CostFunction
+    contracts: tuple[Contract, ...] = ()
+    incoming: tuple[Incoming, ...] = ()
+    movements: tuple[Movement, ...] = ()
+    offerable: tuple[Task, ...] = ()
+    outstanding: bool = False
+    handing_over: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    now_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Period:
+    view: View
+
+
+@dataclass(frozen=True, slots=True)
+class OfferReceived:
+    now_s: float
+    load: float
+    cost: CostFunction
+    incoming: Incoming
+
+
+@dataclass(frozen=True, slots=True)
+class EndsDue:
+    now_s: float
+    load: float
+    cost: CostFunction
+    movements: tuple[Movement, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OfferDue:
+    view: View
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    partner: str
+    accepted: bool
+    at_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class TasksChanged:
+    at_s: float
+
+
+Event = Tick | Period | OfferReceived | EndsDue | OfferDue | Answered | TasksChanged
+
+# ---- instructions ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Contracts:
+    """A period is due: bring the contracts agreed offline into force (also while not trading)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Gather:
+    """A period is due: read what the participant sees and send it as a `Period`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Accept:
+    """Take the leading `task_ids` of offer `offer_id` at `price` per unit of load."""
+
+    offer_id: str
+    partner: str
+    task_ids: tuple[str, ...]
+    load: float
+    price: float
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    offer_id: str
+    partner: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    """End `movement`: its tasks go back to its origin."""
+
+    movement: Movement
+
+
+@dataclass(frozen=True, slots=True)
+class MakeOffer:
+    offer: Offer
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """A decision not taken: `cause` is short (`warming_up`, `settling`, `handing_over`, or one
+    of `bpm.negotiation.why_no_offer`'s), `message` says it with the figures behind it."""
+
+    cause: str
+    message: str
+
+
+Instruction = Contracts | Gather | Accept | Refuse | End | MakeOffer | Wait
+
+# ---- the machine -------------------------------------------------------------------------------
+
+
+@dataclass
+class Mechanism:
+    """One participant's state between events.
+
+    Attributes:
+        name: the participant.
+        started_s: when it started (warm-up counts from here).
+        period_s: how often a period is due.
+        warmup_s: how long after the start it neither offers nor takes load: a JVM compiling
+            its code measures far more CPU than its tasks will need.
+        settle_s: how long after the tasks running here change (or it accepts an offer or
+            ends a movement) it neither answers, ends nor offers: until its load window has
+            seen only the tasks it runs now.
+        margin, hysteresis: the relative margins of `bpm.negotiation`.
+        refused: partner -> when it refused the last offer made to it (`after_answer`).
+        changed_s: when the tasks running here last changed.
+        waiting: the cause of the last decision not taken (recorded once per change).
+    """
+
+    name: str
+    started_s: float = 0.0
+    period_s: float = 0.0
+    warmup_s: float = 0.0
+    settle_s: float = 0.0
+    margin: float = DEFAULT_MARGIN
+    hysteresis: float = DEFAULT_HYSTERESIS
+    refused: dict[str, float] = field(default_factory=dict)
+    changed_s: float = -math.inf
+    waiting: str | None = None
+    next_period_s: float = -math.inf
+
+    def handle(self, event: Event) -> list[Instruction]:
+        match event:
+            case Tick(now_s):
+                return self._tick(now_s)
+            case Period(view):
+                return self._period(view)
+            case OfferReceived(now_s, load, cost, incoming):
+                if self._gate(now_s) is not None:
+                    return []  # the offer waits, or expires
+                return [self._answer(now_s, load, cost, incoming)]
+            case EndsDue(now_s, load, cost, movements):
+                return self._ends(now_s, load, cost, movements)
+            case OfferDue(view):
+                return self._offer(view, view.load, ())
+            case Answered(partner, accepted, at_s):
+                self.refused = after_answer(self.refused, partner, accepted, at_s)
+                return []
+            case TasksChanged(at_s):
+                self.changed_s = max(self.changed_s, at_s)
+                return []
+        raise TypeError(f"not an event: {event!r}")
+
+    def settling(self, now_s: float) -> bool:
+        return now_s - self.changed_s < self.settle_s
+
+    # The steps
+
+    def _tick(self, now_s: float) -> list[Instruction]:
+        if now_s < self.next_period_s:
+            return []
+        self.next_period_s = now_s + self.period_s
+        gate = self._gate(now_s)
+        return [Contracts(), *([Gather()] if gate is None else self._wait(*gate))]
+
+    def _gate(self, now_s: float) -> tuple[str, str] | None:
+        """Why this participant may not trade now (cause, message), if it may not."""
+        if now_s - self.started_s < self.warmup_s:
+            return "warming_up", f"warming up: no load is traded for {self.warmup_s:g} s after the start"
+        if self.settling(now_s):
+            return "settling", f"settling: the load window still covers a change of the tasks running here ({self.settle_s:g} s)"
+        return None
+
+    def _period(self, view: View) -> list[Instruction]:
+        """Answer, end, offer; a step that changes the tasks running here ends the period
+        when the participant settles after a change (its load window no longer fits)."""
+        now_s, load = view.now_s, view.load
+        gate = self._gate(now_s)
+        if gate is not None:
+            return self._wait(*gate)
+        out: list[Instruction] = []
+        for incoming in view.incoming:
+            answer = self._answer(now_s, load, view.cost, incoming)
+            out.append(answer)
+            if isinstance(answer, Accept):
+                load += answer.load
+        if self.settling(now_s):
+            return out
+        ends = self._ends(now_s, load, view.cost, view.movements)
+        out += ends
+        for end in ends:
+            load += end.movement.load if end.movement.origin == self.name else -end.movement.load
+        if self.settling(now_s):
+            return out
+        gone = {t for end in ends for t in end.movement.task_ids}
+        return out + self._offer(view, load, gone)
+
+    def _answer(self, now_s: float, load: float, cost: CostFunction, incoming: Incoming) -> Accept | Refuse:
+        offer = incoming.offer
+        if offer is None:
+            return Refuse(incoming.id, incoming.partner, "no active contract")
+        answer = evaluate_offer(load=load, cost=cost, offer=offer, margin=self.margin)
+        price = settle(offer, answer)
+        if price is None:
+            reason = f"marginal cost at load {load:.3f} is {cost.marginal(load):.3f}; not below the offered {offer.price_cap:.3f} with margin"
+            return Refuse(incoming.id, incoming.partner, reason)
+        self.changed_s = now_s  # the accepted tasks will start here
+        return Accept(incoming.id, incoming.partner, answer.task_ids, answer.load, price)
+
+    def _ends(self, now_s: float, load: float, cost: CostFunction, movements: Sequence[Movement]) -> list[Instruction]:
+        by_id = {m.id: m for m in movements}
+        ended = movements_to_end(me=self.name, now_s=now_s, load=load, cost=cost, movements=movements, hysteresis=self.hysteresis)
+        if ended:
+            self.changed_s = now_s  # tasks leave or come home
+        return [End(by_id[i]) for i in ended]
+
+    def _offer(self, view: View, load: float, gone: set[str]) -> list[Instruction]:
+        if view.handing_over:
+            return self._wait("handing_over", "tasks of an accepted offer still run here")
+        tasks = [t for t in view.offerable if t.id not in gone]
+        offer = choose_offer(load=load, cost=view.cost, tasks=tasks, contracts=view.contracts, refused_last=self.refused,
+                             outstanding=view.outstanding, margin=self.margin)
+        if offer is None:
+            return self._wait(*why_no_offer(load=load, cost=view.cost, tasks=tasks, contracts=view.contracts,
+                                            outstanding=view.outstanding, margin=self.margin))
+        self.waiting = None
+        return [MakeOffer(offer)]
+
+    def _wait(self, cause: str, message: str) -> list[Instruction]:
+        if cause == self.waiting:
+            return []
+        self.waiting = cause
+        return [Wait(cause, message)]

@@ -1,0 +1,88 @@
+"""The participant's state machine: events in, instructions out, no clock and no I/O."""
+
+from __future__ import annotations
+
+from bpm.agent.machine import (
+    Accept,
+    Answered,
+    Contracts,
+    End,
+    Gather,
+    Incoming,
+    MakeOffer,
+    Mechanism,
+    OfferReceived,
+    Period,
+    Refuse,
+    TasksChanged,
+    Tick,
+    View,
+    Wait,
+)
+from bpm.costs import MM1Cost
+from bpm.negotiation import Contract, Movement, Offer, Task
+
+COST = MM1Cost(a=0.25, c=1.0)  # threshold 0.5 at price 1
+B = Contract("1", "b", 1.0, 1.2, 30.0)
+C = Contract("2", "c", 1.0, 1.2, 30.0)
+OWN = tuple(Task(f"t{i}", 0.12, "a") for i in range(8))  # 0.96 of capacity
+
+
+def _view(now: float, **kw) -> View:
+    return View(**{"now_s": now, "load": sum(t.load for t in OWN), "cost": COST, "contracts": (B, C), "offerable": OWN, **kw})
+
+
+def _kinds(instructions) -> list[str]:
+    return [type(i).__name__ for i in instructions]
+
+
+def test_a_period_is_due_every_period_and_trading_waits_out_the_warm_up_once_recorded():
+    m = Mechanism("a", started_s=0.0, period_s=3.0, warmup_s=10.0)
+    first = m.handle(Tick(0.0))
+    assert _kinds(first) == ["Contracts", "Wait"] and first[1].cause == "warming_up"
+    assert m.handle(Tick(1.0)) == [], "not due again within the period"
+    assert m.handle(Tick(3.0)) == [Contracts()], "still warming up: recorded once"
+    assert m.handle(Tick(12.0)) == [Contracts(), Gather()]
+
+
+def test_an_overloaded_participant_offers_its_smallest_tasks_to_the_cheapest_partner_and_remembers_refusals():
+    m = Mechanism("a")
+    [made] = m.handle(Period(_view(0.0)))
+    assert isinstance(made, MakeOffer) and made.offer.partner == "b"
+    assert m.handle(Period(_view(1.0, outstanding=True))) == [Wait("outstanding", "an offer of mine is outstanding")]
+    m.handle(Answered("b", False, 2.0))
+    [again] = m.handle(Period(_view(3.0)))
+    assert again.offer.partner == "c", "the partner that refused goes last"
+    m.handle(Answered("b", True, 4.0))
+    assert m.handle(Period(_view(5.0)))[0].offer.partner == "b", "an acceptance forgets the refusal"
+
+
+def test_a_participant_with_room_accepts_part_of_an_offer_at_a_settled_price_and_refuses_one_without_contract():
+    m = Mechanism("b")
+    offer = Offer("1", "a", tuple(Task(f"t{i}", 0.12) for i in range(5)), (1.2,) * 5, 1.0, 1.2)
+    accept, refuse, *_ = m.handle(Period(View(now_s=0.0, load=0.12, cost=COST, incoming=(Incoming("7", "a", offer), Incoming("8", "x", None)))))
+    assert isinstance(accept, Accept) and accept.offer_id == "7" and 0 < len(accept.task_ids) < 5
+    assert 1.0 <= accept.price <= 1.2
+    assert isinstance(refuse, Refuse) and refuse.reason == "no active contract"
+    full = m.handle(OfferReceived(1.0, 0.9, COST, Incoming("9", "a", offer)))
+    assert isinstance(full[0], Refuse), "over its threshold it takes nothing"
+
+
+def test_after_accepting_a_participant_that_settles_neither_ends_nor_offers_until_its_window_fits():
+    m = Mechanism("a", settle_s=10.0)
+    offer = Offer("1", "b", (Task("x", 0.01),), (1.2,), 1.0, 1.2)
+    out = m.handle(Period(_view(0.0, load=0.2, incoming=(Incoming("5", "b", offer),))))
+    assert _kinds(out) == ["Accept"], "the period stops after the accept"
+    assert _kinds(m.handle(Period(_view(5.0)))) == ["Wait"]
+    m.handle(TasksChanged(8.0))
+    assert m.handle(Period(_view(12.0))) == [], "settling again since the task started: recorded once"
+    assert _kinds(m.handle(Period(_view(18.5)))) == ["MakeOffer"]
+
+
+def test_a_task_that_a_period_sends_home_is_not_offered_in_the_same_period():
+    m = Mechanism("b")
+    hosted = Task("h", 0.3, "a")
+    moved = Movement("m1", ("h",), "a", "b", price=1.0, load=0.3, started_s=0.0, earliest_end_s=10.0)
+    out = m.handle(Period(View(now_s=20.0, load=0.9, cost=COST, contracts=(Contract("3", "c", 1.0, 1.2),), movements=(moved,), offerable=(hosted,))))
+    assert isinstance(out[0], End) and out[0].movement.id == "m1"
+    assert not any(isinstance(i, MakeOffer) for i in out), out

@@ -1,0 +1,55 @@
+"""One scenario played by live agents (stepped against the real registry app) and by the
+simulator: both drive the same state machine (`bpm.agent.machine`), so they make the same
+movements, in the same order, at the same prices, and end at the same loads."""
+
+from __future__ import annotations
+
+import pytest
+
+from bpm.costs import MM1Cost
+from bpm.negotiation import Task
+from bpm.sim.federation import Federation
+from tests.spark_agents.stepped import stepped_federation
+from tests.spark_agents.test_agent import TASK_LOAD, SteppedHost, _round
+
+COST = dict(a=0.25, c=1.0)  # threshold 0.5 at price 1
+TASKS = {"a": 12, "b": 1, "c": 3, "d": 0}
+# A sheds to B and C; C, full, passes load on to D, which is cheaper.
+CONTRACTS = [("a", "b", 1.0, 1.3), ("a", "c", 1.0, 1.3), ("c", "d", 0.6, 0.9)]
+
+
+def _live(tmp_path) -> tuple[list[tuple], dict[str, float]]:
+    with stepped_federation(tmp_path, lambda now: SteppedHost(MM1Cost(**COST))) as (operator, agents, add, clock):
+        for name, count in TASKS.items():
+            add(name, count)
+        for a, b, low, high in CONTRACTS:
+            proposed = agents[a].client.propose(b, low, high, 30.0)
+            agents[b].client.contract_action(proposed["id"], "accept")
+        for _ in range(20):
+            _round(agents, clock)
+        moves: dict[int, list] = {}
+        for m in sorted(operator.movements(), key=lambda m: m["id"]):
+            moves.setdefault(m["offer_id"], [m["from"], m["to"], 0, m["price"]])[2] += 1
+        loads = {p["name"]: p["load"] for p in operator.participants()}
+    return [tuple(v) for _, v in sorted(moves.items())], loads
+
+
+def _simulated() -> tuple[list[tuple], dict[str, float]]:
+    sim = Federation(period_s=1.0, record=True)
+    for name, count in TASKS.items():
+        sim.add_participant(name, MM1Cost(**COST), reference_price=1.0)
+        sim.add_tasks(name, [Task(f"{name}.p{i}", TASK_LOAD, name) for i in range(count)])
+    for a, b, low, high in CONTRACTS:
+        sim.add_contract(a, b, low, high, min_duration_s=30.0)
+    sim.run(max_rounds=20)
+    moves = [(e.origin, e.host, e.tasks, e.price) for e in sim.events if e.kind == "move"]
+    return moves, {p.name: p.load for p in sim.participants}
+
+
+def test_live_agents_and_the_simulator_make_the_same_movements(tmp_path):
+    live_moves, live_loads = _live(tmp_path)
+    sim_moves, sim_loads = _simulated()
+    assert len(live_moves) >= 2, "the scenario moves load more than once"
+    assert [m[:3] for m in live_moves] == [m[:3] for m in sim_moves]
+    assert [m[3] for m in live_moves] == pytest.approx([m[3] for m in sim_moves])
+    assert live_loads == pytest.approx(sim_loads)
