@@ -120,8 +120,9 @@ class AgentConfig:
         warmup_s: how long after start the agent neither offers nor takes load
             (`bpm.agent.machine.Mechanism`).
         pass_on: whether the agent offers tasks it hosts for others on to its own partners
-            (a movement of its own; see docs/mechanism.md, "Passing load on"). Only where
-            none of its contracts replicates moved tasks, and never a task with an HA mode.
+            (a movement of its own; see docs/mechanism.md, "Passing load on"): never a task
+            with an HA mode, nor under a contract that replicates moved tasks
+            (`bpm.negotiation.not_offerable`).
         settle_s: how long after a task starts or stops here (or it accepts an offer or ends
             a movement) the agent neither offers, answers offers nor ends movements: until
             its load window has seen only the tasks it runs now (`bpm.agent.machine.Mechanism`).
@@ -553,8 +554,6 @@ class Agent:
                         key=lambda o: (seconds(o["decided_at"]), o["id"])):
             self._answered.add(o["id"])
             self.machine.handle(Answered(o["to"], o["state"] == "accepted", seconds(o["decided_at"])))
-        # Tasks hosted for others are passed on only where no contract of mine replicates them.
-        pass_on = self.config.pass_on and all(c.get("ha_mode", "none") == "none" for c in self._contracts_json)
         return View(
             now_s=now,
             load=load,
@@ -562,7 +561,8 @@ class Agent:
             contracts=tuple(self._contracts),
             incoming=tuple(incoming),
             movements=tuple(endable),
-            offerable=tuple(offerable_tasks(me, tasks, loads, self.host.running(), pass_on=pass_on)),
+            offerable=tuple(offerable_tasks(me, tasks, loads, self.host.running(), pass_on=self.config.pass_on,
+                                            modes=self.ha.modes if self.ha is not None else None)),
             outstanding=any(o["state"] == "pending" for o in mine),
             # An offer of mine was just accepted: its tasks still run here, and my load still counts them.
             handing_over=any(t["host"] != me and task_key(t) in self.hosting() for t in tasks),

@@ -41,7 +41,7 @@ import httpx
 from bpm_http.client import RegistryError
 from bpm.federation.views import seconds, stream_partition, task_ha_mode
 from bpm.names import inside, task_key
-from bpm.ha import REPLICATED_MODES, effective_mode, failover_target, is_failed, repair_target
+from bpm.ha import REPLICATED_MODES, failover_target, is_failed, repair_target
 from spark_agents import handover
 from spark_agents.ha.fence import OutputFence
 from spark_agents.ha.roles import PassiveBackup, consumer_name
@@ -503,12 +503,7 @@ class HADuties:
         """A task whose movement ended while its host `source` failed: the checkpoint is gone with
         that host, so the task restarts here from what its mode under the ended movement kept
         (no failover record: the registry already moved the task home)."""
-        movements = [m for m in self._view.get("movements", []) if m["task_id"] == task["id"]]
-        newest = max(movements, key=lambda m: m["id"], default=None)
-        contract_mode = None
-        if newest is not None:
-            contract_mode = next((c.get("ha_mode") for c in self._view["contracts"] if c["id"] == newest["contract_id"]), None)
-        mode = effective_mode(task.get("ha_mode", "none"), contract_mode)
+        mode = task_ha_mode(task, self._view.get("movements", []), self._view.get("contracts", []), ended_too=True)
         self.take_over(task, {"id": None, "mode": mode, "failed": source, "from_host": source, "detected_at": None})
 
     def _promote_copy(self, key: str, checkpoint: Path) -> PassiveBackup:

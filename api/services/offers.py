@@ -26,6 +26,7 @@ from api.models import Contract, Movement, Offer, Task
 from api.services import contracts as contract_service
 from api.services import events, participants
 from api.services.ha import mode_of
+from bpm.negotiation import not_offerable
 
 
 def _caps(body: schemas.OfferCreate, task_ids: list[int], contract: Contract) -> list[float]:
@@ -116,22 +117,19 @@ def _refuse_second_offer(session: Session, me, now: datetime) -> None:
 
 
 def _check_offerable(session: Session, me, partner, contract: Contract, tasks: list[Task]) -> None:
-    """Tasks may be offered only where they run, never to their own origin (which gets them
-    back by ending a movement), and passed on only without replicas to keep."""
+    """Tasks may be offered only where they run, and under the contract only as
+    `bpm.negotiation.not_offerable` allows (the rule the agents decide with)."""
     elsewhere = [t.id for t in tasks if t.host_id != me.id]
     if elsewhere:
         raise Conflict(f"tasks {elsewhere} do not run at {me.name}; a participant offers only tasks it hosts")
-    theirs = [t.id for t in tasks if t.origin_id == partner.id]
-    if theirs:
-        raise Conflict(f"tasks {theirs} belong to {partner.name}; a task goes back to its origin only when its movement ends")
-    passed_on = [t for t in tasks if t.origin_id != me.id]
-    guarded = [t.id for t in passed_on if mode_of(session, t) != "none"]
-    if guarded:
-        raise Conflict(f"tasks {guarded} keep HA replicas; a replicated task is not passed on, it returns to its origin")
-    if passed_on and contract.ha_mode != "none":
-        raise Conflict(
-            f"contract #{contract.id} replicates moved tasks ({contract.ha_mode}); tasks hosted for others are passed on only under contracts without HA"
-        )
+    names = {me.id: me.name, partner.id: partner.name}
+    for t in tasks:
+        own = t.origin_id == me.id
+        origin = names[t.origin_id] if t.origin_id in names else t.origin.name
+        why = not_offerable(me=me.name, partner=partner.name, origin=origin, task_mode=t.ha_mode if own else mode_of(session, t),
+                            contract_id=str(contract.id), contract_mode=contract.ha_mode)
+        if why is not None:
+            raise Conflict(f"task #{t.id} may not be offered to {partner.name}: {why}")
 
 
 def _parties(record: Offer | Movement) -> tuple[int, int]:

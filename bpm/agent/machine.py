@@ -310,7 +310,7 @@ class Mechanism:
             return self._wait("handing_over", "tasks of an accepted offer still run here")
         tasks = [t for t in view.offerable if t.id not in gone]
         offer = choose_offer(load=load, cost=view.cost, tasks=tasks, contracts=view.contracts, refused_last=self.refused,
-                             outstanding=view.outstanding, margin=self.margin)
+                             outstanding=view.outstanding, margin=self.margin, me=self.name)
         if offer is None:
             return self._wait(*why_no_offer(load=load, cost=view.cost, tasks=tasks, contracts=view.contracts,
                                             outstanding=view.outstanding, margin=self.margin))

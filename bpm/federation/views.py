@@ -31,25 +31,30 @@ def active_contracts(me: str, contracts: Iterable[Mapping]) -> list[Contract]:
         if c["state"] != "active" or not c.get("in_force", True) or me not in (c["proposer"], c["counterparty"]):
             continue
         partner = c["counterparty"] if c["proposer"] == me else c["proposer"]
-        views.append(Contract(id=str(c["id"]), partner=partner, price_min=c["price_min"], price_max=c["price_max"], min_duration_s=c["min_duration_s"]))
+        views.append(Contract(id=str(c["id"]), partner=partner, price_min=c["price_min"], price_max=c["price_max"], min_duration_s=c["min_duration_s"],
+                              ha_mode=c.get("ha_mode", "none")))
     return views
 
 
 def offerable_tasks(
-    me: str, tasks: Iterable[Mapping], measured: Mapping[str, float], running: Iterable[str], *, pass_on: bool = False
+    me: str, tasks: Iterable[Mapping], measured: Mapping[str, float], running: Iterable[str], *, pass_on: bool = False,
+    modes: Mapping[str, str] | None = None,
 ) -> list[Task]:
-    """The tasks I may offer (registry ids as strings), each with a measured load: my own
-    tasks running here and, with `pass_on`, tasks running here for others without an HA mode
-    of their own (the registry passes on only tasks that keep no replicas). A task not
-    measured yet has no price and is not offered."""
+    """The tasks I may offer (registry ids as strings), each with a measured load and its
+    effective HA mode (`modes`, by task key, else its own): my own tasks running here and,
+    with `pass_on`, tasks running here for others; under which contract each may go is
+    `bpm.negotiation.not_offerable`'s to say. A task not measured yet has no price and is
+    not offered."""
     running = set(running)
+    modes = modes or {}
     out = []
     for t in tasks:
-        load = measured.get(task_key(t), 0.0)
-        if t["host"] != me or task_key(t) not in running or load < MIN_TASK_LOAD:
+        key = task_key(t)
+        load = measured.get(key, 0.0)
+        if t["host"] != me or key not in running or load < MIN_TASK_LOAD:
             continue
-        if t["origin"] == me or (pass_on and t.get("ha_mode", "none") == "none"):
-            out.append(Task(id=str(t["id"]), load=load, origin=t["origin"]))
+        if t["origin"] == me or pass_on:
+            out.append(Task(id=str(t["id"]), load=load, origin=t["origin"], ha_mode=modes.get(key, t.get("ha_mode", "none"))))
     return out
 
 
@@ -158,11 +163,14 @@ def current_failover(task: Mapping, failovers: Iterable[Mapping]) -> Mapping | N
     return newest if newest is not None and newest["to_epoch"] == task["epoch"] else None
 
 
-def task_ha_mode(task: Mapping, movements: Iterable[Mapping], contracts: Iterable[Mapping], failovers: Iterable[Mapping] = ()) -> str:
+def task_ha_mode(task: Mapping, movements: Iterable[Mapping], contracts: Iterable[Mapping], failovers: Iterable[Mapping] = (),
+                 *, ended_too: bool = False) -> str:
     """The task's effective HA mode as the registry defines it (`api.services.ha.mode_of`), from
     what an agent sees: its own mode, else the mode of the contract its newest movement ran
     under while that movement runs or after it failed. A task that a failover put where it
-    is keeps the failover's mode (its new host may not see the movement)."""
+    is keeps the failover's mode (its new host may not see the movement). With `ended_too`,
+    the newest movement counts once ended too: a task whose movement ended while its host
+    failed restarts from what its mode under that movement kept."""
     took = current_failover(task, failovers)
     if took is not None:
         return took["mode"]
@@ -171,7 +179,7 @@ def task_ha_mode(task: Mapping, movements: Iterable[Mapping], contracts: Iterabl
         if m["task_id"] == task["id"] and (newest is None or m["id"] > newest["id"]):
             newest = m
     contract_mode = None
-    if newest is not None and newest["state"] != "ended":
+    if newest is not None and (ended_too or newest["state"] != "ended"):
         contract_mode = next((c.get("ha_mode") for c in contracts if c["id"] == newest["contract_id"]), None)
     return effective_mode(task.get("ha_mode", "none"), contract_mode)
 

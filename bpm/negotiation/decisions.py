@@ -62,6 +62,25 @@ def after_answer(refused: Mapping[str, float], partner: str, accepted: bool, at:
     return after
 
 
+def not_offerable(*, me: str, partner: str, origin: str, task_mode: str, contract_id: str, contract_mode: str) -> str | None:
+    """Why a task of `origin` (effective HA mode `task_mode`) that runs at `me` may not be
+    offered to `partner` under contract `contract_id` (HA mode `contract_mode`); None if it
+    may. One rule for the registry, which refuses such an offer, and for the agents and the
+    simulator, which do not make it: a task never goes to its own origin (which gets it back
+    by ending a movement), and a task hosted for another (`origin` not `me`, nor "" for
+    unknown) is passed on only when neither it nor the contract keeps replicas."""
+    if origin == partner:
+        return f"it belongs to {partner}; a task goes back to its origin only when its movement ends"
+    if origin in ("", me):
+        return None
+    if task_mode != "none":
+        return f"it keeps HA replicas ({task_mode}); a replicated task is not passed on, it returns to its origin"
+    if contract_mode != "none":
+        return (f"contract #{contract_id} replicates moved tasks ({contract_mode}); tasks hosted for others are passed on "
+                "only under contracts without HA")
+    return None
+
+
 def contract_order(
     contracts: Sequence[Contract],
     *,
@@ -96,12 +115,14 @@ def choose_offer(
     unreachable: Collection[str] = (),
     outstanding: bool = False,
     margin: float = DEFAULT_MARGIN,
+    me: str = "",
 ) -> Offer | None:
     """The next offer to make, or None.
 
     `load` is everything the participant carries (its own tasks and those it hosts);
     `tasks` are the ones it may offer: its own tasks running at home and, if it passes
-    load on, tasks it hosts for others (never to their own origin). With an outstanding offer
+    load on, tasks it hosts for others; under each contract only those `not_offerable`
+    allows (`me` is the offerer; a task never goes to its own origin). With an outstanding offer
     there is no new one. Contracts are tried in `contract_order`; under each, the
     offerer takes tasks smallest first, keeping a task only when its own per-unit
     saving, after the tasks already taken, beats the contract's lowest price (times
@@ -122,7 +143,8 @@ def choose_offer(
         d_rest = d_load
         caps: list[float] = []
         for task in ordered:
-            if task.origin == contract.partner:
+            if not_offerable(me=me, partner=contract.partner, origin=task.origin, task_mode=task.ha_mode,
+                             contract_id=contract.id, contract_mode=contract.ha_mode) is not None:
                 continue
             new = amount + task.load
             if new > load * (1 + 1e-9):

@@ -27,6 +27,7 @@ class Contract:
         price_min, price_max: the price range per unit of load per second; equal for a
             fixed-price contract.
         min_duration_s: a movement under this contract lasts at least this long.
+        ha_mode: how tasks moved under it are replicated ("none": not at all).
     """
 
     id: str
@@ -34,6 +35,7 @@ class Contract:
     price_min: float
     price_max: float
     min_duration_s: float = 0.0
+    ha_mode: str = "none"
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.price_min) and math.isfinite(self.price_max)):
@@ -56,11 +58,13 @@ class Task:
         load: its measured share of a participant's capacity.
         origin: the participant it belongs to ("" when the caller does not say); a task
             is never offered to its own origin, which gets it back by ending a movement.
+        ha_mode: its effective HA mode where it runs (`bpm.ha.effective_mode`).
     """
 
     id: str
     load: float
     origin: str = ""
+    ha_mode: str = "none"
 
     def __post_init__(self) -> None:
         if not (self.load > 0 and math.isfinite(self.load)):

@@ -112,7 +112,7 @@ def test_tasks_away_cannot_be_offered_again(registry, pair):
     assert refused.status_code == 409 and "do not run at a" in refused.json()["detail"]
     # b hosts the task now, but never offers it to its own origin.
     back = _offer(registry, b, contract["id"], tasks[:1])
-    assert back.status_code == 409 and "belong to a" in back.json()["detail"]
+    assert back.status_code == 409 and "belongs to a" in back.json()["detail"]
 
 
 @pytest.fixture

@@ -1,8 +1,11 @@
-"""Which tasks an agent may offer: its own running here and, passing load on, others' without HA."""
+"""Which tasks an agent may offer: its own running here and, passing load on, others' without
+HA, under contracts without HA (`bpm.negotiation.not_offerable`, the registry's rule too)."""
 
 from __future__ import annotations
 
+from bpm.costs import MM1Cost
 from bpm.federation.views import MIN_TASK_LOAD, offerable_tasks
+from bpm.negotiation import Contract, choose_offer, not_offerable
 
 
 def task(id, origin, host, name=None, ha_mode="none"):
@@ -25,6 +28,24 @@ def test_own_tasks_running_here_with_a_measured_load():
     assert [(t.id, t.origin) for t in offerable_tasks("b", TASKS, MEASURED, RUNNING)] == [("1", "b")]
 
 
-def test_passing_on_adds_hosted_tasks_without_an_ha_mode_and_keeps_their_origin():
+def test_passing_on_adds_hosted_tasks_with_their_origin_and_effective_ha_mode():
+    tasks = offerable_tasks("b", TASKS, MEASURED, RUNNING, pass_on=True, modes={"a.p3": "none"})
+    assert [(t.id, t.origin, t.load, t.ha_mode) for t in tasks] == [("1", "b", 0.2, "none"), ("3", "a", 0.1, "none"), ("4", "a", 0.1, "passive_standby")]
+
+
+def test_a_hosted_task_is_passed_on_only_without_replicas_and_never_back_to_its_origin():
+    def why(origin, task_mode="none", contract_mode="none", partner="c"):
+        return not_offerable(me="b", partner=partner, origin=origin, task_mode=task_mode, contract_id="9", contract_mode=contract_mode)
+
+    assert why("b") is None and why("b", "passive_standby", "active_standby") is None, "own tasks go under any contract"
+    assert why("a") is None
+    assert "keeps HA replicas" in why("a", task_mode="passive_standby")
+    assert "contract #9 replicates" in why("a", contract_mode="upstream_backup")
+    assert "belongs to a" in why("a", partner="a")
     tasks = offerable_tasks("b", TASKS, MEASURED, RUNNING, pass_on=True)
-    assert [(t.id, t.origin, t.load) for t in tasks] == [("1", "b", 0.2), ("3", "a", 0.1)]
+    cost = MM1Cost(a=0.25, c=1.0)
+    with_ha = Contract("1", "c", 0.5, 1.0, ha_mode="passive_standby")
+    offer = choose_offer(load=1.0, cost=cost, tasks=tasks, contracts=[with_ha], me="b")
+    assert offer is not None and offer.task_ids == ("1",), "under an HA contract only b's own task"
+    offer = choose_offer(load=1.0, cost=cost, tasks=tasks, contracts=[Contract("2", "c", 0.5, 1.0)], me="b")
+    assert offer is not None and set(offer.task_ids) == {"1", "3"}, "without HA, a's plain task too, never its replicated one"
