@@ -1,0 +1,227 @@
+"""N live agents against one registry, with a simulated Spark host: what the control plane costs.
+
+Each agent is the real `spark_agents.agent.Agent` (its state machine and its effects on
+the registry) over a `SimulatedHost` that runs no JVM: its tasks' loads follow a slow
+wave of their own, so that participants rise over their thresholds and fall back, and
+offers and movements keep flowing. Handovers are real calls between agents in this
+process (a registry-signed token, the checkpoint packed and unpacked). Agents tick on a
+shared schedule run by a pool of threads; a tick that starts after its due time is late
+by the difference. Every HTTP request an agent makes goes through one counting transport.
+HA duties are off (they need a host with replicas).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bpm.costs import MM1Cost
+from bpm.costs.base import CostFunction
+from bpm_http.client import RegistryClient
+from spark_agents.agent import Agent, AgentConfig, OwnTask
+
+
+class CountingTransport(httpx.BaseTransport):
+    """One connection pool for every agent; counts requests and server errors."""
+
+    def __init__(self, connections: int) -> None:
+        self._inner = httpx.HTTPTransport(limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections))
+        self._lock = threading.Lock()
+        self.requests = 0
+        self.server_errors = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self._inner.handle_request(request)
+        with self._lock:
+            self.requests += 1
+            self.server_errors += response.status_code >= 500
+        return response
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+@dataclass
+class SimulatedHost:
+    """A participant's Spark, simulated: each running task's load is its base load times a
+    wave of the participant's (period `wave_s`, phase of its own, on `clock`: seconds since
+    the run began), measured at once."""
+
+    cost: CostFunction
+    base: Mapping[str, float]
+    phase: float
+    wave_s: float
+    amplitude: float
+    clock: Callable[[], float] = time.monotonic
+    _running: dict[str, Path] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start_task(self, task_id: str, input_path: str, checkpoint_dir: Path, params: Mapping[str, Any], **_: Any) -> None:
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        (checkpoint_dir / "offsets").write_text(task_id)
+        with self._lock:
+            self._running[task_id] = checkpoint_dir
+
+    def stop_task(self, task_id: str) -> Path:
+        with self._lock:
+            return self._running.pop(task_id)
+
+    def running(self) -> set[str]:
+        with self._lock:
+            return set(self._running)
+
+    def loads(self) -> dict[str, float]:
+        factor = 1.0 + self.amplitude * math.sin(2 * math.pi * self.clock() / self.wave_s + self.phase)
+        return {key: self.base.get(key, 0.05) * factor for key in self.running()}
+
+    def cost_function(self) -> CostFunction:
+        return self.cost
+
+    def status(self) -> dict[str, Any]:
+        return {"simulated": True, "tasks": len(self._running)}
+
+
+@dataclass
+class Settings:
+    agents: int
+    seconds: float
+    tasks: int = 5
+    partners: int = 2  # contracts proposed by each participant (to the next ones on a ring): 2 x this per participant
+    tick_s: float = 0.5
+    period_s: float = 7.0
+    threads: int = 32
+    load_factor: float = 0.8  # mean load over threshold
+    skew: float = 0.0  # even participants carry load_factor x (1 + skew), odd ones x (1 - skew)
+    amplitude: float = 0.5
+    wave_s: float = 120.0
+    seed: int = 0
+
+
+def run(url: str, admin_key: str, s: Settings, workdir: Path, progress: Callable[[str, int, int], None] = lambda phase, done, total: None,
+        server_cpu: Callable[[], float | None] = lambda: None) -> dict:
+    """Register the participants and their contracts, run the agents for `s.seconds`, and
+    report what the control plane cost."""
+    rng = random.Random(s.seed)
+    transport = CountingTransport(s.threads + 8)
+    operator = RegistryClient(url, admin_key, transport=transport, timeout=60.0)
+    run_id = f"{rng.randrange(16**6):06x}"
+    names = [f"cp{run_id}-{i}" for i in range(s.agents)]
+    cost = MM1Cost.with_threshold(0.63, 1.0)
+    agents: dict[str, Agent] = {}
+
+    def fetch(endpoint: str, key: str, epoch: int, token: str) -> bytes:
+        return agents[endpoint.rsplit("/", 1)[-1]].release_to_caller(token, key, epoch)
+
+    keys = {}
+    for i, name in enumerate(names):
+        keys[name] = operator.add_participant(name, f"http://127.0.0.1:1/{name}")["api_key"]
+        progress("participants", i + 1, s.agents)
+    ring = {tuple(sorted((i, (i + k) % s.agents))) for i in range(s.agents) for k in range(1, s.partners + 1) if s.agents > k}
+    pairs = [(names[i], names[j]) for i, j in sorted(ring)]
+    for done, (a, b) in enumerate(pairs, 1):
+        proposed = RegistryClient(url, keys[a], transport=transport).propose(b, 1.0, 1.2, 30.0)
+        RegistryClient(url, keys[b], transport=transport).contract_action(proposed["id"], "accept")
+        progress("contracts", done, len(pairs))
+    t0 = time.monotonic()
+    for i, name in enumerate(names):
+        share = s.load_factor * (1 + s.skew if i % 2 == 0 else 1 - s.skew) * 0.63 / s.tasks
+        base = {f"{name}.t{k}": share * rng.uniform(0.5, 1.5) for k in range(s.tasks)}
+        host = SimulatedHost(cost, base, rng.uniform(0, 2 * math.pi), s.wave_s, s.amplitude, clock=lambda: time.monotonic() - t0)
+        config = AgentConfig(
+            name=name, workdir=workdir / name, output_dir=workdir / "output", endpoint=f"http://127.0.0.1:1/{name}",
+            tasks=[OwnTask(f"t{k}", f"/streams/{name}/partition={k}") for k in range(s.tasks)],
+            period_s=s.period_s, tick_s=s.tick_s, reference_price=1.0, ha=False,
+        )
+        agent = Agent(config, RegistryClient(url, keys[name], transport=transport, timeout=60.0), host, fetch=fetch)
+        agent.connect()
+        agents[name] = agent
+        progress("agents", i + 1, s.agents)
+
+    counts_before = _counts(operator)
+    requests_before, cpu_before = transport.requests, server_cpu()
+    lateness, durations = _schedule(list(agents.values()), s, progress)
+    requests, cpu_after = transport.requests - requests_before, server_cpu()
+    counts_after = _counts(operator)
+    operator.close()
+    transport.close()
+    agent_s = s.agents * s.seconds
+    registry_cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+    lateness.sort()
+    return {
+        "agents": s.agents,
+        "seconds": s.seconds,
+        "load_factor": s.load_factor,
+        "skew": s.skew,
+        "tasks_per_agent": s.tasks,
+        "contracts": len(pairs),
+        "tick_s": s.tick_s,
+        "period_s": s.period_s,
+        "threads": s.threads,
+        "ticks": len(lateness),
+        "tick_lateness_p50_s": round(statistics.median(lateness), 3) if lateness else None,
+        "tick_lateness_p99_s": round(lateness[min(len(lateness) - 1, int(0.99 * len(lateness)))], 3) if lateness else None,
+        "tick_duration_p50_s": round(statistics.median(durations), 4) if durations else None,
+        "requests_per_agent_s": round(requests / agent_s, 2),
+        "registry_cpu_s_per_agent_s": None if registry_cpu is None else round(registry_cpu / agent_s, 4),
+        "offers_per_s": round((counts_after[0] - counts_before[0]) / s.seconds, 2),
+        "movements_per_s": round((counts_after[1] - counts_before[1]) / s.seconds, 2),
+        "errors": sum(a.errors for a in agents.values()) + transport.server_errors,
+        "server_errors": transport.server_errors,
+    }
+
+
+def _counts(operator: RegistryClient) -> tuple[int, int]:
+    return len(operator.offers()), len(operator.movements())
+
+
+def _schedule(agents: list[Agent], s: Settings, progress: Callable[[str, int, int], None]) -> tuple[list[float], list[float]]:
+    """Tick every agent every `tick_s` for `seconds` on a pool of threads, each thread taking
+    its share of the agents in turn, their first ticks spread over one interval. A tick that
+    starts after its due time is late by the difference, and its agent's next tick is due
+    one interval after the one it missed: a control plane that cannot keep up shows as
+    lateness that grows. Returns each tick's lateness and duration."""
+    lateness: list[float] = []
+    durations: list[float] = []
+    lock = threading.Lock()
+    start = time.monotonic() + 1.0
+    end = start + s.seconds
+
+    with ThreadPoolExecutor(max_workers=s.threads, thread_name_prefix="bpm-agent") as pool:
+        step = s.tick_s / max(len(agents), 1)
+        groups = [agents[i::s.threads] for i in range(min(s.threads, len(agents)))]
+
+        def run_group(group: list[Agent], base: float) -> None:
+            due = {id(a): start + base + k * step * s.threads for k, a in enumerate(group)}
+            while True:
+                agent = min(group, key=lambda a: due[id(a)])
+                when = due[id(agent)]
+                if when >= end:
+                    return
+                now = time.monotonic()
+                if now < when:
+                    time.sleep(when - now)
+                began = time.monotonic()
+                agent.tick()
+                finished = time.monotonic()
+                with lock:
+                    lateness.append(max(0.0, began - when))
+                    durations.append(finished - began)
+                due[id(agent)] = when + s.tick_s
+
+        futures = [pool.submit(run_group, group, g * step) for g, group in enumerate(groups)]
+        while not all(f.done() for f in futures):
+            progress("running", int(min(s.seconds, max(0.0, time.monotonic() - start))), int(s.seconds))
+            time.sleep(0.5)
+        for f in futures:
+            f.result()
+    return lateness, durations

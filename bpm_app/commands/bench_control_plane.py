@@ -1,0 +1,66 @@
+"""`bpm bench control-plane`: N live agents over simulated Spark hosts against one registry."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bpm_app.commands import bench_app
+from bpm_app.commands.bench_registry import _backend, _start_registry
+
+
+@bench_app.command("control-plane")
+def bench_control_plane_command(
+    agents: Annotated[int, typer.Option(min=1, help="Agents (participants) to run.")] = 20,
+    seconds: Annotated[float, typer.Option(min=1.0, help="How long the agents run, once set up.")] = 60.0,
+    tasks: Annotated[int, typer.Option(min=1, help="Tasks per participant.")] = 5,
+    tick: Annotated[float, typer.Option(min=0.05, help="Each agent's tick, seconds.")] = 0.5,
+    period: Annotated[float, typer.Option(min=0.1, help="Each agent's mechanism period, seconds.")] = 7.0,
+    threads: Annotated[int, typer.Option(min=1, help="Threads that tick the agents.")] = 32,
+    database_url: Annotated[str | None, typer.Option(help="Database of the registry started for the run (default: a temporary SQLite file).")] = None,
+    workers: Annotated[int, typer.Option(min=1, help="Worker processes of the registry.")] = 1,
+    port: Annotated[int, typer.Option(help="Port of the registry started for the run.")] = 8798,
+    load_factor: Annotated[float, typer.Option(min=0.01, help="Each participant's mean load over its threshold.")] = 0.8,
+    skew: Annotated[float, typer.Option(min=0.0, max=0.95, help="Even participants carry the load factor times 1 + skew, odd ones times 1 - skew.")] = 0.0,
+    amplitude: Annotated[float, typer.Option(min=0.0, max=0.95, help="How far the loads' wave swings around the mean (a share of it).")] = 0.5,
+    seed: Annotated[int, typer.Option(help="Seed of the tasks' loads and waves.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Run N agents (the real agent and state machine, a simulated Spark host, no JVM) against
+    one registry with loads that rise and fall, and report tick lateness, requests and
+    registry CPU per agent-second, offers and movements per second, and errors."""
+    from rich.progress import BarColumn, Progress, TextColumn
+
+    from bpm_app.bench.control_plane import Settings, run
+    from spark_agents.metrics import process_tree_cpu_seconds
+
+    settings = Settings(agents=agents, seconds=seconds, tasks=tasks, tick_s=tick, period_s=period, threads=threads,
+                        load_factor=load_factor, skew=skew, amplitude=amplitude, seed=seed)
+    with tempfile.TemporaryDirectory(prefix="bpm-bench-") as tmp:
+        database_url = database_url or f"sqlite:///{Path(tmp) / 'bench.db'}"
+        process = _start_registry(database_url, port, workers, Path(tmp))
+        try:
+            with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                          transient=True, disable=as_json) as bar:
+                shown: dict[str, int] = {}
+
+                def progress(phase: str, done: int, total: int) -> None:
+                    if phase not in shown:
+                        shown[phase] = bar.add_task(phase, total=total)
+                    bar.update(shown[phase], completed=done)
+
+                result = run(f"http://127.0.0.1:{port}", "bench-operator-key", settings, Path(tmp), progress,
+                             lambda: process_tree_cpu_seconds(process.pid))
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    result = {"benchmark": "control-plane", "database": _backend(database_url), "workers": workers, **result}
+    if as_json:
+        typer.echo(json.dumps(result))
+    else:
+        for key, value in result.items():
+            typer.echo(f"{key:>28}: {value}")

@@ -1,0 +1,41 @@
+"""`bpm bench control-plane`: real agents over simulated Spark hosts against a registry it
+starts itself; every tick, request and offer counted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.slow
+BPM = str(Path(sys.executable).with_name("bpm"))
+
+
+def _bench(*options: str) -> dict:
+    out = subprocess.run([BPM, "bench", "control-plane", "--port", str(free_port()), "--json", *options], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_agents_over_their_thresholds_make_offers_and_every_tick_and_request_is_counted():
+    # Every participant over its threshold and no wave: all offer, none can take; offers flow.
+    result = _bench("--agents", "3", "--seconds", "4", "--period", "0.5", "--load-factor", "1.4", "--amplitude", "0")
+    assert result["agents"] == 3 and result["contracts"] == 3 and result["errors"] == 0
+    assert 3 * 4 / 0.5 * 0.9 <= result["ticks"] <= 3 * 4 / 0.5 + 3, "each agent ticks every 0.5 s"
+    assert result["requests_per_agent_s"] >= 2 * 1 / 0.5, "at least a sync and a heartbeat per tick"
+    assert result["registry_cpu_s_per_agent_s"] > 0
+    assert result["offers_per_s"] > 0, "overloaded participants offer"
+    assert result["movements_per_s"] == 0, "nobody has room"
+    assert 0 <= result["tick_lateness_p50_s"] <= result["tick_lateness_p99_s"]
+
+
+def test_a_participant_with_room_takes_load_from_an_overloaded_partner():
+    # One participant at 1.35 of its threshold, its partner at 0.45: load moves, handed over between the agents.
+    result = _bench("--agents", "2", "--seconds", "5", "--period", "0.5", "--load-factor", "0.9", "--skew", "0.5", "--amplitude", "0")
+    assert result["errors"] == 0 and result["contracts"] == 1
+    assert result["movements_per_s"] > 0
