@@ -180,6 +180,11 @@ def run(url: str, admin_key: str, s: Settings, workdir: Path, progress: Callable
     }
 
 
+def _dues(first: float, end: float, every: float) -> list[float]:
+    """The due times from `first` up to `end`, every `every` seconds."""
+    return [first + k * every for k in range(max(0, math.ceil((end - first) / every)))]
+
+
 def _counts(operator: RegistryClient) -> tuple[int, int]:
     return len(operator.offers()), len(operator.movements())
 
@@ -189,7 +194,8 @@ def _schedule(agents: list[Agent], s: Settings, progress: Callable[[str, int, in
     its share of the agents in turn, their first ticks spread over one interval. A tick that
     starts after its due time is late by the difference, and its agent's next tick is due
     one interval after the one it missed: a control plane that cannot keep up shows as
-    lateness that grows. Returns each tick's lateness and duration."""
+    lateness that grows. The run ends on time; ticks still due then count as late by the
+    time left. Returns each tick's lateness and duration."""
     lateness: list[float] = []
     durations: list[float] = []
     lock = threading.Lock()
@@ -208,6 +214,10 @@ def _schedule(agents: list[Agent], s: Settings, progress: Callable[[str, int, in
                 if when >= end:
                     return
                 now = time.monotonic()
+                if now >= end:  # the run is over: a tick still due was late by the rest of the run
+                    with lock:
+                        lateness.extend(end - d for a in group for d in _dues(due[id(a)], end, s.tick_s))
+                    return
                 if now < when:
                     time.sleep(when - now)
                 began = time.monotonic()
