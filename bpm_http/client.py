@@ -97,8 +97,8 @@ class RegistryClient:
     def register_task(self, name: str, **fields: Any) -> dict:
         return self.request("POST", "/tasks", json={"name": name, **fields})
 
-    def tasks(self, host: str | None = None, origin: str | None = None) -> list[dict]:
-        return self.request("GET", "/tasks", params={"host": host, "origin": origin})
+    def tasks(self, host: str | None = None, origin: str | None = None, involving: str | None = None) -> list[dict]:
+        return self.request("GET", "/tasks", params={"host": host, "origin": origin, "involving": involving})
 
     def rotate_key(self, name: str) -> dict:
         return self.request("POST", f"/participants/{name}/key")

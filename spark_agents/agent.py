@@ -178,7 +178,7 @@ class Agent:
         self.steps = 0
         self._lock = threading.RLock()
         self._task_ids: dict[str, int] = {}  # task key -> registry id
-        self._released: dict[str, int] = {}  # task key -> epoch at which it was handed over
+        self._released: dict[str, int | None] = {}  # task key -> epoch at which it was handed over (None: the task left my view)
         self._endpoints: dict[str, str] = {}
         self.machine = Mechanism(config.name, started_s=clock(), period_s=config.period_s, warmup_s=config.warmup_s,
                                  settle_s=config.settle_s, margin=config.margin, hysteresis=config.hysteresis)
@@ -297,7 +297,7 @@ class Agent:
     def sync(self) -> None:
         """Run exactly the tasks the registry says I host."""
         me = self.config.name
-        tasks = self.client.tasks()
+        tasks = self.client.tasks(involving=me)  # what concerns me, not the whole federation
         movements = self.client.movements(participant=me)
         failovers: list[dict] = []
         if self.ha is not None:
@@ -307,7 +307,7 @@ class Agent:
         by_key = {task_key(t): t for t in tasks}
         self._reported = {key: t["load"] for key, t in by_key.items() if t.get("load") is not None}
         for key in plan.stop:
-            self._release_locally(key, by_key[key]["epoch"])
+            self._release_locally(key, by_key[key]["epoch"] if key in by_key else None)
         if self.ha is not None:
             # Before the starts: a start may wait on a checkpoint fetch, detection must not.
             self.ha.act()
@@ -318,7 +318,7 @@ class Agent:
             else:
                 self._guarded(f"start {task_key(start.task)}", lambda s=start: self._start(s.task, s.source))
 
-    def _release_locally(self, key: str, epoch: int) -> None:
+    def _release_locally(self, key: str, epoch: int | None) -> None:
         with self._lock:
             if key not in self.hosting():
                 return
@@ -548,7 +548,7 @@ class Agent:
             # from one, ends by failover, not here: the task would wait for a checkpoint that no
             # one can release. (The task runs at the movement's host unless that host passed it on.)
             endable = [v for v in endable if not (self.ha.failed(v.origin) or self.ha.failed(runs_at[int(v.task_ids[0])]))]
-        tasks = self.client.tasks()
+        tasks = self.client.tasks(involving=me)
         mine = [o for o in self.client.offers() if o["from"] == me]
         for o in sorted((o for o in mine if o["state"] in ("accepted", "rejected") and o["decided_at"] and o["id"] not in self._answered),
                         key=lambda o: (seconds(o["decided_at"]), o["id"])):
@@ -565,7 +565,7 @@ class Agent:
                                             modes=self.ha.modes if self.ha is not None else None)),
             outstanding=any(o["state"] == "pending" for o in mine),
             # An offer of mine was just accepted: its tasks still run here, and my load still counts them.
-            handing_over=any(t["host"] != me and task_key(t) in self.hosting() for t in tasks),
+            handing_over=bool(self.hosting() - {task_key(t) for t in tasks if t["host"] == me}),
         )
 
     # Status

@@ -16,9 +16,11 @@ def register_task(body: schemas.TaskCreate, session: DbSession, caller: Caller):
 
 
 @router.get("", response_model=list[schemas.TaskOut])
-def list_tasks(session: DbSession, caller: Caller, host: schemas.NameQuery = None, origin: schemas.NameQuery = None):
-    """Tasks, optionally those hosted by or originating at one participant."""
-    return [service.to_out(t) for t in service.list_tasks(session, host, origin)]
+def list_tasks(session: DbSession, caller: Caller, host: schemas.NameQuery = None, origin: schemas.NameQuery = None,
+               involving: schemas.NameQuery = None):
+    """Tasks, optionally those hosted by or originating at one participant, or those that
+    concern one (`involving`: it originates, hosts or keeps a replica of them)."""
+    return [service.to_out(t) for t in service.list_tasks(session, host, origin, involving)]
 
 
 @router.get("/{task_id}", response_model=schemas.TaskOut)

@@ -26,6 +26,7 @@ from api.auth import Principal
 from api.errors import Conflict, Forbidden, Invalid, NotFound
 from api.models import Contract, Failover, Movement, Participant, Replica, Task
 from api.services import contracts, events, participants
+from api.services.tasks import involved_tasks
 from bpm.ha import REPLICATED_MODES, effective_mode, is_failed
 
 
@@ -67,21 +68,13 @@ def may_keep(session: Session, task: Task, participant: Participant, now: dateti
         raise Forbidden(f"{participant.name} has no contract in force with task #{task.id}'s origin {task.origin.name}; {what}")
 
 
-def _involved_tasks(participant_id: int):
-    """Ids of tasks a participant originates, hosts or holds a replica of: what concerns it."""
-    held = select(Replica.task_id).where(Replica.participant_id == participant_id)
-    return select(Task.id).where(
-        or_(Task.origin_id == participant_id, Task.host_id == participant_id, Task.id.in_(held))
-    )
-
-
 # Replicas
 
 
 def list_replicas(session: Session, caller: Principal, task_id: int | None, participant: str | None) -> list[Replica]:
     query = select(Replica).order_by(Replica.task_id, Replica.id)
     if not caller.is_operator:
-        query = query.where(Replica.task_id.in_(_involved_tasks(caller.participant.id)))
+        query = query.where(Replica.task_id.in_(involved_tasks(caller.participant.id)))
     if task_id is not None:
         query = query.where(Replica.task_id == task_id)
     if participant:
@@ -401,7 +394,7 @@ def list_failovers(session: Session, caller: Principal, task_id: int | None) -> 
         me = caller.participant.id
         query = query.where(
             or_(
-                Failover.task_id.in_(_involved_tasks(me)),
+                Failover.task_id.in_(involved_tasks(me)),
                 Failover.failed_id == me,
                 Failover.from_host_id == me,
                 Failover.to_host_id == me,

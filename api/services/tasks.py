@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session, joinedload
 
 from api import schemas
 from api.auth import Principal
 from api.errors import Conflict, NotFound
-from api.models import Task
+from api.models import Replica, Task
 from api.services import events, participants
 
 
@@ -39,8 +39,18 @@ def get(session: Session, task_id: int) -> Task:
     return task
 
 
-def list_tasks(session: Session, host: str | None, origin: str | None) -> list[Task]:
-    query = select(Task).order_by(Task.id)
+def involved_tasks(participant_id: int):
+    """Ids of tasks a participant originates, hosts or holds a replica of: what concerns it."""
+    held = select(Replica.task_id).where(Replica.participant_id == participant_id)
+    return select(Task.id).where(or_(Task.origin_id == participant_id, Task.host_id == participant_id, Task.id.in_(held)))
+
+
+def list_tasks(session: Session, host: str | None, origin: str | None, involving: str | None = None) -> list[Task]:
+    """Tasks (with their origin and host loaded in the same statement), filtered by host,
+    origin, or the participant they concern (`involved_tasks`)."""
+    query = select(Task).options(joinedload(Task.origin), joinedload(Task.host)).order_by(Task.id)
+    if involving:
+        query = query.where(Task.id.in_(involved_tasks(participants.get(session, involving).id)))
     if host:
         query = query.where(Task.host_id == participants.get(session, host).id)
     if origin:

@@ -126,7 +126,11 @@ def reconcile(
 
     A task that a failover gave me (the newest failover of the task names me at the
     task's current epoch) has no source: its previous host failed, so it is taken over.
+
+    `tasks` may be only those that concern me (the registry's `involving` filter): a task
+    running here that is not among them at all was passed on by me, and stops too.
     """
+    tasks = list(tasks)
     running = set(running)
     latest: dict[int, Mapping] = {}
     for m in sorted(movements, key=lambda m: m["id"]):
@@ -150,6 +154,8 @@ def reconcile(
             start.append(Start(task=task, source=source))
         elif key in running:
             stop.append(key)
+    listed = {task_key(t) for t in tasks}
+    stop += sorted(running - listed)
     return Plan(start=tuple(start), stop=tuple(stop))
 
 

@@ -147,6 +147,19 @@ def test_a_host_passes_a_task_on_and_is_paid_by_the_origin_while_it_pays_the_nex
     assert sum(x["balance"] for x in balances.values()) == pytest.approx(0.0)
 
 
+def test_a_participant_lists_the_tasks_that_concern_it_and_reconciles_with_them(registry, chain):
+    from bpm.federation.views import reconcile
+
+    a, b, c, task_id, first, second = chain
+    involving = {name: [(t["origin"], t["name"], t["host"]) for t in registry.ok("GET", f"/tasks?involving={name}")] for name in "abc"}
+    assert involving["a"] == [("a", "t0", "c"), ("a", "t1", "a"), ("a", "t2", "a")], "its own tasks, wherever they run"
+    assert involving["c"] == [("a", "t0", "c")], "the task it hosts"
+    assert involving["b"] == [], "b passed t0 on: it neither originates, hosts nor keeps a replica of it"
+    plan = reconcile("b", registry.ok("GET", "/tasks?involving=b"), {"a.t0"}, registry.ok("GET", "/movements", b))
+    assert plan.stop == ("a.t0",) and plan.start == (), "a task still running at b that left its view stops there"
+    assert registry.call("GET", "/tasks?involving=nobody").status_code == 404
+
+
 def test_the_next_host_returns_a_passed_on_task_to_the_host_that_passed_it(registry, chain):
     a, b, c, task_id, first, second = chain
     registry.clock.advance(30)
