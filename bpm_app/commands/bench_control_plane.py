@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from bpm_app.commands import bench_app
-from bpm_app.commands.bench_registry import _backend, _start_registry
+from bpm_app.commands.bench_registry import database_backend, start_registry
 
 
 @bench_app.command("control-plane")
@@ -42,7 +42,7 @@ def bench_control_plane_command(
                         load_factor=load_factor, skew=skew, amplitude=amplitude, seed=seed)
     with tempfile.TemporaryDirectory(prefix="bpm-bench-") as tmp:
         database_url = database_url or f"sqlite:///{Path(tmp) / 'bench.db'}"
-        process = _start_registry(database_url, port, workers, Path(tmp))
+        process = start_registry(database_url, port, workers, Path(tmp))
         try:
             with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                           transient=True, disable=as_json) as bar:
@@ -58,7 +58,7 @@ def bench_control_plane_command(
         finally:
             process.terminate()
             process.wait(timeout=30)
-    result = {"benchmark": "control-plane", "database": _backend(database_url), "workers": workers, **result}
+    result = {"benchmark": "control-plane", "database": database_backend(database_url), "workers": workers, **result}
     if as_json:
         typer.echo(json.dumps(result))
     else:

@@ -15,7 +15,8 @@ import typer
 from bpm_app.commands import bench_app
 
 
-def _start_registry(database_url: str, port: int, workers: int, workdir: Path) -> subprocess.Popen:
+def start_registry(database_url: str, port: int, workers: int, workdir: Path) -> subprocess.Popen:
+    """A registry for a benchmark (operator key `bench-operator-key`), answering on `port`."""
     from bpm_app.processes import wait_http
 
     env = {**os.environ, "BPM_ADMIN_KEY": "bench-operator-key"}
@@ -54,7 +55,7 @@ def bench_registry_command(
     with tempfile.TemporaryDirectory(prefix="bpm-bench-") as tmp:
         if url is None:
             database_url = database_url or f"sqlite:///{Path(tmp) / 'bench.db'}"
-            process = _start_registry(database_url, port, workers, Path(tmp))
+            process = start_registry(database_url, port, workers, Path(tmp))
             url, admin_key = f"http://127.0.0.1:{port}", "bench-operator-key"
         if not admin_key:
             typer.secho("--admin-key (or BPM_ADMIN_KEY) is needed for a running registry", fg="red", err=True)
@@ -68,7 +69,7 @@ def bench_registry_command(
             if process is not None:
                 process.terminate()
                 process.wait(timeout=30)
-    result = {"benchmark": "registry", "url": url, "database": _backend(database_url), "workers": workers if process else None, **result}
+    result = {"benchmark": "registry", "url": url, "database": database_backend(database_url), "workers": workers if process else None, **result}
     if as_json:
         typer.echo(json.dumps(result))
     else:
@@ -76,7 +77,8 @@ def bench_registry_command(
             typer.echo(f"{key:>20}: {value}")
 
 
-def _backend(database_url: str | None) -> str | None:
+def database_backend(database_url: str | None) -> str | None:
+    """`sqlite` or `postgresql` from a database URL."""
     if database_url is None:
         return None
     return database_url.split(":", 1)[0].split("+", 1)[0]
