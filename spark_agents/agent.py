@@ -528,9 +528,10 @@ class Agent:
         now = self.clock()
         load, loads, cost, _ = self.measure()
         contracts = {c["id"]: c for c in self._contracts_json}
+        offers = self.client.offers()  # those made by me and to me (a pending one past its expiry reads as expired)
         incoming = []
-        for offer in self.client.offers(state="pending"):
-            if offer["to"] != me:
+        for offer in offers:
+            if offer["to"] != me or offer["state"] != "pending":
                 continue
             contract = contracts.get(offer["contract_id"])
             view = None
@@ -549,7 +550,7 @@ class Agent:
             # one can release. (The task runs at the movement's host unless that host passed it on.)
             endable = [v for v in endable if not (self.ha.failed(v.origin) or self.ha.failed(runs_at[int(v.task_ids[0])]))]
         tasks = self.client.tasks(involving=me)
-        mine = [o for o in self.client.offers() if o["from"] == me]
+        mine = [o for o in offers if o["from"] == me]
         for o in sorted((o for o in mine if o["state"] in ("accepted", "rejected") and o["decided_at"] and o["id"] not in self._answered),
                         key=lambda o: (seconds(o["decided_at"]), o["id"])):
             self._answered.add(o["id"])

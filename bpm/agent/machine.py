@@ -206,6 +206,7 @@ class Mechanism:
         refused: partner -> when it refused the last offer made to it (`after_answer`).
         changed_s: when the tasks running here last changed.
         waiting: the cause of the last decision not taken (recorded once per change).
+        next_period_s: when the next period is due (`Tick`).
     """
 
     name: str
