@@ -1,5 +1,5 @@
 """The registry's tables: participants, contracts, tasks, offers, movements, events, load samples,
-and for high availability replicas and failovers."""
+the change feed, and for high availability replicas and failovers."""
 
 from __future__ import annotations
 
@@ -168,6 +168,19 @@ class Event(Base):
     subject: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
     message: Mapped[str] = mapped_column(Text)
     data: Mapped[dict] = mapped_column(JSON, default=dict)
+
+
+class Change(Base):
+    """One participant's notice that something concerning it changed (`api.services.changes`):
+    `kind` says what to read again (task, offer or contract). Its agent acknowledges the
+    notices it has acted on, which deletes them."""
+
+    __tablename__ = "changes"
+    __table_args__ = (Index("ix_changes_participant_id_id", "participant_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    participant_id: Mapped[int] = mapped_column(ForeignKey("participants.id"))
+    kind: Mapped[str] = mapped_column(String(16))
 
 
 class LoadSample(Base):

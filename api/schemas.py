@@ -50,7 +50,7 @@ class ParticipantOut(Out):
     name: str
     endpoint: str
     created_at: datetime
-    status: Literal["new", "alive", "suspected", "failed"]
+    status: Literal["new", "alive", "suspected", "failed"]  # Liveness
     heartbeat_at: datetime | None
     heartbeat_age_s: float | None
     load: float | None
@@ -58,6 +58,21 @@ class ParticipantOut(Out):
     marginal_cost: dict | None
     hosted_tasks: list[int]
     key_revoked: bool = Field(default=False, description="The operator revoked its key: it can do nothing until given a new one")
+
+
+Liveness = Literal["new", "alive", "suspected", "failed"]
+
+
+class ChangeOut(Out):
+    id: int
+    kind: Literal["task", "offer", "contract"] = Field(description="What to read again: its tasks (and movements, replicas, failovers), its offers, or its contracts")
+
+
+class HeartbeatOut(ParticipantOut):
+    changes: list[ChangeOut] = Field(description="Notices of changes that concern the participant and it has not acknowledged, oldest first")
+    partners: dict[str, Liveness] = Field(
+        description="Liveness of the participants that concern it: contract partners, origins and hosts of its tasks, holders of their replicas"
+    )
 
 
 class Identity(Out):
@@ -92,6 +107,9 @@ class Heartbeat(In):
     )
     tasks: list[TaskLoad] = Field(default_factory=list, max_length=10_000, description="Hosted tasks with their measured loads")
     details: dict = Field(default_factory=dict, description="Anything else the agent reports (cost model, backlog)")
+    acknowledged: list[Annotated[int, Field(ge=1, le=MAX_INT)]] = Field(
+        default_factory=list, max_length=10_000, description="Ids of the change notices the agent has acted on (deleted now)"
+    )
 
 
 class LoadSampleOut(Out):

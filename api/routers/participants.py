@@ -61,11 +61,21 @@ def get_participant(name: schemas.NamePath, request: Request, session: DbSession
     return _out(request, participant, service.hosted_task_ids(session, [participant.id])[participant.id], now)
 
 
-@router.post("/{name}/heartbeat", response_model=schemas.ParticipantOut)
+@router.post("/{name}/heartbeat", response_model=schemas.HeartbeatOut)
 def heartbeat(name: schemas.NamePath, body: schemas.Heartbeat, request: Request, session: DbSession, caller: Caller, now: Now):
-    """Report the participant's load, threshold, marginal costs and hosted tasks (that participant only)."""
+    """Report the participant's load, threshold, marginal costs and hosted tasks (that participant only).
+
+    The answer is also its change feed: the notices of changes that concern it that it has
+    not acknowledged yet (`acknowledged` in the body deletes those acted on), and the
+    liveness of the participants that concern it (`api.services.changes`)."""
     participant = service.heartbeat(session, caller, name, body, now)
-    return _out(request, participant, service.hosted_task_ids(session, [participant.id])[participant.id], now)
+    notices, partners = service.feed(session, participant, body.acknowledged)
+    timeout_s = request.app.state.settings.heartbeat_timeout_s
+    return _out(
+        request, participant, service.hosted_task_ids(session, [participant.id])[participant.id], now, schemas.HeartbeatOut,
+        changes=[schemas.ChangeOut(id=c.id, kind=c.kind) for c in notices],
+        partners={p.name: service.liveness(p, now, timeout_s)[0] for p in partners},
+    )
 
 
 @router.get("/{name}/loads", response_model=list[schemas.LoadSampleOut])

@@ -11,7 +11,7 @@ from api import schemas
 from api.auth import Principal, get_private
 from api.errors import Conflict, Forbidden, Invalid
 from api.models import Contract
-from api.services import events, participants
+from api.services import changes, events, participants
 from bpm.contracts import ContractState, ContractTerms, TermsError, TransitionError, next_state, validate_terms
 
 
@@ -63,6 +63,7 @@ def propose(session: Session, caller: Principal, body: schemas.ContractCreate, n
     )
     session.add(contract)
     session.flush()
+    changes.contract_changed(session, contract)
     events.record(
         session,
         "contract.proposed",
@@ -126,6 +127,7 @@ def act(
                 contract_id=existing.id,
             )
     _transition(session, contract, values)
+    changes.contract_changed(session, contract)
     events.record(
         session,
         f"contract.{state}",

@@ -25,7 +25,7 @@ from api import schemas
 from api.auth import Principal
 from api.errors import Conflict, Forbidden, Invalid, NotFound
 from api.models import Contract, Failover, Movement, Participant, Replica, Task
-from api.services import contracts, events, participants
+from api.services import changes, contracts, events, participants
 from api.services.tasks import involved_tasks
 from bpm.ha import REPLICATED_MODES, effective_mode, is_failed
 
@@ -158,6 +158,7 @@ def create_replica(
         )
         session.add(repair)
         session.flush()
+    changes.task_changed(session, [task.id])
     events.record(
         session,
         "replica.created",
@@ -215,6 +216,7 @@ def drop_replica(session: Session, caller: Principal, replica_id: int, now: date
     if changed != 1:
         raise Conflict(f"replica #{replica.id} is already dropped")
     session.refresh(replica)
+    changes.task_changed(session, [task.id])
     events.record(
         session,
         "replica.dropped",
@@ -340,6 +342,8 @@ def failover(
     )
     session.add(record)
     session.flush()
+    chain = session.execute(select(Movement.from_id, Movement.to_id).where(Movement.id.in_(ended))).all() if ended else []
+    changes.task_changed(session, [task.id], failed.id, *(p for pair in chain for p in pair))
     events.record(
         session,
         "task.failover",
@@ -375,6 +379,7 @@ def complete(session: Session, caller: Principal, failover_id: int, body: schema
     if changed != 1:
         raise Conflict(f"{record.kind} #{record.id} is already complete")
     session.refresh(record)
+    changes.task_changed(session, [record.task_id])
     events.record(
         session,
         "failover.completed",

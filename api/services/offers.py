@@ -24,7 +24,7 @@ from api.auth import Principal, get_private
 from api.errors import Conflict, Forbidden, Invalid, NotFound
 from api.models import Contract, Movement, Offer, Task
 from api.services import contracts as contract_service
-from api.services import events, participants
+from api.services import changes, events, participants
 from api.services.ha import mode_of
 from bpm.negotiation import not_offerable
 
@@ -87,6 +87,7 @@ def create(session: Session, caller: Principal, body: schemas.OfferCreate, now: 
     except IntegrityError:  # a concurrent offer of the same participant was stored first
         _refuse_second_offer(session, me, now)
         raise
+    changes.offer_changed(session, offer)
     events.record(
         session,
         "offer.made",
@@ -222,6 +223,8 @@ def accept(session: Session, caller: Principal, offer_id: int, body: schemas.Off
         session.add(movement)
         movements.append(movement)
     session.flush()
+    changes.offer_changed(session, offer)
+    changes.task_changed(session, chosen, offer.from_id)
     events.record(
         session,
         "offer.accepted",
@@ -238,6 +241,7 @@ def reject(session: Session, caller: Principal, offer_id: int, body: schemas.Off
     offer = get_visible(session, caller, offer_id)
     _require_receiver(caller, offer, "reject")
     _decide(session, offer, "rejected", now, reason=body.reason)
+    changes.offer_changed(session, offer)
     events.record(
         session,
         "offer.rejected",
@@ -257,6 +261,7 @@ def withdraw(session: Session, caller: Principal, offer_id: int, now: datetime) 
     if me.id != offer.from_id:
         raise Forbidden(f"only {offer.from_participant.name}, who made offer #{offer.id}, may withdraw it")
     _decide(session, offer, "withdrawn", now)
+    changes.offer_changed(session, offer)
     events.record(session, "offer.withdrawn", f"{me.name} withdrew offer #{offer.id}", actor=me.name, subject=offer.to_participant.name, data={"offer_id": offer.id}, at=now)
     return offer
 
@@ -367,6 +372,7 @@ def end_movement(session: Session, caller: Principal, movement_id: int, now: dat
     for m in chain:
         session.refresh(m)
     session.refresh(movement.task)
+    changes.task_changed(session, [movement.task_id], *(p for m in chain for p in (m.from_id, m.to_id)))
     for m in reversed(onward):
         events.record(
             session,

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from api import schemas
 from api.auth import Principal, hash_key, new_key
 from api.errors import Conflict, Forbidden, NotFound
-from api.models import Contract, Failover, LoadSample, Participant, Replica, Task
+from api.models import Change, Contract, Failover, LoadSample, Participant, Replica, Task
 from api.services import events
 
 # Load samples older than this are dropped: the UI charts the recent past only.
@@ -133,6 +133,17 @@ def heartbeat(session: Session, caller: Principal, name: str, body: schemas.Hear
     )
     session.flush()
     return participant
+
+
+def feed(session: Session, participant: Participant, acknowledged: list[int]) -> tuple[list[Change], list[Participant]]:
+    """The participant's unacknowledged change notices (after deleting those acknowledged) and
+    the participants whose liveness concerns it (`api.services.changes`)."""
+    from api.services import changes
+
+    notices = changes.pending(session, participant.id, acknowledged)
+    ids = changes.partners(session, participant.id)
+    others = list(session.scalars(select(Participant).where(Participant.id.in_(ids)).order_by(Participant.name))) if ids else []
+    return notices, others
 
 
 def load_samples(session: Session, name: str, since: datetime | None) -> list[LoadSample]:

@@ -9,7 +9,7 @@ from api import schemas
 from api.auth import Principal
 from api.errors import Conflict, NotFound
 from api.models import Replica, Task
-from api.services import events, participants
+from api.services import changes, events, participants
 
 
 def register(session: Session, caller: Principal, body: schemas.TaskCreate) -> Task:
@@ -28,6 +28,7 @@ def register(session: Session, caller: Principal, body: schemas.TaskCreate) -> T
     )
     session.add(task)
     session.flush()
+    changes.task_changed(session, [task.id])
     events.record(session, "task.registered", f"{me.name} registered task #{task.id} {body.name}", actor=me.name, data={"task_id": task.id})
     return task
 
