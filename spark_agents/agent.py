@@ -1,6 +1,13 @@
 """The participant's agent: hosts its tasks on Spark and runs the mechanism's loop.
 
-Every tick the agent makes what it runs agree with the registry (tasks that arrived are
+The agent reads the registry only when something that concerns it changed: its heartbeat
+(every `heartbeat_s`) returns the registry's change notices (`api.services.changes`) and
+its partners' liveness; the agent reads again the kinds that changed (its tasks with their
+movements, failovers and replicas; its offers; its contracts), everything at start and every
+`resync_s`, and acknowledges the notices with its next heartbeat. In steady state that is
+one request per heartbeat.
+
+Every tick the agent makes what it runs agree with what it read (tasks that arrived are
 started from the checkpoint their previous host releases, or taken over when a failover
 gave them; tasks that left are stopped at a batch boundary and wait for their new host to
 fetch the checkpoint), does its high-availability duties (`spark_agents.ha_agent`: failure
@@ -110,7 +117,11 @@ class AgentConfig:
 
     Attributes:
         period_s: how often the mechanism runs (offers, answers, ends); Borealis used 7 s.
-        tick_s: how often the agent reconciles its tasks with the registry and heartbeats.
+        tick_s: how often the agent reconciles its tasks with what it read of the registry,
+            does its HA duties and feeds the state machine.
+        heartbeat_s: how often it sends its heartbeat, which brings the change notices (at
+            most the registry's heartbeat timeout, so that partners do not suspect it).
+        resync_s: how often it reads everything again, whatever the notices say.
         hysteresis: the relative margin of `bpm.negotiation` on ending movements.
         margin: the relative margin of `bpm.negotiation` on offering and accepting load.
         reference_price: the price at which its threshold is reported; by default the
@@ -139,6 +150,8 @@ class AgentConfig:
     tasks: list[OwnTask] = field(default_factory=list)
     period_s: float = 7.0
     tick_s: float = 0.5
+    heartbeat_s: float = 1.0
+    resync_s: float = 60.0
     hysteresis: float = DEFAULT_HYSTERESIS
     margin: float = DEFAULT_MARGIN
     reference_price: float | None = None
@@ -157,6 +170,32 @@ class Record:
     at: float
     kind: str
     message: str
+
+
+# The kinds of change notice (`api.services.changes.KINDS`), in the order the agent reads them
+# again: an offer newly accepted means tasks moved, so tasks come after offers.
+KINDS = ("contract", "offer", "task")
+
+
+@dataclass
+class Seen:
+    """What the agent last read of the registry, each part read again when a notice of its kind arrives.
+
+    Attributes:
+        tasks, movements, failovers, replicas: the tasks that concern it and their records (kind task);
+            failovers and replicas only with HA duties.
+        offers: those made by it and to it (kind offer).
+        contracts: its contracts in every state (kind contract).
+        partners: the liveness of the participants that concern it, from its last heartbeat.
+    """
+
+    tasks: list[dict] = field(default_factory=list)
+    movements: list[dict] = field(default_factory=list)
+    failovers: list[dict] = field(default_factory=list)
+    replicas: list[dict] = field(default_factory=list)
+    offers: list[dict] = field(default_factory=list)
+    contracts: list[dict] = field(default_factory=list)
+    partners: dict[str, str] = field(default_factory=dict)
 
 
 class Agent:
@@ -186,7 +225,12 @@ class Agent:
         self.last_report: dict[str, Any] = {}
         self._reported: dict[str, float] = {}  # task key -> the load its host last reported to the registry
         self._contracts: list = []
-        self._contracts_json: list[dict] = []
+        self.seen = Seen()
+        self._stale: set[str] = set(KINDS)  # kinds to read again before acting on them
+        self._notices: dict[int, str] = {}  # change notices not read yet: id -> kind
+        self._acknowledge: set[int] = set()  # read: acknowledged with the next heartbeat
+        self._read_all_at = clock()
+        self._beat_at: float | None = None  # when (on `clock`) the loop last sent its heartbeat
         # A fetch gives up after a while and is retried next tick, so that the loop goes on
         # (detection, other starts) while a previous host is slow or has just died.
         self.fetch = fetch or (lambda endpoint, key, epoch, token: handover.fetch(endpoint, key, epoch, token, timeout_s=config.fetch_timeout_s))
@@ -272,37 +316,73 @@ class Agent:
         Liveness is the process's, not the loop's: a tick that stops a task (up to 5 s) or
         fetches a checkpoint must not make partners fail this participant over.
         """
-        while not stop.wait(self.config.tick_s):
-            if not self.last_report or time.monotonic() - self._last_beat < self.config.tick_s:
+        while not stop.wait(self.config.heartbeat_s):
+            if not self.last_report or time.monotonic() - self._last_beat < self.config.heartbeat_s:
                 continue
             try:
-                self._send_heartbeat(self.last_report)
+                self._send_heartbeat(self.last_report)  # its answer's notices come again with the loop's next one
             except Exception:  # the loop reports errors; this only keeps the participant alive
                 log.debug("keep-alive heartbeat failed", exc_info=True)
 
-    def _send_heartbeat(self, report: dict) -> None:
+    def _send_heartbeat(self, report: dict) -> dict:
         with self._beat_lock:
-            self.client.heartbeat(self.config.name, report)
+            answer = self.client.heartbeat(self.config.name, report)
             self._last_beat = time.monotonic()
+        return answer
 
     def tick(self) -> None:
         self.steps += 1
         self._guarded("sync", self.sync)
         if self.ha is not None and self.ha.resync:
             self.ha.resync = False  # a failover to me: take the task over in this tick
+            self._stale.add("task")
             self._guarded("sync", self.sync)
-        self._guarded("heartbeat", self.heartbeat)
+        # After the sync, so that the report counts the tasks it started; a change of tasks it
+        # brings notice of is acted on in this tick still.
+        # Due at the tick nearest its time: ticks that come a little early do not stretch it by a tick.
+        if self._beat_at is None or self.clock() - self._beat_at >= self.config.heartbeat_s - self.config.tick_s / 2:
+            self._guarded("heartbeat", self.heartbeat)
+            if "task" in self._stale:
+                self._guarded("sync", self.sync)
         self._guarded("mechanism", self.mechanism)
+
+    def read(self) -> None:
+        """Read again the kinds of record that changed (`Seen`); each kind's notices are
+        acknowledged with the next heartbeat once it is read."""
+        now = self.clock()
+        if now - self._read_all_at >= self.config.resync_s:
+            self._stale |= set(KINDS)
+            self._read_all_at = now
+        me, seen = self.config.name, self.seen
+        for kind in KINDS:
+            if kind not in self._stale:
+                continue
+            read = {i for i, k in self._notices.items() if k == kind}
+            if kind == "task":
+                seen.tasks = self.client.tasks(involving=me)  # what concerns me, not the whole federation
+                seen.movements = self.client.movements(participant=me)
+                if self.ha is not None:
+                    seen.failovers = self.client.failovers()
+                    seen.replicas = self.client.replicas()
+            elif kind == "offer":
+                before = {o["id"] for o in seen.offers if o["state"] == "accepted"}
+                seen.offers = self.client.offers()
+                if any(o["state"] == "accepted" and o["id"] not in before for o in seen.offers):
+                    self._stale.add("task")
+            else:
+                seen.contracts = self.client.contracts(participant=me)
+            self._stale.discard(kind)
+            for i in read:
+                del self._notices[i]
+            self._acknowledge |= read
 
     def sync(self) -> None:
         """Run exactly the tasks the registry says I host."""
         me = self.config.name
-        tasks = self.client.tasks(involving=me)  # what concerns me, not the whole federation
-        movements = self.client.movements(participant=me)
-        failovers: list[dict] = []
+        self.read()
+        tasks, movements, failovers = self.seen.tasks, self.seen.movements, self.seen.failovers
         if self.ha is not None:
-            failovers = self.client.failovers()
-            self.ha.observe(tasks, movements, failovers)
+            self.ha.observe(self.seen)
         plan = reconcile(me, tasks, self.hosting(), movements, failovers)
         by_key = {task_key(t): t for t in tasks}
         self._reported = {key: t["load"] for key, t in by_key.items() if t.get("load") is not None}
@@ -353,7 +433,7 @@ class Agent:
             # An active-standby replica here runs on this checkpoint folder: it stops before the task starts.
             self.ha.stop_standby(key, "the task itself starts here")
         if source is not None and handover.local_epoch(checkpoint) != epoch:
-            endpoint = self._endpoint(source)
+            endpoint = self.endpoint(source)
             fetched_at = time.perf_counter()
             token = self.credentials.token(task["id"], "handover", source, epoch)
             data = self.fetch(endpoint, key, epoch, token)
@@ -375,7 +455,7 @@ class Agent:
             self._task_ids[key] = task["id"]
         self.note("task.started", f"started {key} (epoch {epoch}{', fenced output' if fenced else ''})")
 
-    def _endpoint(self, participant: str) -> str:
+    def endpoint(self, participant: str) -> str:
         if participant not in self._endpoints:
             self._endpoints[participant] = self.client.participant(participant)["endpoint"]
         return self._endpoints[participant]
@@ -446,8 +526,15 @@ class Agent:
             "tasks": [{"task_id": self._task_ids[k], "load": v} for k, v in loads.items() if k in self._task_ids],
             "details": {"cost_model": cost.to_dict(), "fallback": cost.fallback_used, "host": self.host.status()},
         }
-        self._send_heartbeat(report)
+        acknowledged = sorted(self._acknowledge)
+        self._beat_at = self.clock()
+        answer = self._send_heartbeat({**report, "acknowledged": acknowledged})
         self.last_report = report
+        self._acknowledge -= set(acknowledged)
+        for notice in answer.get("changes", []):
+            self._notices[notice["id"]] = notice["kind"]
+            self._stale.add(notice["kind"])
+        self.seen.partners = answer.get("partners", {})
 
     def mechanism(self) -> None:
         """One turn of the participant's state machine (`bpm.agent.machine`): what it asks for, done."""
@@ -459,7 +546,11 @@ class Agent:
         self.machine.handle(TasksChanged(self.clock()))
 
     def _execute(self, instruction: Instruction) -> list[Instruction]:
-        """Carry out one instruction of the state machine; returns what it asks for next."""
+        """Carry out one instruction of the state machine; returns what it asks for next.
+
+        What the agent writes it reads again before its next period, without waiting for
+        the notice of its own change."""
+        self._stale |= {Accept: {"offer", "task"}, Refuse: {"offer"}, End: {"task"}, MakeOffer: {"offer"}}.get(type(instruction), set())
         match instruction:
             case Contracts():
                 self._refresh_contracts()
@@ -496,21 +587,22 @@ class Agent:
     def _refresh_contracts(self) -> None:
         """My contracts in force, after bringing those agreed offline into the registry."""
         me = self.config.name
-        contracts_json = self.client.contracts(participant=me, state="active")
-        if self._agree_contracts(contracts_json):
-            contracts_json = self.client.contracts(participant=me, state="active")
-        self._contracts_json = contracts_json
-        self._contracts = active_contracts(me, contracts_json)
+        self.read()
+        if self._agree_contracts(self.seen.contracts):
+            self._stale.add("contract")
+            self.read()
+        self._contracts = active_contracts(me, self.seen.contracts, now=self.clock())
 
-    def _agree_contracts(self, active: list[dict]) -> bool:
+    def _agree_contracts(self, contracts: list[dict]) -> bool:
         """Propose or accept the contracts agreed offline that are not active yet; True if one became active."""
+        active = [c for c in contracts if c["state"] == "active"]
         partners = {c["proposer"] for c in active} | {c["counterparty"] for c in active}
         if all(t.partner in partners for t in self.config.contracts):
             return False
         me = self.config.name
         present = [p["name"] for p in self.client.participants()]
         activated = False
-        for step in contract_steps(me, self.config.contracts, self.client.contracts(participant=me), present):
+        for step in contract_steps(me, self.config.contracts, contracts, present):
             t = step.terms
             if step.action == "propose":
                 made = self.client.propose(t.partner, t.price_min, t.price_max, t.min_duration_s, ha_mode=t.ha_mode)
@@ -527,8 +619,11 @@ class Agent:
         me = self.config.name
         now = self.clock()
         load, loads, cost, _ = self.measure()
-        contracts = {c["id"]: c for c in self._contracts_json}
-        offers = self.client.offers()  # those made by me and to me (a pending one past its expiry reads as expired)
+        self.read()
+        in_force = {int(c.id) for c in self._contracts}
+        contracts = {c["id"]: c for c in self.seen.contracts if c["id"] in in_force}
+        # Those made by me and to me; one still pending as read but past its expiry has expired.
+        offers = [{**o, "state": "expired"} if o["state"] == "pending" and seconds(o["expires_at"]) <= now else o for o in self.seen.offers]
         incoming = []
         for offer in offers:
             if offer["to"] != me or offer["state"] != "pending":
@@ -539,7 +634,7 @@ class Agent:
                 task_loads = {t["id"]: t["load"] for t in self.client.tasks(host=offer["from"]) if t["id"] in offer["task_ids"]}
                 view = offer_view(offer, contract, task_loads)
             incoming.append(Incoming(str(offer["id"]), offer["from"], view))
-        movements = self.client.movements(participant=me, state="active")
+        movements = [m for m in self.seen.movements if m["state"] == "active"]
         # Where each task runs: the host of the newest of its movements I see (the end of its
         # chain, as far as I am in it). As host I can return only tasks that still run here.
         runs_at = {m["task_id"]: m["to"] for m in sorted(movements, key=lambda m: m["id"])}
@@ -549,7 +644,7 @@ class Agent:
             # from one, ends by failover, not here: the task would wait for a checkpoint that no
             # one can release. (The task runs at the movement's host unless that host passed it on.)
             endable = [v for v in endable if not (self.ha.failed(v.origin) or self.ha.failed(runs_at[int(v.task_ids[0])]))]
-        tasks = self.client.tasks(involving=me)
+        tasks = self.seen.tasks
         mine = [o for o in offers if o["from"] == me]
         for o in sorted((o for o in mine if o["state"] in ("accepted", "rejected") and o["decided_at"] and o["id"] not in self._answered),
                         key=lambda o: (seconds(o["decided_at"]), o["id"])):
@@ -579,6 +674,8 @@ class Agent:
             "running": sorted(self.host.running()),
             "released": dict(self._released),
             "last_report": self.last_report,
+            "partners": dict(self.seen.partners),
+            "unread_changes": sorted(set(self._notices.values()) | self._stale),
             "ha": self.ha.status() if self.ha is not None else None,
             "records": [r.__dict__ for r in list(self.records)[-50:]],
         }

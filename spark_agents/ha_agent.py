@@ -47,7 +47,7 @@ from spark_agents.ha.fence import OutputFence
 from spark_agents.ha.roles import PassiveBackup, consumer_name
 
 if TYPE_CHECKING:
-    from spark_agents.agent import Agent
+    from spark_agents.agent import Agent, Seen
 
 # How long a new host waits for the task's first output before it completes the failover anyway.
 FIRST_OUTPUT_WAIT_S = 60.0
@@ -95,7 +95,8 @@ def ship_over_http(client: httpx.Client, endpoint: str, key: str, epoch: int, to
 
 
 class HADuties:
-    """One agent's HA part. `observe` reads the registry once per tick, `act` does the duties.
+    """One agent's HA part. `observe` takes what the agent read of the registry and its
+    partners' liveness (`spark_agents.agent.Seen`), `act` does the duties.
 
     Attributes:
         modes: each visible task's effective HA mode (by key), as of the last observation.
@@ -121,7 +122,7 @@ class HADuties:
         self.resync = False
         self._asked: dict[int, tuple[int, float]] = {}  # task id -> (epoch, when) of my last failover request
         self._lock = threading.RLock()
-        self._view: dict[str, Any] = {"tasks": [], "replicas": [], "participants": {}, "failovers": [], "contracts": []}
+        self._view: dict[str, Any] = {"tasks": [], "replicas": [], "partners": {}, "failovers": [], "contracts": [], "movements": []}
         self._last_trim = 0.0
 
     @property
@@ -144,17 +145,13 @@ class HADuties:
 
     # -- observation -----------------------------------------------------------------------
 
-    def observe(self, tasks: list[dict], movements: list[dict], failovers: list[dict]) -> None:
-        """Read what the duties need besides the tasks, movements and failovers sync has read."""
-        client = self.agent.client
-        participants = {p["name"]: p for p in client.participants()}
-        contracts = client.contracts(participant=self.me)
-        replicas = client.replicas()
-        modes = {task_key(t): task_ha_mode(t, movements, contracts, failovers) for t in tasks}
+    def observe(self, seen: Seen) -> None:
+        """What the agent last read of the registry, and its partners' liveness."""
+        modes = {task_key(t): task_ha_mode(t, seen.movements, seen.contracts, seen.failovers) for t in seen.tasks}
         with self._lock:
             self.modes = modes
-            self._view = {"tasks": tasks, "replicas": replicas, "participants": participants, "failovers": failovers,
-                          "contracts": contracts, "movements": movements}
+            self._view = {"tasks": seen.tasks, "replicas": list(seen.replicas), "partners": seen.partners, "failovers": seen.failovers,
+                          "contracts": seen.contracts, "movements": seen.movements}
 
     def standby_keys(self) -> set[str]:
         with self._lock:
@@ -178,11 +175,12 @@ class HADuties:
 
     def failed(self, participant: str) -> bool:
         """Whether the registry, at the last observation, counted `participant` as failed (`bpm.ha.is_failed`)."""
-        p = self._view["participants"].get(participant)
-        return p is not None and is_failed(p["status"])
+        status = self._view["partners"].get(participant)
+        return status is not None and is_failed(status)
 
     def _status(self) -> dict[str, str]:
-        return {name: p["status"] for name, p in self._view["participants"].items()}
+        """Liveness by participant: mine (this loop runs) and that of the participants that concern me."""
+        return {**self._view["partners"], self.me: "alive"}
 
     def _replicas_of(self, task_id: int) -> list[dict]:
         return [r for r in self._view["replicas"] if r["task_id"] == task_id]
@@ -333,7 +331,7 @@ class HADuties:
                 continue
             ship = None
             if duty.holder is not None:
-                endpoint = self._view["participants"][duty.holder]["endpoint"]
+                endpoint = self.agent.endpoint(duty.holder)
                 grant = functools.partial(self.agent.credentials.token, task["id"], "delta", duty.holder, duty.epoch)
                 ship = ship_over_http(self.http, endpoint, key, duty.epoch, grant)
             window_s = int((task.get("params") or {}).get("window_s", 60))
@@ -441,7 +439,7 @@ class HADuties:
 
     def _refresh_replicas(self) -> None:
         client = self.agent.client
-        tasks, replicas = client.tasks(), client.replicas()
+        tasks, replicas = client.tasks(involving=self.me), client.replicas()
         with self._lock:
             self._view = {**self._view, "tasks": tasks, "replicas": replicas}
 

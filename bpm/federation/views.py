@@ -24,11 +24,13 @@ def seconds(timestamp: str | datetime) -> float:
     return moment.timestamp()
 
 
-def active_contracts(me: str, contracts: Iterable[Mapping]) -> list[Contract]:
-    """My contracts in force, each seen from my side."""
+def active_contracts(me: str, contracts: Iterable[Mapping], now: float | None = None) -> list[Contract]:
+    """My contracts in force (at `now`, when given: one read earlier may have expired since), each seen from my side."""
     views = []
     for c in contracts:
         if c["state"] != "active" or not c.get("in_force", True) or me not in (c["proposer"], c["counterparty"]):
+            continue
+        if now is not None and c.get("valid_until") and seconds(c["valid_until"]) <= now:
             continue
         partner = c["counterparty"] if c["proposer"] == me else c["proposer"]
         views.append(Contract(id=str(c["id"]), partner=partner, price_min=c["price_min"], price_max=c["price_max"], min_duration_s=c["min_duration_s"],

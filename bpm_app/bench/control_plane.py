@@ -12,6 +12,7 @@ HA duties are off (they need a host with replicas).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import statistics
@@ -98,6 +99,8 @@ class Settings:
     tasks: int = 5
     partners: int = 2  # contracts proposed by each participant (to the next ones on a ring): 2 x this per participant
     tick_s: float = 0.5
+    heartbeat_s: float = 1.0
+    warmup_s: float = 10.0  # run before counting: agents read everything once, then only changes
     period_s: float = 7.0
     threads: int = 32
     load_factor: float = 0.8  # mean load over threshold
@@ -140,15 +143,18 @@ def run(url: str, admin_key: str, s: Settings, workdir: Path, progress: Callable
         config = AgentConfig(
             name=name, workdir=workdir / name, output_dir=workdir / "output", endpoint=f"http://127.0.0.1:1/{name}",
             tasks=[OwnTask(f"t{k}", f"/streams/{name}/partition={k}") for k in range(s.tasks)],
-            period_s=s.period_s, tick_s=s.tick_s, reference_price=1.0, ha=False,
+            period_s=s.period_s, tick_s=s.tick_s, heartbeat_s=s.heartbeat_s, reference_price=1.0, ha=False,
         )
         agent = Agent(config, RegistryClient(url, keys[name], transport=transport, timeout=60.0), host, fetch=fetch)
         agent.connect()
         agents[name] = agent
         progress("agents", i + 1, s.agents)
 
+    if s.warmup_s > 0:
+        _schedule(list(agents.values()), dataclasses.replace(s, seconds=s.warmup_s), lambda phase, done, total: progress("warm-up", done, total))
+    errors_before = sum(a.errors for a in agents.values())
     counts_before = _counts(operator)
-    requests_before, cpu_before = transport.requests, server_cpu()
+    requests_before, cpu_before, server_errors_before = transport.requests, server_cpu(), transport.server_errors
     lateness, durations = _schedule(list(agents.values()), s, progress)
     requests, cpu_after = transport.requests - requests_before, server_cpu()
     counts_after = _counts(operator)
@@ -165,6 +171,8 @@ def run(url: str, admin_key: str, s: Settings, workdir: Path, progress: Callable
         "tasks_per_agent": s.tasks,
         "contracts": len(pairs),
         "tick_s": s.tick_s,
+        "heartbeat_s": s.heartbeat_s,
+        "warmup_s": s.warmup_s,
         "period_s": s.period_s,
         "threads": s.threads,
         "ticks": len(lateness),
@@ -175,8 +183,8 @@ def run(url: str, admin_key: str, s: Settings, workdir: Path, progress: Callable
         "registry_cpu_s_per_agent_s": None if registry_cpu is None else round(registry_cpu / agent_s, 4),
         "offers_per_s": round((counts_after[0] - counts_before[0]) / s.seconds, 2),
         "movements_per_s": round((counts_after[1] - counts_before[1]) / s.seconds, 2),
-        "errors": sum(a.errors for a in agents.values()) + transport.server_errors,
-        "server_errors": transport.server_errors,
+        "errors": sum(a.errors for a in agents.values()) - errors_before + transport.server_errors - server_errors_before,
+        "server_errors": transport.server_errors - server_errors_before,
     }
 
 

@@ -19,6 +19,8 @@ def bench_control_plane_command(
     seconds: Annotated[float, typer.Option(min=1.0, help="How long the agents run, once set up.")] = 60.0,
     tasks: Annotated[int, typer.Option(min=1, help="Tasks per participant.")] = 5,
     tick: Annotated[float, typer.Option(min=0.05, help="Each agent's tick, seconds.")] = 0.5,
+    heartbeat: Annotated[float, typer.Option(min=0.1, help="Each agent's heartbeat, seconds: how often it hears of changes.")] = 1.0,
+    warmup: Annotated[float, typer.Option(min=0.0, help="Seconds the agents run before anything is counted.")] = 10.0,
     period: Annotated[float, typer.Option(min=0.1, help="Each agent's mechanism period, seconds.")] = 7.0,
     threads: Annotated[int, typer.Option(min=1, help="Threads that tick the agents.")] = 32,
     database_url: Annotated[str | None, typer.Option(help="Database of the registry started for the run (default: a temporary SQLite file).")] = None,
@@ -38,7 +40,7 @@ def bench_control_plane_command(
     from bpm_app.bench.control_plane import Settings, run
     from spark_agents.metrics import process_tree_cpu_seconds
 
-    settings = Settings(agents=agents, seconds=seconds, tasks=tasks, tick_s=tick, period_s=period, threads=threads,
+    settings = Settings(agents=agents, seconds=seconds, tasks=tasks, tick_s=tick, heartbeat_s=heartbeat, warmup_s=warmup, period_s=period, threads=threads,
                         load_factor=load_factor, skew=skew, amplitude=amplitude, seed=seed)
     with tempfile.TemporaryDirectory(prefix="bpm-bench-") as tmp:
         database_url = database_url or f"sqlite:///{Path(tmp) / 'bench.db'}"
