@@ -133,6 +133,9 @@ class RegistryClient:
     def offers(self, state: str | None = None) -> list[dict]:
         return self.request("GET", "/offers", params={"state": state})
 
+    def get_offer(self, offer_id: int) -> dict:
+        return self.request("GET", f"/offers/{offer_id}")
+
     def accept_offer(self, offer_id: int, task_ids: list[int] | None = None, price: float | None = None) -> dict:
         body = {k: v for k, v in {"task_ids": task_ids, "price": price}.items() if v is not None}
         return self.request("POST", f"/offers/{offer_id}/accept", json=body or None)

@@ -184,7 +184,7 @@ class Seen:
     Attributes:
         tasks, movements, failovers, replicas: the tasks that concern it and their records (kind task);
             failovers and replicas only with HA duties.
-        offers: those made by it and to it (kind offer).
+        offers: those pending made by it and to it, and its own decided since the last read (kind offer).
         contracts: its contracts in every state (kind contract).
         partners: the liveness of the participants that concern it, from its last heartbeat.
     """
@@ -365,10 +365,16 @@ class Agent:
                     seen.failovers = self.client.failovers()
                     seen.replicas = self.client.replicas()
             elif kind == "offer":
-                before = {o["id"] for o in seen.offers if o["state"] == "accepted"}
-                seen.offers = self.client.offers()
-                if any(o["state"] == "accepted" and o["id"] not in before for o in seen.offers):
-                    self._stale.add("task")
+                # The pending ones, not the history: and those of mine that were pending and are no
+                # longer, one by one, for their answer (one outstanding offer at a time).
+                pending = self.client.offers(state="pending")
+                still = {o["id"] for o in pending}
+                decided = [self.client.get_offer(o["id"]) for o in seen.offers
+                           if o["from"] == me and o["state"] == "pending" and o["id"] not in still]
+                unseen = [o for o in seen.offers if o["state"] in ("accepted", "rejected") and o["id"] not in self._answered]  # until the machine hears
+                seen.offers = pending + unseen + decided
+                if any(o["state"] == "accepted" for o in decided):
+                    self._stale.add("task")  # my tasks moved
             else:
                 seen.contracts = self.client.contracts(participant=me)
             self._stale.discard(kind)
@@ -579,6 +585,7 @@ class Agent:
             case MakeOffer(offer):
                 made = self.client.offer(int(offer.contract_id), [int(t) for t in offer.task_ids], offer.price_cap, caps=list(offer.caps),
                                          ttl_s=self.config.offer_ttl_s)
+                self.seen.offers.append(made)  # pending as far as I know: its answer is read when it is no longer
                 self.note("offer.made", f"offered tasks {made['task_ids']} ({offer.load:.3f} load) to {offer.partner} at up to {offer.price_cap:.3f}")
             case Wait(_, message):
                 self.note("offer.none", message)
