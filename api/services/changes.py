@@ -76,17 +76,17 @@ def pending(session: Session, participant_id: int, acknowledged: Iterable[int] =
     return list(session.scalars(query))
 
 
-def partners(session: Session, participant_id: int) -> list[int]:
-    """Ids of the participants whose liveness concerns this one: its contract partners, the
-    origins and hosts of the tasks it is involved in, and the holders of their replicas."""
+def partners(participant_id: int):
+    """The ids of the participants whose liveness concerns this one (a query, itself among
+    them): its contract partners, the origins and hosts of the tasks it is involved in, and
+    the holders of their replicas."""
     from api.services.tasks import involved_tasks
 
     involved = involved_tasks(participant_id)
-    query = union(
+    return union(
         select(Contract.proposer_id).where(Contract.counterparty_id == participant_id, Contract.state == "active"),
         select(Contract.counterparty_id).where(Contract.proposer_id == participant_id, Contract.state == "active"),
         select(Task.origin_id).where(Task.id.in_(involved)),
         select(Task.host_id).where(Task.id.in_(involved)),
         select(Replica.participant_id).where(Replica.task_id.in_(involved), or_(Replica.state == "active", Replica.state == "promoted")),
     )
-    return [i for i in session.scalars(query) if i != participant_id]

@@ -13,9 +13,10 @@ task is conditional on its host in the same way.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, bindparam, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -404,19 +405,30 @@ def accrued(movement: Movement, now: datetime) -> tuple[float, float]:
     return seconds, movement.amount + movement.price * movement.load * since
 
 
-def accrue(session: Session, task_id: int, load: float, now: datetime) -> None:
-    """The task's host measured `load` over the time since its last report: every active
-    movement of the task (a chain pays link by link) accrues that interval at it.
-    Conditional on the movement still being active and not accrued meanwhile, so a report
-    racing an end or another report adds nothing twice."""
-    for movement in session.scalars(select(Movement).where(Movement.task_id == task_id, Movement.state == "active")):
-        since = max(0.0, (now - movement.accrued_at).total_seconds())
-        session.execute(
-            update(Movement)
-            .where(Movement.id == movement.id, Movement.state == "active", Movement.accrued_at == movement.accrued_at)
-            .values(amount=Movement.amount + movement.price * load * since, load=load, accrued_at=now)
-            .execution_options(synchronize_session=False)
-        )
+def accrue(session: Session, host_id: int, loads: Mapping[int, float], now: datetime) -> None:
+    """The host measured each task's load (`loads`, by task id) over the time since its last
+    report: every active movement of a task it hosts (a chain pays link by link) accrues that
+    interval at it. Conditional on the movement still being active and not accrued meanwhile,
+    so a report racing an end or another report adds nothing twice. Two statements, however
+    many tasks and movements."""
+    active = session.execute(
+        select(Movement.id, Movement.task_id, Movement.price, Movement.accrued_at)
+        .join(Task, Task.id == Movement.task_id)
+        .where(Movement.task_id.in_(list(loads)), Movement.state == "active", Task.host_id == host_id)
+    ).all()
+    if not active:
+        return
+    movements = Movement.__table__
+    session.connection().execute(
+        update(movements)
+        .where(movements.c.id == bindparam("movement_id"), movements.c.state == "active", movements.c.accrued_at == bindparam("seen_at"))
+        .values(amount=movements.c.amount + bindparam("added"), load=bindparam("measured"), accrued_at=now),
+        [
+            {"movement_id": m.id, "seen_at": m.accrued_at, "measured": loads[m.task_id],
+             "added": m.price * loads[m.task_id] * max(0.0, (now - m.accrued_at).total_seconds())}
+            for m in active
+        ],
+    )
 
 
 def movement_out(movement: Movement, now: datetime) -> schemas.MovementOut:

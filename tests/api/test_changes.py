@@ -3,6 +3,11 @@ concerns and no other, returned by the heartbeat until acknowledged; on SQLite a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import event
+
 from tests.api.test_ha import beat, silence
 
 
@@ -86,3 +91,40 @@ def test_a_participant_cannot_acknowledge_another_s_notices(registry):
     bad = registry.call("POST", "/participants/a/heartbeat", keys["a"], json={"load": 0.1, "acknowledged": ["x"]})
     assert bad.status_code == 422 and "detail" in bad.json()
     assert registry.call("POST", "/participants/a/heartbeat", keys["a"], json={"load": 0.1, "acknowledged": [0]}).status_code == 422
+
+
+@contextmanager
+def statements(registry) -> Iterator[list[str]]:
+    """The SQL statements the registry runs meanwhile (each execution of an executemany counts once)."""
+    seen: list[str] = []
+    engine = registry.client.app.state.engine
+
+    def count(conn, cursor, statement, parameters, context, executemany):
+        seen.append(" ".join(statement.split())[:90])
+
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+
+
+def test_a_heartbeat_costs_the_same_statements_however_many_tasks_and_movements_it_reports(registry):
+    keys = {name: registry.participant(name) for name in "ab"}
+    contract = registry.active_contract(keys["a"], "b", keys["b"])
+    tasks = [registry.task(keys["a"], f"t{i}")["id"] for i in range(12)]
+    offer = registry.ok("POST", "/offers", keys["a"], status=201, json={"contract_id": contract["id"], "task_ids": tasks[:6], "price": 1.5})
+    registry.ok("POST", f"/offers/{offer['id']}/accept", keys["b"])
+    drain(registry, keys)
+
+    def heartbeat(name: str, reported: list[int]) -> list[str]:
+        body = {"load": 0.5, "tasks": [{"task_id": t, "load": 0.05} for t in reported]}
+        registry.clock.advance(1)
+        with statements(registry) as seen:
+            registry.ok("POST", f"/participants/{name}/heartbeat", keys[name], json=body)
+        return seen
+
+    one, many = heartbeat("b", tasks[:1]), heartbeat("b", tasks[:6])  # hosting and paid for 1, then 6 moved tasks
+    assert len(one) == len(many), (one, many)
+    assert len(heartbeat("a", tasks[6:])) <= len(one)  # its own six tasks: no movement to pay
+    assert len(many) <= 12, many
