@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import random
 import statistics
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -33,19 +35,23 @@ from spark_agents.agent import Agent, AgentConfig, OwnTask
 
 
 class CountingTransport(httpx.BaseTransport):
-    """One connection pool for every agent; counts requests and server errors."""
+    """One connection pool for every agent; counts requests (by method and path, ids left
+    out: `GET /offers/{id}`) and server errors."""
 
     def __init__(self, connections: int) -> None:
         self._inner = httpx.HTTPTransport(limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections))
         self._lock = threading.Lock()
         self.requests = 0
         self.server_errors = 0
+        self.by_route: Counter[str] = Counter()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         response = self._inner.handle_request(request)
+        route = request.method + " " + re.sub(r"/(\d+|cp[0-9a-f]{6}-\d+)(?=/|$)", "/{id}", request.url.path.removeprefix("/api/v1"))
         with self._lock:
             self.requests += 1
             self.server_errors += response.status_code >= 500
+            self.by_route[route] += 1
         return response
 
     def close(self) -> None:
@@ -155,6 +161,7 @@ def run(url: str, admin_key: str, s: Settings, workdir: Path, progress: Callable
     errors_before = sum(a.errors for a in agents.values())
     counts_before = _counts(operator)
     requests_before, cpu_before, server_errors_before = transport.requests, server_cpu(), transport.server_errors
+    routes_before = Counter(transport.by_route)
     lateness, durations = _schedule(list(agents.values()), s, progress)
     requests, cpu_after = transport.requests - requests_before, server_cpu()
     counts_after = _counts(operator)
@@ -180,6 +187,7 @@ def run(url: str, admin_key: str, s: Settings, workdir: Path, progress: Callable
         "tick_lateness_p99_s": round(lateness[min(len(lateness) - 1, int(0.99 * len(lateness)))], 3) if lateness else None,
         "tick_duration_p50_s": round(statistics.median(durations), 4) if durations else None,
         "requests_per_agent_s": round(requests / agent_s, 2),
+        "requests_per_agent_s_by_route": {route: round(n / agent_s, 3) for route, n in (transport.by_route - routes_before).most_common()},
         "registry_cpu_s_per_agent_s": None if registry_cpu is None else round(registry_cpu / agent_s, 4),
         "offers_per_s": round((counts_after[0] - counts_before[0]) / s.seconds, 2),
         "movements_per_s": round((counts_after[1] - counts_before[1]) / s.seconds, 2),
