@@ -72,7 +72,7 @@ def heartbeat(name: schemas.NamePath, body: schemas.Heartbeat, request: Request,
     notices, partners = service.feed(session, participant, body.acknowledged)
     timeout_s = request.app.state.settings.heartbeat_timeout_s
     return _out(
-        request, participant, service.hosted_task_ids(session, [participant.id])[participant.id], now, schemas.HeartbeatOut,
+        request, participant, service.hosted_by(session, participant.id), now, schemas.HeartbeatOut,
         changes=[schemas.ChangeOut(id=c.id, kind=c.kind) for c in notices],
         partners={p.name: service.liveness(p, now, timeout_s)[0] for p in partners},
     )

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import delete, insert, or_, select, union
+from sqlalchemy import Row, bindparam, delete, insert, or_, select, union
 from sqlalchemy.orm import Session
 
-from api.models import Change, Contract, Movement, Offer, Replica, Task
+from api.models import Change, Contract, Movement, Offer, Participant, Replica, Task
 
 KINDS = ("task", "offer", "contract")
 # The most notices one heartbeat returns; the rest follow with the next one.
@@ -65,28 +65,43 @@ def contract_changed(session: Session, contract: Contract) -> None:
     notify(session, "contract", (contract.proposer_id, contract.counterparty_id))
 
 
-def pending(session: Session, participant_id: int, acknowledged: Iterable[int] = ()) -> list[Change]:
-    """Delete the participant's acknowledged notices; return those still pending, oldest first."""
-    done = sorted(set(acknowledged))
-    if done:
-        session.execute(
-            delete(Change).where(Change.participant_id == participant_id, Change.id.in_(done)).execution_options(synchronize_session=False)
-        )
-    query = select(Change).where(Change.participant_id == participant_id).order_by(Change.id).limit(PAGE)
-    return list(session.scalars(query))
+# Read at every heartbeat: built once (building a statement costs more CPU than running it).
+_changes = Change.__table__
+_ACKNOWLEDGE = delete(_changes).where(_changes.c.participant_id == bindparam("me"), _changes.c.id.in_(bindparam("done", expanding=True)))
+_PENDING = select(_changes.c.id, _changes.c.kind).where(_changes.c.participant_id == bindparam("me")).order_by(_changes.c.id).limit(PAGE)
 
 
-def partners(participant_id: int):
-    """The ids of the participants whose liveness concerns this one (a query, itself among
+def _partners_of(me):
+    """The ids of the participants whose liveness concerns participant `me` (itself among
     them): its contract partners, the origins and hosts of the tasks it is involved in, and
     the holders of their replicas."""
     from api.services.tasks import involved_tasks
 
-    involved = involved_tasks(participant_id)
+    involved = involved_tasks(me)
     return union(
-        select(Contract.proposer_id).where(Contract.counterparty_id == participant_id, Contract.state == "active"),
-        select(Contract.counterparty_id).where(Contract.proposer_id == participant_id, Contract.state == "active"),
+        select(Contract.proposer_id).where(Contract.counterparty_id == me, Contract.state == "active"),
+        select(Contract.counterparty_id).where(Contract.proposer_id == me, Contract.state == "active"),
         select(Task.origin_id).where(Task.id.in_(involved)),
         select(Task.host_id).where(Task.id.in_(involved)),
         select(Replica.participant_id).where(Replica.task_id.in_(involved), or_(Replica.state == "active", Replica.state == "promoted")),
     )
+
+
+_PARTNERS = (
+    select(Participant.name, Participant.heartbeat_at)
+    .where(Participant.id.in_(_partners_of(bindparam("me"))), Participant.id != bindparam("me"))
+    .order_by(Participant.name)
+)
+
+
+def pending(session: Session, participant_id: int, acknowledged: Iterable[int] = ()) -> list[Row]:
+    """Delete the participant's acknowledged notices; return those still pending, `(id, kind)`, oldest first."""
+    done = sorted(set(acknowledged))
+    if done:
+        session.connection().execute(_ACKNOWLEDGE, {"me": participant_id, "done": done})
+    return list(session.connection().execute(_PENDING, {"me": participant_id}))
+
+
+def partners(session: Session, participant_id: int) -> list[Row]:
+    """`(name, heartbeat_at)` of the participants whose liveness concerns this one."""
+    return list(session.connection().execute(_PARTNERS, {"me": participant_id}))

@@ -405,26 +405,35 @@ def accrued(movement: Movement, now: datetime) -> tuple[float, float]:
     return seconds, movement.amount + movement.price * movement.load * since
 
 
+# Run at every heartbeat that reports loads: built once.
+_movements = Movement.__table__
+_ACTIVE_HOSTED = (
+    select(Movement.id, Movement.task_id, Movement.price, Movement.accrued_at)
+    .join(Task, Task.id == Movement.task_id)
+    .where(Movement.task_id.in_(bindparam("task_ids", expanding=True)), Movement.state == "active", Task.host_id == bindparam("host"))
+    .order_by(Movement.id)
+)
+_ACCRUE = (
+    update(_movements)
+    .where(_movements.c.id == bindparam("movement_id"), _movements.c.state == "active", _movements.c.accrued_at == bindparam("seen_at"))
+    .values(amount=_movements.c.amount + bindparam("added"), load=bindparam("measured"), accrued_at=bindparam("now"))
+)
+
+
 def accrue(session: Session, host_id: int, loads: Mapping[int, float], now: datetime) -> None:
     """The host measured each task's load (`loads`, by task id) over the time since its last
     report: every active movement of a task it hosts (a chain pays link by link) accrues that
     interval at it. Conditional on the movement still being active and not accrued meanwhile,
     so a report racing an end or another report adds nothing twice. Two statements, however
     many tasks and movements."""
-    active = session.execute(
-        select(Movement.id, Movement.task_id, Movement.price, Movement.accrued_at)
-        .join(Task, Task.id == Movement.task_id)
-        .where(Movement.task_id.in_(list(loads)), Movement.state == "active", Task.host_id == host_id)
-    ).all()
+    connection = session.connection()
+    active = connection.execute(_ACTIVE_HOSTED, {"task_ids": sorted(loads), "host": host_id}).all()
     if not active:
         return
-    movements = Movement.__table__
-    session.connection().execute(
-        update(movements)
-        .where(movements.c.id == bindparam("movement_id"), movements.c.state == "active", movements.c.accrued_at == bindparam("seen_at"))
-        .values(amount=movements.c.amount + bindparam("added"), load=bindparam("measured"), accrued_at=now),
+    connection.execute(
+        _ACCRUE,
         [
-            {"movement_id": m.id, "seen_at": m.accrued_at, "measured": loads[m.task_id],
+            {"movement_id": m.id, "seen_at": m.accrued_at, "measured": loads[m.task_id], "now": now,
              "added": m.price * loads[m.task_id] * max(0.0, (now - m.accrued_at).total_seconds())}
             for m in active
         ],

@@ -5,13 +5,13 @@ from __future__ import annotations
 import secrets
 from datetime import datetime, timedelta
 
-from sqlalchemy import bindparam, delete, or_, select, union, update
+from sqlalchemy import Row, bindparam, delete, insert, or_, select, union, update
 from sqlalchemy.orm import Session
 
 from api import schemas
 from api.auth import Principal, hash_key, new_key
 from api.errors import Conflict, Forbidden, NotFound
-from api.models import Change, Contract, Failover, LoadSample, Participant, Replica, Task
+from api.models import Contract, Failover, LoadSample, Participant, Replica, Task
 from api.services import events
 
 # Load samples older than this are dropped: the UI charts the recent past only.
@@ -101,6 +101,17 @@ def liveness(participant: Participant, now: datetime, timeout_s: float) -> tuple
     return ("suspected" if age <= 2 * timeout_s else "failed"), age
 
 
+# The heartbeat's statements, built once: it is the registry's most frequent request, and
+# building a statement costs more CPU than running it.
+_tasks, _samples = Task.__table__, LoadSample.__table__
+_REPORT_LOADS = (
+    update(_tasks).where(_tasks.c.id == bindparam("task_id"), _tasks.c.host_id == bindparam("host")).values(load=bindparam("load"))
+)
+_ADD_SAMPLE = insert(_samples)
+_TRIM_SAMPLES = delete(_samples).where(_samples.c.participant_id == bindparam("host"), _samples.c.at < bindparam("before"))
+_HOSTED = select(Task.id).where(Task.host_id == bindparam("host")).order_by(Task.id)
+
+
 def hosted_task_ids(session: Session, participant_ids: list[int]) -> dict[int, list[int]]:
     hosted: dict[int, list[int]] = {pid: [] for pid in participant_ids}
     rows = session.execute(select(Task.host_id, Task.id).where(Task.host_id.in_(participant_ids)).order_by(Task.id))
@@ -128,31 +139,28 @@ def heartbeat(session: Session, caller: Principal, name: str, body: schemas.Hear
         # The movements of a task are paid on what its host measures, not what the mover declared.
         from api.services.offers import accrue
 
-        tasks = Task.__table__
-        session.connection().execute(
-            update(tasks).where(tasks.c.id == bindparam("task_id"), tasks.c.host_id == participant.id).values(load=bindparam("load")),
-            [{"task_id": task_id, "load": load} for task_id, load in reported.items()],
-        )
+        session.connection().execute(_REPORT_LOADS, [{"task_id": t, "load": load, "host": participant.id} for t, load in sorted(reported.items())])
         accrue(session, participant.id, reported, now)
-    session.add(LoadSample(participant_id=participant.id, at=now, load=body.load, threshold=body.threshold))
+    connection = session.connection()
+    connection.execute(_ADD_SAMPLE, {"participant_id": participant.id, "at": now, "load": body.load, "threshold": body.threshold})
     if previous is None or int(previous.timestamp() // 60) != int(now.timestamp() // 60):  # trimmed once a minute
-        session.execute(
-            delete(LoadSample).where(LoadSample.participant_id == participant.id, LoadSample.at < now - SAMPLE_RETENTION)
-        )
+        connection.execute(_TRIM_SAMPLES, {"host": participant.id, "before": now - SAMPLE_RETENTION})
     session.flush()
     return participant
 
 
-def feed(session: Session, participant: Participant, acknowledged: list[int]) -> tuple[list[Change], list[Participant]]:
-    """The participant's unacknowledged change notices (after deleting those acknowledged) and
-    the participants whose liveness concerns it (`api.services.changes`)."""
+def hosted_by(session: Session, participant_id: int) -> list[int]:
+    """The ids of the tasks the participant hosts."""
+    return list(session.scalars(_HOSTED, {"host": participant_id}))
+
+
+def feed(session: Session, participant: Participant, acknowledged: list[int]) -> tuple[list[Row], list[Row]]:
+    """The participant's unacknowledged change notices, `(id, kind)` (after deleting those
+    acknowledged), and the participants whose liveness concerns it, `(name, heartbeat_at)`
+    (`api.services.changes`)."""
     from api.services import changes
 
-    notices = changes.pending(session, participant.id, acknowledged)
-    others = session.scalars(
-        select(Participant).where(Participant.id.in_(changes.partners(participant.id)), Participant.id != participant.id).order_by(Participant.name)
-    )
-    return notices, list(others)
+    return changes.pending(session, participant.id, acknowledged), changes.partners(session, participant.id)
 
 
 def load_samples(session: Session, name: str, since: datetime | None) -> list[LoadSample]:

@@ -60,6 +60,9 @@ def bench_control_plane_command(
         finally:
             process.terminate()
             process.wait(timeout=30)
+            log = Path(tmp) / "registry.log"
+            if log.exists() and "Traceback" in (text := log.read_text(errors="replace")):
+                typer.echo("the registry failed requests; the end of its log:\n" + text[-4000:], err=True)
     result = {"benchmark": "control-plane", "database": database_backend(database_url), "workers": workers, **result}
     if as_json:
         typer.echo(json.dumps(result))
