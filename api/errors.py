@@ -6,7 +6,11 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
-from sqlalchemy.exc import DataError, IntegrityError
+from sqlalchemy.exc import DataError, IntegrityError, OperationalError
+
+# PostgreSQL's codes for a transaction it aborted because another one ran concurrently:
+# deadlock detected, serialization failure. Nothing was written; the caller may retry.
+CONCURRENCY_ABORTS = {"40P01", "40001"}
 
 
 class RegistryError(Exception):
@@ -67,6 +71,12 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _integrity(_request: Request, _exc: IntegrityError) -> JSONResponse:
         # A constraint caught a race the services' checks could not see (at flush or at commit).
         return JSONResponse({"detail": "the change conflicts with the registry's current state; retry"}, status_code=409)
+
+    @app.exception_handler(OperationalError)
+    async def _operational(_request: Request, exc: OperationalError) -> JSONResponse:
+        if getattr(exc.orig, "sqlstate", None) in CONCURRENCY_ABORTS:
+            return JSONResponse({"detail": "a concurrent change won; nothing was written, retry"}, status_code=409)
+        raise exc
 
     @app.exception_handler(DataError)
     async def _data_error(_request: Request, _exc: DataError) -> JSONResponse:

@@ -151,7 +151,7 @@ class AgentConfig:
     period_s: float = 7.0
     tick_s: float = 0.5
     heartbeat_s: float = 1.0
-    resync_s: float = 60.0
+    resync_s: float = 300.0
     hysteresis: float = DEFAULT_HYSTERESIS
     margin: float = DEFAULT_MARGIN
     reference_price: float | None = None

@@ -354,6 +354,9 @@ def end_movement(session: Session, caller: Principal, movement_id: int, now: dat
             onward_movement_id=onward[0].id,
         )
     chain = [movement, *onward]
+    # The task's row first, as every writer of a task and its movements does (accept, failover,
+    # the heartbeat's accruals): two of them never wait for each other in opposite orders.
+    session.execute(select(Task.id).where(Task.id == movement.task_id).with_for_update())
     changed = session.execute(
         update(Movement)
         .where(Movement.id.in_([m.id for m in chain]), Movement.state == "active")

@@ -128,3 +128,19 @@ def test_a_heartbeat_costs_the_same_statements_however_many_tasks_and_movements_
     assert len(one) == len(many), (one, many)
     assert len(heartbeat("a", tasks[6:])) <= len(one)  # its own six tasks: no movement to pay
     assert len(many) <= 12, many
+
+
+def test_a_transaction_the_database_aborts_for_a_concurrent_one_is_a_409_to_retry(registry, monkeypatch):
+    import psycopg
+    from sqlalchemy.exc import OperationalError
+
+    from api.services import participants
+
+    key = registry.participant("a")
+
+    def deadlocked(*args, **kwargs):
+        raise OperationalError("UPDATE tasks ...", {}, psycopg.errors.DeadlockDetected("deadlock detected"))
+
+    monkeypatch.setattr(participants, "heartbeat", deadlocked)
+    response = registry.call("POST", "/participants/a/heartbeat", key, json={"load": 0.1})
+    assert response.status_code == 409 and "retry" in response.json()["detail"]
