@@ -214,6 +214,7 @@ class Agent:
         self.clock = clock
         self.records: deque[Record] = deque(maxlen=500)
         self.errors = 0
+        self.races = 0  # steps that lost a race with a partner's change (`_race`)
         self.steps = 0
         self._lock = threading.RLock()
         self._task_ids: dict[str, int] = {}  # task key -> registry id
@@ -249,6 +250,29 @@ class Agent:
                 self.client.report_event(kind, message, subject=subject, data=data)
             except Exception:  # the registry may be the thing that failed; the log keeps it
                 log.debug("could not report %s to the registry", kind)
+
+    def _race(self, what: str, exc: Exception) -> None:
+        """A step that lost a race with a change it had not read yet (the registry or the
+        partner refused it, 409: the task moved on, its epoch changed). Not an error: the
+        agent reads its tasks and offers again, and the next tick acts on what is now true."""
+        self.races += 1
+        self._stale |= {"task", "offer"}
+        self.note("agent.race", f"{self.config.name}: {what}: {exc}; reading again")
+
+    def _racing(self, what: str, step: Callable[[], None]) -> Callable[[], None]:
+        """`step`, with a lost race (a 409 from the registry, a partner's refusal) recorded by `_race`."""
+
+        def run() -> None:
+            try:
+                step()
+            except PermissionError as exc:
+                self._race(what, exc)
+            except RegistryError as exc:
+                if exc.status != 409:
+                    raise
+                self._race(what, exc)
+
+        return run
 
     def _guarded(self, name: str, step: Callable[[], None]) -> None:
         started = time.perf_counter()
@@ -399,10 +423,11 @@ class Agent:
             self.ha.act()
         for start in plan.start:
             # Each start on its own: one that cannot fetch its checkpoint yet holds up no other.
+            what = f"{'take over' if start.failover is not None and self.ha is not None else 'start'} {task_key(start.task)}"
             if start.failover is not None and self.ha is not None:
-                self._guarded(f"take over {task_key(start.task)}", lambda s=start: self._take_over(s.task, s.failover))
+                self._guarded(what, self._racing(what, lambda s=start: self._take_over(s.task, s.failover)))
             else:
-                self._guarded(f"start {task_key(start.task)}", lambda s=start: self._start(s.task, s.source))
+                self._guarded(what, self._racing(what, lambda s=start: self._start(s.task, s.source)))
 
     def _release_locally(self, key: str, epoch: int | None) -> None:
         with self._lock:
@@ -583,8 +608,14 @@ class Agent:
                 else:
                     self.note("movement.ended", f"ended movement #{m.id}: task {m.task_ids[0]} returns to {m.origin}")
             case MakeOffer(offer):
-                made = self.client.offer(int(offer.contract_id), [int(t) for t in offer.task_ids], offer.price_cap, caps=list(offer.caps),
-                                         ttl_s=self.config.offer_ttl_s)
+                try:
+                    made = self.client.offer(int(offer.contract_id), [int(t) for t in offer.task_ids], offer.price_cap, caps=list(offer.caps),
+                                             ttl_s=self.config.offer_ttl_s)
+                except RegistryError as exc:
+                    if exc.status != 409:
+                        raise
+                    self._race(f"offer of tasks {list(offer.task_ids)} to {offer.partner}", exc)
+                    return []
                 self.seen.offers.append(made)  # pending as far as I know: its answer is read when it is no longer
                 self.note("offer.made", f"offered tasks {made['task_ids']} ({offer.load:.3f} load) to {offer.partner} at up to {offer.price_cap:.3f}")
             case Wait(_, message):
@@ -678,6 +709,7 @@ class Agent:
             "name": self.config.name,
             "steps": self.steps,
             "errors": self.errors,
+            "races": self.races,
             "running": sorted(self.host.running()),
             "released": dict(self._released),
             "last_report": self.last_report,

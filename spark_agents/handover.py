@@ -152,7 +152,9 @@ def fetch(endpoint: str, task_key: str, epoch: int, token: str, *, timeout_s: fl
                 if response.status_code == 200:
                     return body
                 last = f"{response.status_code}: {body[:200].decode(errors='replace')}"
-                if response.status_code not in (404, 409, 503):
+                if response.status_code == 409:  # the registry, read by the previous host just now, places the task elsewhere
+                    raise PermissionError(f"{endpoint} refuses the checkpoint of {task_key} at epoch {epoch}: {last}")
+                if response.status_code not in (404, 503):
                     break
             time.sleep(poll_s)
     raise HandoverNotReady(f"checkpoint of {task_key} at epoch {epoch} not released by {endpoint}: {last}")
