@@ -423,11 +423,11 @@ class Agent:
             self.ha.act()
         for start in plan.start:
             # Each start on its own: one that cannot fetch its checkpoint yet holds up no other.
-            what = f"{'take over' if start.failover is not None and self.ha is not None else 'start'} {task_key(start.task)}"
             if start.failover is not None and self.ha is not None:
-                self._guarded(what, self._racing(what, lambda s=start: self._take_over(s.task, s.failover)))
+                what, step = f"take over {task_key(start.task)}", (lambda s=start: self._take_over(s.task, s.failover))
             else:
-                self._guarded(what, self._racing(what, lambda s=start: self._start(s.task, s.source)))
+                what, step = f"start {task_key(start.task)}", (lambda s=start: self._start(s.task, s.source))
+            self._guarded(what, self._racing(what, step))
 
     def _release_locally(self, key: str, epoch: int | None) -> None:
         with self._lock:
