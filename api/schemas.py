@@ -46,11 +46,14 @@ class ParticipantCreate(In):
     endpoint: str = Field(min_length=1, max_length=512, description="URL where the participant's agent listens")
 
 
+Liveness = Literal["new", "alive", "suspected", "failed"]
+
+
 class ParticipantOut(Out):
     name: str
     endpoint: str
     created_at: datetime
-    status: Literal["new", "alive", "suspected", "failed"]  # Liveness
+    status: Liveness
     heartbeat_at: datetime | None
     heartbeat_age_s: float | None
     load: float | None
@@ -58,9 +61,6 @@ class ParticipantOut(Out):
     marginal_cost: dict | None
     hosted_tasks: list[int]
     key_revoked: bool = Field(default=False, description="The operator revoked its key: it can do nothing until given a new one")
-
-
-Liveness = Literal["new", "alive", "suspected", "failed"]
 
 
 class ChangeOut(Out):
