@@ -1,28 +1,21 @@
-"""The high-availability duties of a participant's agent, every tick (docs/ha.md, "In the federation").
+"""The high-availability effects of a participant's agent (docs/ha.md, "In the federation").
 
-The decisions are `bpm.ha`'s pure functions; the data-plane work is `spark_agents.ha`'s
-building blocks, reached through the agent's task host (`SparkTasks` in
-`spark_agents.runtime`, a stepped fake in tests). What this module adds is who does what,
-when, from the registry's records:
+What to do is decided by `bpm.ha.machine.HAMachine` from what the agent last read of the
+registry and what runs here; this module executes its instructions: registry calls
+(failover, replicas, repairs), the data-plane work of `spark_agents.ha`'s building blocks
+reached through the agent's task host (`SparkTasks` in `spark_agents.runtime`, a stepped
+fake in tests), and the files a holder keeps. It also does what only data can decide:
 
-- **As the origin** of a task that is away: detect that its host failed (the registry's
-  liveness, `bpm.ha.is_failed`: silent past the registry's heartbeat timeout) and fail it
-  over at once (`failover_target`, `POST /tasks/{id}/failover`; no consensus, a 409 means
-  someone else won or the epoch moved, and the next tick re-reads). Keep the replication
-  level of the replicated modes: the first replica goes to the origin (the default
-  backup) when the movement starts, a lost one is repaired elsewhere (`repair_target`,
-  with `repair_of` naming the failover that lost it), and replicas are dropped when the
-  movement ends normally. Under upstream backup the origin trims its stream, which it
-  owns, only up to what the host acknowledged.
-- **As the host** of a task under an HA mode: run `PrimaryDuties` (acknowledgements; for
+- **As the host** under an HA mode, the duties `PrimaryDuties` runs (acknowledgements; for
   passive standby a delta checkpoint shipped every interval over HTTP to the backup's
-  agent, `POST /ha/{task}/delta`), and write through the output fence at the task's epoch.
-- **As a replica holder**: apply the deltas that arrive (`PassiveBackup`) and record them
-  (`sync_replica`); for active standby run the replica with its output held back.
-- **As the new host** after a failover: take the task over per mode (`take_over`: promote
-  the active replica, restart from the passive copy and replay, replay from the
-  acknowledged position, or newest input for none) and complete the failover with the
-  recovery time, from the registry's detection to the task's first output after it.
+  agent, `POST /ha/{task}/delta`), with output through the fence at the task's epoch.
+- **As a replica holder**: apply the deltas that arrive (`PassiveBackup`), refused unless
+  the registry says the sender hosts the task at that epoch, and record them (`sync_replica`).
+- **As the new host** after a failover: take the task over per mode (`take_over`, with
+  `bpm.ha.recovery`: promote the active replica, restart from the passive copy and replay,
+  replay from the acknowledged position, or newest input for none) and complete the
+  failover with the recovery time, from the registry's detection to the task's first
+  output after it.
 """
 
 from __future__ import annotations
@@ -41,7 +34,25 @@ import httpx
 from bpm_http.client import RegistryError
 from bpm.federation.views import seconds, stream_partition, task_ha_mode
 from bpm.names import inside, task_key
-from bpm.ha import REPLICATED_MODES, failover_target, is_failed, repair_target
+from bpm.ha import is_failed, recovery
+from bpm.ha.machine import (
+    CompleteRepair,
+    DropBackup,
+    DropReplica,
+    Duty,
+    FailOver,
+    HAMachine,
+    Here,
+    Instruction,
+    NoFailover,
+    Observed,
+    PlaceReplica,
+    StartDuties,
+    StartStandby,
+    StopDuties,
+    StopStandby,
+    Trim,
+)
 from spark_agents import handover
 from spark_agents.ha.fence import OutputFence
 from spark_agents.ha.roles import PassiveBackup, consumer_name
@@ -51,8 +62,6 @@ if TYPE_CHECKING:
 
 # How long a new host waits for the task's first output before it completes the failover anyway.
 FIRST_OUTPUT_WAIT_S = 60.0
-# How long the origin waits before asking again for a failover the registry refused.
-FAILOVER_RETRY_S = 2.0
 
 
 class NotHolder(PermissionError):
@@ -69,15 +78,6 @@ class Pending:
     took_at: float
     detected_at: float
     details: dict
-
-
-@dataclass(frozen=True)
-class Duty:
-    """What the host's duties for one task run with; a change restarts them."""
-
-    mode: str
-    holder: str | None
-    epoch: int
 
 
 def ship_over_http(client: httpx.Client, endpoint: str, key: str, epoch: int, token: Callable[[], str]) -> Callable[[bytes], Any]:
@@ -111,6 +111,7 @@ class HADuties:
     def __init__(self, agent: Agent, *, interval_s: float = 2.0, http: httpx.Client | None = None) -> None:
         self.agent = agent
         self.interval_s = interval_s
+        self.machine = HAMachine(agent.config.name, interval_s=interval_s)
         self.http = http or httpx.Client(timeout=10.0)
         self.modes: dict[str, str] = {}
         self.duties: dict[str, Duty] = {}
@@ -120,10 +121,8 @@ class HADuties:
         self.pending: dict[int, Pending] = {}
         self.deltas_applied = 0
         self.resync = False
-        self._asked: dict[int, tuple[int, float]] = {}  # task id -> (epoch, when) of my last failover request
         self._lock = threading.RLock()
         self._view: dict[str, Any] = {"tasks": [], "replicas": [], "partners": {}, "failovers": [], "contracts": [], "movements": []}
-        self._last_trim = 0.0
 
     @property
     def me(self) -> str:
@@ -166,11 +165,16 @@ class HADuties:
     # -- the tick --------------------------------------------------------------------------
 
     def act(self) -> None:
-        """The duties of every role, each guarded on its own so one failure stops no other."""
+        """Decide with the machine (`bpm.ha.machine`), then execute each instruction on its own:
+        one that fails stops no other."""
         guard = self.agent._guarded
-        guard("ha.origin", self._origin_duties)
-        guard("ha.host", self._host_duties)
-        guard("ha.holder", self._holder_duties)
+        with self._lock:
+            here = Here(running=frozenset(self.agent.hosting()), duties=dict(self.duties), standby=dict(self.standby),
+                        backups={k: b.applied is not None for k, b in self.backups.items()})
+            seen = Observed(now_s=self.agent.clock(), tasks=self._view["tasks"], replicas=self._view["replicas"],
+                            failovers=self._view["failovers"], modes=self.modes, status=self._status(), partners=self._partners(), here=here)
+        for instruction in self.machine.handle(seen):
+            guard(f"ha.{type(instruction).__name__}", functools.partial(self._execute, instruction))
         guard("ha.complete", self._complete)
 
     def failed(self, participant: str) -> bool:
@@ -182,113 +186,89 @@ class HADuties:
         """Liveness by participant: mine (this loop runs) and that of the participants that concern me."""
         return {**self._view["partners"], self.me: "alive"}
 
-    def _replicas_of(self, task_id: int) -> list[dict]:
-        return [r for r in self._view["replicas"] if r["task_id"] == task_id]
-
     def _partners(self) -> list[str]:
         """My contract partners in force, cheapest first: where repairs go after the origin."""
         active = [c for c in self._view["contracts"] if c["state"] == "active" and c.get("in_force", True)]
         active.sort(key=lambda c: (c["price_min"], c["id"]))
         return [c["counterparty"] if c["proposer"] == self.me else c["proposer"] for c in active]
 
-    # As the origin (or the host of a task whose origin is not alive)
+    def _execute(self, instruction: Instruction) -> None:
+        client = self.agent.client
+        match instruction:
+            case FailOver(task_id, key, to, epoch, mode, _, reason):
+                try:
+                    record = client.failover(task_id, to, epoch, reason=reason)
+                except RegistryError as exc:
+                    if exc.status != 409:
+                        raise
+                    self.note("failover.lost", f"{key}: failover to {to} refused, the registry moved on: {exc}")
+                    return
+                self.note("failover.requested", f"{key}: {reason}; failed over to {to} ({mode}), epoch {record['from_epoch']} -> "
+                          f"{record['to_epoch']} (failover #{record['id']})")
+                if to == self.me:
+                    self.resync = True  # take it over in this very tick
+            case NoFailover(key, message):
+                self.note("failover.impossible", message)
+            case PlaceReplica(task_id, key, at, mode, repair_of):
+                try:
+                    made = client.create_replica(task_id, at, repair_of=repair_of)
+                except RegistryError as exc:
+                    if exc.status not in (409, 422):
+                        raise
+                    # The registry saw the task change meanwhile (it moved, or its movement ended): the next tick re-reads.
+                    self.note("replica.refused", f"{key}: no replica at {at}: {exc}")
+                    return
+                with self._lock:
+                    self._view["replicas"].append(made)
+                if repair_of is None:
+                    self.note("replica.created", f"{key}: {mode} replica #{made['id']} at {at}", report=False)
+                else:
+                    self.note("replica.repaired", f"{key}: replication restored at {at} (replica #{made['id']}, "
+                              f"repair #{made.get('repair_id')} of failover #{repair_of})")
+            case DropReplica(replica_id, key, at, why):
+                try:
+                    client.drop_replica(replica_id)
+                except RegistryError as exc:
+                    if exc.status != 409:
+                        raise
+                    return
+                self._mark(self._view["replicas"], replica_id, state="dropped")
+                self.note("replica.dropped", f"dropped replica #{replica_id} of {key} at {at}: {why}")
+            case Trim(key, input_uri):
+                self._trim(input_uri)
+            case StopDuties(key, release):
+                self.host.ha_stop_duties(key, release=release)
+                self.duties.pop(key, None)
+            case StartDuties(key, duty, task):
+                self._start_duties(key, duty, task)
+            case StartStandby(key, replica_id, task):
+                self.host.ha_start_replica(key, task["input_uri"], self._replica_copy(task, replica_id), task.get("params") or {})
+                with self._lock:
+                    self.standby[key] = replica_id
+                self.note("replica.started", f"{key}: active-standby replica #{replica_id} runs here, its output held back")
+            case StopStandby(key, why):
+                self.stop_standby(key, why)
+            case DropBackup(key):
+                with self._lock:
+                    self.backups.pop(key, None)
+                shutil.rmtree(self.backup_dir(key), ignore_errors=True)
+                self.note("backup.dropped", f"{key}: the passive copy here is no longer needed")
+            case CompleteRepair(failover_id, key, recovery_s):
+                client.complete_failover(failover_id, recovery_s=recovery_s, details={"copy_held": True})
+                self._mark(self._view["failovers"], failover_id, completed_at="now")  # until the record is read again
+                self.note("repair.completed", f"{key}: repair #{failover_id} complete, a copy is held here")
+            case _:
+                raise TypeError(f"not an HA instruction: {instruction!r}")
 
-    def _origin_duties(self) -> None:
-        status = self._status()
-        for task in self._view["tasks"]:
-            origin_acts = task["origin"] == self.me
-            host_acts = task["host"] == self.me and status.get(task["origin"]) != "alive"
-            if not (origin_acts or host_acts):
-                continue
-            key = task_key(task)
-            mode = self.modes.get(key, "none")
-            if origin_acts and task["host"] != self.me and is_failed(status.get(task["host"], "new")):
-                self._fail_over(task, mode, status)
-                continue
-            replicas = self._replicas_of(task["id"])
-            if mode in REPLICATED_MODES:
-                self._keep_replicated(task, mode, replicas, status)
-            elif task["host"] != self.me or key in self.agent.hosting():
-                # A task back home keeps its copies until it runs here: should its last host
-                # fail before releasing the checkpoint, the copy is what it restarts from.
-                for r in replicas:
-                    if r["state"] == "active":
-                        self._drop(r, f"{key} keeps no replica under mode {mode}")
-            if origin_acts and mode == "upstream_backup" and task["host"] != self.me:
-                self._trim(task)
+    def _mark(self, records: list[dict], record_id: int, **values: Any) -> None:
+        with self._lock:
+            for r in records:
+                if r["id"] == record_id:
+                    r.update(values)
 
-    def _fail_over(self, task: dict, mode: str, status: dict[str, str]) -> None:
-        asked = self._asked.get(task["id"])
-        now = self.agent.clock()
-        if asked is not None and asked[0] == task["epoch"] and now - asked[1] < FAILOVER_RETRY_S:
-            return
-        self._asked[task["id"]] = (task["epoch"], now)
-        key, failed = task_key(task), task["host"]
-        to = failover_target(mode=mode, origin=task["origin"], host=failed, replicas=self._replicas_of(task["id"]), status=status)
-        if to is None:
-            self.note("failover.impossible", f"{key}: its host {failed} is {status.get(failed)} and no live participant can take it over ({mode})")
-            return
-        try:
-            record = self.agent.client.failover(task["id"], to, task["epoch"], reason=f"{failed} {status.get(failed)}: silent past the heartbeat timeout")
-        except RegistryError as exc:
-            if exc.status == 409:
-                self.note("failover.lost", f"{key}: failover to {to} refused, the registry moved on: {exc}")
-                return
-            raise
-        self.note("failover.requested", f"{key}: host {failed} {status.get(failed)}; failed over to {to} ({mode}), epoch {record['from_epoch']} -> {record['to_epoch']} (failover #{record['id']})")
-        if to == self.me:
-            self.resync = True  # take it over in this very tick
-
-    def _keep_replicated(self, task: dict, mode: str, replicas: list[dict], status: dict[str, str]) -> None:
-        key = task_key(task)
-        for r in replicas:
-            if r["state"] == "active" and r["participant"] == task["host"]:
-                self._drop(r, f"{r['participant']} hosts {key} now; a replica must live elsewhere")
-        target = repair_target(mode=mode, origin=task["origin"], host=task["host"], replicas=replicas, status=status, candidates=self._partners())
-        if target is None:
-            return
-        lost = self._unrepaired_failover(task)
-        try:
-            made = self.agent.client.create_replica(task["id"], target, repair_of=lost)
-        except RegistryError as exc:
-            if exc.status not in (409, 422):
-                raise
-            # The registry saw the task change meanwhile (it moved, or its movement ended): next tick re-reads.
-            self.note("replica.refused", f"{key}: no replica at {target}: {exc}")
-            return
-        self._view["replicas"].append(made)
-        if lost is None:
-            self.note("replica.created", f"{key}: {mode} replica #{made['id']} at {target}", report=False)
-        else:
-            self.note("replica.repaired", f"{key}: replication restored at {target} (replica #{made['id']}, repair #{made.get('repair_id')} of failover #{lost})")
-
-    def _unrepaired_failover(self, task: dict) -> int | None:
-        """The task's newest failover whose lost replication no repair has restored yet."""
-        records = [f for f in self._view["failovers"] if f["task_id"] == task["id"]]
-        failovers = [f for f in records if f["kind"] == "failover"]
-        if not failovers:
-            return None
-        newest = max(failovers, key=lambda f: f["id"])
-        repaired = any(f["kind"] == "repair" and (f.get("details") or {}).get("repair_of") == newest["id"] for f in records)
-        return None if repaired else newest["id"]
-
-    def _drop(self, replica: dict, why: str) -> None:
-        try:
-            self.agent.client.drop_replica(replica["id"])
-        except RegistryError as exc:
-            if exc.status != 409:
-                raise
-            return
-        replica["state"] = "dropped"
-        self.note("replica.dropped", f"dropped replica #{replica['id']} of {replica['task']} at {replica['participant']}: {why}")
-
-    def _trim(self, task: dict) -> None:
-        """Delete stream files below every consumer's acknowledgement (at most once per interval)."""
-        now = self.agent.clock()
-        if now - self._last_trim < self.interval_s:
-            return
-        self._last_trim = now
-        located = stream_partition(task.get("input_uri") or "")
+    def _trim(self, input_uri: str) -> None:
+        """Delete stream files below every consumer's acknowledgement."""
+        located = stream_partition(input_uri)
         if located is None:
             return
         from spark_agents.streams import PartitionedStream, StreamError
@@ -298,80 +278,21 @@ class HADuties:
         except (StreamError, OSError) as exc:
             self.note("stream.trim_error", f"{located[0]}: {exc}")
 
-    # As the host
-
-    def _holder_of(self, task: dict) -> str | None:
-        """The live holder of the newest active passive-standby replica of the task (not me)."""
-        status = self._status()
-        held = [r for r in self._replicas_of(task["id"]) if r["state"] == "active" and r["role"] == "passive_standby"
-                and r["participant"] != self.me and status.get(r["participant"]) == "alive"]
-        return max(held, key=lambda r: r["id"])["participant"] if held else None
-
-    def _host_duties(self) -> None:
-        running = set(self.host.running()) - self.standby_keys()
-        wanted: dict[str, tuple[Duty, dict]] = {}
-        for task in self._view["tasks"]:
-            key = task_key(task)
-            mode = self.modes.get(key, "none")
-            if task["host"] != self.me or key not in running or mode == "none":
-                continue
-            holder = self._holder_of(task) if mode == "passive_standby" else None
-            if mode == "passive_standby" and holder is None:
-                continue  # no backup yet: the origin places one, then deltas flow
-            wanted[key] = (Duty(mode, holder, task["epoch"]), task)
-        for key in list(self.duties):
-            if key not in wanted or wanted[key][0] != self.duties[key]:
-                self.host.ha_stop_duties(key, release=key not in wanted)
-                del self.duties[key]
-        for key, (duty, task) in wanted.items():
-            if key in self.duties:
-                continue
-            located = stream_partition(task.get("input_uri") or "")
-            if located is None:
-                continue
-            ship = None
-            if duty.holder is not None:
-                endpoint = self.agent.endpoint(duty.holder)
-                grant = functools.partial(self.agent.credentials.token, task["id"], "delta", duty.holder, duty.epoch)
-                ship = ship_over_http(self.http, endpoint, key, duty.epoch, grant)
-            window_s = int((task.get("params") or {}).get("window_s", 60))
-            self.host.ha_start_duties(key, duty.mode, located[0], located[1], consumer_name(key, self.me),
-                                      window_s=window_s, interval_s=self.interval_s, ship=ship)
-            self.duties[key] = duty
-            where = f", deltas to {duty.holder} every {self.interval_s:g} s" if duty.holder else ""
-            self.note("ha.duties", f"{key}: host duties under {duty.mode} at epoch {duty.epoch}{where}")
-
-    # As a replica holder
-
-    def _holder_duties(self) -> None:
-        tasks = {t["id"]: t for t in self._view["tasks"]}
-        mine = {task_key(tasks[r["task_id"]]): r for r in self._view["replicas"]
-                if r["participant"] == self.me and r["state"] == "active" and r["task_id"] in tasks}
-        for key, r in mine.items():
-            task = tasks[r["task_id"]]
-            if r["role"] == "active_standby" and key not in self.standby and task["host"] != self.me:
-                params = task.get("params") or {}
-                self.host.ha_start_replica(key, task["input_uri"], self._replica_copy(task, r["id"]), params)
-                with self._lock:
-                    self.standby[key] = r["id"]
-                self.note("replica.started", f"{key}: active-standby replica #{r['id']} runs here, its output held back")
-        # A promoted replica or copy waits for its takeover, which makes it the task's checkpoint.
-        promoted = {task_key(tasks[r["task_id"]]) for r in self._view["replicas"]
-                    if r["participant"] == self.me and r["state"] == "promoted" and r["task_id"] in tasks}
-        for key in list(self.standby):
-            if key in promoted:
-                continue
-            if key not in mine or mine[key]["role"] != "active_standby":
-                self.stop_standby(key, "its replica is no longer active here")
-        with self._lock:
-            for key in list(self.backups):
-                if key in promoted:
-                    continue
-                if key not in mine or mine[key]["role"] != "passive_standby":
-                    del self.backups[key]
-                    shutil.rmtree(self.backup_dir(key), ignore_errors=True)
-                    self.note("backup.dropped", f"{key}: the passive copy here is no longer needed")
-        self._complete_repairs(mine)
+    def _start_duties(self, key: str, duty: Duty, task: Mapping) -> None:
+        located = stream_partition(task.get("input_uri") or "")
+        if located is None:
+            return
+        ship = None
+        if duty.holder is not None:
+            endpoint = self.agent.endpoint(duty.holder)
+            grant = functools.partial(self.agent.credentials.token, task["id"], "delta", duty.holder, duty.epoch)
+            ship = ship_over_http(self.http, endpoint, key, duty.epoch, grant)
+        window_s = int((task.get("params") or {}).get("window_s", 60))
+        self.host.ha_start_duties(key, duty.mode, located[0], located[1], consumer_name(key, self.me),
+                                  window_s=window_s, interval_s=self.interval_s, ship=ship)
+        self.duties[key] = duty
+        where = f", deltas to {duty.holder} every {self.interval_s:g} s" if duty.holder else ""
+        self.note("ha.duties", f"{key}: host duties under {duty.mode} at epoch {duty.epoch}{where}")
 
     def _replica_copy(self, task: Mapping, replica_id: int) -> Path:
         """The folder an active-standby replica starts from: at the origin, a copy of the checkpoint it
@@ -443,22 +364,6 @@ class HADuties:
         with self._lock:
             self._view = {**self._view, "tasks": tasks, "replicas": replicas}
 
-    def _complete_repairs(self, mine: dict[str, dict]) -> None:
-        """Complete the repairs that made me a holder once I hold a copy (passive) or run the replica (active)."""
-        by_replica = {r["id"]: key for key, r in mine.items()}
-        for f in self._view["failovers"]:
-            if f["kind"] != "repair" or f["to_host"] != self.me or f["completed_at"] is not None:
-                continue
-            key = by_replica.get((f.get("details") or {}).get("replica_id"))
-            if key is None:
-                continue
-            ready = key in self.standby if mine[key]["role"] == "active_standby" else (key in self.backups and self.backups[key].applied is not None)
-            if ready:
-                recovery = self.agent.clock() - seconds(f["detected_at"])
-                self.agent.client.complete_failover(f["id"], recovery_s=round(max(0.0, recovery), 3), details={"copy_held": True})
-                f["completed_at"] = "now"
-                self.note("repair.completed", f"{key}: repair #{f['id']} complete, a copy is held here")
-
     # As the new host after a failover
 
     def take_over(self, task: Mapping, record: Mapping) -> None:
@@ -469,17 +374,14 @@ class HADuties:
             raise ValueError(f"{key} reads {task.get('input_uri')!r}, not a partition of a stream: it cannot be replayed")
         failed = record.get("failed") or record["from_host"]
         checkpoint = self.agent.checkpoint_dir(key)
-        how = mode
-        failed_consumer: str | None = consumer_name(key, failed)
+        how = recovery(mode, standby_here=key in self.standby_keys())
+        # Rebuilding an active standby by replay reads the whole retained stream; the fence drops what was written.
+        failed_consumer = None if how != mode else consumer_name(key, failed)
         backup = None
         if mode == "passive_standby":
             backup = self._promote_copy(key, checkpoint)
-        elif mode == "active_standby" and key in self.standby_keys():
+        elif mode == "active_standby" and how == mode:
             checkpoint = self.checkpoints[key] = self.replica_dir(key, self.standby[key])
-        elif mode == "active_standby":
-            # No replica runs here (the origin took over as the fallback): rebuild by
-            # replaying the whole retained stream; the fence drops what was written.
-            how, failed_consumer = "upstream_backup", None
         took = self.host.ha_take_over(key, how, epoch=epoch, stream_root=located[0], partition=located[1],
                                       consumer=consumer_name(key, self.me), failed_consumer=failed_consumer,
                                       params=dict(task.get("params") or {}), checkpoint_dir=checkpoint, backup=backup)

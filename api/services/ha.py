@@ -27,7 +27,7 @@ from api.errors import Conflict, Forbidden, Invalid, NotFound
 from api.models import Contract, Failover, Movement, Participant, Replica, Task
 from api.services import changes, contracts, events, participants
 from api.services.tasks import involved_tasks
-from bpm.ha import REPLICATED_MODES, effective_mode, is_failed
+from bpm.ha import REPLICATED_MODES, is_failed, task_mode
 
 
 def task_label(task: Task) -> str:
@@ -46,16 +46,19 @@ def _locked_task(session: Session, task_id: int) -> Task:
 
 
 def mode_of(session: Session, task: Task) -> str:
-    """The task's effective HA mode: its own, else the mode of the contract it moved under.
-
-    The contract applies while its movement runs and after the movement failed (the task
-    is still away because of it); once a movement ended normally the task is home again.
-    """
-    movement = session.scalar(select(Movement).where(Movement.task_id == task.id).order_by(Movement.id.desc()).limit(1))
-    contract_mode = None
-    if movement is not None and movement.state != "ended":
-        contract_mode = session.scalar(select(Contract.ha_mode).where(Contract.id == movement.contract_id))
-    return effective_mode(task.ha_mode, contract_mode)
+    """The task's HA mode now (`bpm.ha.task_mode`, the rule the agents use too): the mode of
+    the failover that put it where it is, else its own, else the mode of the contract it
+    moved under while that movement runs or after it failed."""
+    movement = session.execute(
+        select(Movement.state, Contract.ha_mode).join(Contract, Contract.id == Movement.contract_id)
+        .where(Movement.task_id == task.id).order_by(Movement.id.desc()).limit(1)
+    ).first()
+    took = session.scalar(
+        select(Failover.mode).where(Failover.task_id == task.id, Failover.kind == "failover", Failover.to_epoch == task.epoch)
+        .order_by(Failover.id.desc()).limit(1)
+    )
+    return task_mode(task.ha_mode, movement_state=None if movement is None else movement.state,
+                     contract_mode=None if movement is None else movement.ha_mode, failover_mode=took)
 
 
 def may_keep(session: Session, task: Task, participant: Participant, now: datetime, what: str) -> None:

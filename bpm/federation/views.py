@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from bpm.ha.decisions import HA_MODES, effective_mode
+from bpm.ha.decisions import HA_MODES, task_mode
 from bpm.names import task_key
 from bpm.negotiation.models import Contract, Movement, Offer, Task
 
@@ -173,23 +173,15 @@ def current_failover(task: Mapping, failovers: Iterable[Mapping]) -> Mapping | N
 
 def task_ha_mode(task: Mapping, movements: Iterable[Mapping], contracts: Iterable[Mapping], failovers: Iterable[Mapping] = (),
                  *, ended_too: bool = False) -> str:
-    """The task's effective HA mode as the registry defines it (`api.services.ha.mode_of`), from
-    what an agent sees: its own mode, else the mode of the contract its newest movement ran
-    under while that movement runs or after it failed. A task that a failover put where it
-    is keeps the failover's mode (its new host may not see the movement). With `ended_too`,
-    the newest movement counts once ended too: a task whose movement ended while its host
-    failed restarts from what its mode under that movement kept."""
+    """The task's HA mode (`bpm.ha.task_mode`, the registry's rule) from the records an agent sees."""
     took = current_failover(task, failovers)
-    if took is not None:
-        return took["mode"]
     newest = None
     for m in movements:
         if m["task_id"] == task["id"] and (newest is None or m["id"] > newest["id"]):
             newest = m
-    contract_mode = None
-    if newest is not None and (ended_too or newest["state"] != "ended"):
-        contract_mode = next((c.get("ha_mode") for c in contracts if c["id"] == newest["contract_id"]), None)
-    return effective_mode(task.get("ha_mode", "none"), contract_mode)
+    contract_mode = None if newest is None else next((c.get("ha_mode") for c in contracts if c["id"] == newest["contract_id"]), None)
+    return task_mode(task.get("ha_mode", "none"), movement_state=None if newest is None else newest["state"], contract_mode=contract_mode,
+                     failover_mode=None if took is None else took["mode"], ended_too=ended_too)
 
 
 def stream_partition(input_uri: str) -> tuple[str, int] | None:

@@ -11,7 +11,9 @@ from bpm.ha.decisions import (
     effective_mode,
     failover_target,
     is_failed,
+    recovery,
     repair_target,
+    task_mode,
 )
 
 __all__ = [
@@ -21,5 +23,7 @@ __all__ = [
     "effective_mode",
     "failover_target",
     "is_failed",
+    "recovery",
     "repair_target",
+    "task_mode",
 ]

@@ -40,6 +40,34 @@ def effective_mode(task_mode: str, contract_mode: str | None) -> str:
     return _check_mode(contract_mode)
 
 
+def task_mode(own: str, *, movement_state: str | None = None, contract_mode: str | None = None,
+              failover_mode: str | None = None, ended_too: bool = False) -> str:
+    """A task's HA mode now, the one rule the registry, the agents and the simulator share.
+
+    A task that a failover put where it is keeps the failover's mode (`failover_mode`: the
+    mode of its newest failover, if the task has not changed epoch since). Otherwise its
+    own mode, or (`effective_mode`) the mode `contract_mode` of the contract its newest
+    movement ran under, while that movement runs or after it failed: once it ended
+    normally the task is home again. With `ended_too` an ended movement counts as well (a
+    task whose movement ended while its host failed restarts from what that mode kept).
+    """
+    if failover_mode is not None:
+        return _check_mode(failover_mode)
+    applies = movement_state is not None and (ended_too or movement_state != "ended")
+    return effective_mode(own, contract_mode if applies else None)
+
+
+def recovery(mode: str, *, standby_here: bool) -> str:
+    """How a new host recovers a task failed over to it under `mode`.
+
+    Active standby without a replica running here (the origin took the task as the
+    fallback) rebuilds by replaying the retained stream, as upstream backup does; every
+    other mode recovers as itself.
+    """
+    _check_mode(mode)
+    return "upstream_backup" if mode == "active_standby" and not standby_here else mode
+
+
 def is_failed(status: str) -> bool:
     """Whether a participant's liveness (new|alive|suspected|failed) counts as failed.
 
