@@ -45,6 +45,7 @@ from bpm.federation.views import (
     reconcile,
     seconds,
 )
+from bpm.ha import with_live_partners
 from bpm.names import inside, task_key
 from bpm.agent.machine import (
     Accept,
@@ -692,7 +693,7 @@ class Agent:
             now_s=now,
             load=load,
             cost=cost,
-            contracts=tuple(self._contracts),
+            contracts=with_live_partners(self._contracts, self.seen.partners),
             incoming=tuple(incoming),
             movements=tuple(endable),
             offerable=tuple(offerable_tasks(me, tasks, loads, self.host.running(), pass_on=self.config.pass_on,

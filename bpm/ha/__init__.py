@@ -14,6 +14,7 @@ from bpm.ha.decisions import (
     recovery,
     repair_target,
     task_mode,
+    with_live_partners,
 )
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
     "recovery",
     "repair_target",
     "task_mode",
+    "with_live_partners",
 ]

@@ -77,6 +77,13 @@ def is_failed(status: str) -> bool:
     return status in _FAILED
 
 
+def with_live_partners(contracts: Sequence, status: Mapping[str, str]) -> tuple:
+    """The contracts (each with a `partner`) whose partner does not count as failed: an offer
+    to a failed partner would wait for an answer that cannot come. A partner whose liveness
+    is unknown counts as live."""
+    return tuple(c for c in contracts if not is_failed(status.get(c.partner, "alive")))
+
+
 def _live(participant: str, host: str, status: Mapping[str, str]) -> bool:
     return participant != host and status.get(participant) == "alive"
 

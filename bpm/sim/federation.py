@@ -8,6 +8,11 @@ never more than one outstanding), which the partner answers at once (`OfferRecei
 and the offerer learns the answer of (`Answered`). The round's
 loads are updated after every decision, as they would be in a live federation where
 offers are spread over the period.
+
+A participant may fail (`fail`): it stops trading and its own tasks stop with it; the
+origin of every task it hosted decides where the task goes with the live agents' HA state
+machine (`bpm.ha.machine.HAMachine`), and the movements that carried it end. The simulator
+keeps no replicas, so every task fails over to its origin, as under upstream backup.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ import numpy as np
 
 from bpm.agent.machine import Accept, Answered, End, EndsDue, Incoming, MakeOffer, Mechanism, OfferDue, OfferReceived, View
 from bpm.costs.base import CostFunction
+from bpm.ha import task_mode, with_live_partners
+from bpm.ha.machine import FailOver, HAMachine, Here, Observed
 from bpm.negotiation import DEFAULT_HYSTERESIS, DEFAULT_MARGIN, Contract, Movement, Task, is_acceptable
 
 
@@ -41,6 +48,8 @@ class Participant:
         paid, earned: payments so far (price x load x seconds).
         own_load: the total load of its own tasks wherever they run.
         min_price: the lowest `price_min` of its contracts (below it no offer can pay).
+        ha: its side of high availability (decides its tasks' failovers).
+        failed: whether it failed (it no longer trades; its partners fail its tasks over).
     """
 
     name: str
@@ -57,6 +66,8 @@ class Participant:
     earned: float = 0.0
     own_load: float = 0.0
     min_price: float = math.inf
+    ha: HAMachine | None = None
+    failed: bool = False
 
     def add_contract(self, contract: Contract) -> None:
         self.contracts.append(contract)
@@ -69,7 +80,7 @@ class Event:
 
     round: int
     time_s: float
-    kind: str  # "move", "refuse", "end"
+    kind: str  # "move", "refuse", "end", "failover"
     origin: str
     host: str
     load: float
@@ -119,6 +130,7 @@ class Federation:
         self.movement_count = 0
         self.ending_count = 0
         self.refusal_count = 0
+        self.failover_count = 0
         self._next_movement = 0
         self._contract_ids = 0
         # Movements not yet past their earliest end, by that time; and participants to recheck for endings.
@@ -128,6 +140,7 @@ class Federation:
         self._moved: dict[str, tuple[Task, ...]] = {}  # the tasks of each active movement
         self._carriers: dict[str, list[str]] = {}  # task id -> movements carrying it, outermost first
         self._eligible: set[str] = set()  # movements past their earliest end
+        self._status: dict[str, str] = {}  # liveness of participants that failed (the others are alive)
 
     # ---- building -------------------------------------------------------------------------------
 
@@ -140,18 +153,18 @@ class Federation:
                 raise ValueError("give a threshold or a reference price")
             threshold = cost.threshold(reference_price)
         p = Participant(name=name, cost=cost, threshold=threshold,
-                        machine=Mechanism(name, period_s=self.period_s, margin=self.margin, hysteresis=self.hysteresis))
+                        machine=Mechanism(name, period_s=self.period_s, margin=self.margin, hysteresis=self.hysteresis), ha=HAMachine(name))
         self.index[name] = len(self.participants)
         self.participants.append(p)
         return p
 
-    def add_contract(self, a: str, b: str, price_min: float, price_max: float, *, min_duration_s: float = 60.0) -> str:
+    def add_contract(self, a: str, b: str, price_min: float, price_max: float, *, min_duration_s: float = 60.0, ha_mode: str = "none") -> str:
         """Sign a contract between `a` and `b`; returns its id."""
         self._contract_ids += 1
         cid = f"c{self._contract_ids}"
         for me, other in ((a, b), (b, a)):
             self.participants[self.index[me]].add_contract(
-                Contract(id=cid, partner=other, price_min=price_min, price_max=price_max, min_duration_s=min_duration_s)
+                Contract(id=cid, partner=other, price_min=price_min, price_max=price_max, min_duration_s=min_duration_s, ha_mode=ha_mode)
             )
         return cid
 
@@ -238,13 +251,14 @@ class Federation:
 
     def _offer(self, i: int) -> int:
         p = self.participants[i]
-        if not p.contracts or not (p.home or (self.forward and p.hosted)):
+        if p.failed or not p.contracts or not (p.home or (self.forward and p.hosted)):
             return 0
         # A task's per-unit saving never exceeds the marginal cost at the current load.
         if p.cost.marginal(p.load) <= p.min_price * (1.0 + self.margin):
             return 0
         tasks = [*p.home.values(), *p.hosted.values()] if self.forward else list(p.home.values())
-        made = p.machine.handle(OfferDue(View(now_s=self.now_s, load=p.load, cost=p.cost, contracts=tuple(p.contracts), offerable=tuple(tasks))))
+        contracts = with_live_partners(p.contracts, self._status) if self._status else tuple(p.contracts)
+        made = p.machine.handle(OfferDue(View(now_s=self.now_s, load=p.load, cost=p.cost, contracts=contracts, offerable=tuple(tasks))))
         if not made or not isinstance(made[0], MakeOffer):
             return 0
         offer = made[0].offer
@@ -300,6 +314,8 @@ class Federation:
         self._recheck.clear()  # endings below may queue their participants for the next round
         for i in todo:
             p = self.participants[i]
+            if p.failed:
+                continue
             # As host it can only return what still runs here (not what it passed on).
             mine = [m for m in p.movements_out.values() if m.id in self._eligible]
             mine += [m for m in p.movements_in.values() if m.id in self._eligible and all(t in p.hosted for t in m.task_ids)]
@@ -349,6 +365,52 @@ class Federation:
         if self.record:
             self.events.append(Event(self.rounds, self.now_s, "end", m.origin, m.host, m.load, m.price, len(m.task_ids), by=by))
         return ended + 1
+
+    def fail(self, name: str) -> int:
+        """`name` fails now: it trades no more, its own tasks stop, and every origin of a task
+        it hosted fails that task over as its HA machine decides; the movement from the
+        origin that carried the task ends (with any other task it carried). Returns the
+        number of tasks failed over."""
+        f = self.participants[self.index[name]]
+        f.failed = True
+        self._status[name] = "failed"
+        for t in f.home.values():
+            f.own_load -= t.load
+        f.home.clear()
+        f.load = math.fsum(t.load for t in f.hosted.values())
+        status = {p.name: "failed" if p.failed else "alive" for p in self.participants}
+        hosted: dict[str, list[Task]] = {}
+        for t in f.hosted.values():
+            hosted.setdefault(t.origin, []).append(t)
+        count = 0
+        for origin, tasks in hosted.items():
+            o = self.participants[self.index[origin]]
+            if o.failed:
+                continue
+            # The origin sees each task as the registry would show it: hosted by `name`, moved under a movement that runs.
+            seen: dict[str, tuple[Task, Movement]] = {}
+            records, modes = [], {}
+            for n, t in enumerate(tasks):
+                m = self.movements[self._carriers[t.id][0]]
+                record = {"id": n, "origin": origin, "host": name, "epoch": 0, "name": f"t{n}", "input_uri": ""}
+                key = f"{origin}.t{n}"
+                contract = next(c for c in o.contracts if c.id == m.contract_id)
+                modes[key] = task_mode("none", movement_state="active", contract_mode=contract.ha_mode)
+                records.append(record)
+                seen[key] = (t, m)
+            decided = o.ha.handle(Observed(now_s=self.now_s, tasks=records, replicas=(), failovers=(), modes=modes,
+                                           status=status, partners=(), here=Here()))
+            for instruction in decided:
+                if not isinstance(instruction, FailOver) or instruction.to != origin:
+                    continue
+                t, m = seen[instruction.key]
+                count += 1
+                self.failover_count += 1
+                if self.record:
+                    self.events.append(Event(self.rounds, self.now_s, "failover", origin, name, t.load, 0.0, 1, by=t.id))
+                if m.id in self.movements:
+                    self._end(m, by="failover")
+        return count
 
     def _book(self, m: Movement, until_s: float) -> None:
         amount = m.price * m.load * max(until_s - m.started_s, 0.0)

@@ -166,3 +166,25 @@ def test_cli_sweep_poster_and_bench(tmp_path) -> None:
     assert b["scale"][0]["participants"] == 50 and "goal_met" in b["quality"]
     bad = runner.invoke(app, ["simulate", "--scenario", "nope"])
     assert bad.exit_code != 0
+
+
+def test_a_failed_participant_s_tasks_fail_over_to_their_origins_and_nobody_offers_to_it() -> None:
+    fed = Federation(period_s=1.0, record=True)
+    for name, count in (("a", 12), ("b", 1), ("c", 0)):
+        fed.add_participant(name, MM1Cost(a=0.25, c=1.0), reference_price=1.0)
+        fed.add_tasks(name, [Task(f"{name}.p{i}", 0.12, name) for i in range(count)])
+    fed.add_contract("a", "b", 1.0, 1.3, min_duration_s=30.0, ha_mode="upstream_backup")
+    fed.add_contract("a", "c", 1.0, 1.3, min_duration_s=30.0)
+    fed.run(max_rounds=10)
+    at_b = {t for t, task in fed.participants[fed.index["b"]].hosted.items() if task.origin == "a"}
+    assert at_b, "a shed load to b"
+    total = _total_task_load(fed)
+    assert fed.fail("b") == len(at_b)
+    b = fed.participants[fed.index["b"]]
+    assert not b.hosted and not b.home and b.load == 0.0
+    assert at_b <= set(fed.participants[fed.index["a"]].home), "b's tasks are back at a"
+    assert _total_task_load(fed) == pytest.approx(total - 0.12), "only b's own task is gone"
+    before = len(fed.events)
+    fed.run(max_rounds=10)
+    assert all(e.host != "b" for e in fed.events[before:] if e.kind in ("move", "refuse")), "no offer goes to a failed partner"
+    assert {(e.by, e.origin, e.host) for e in fed.events if e.kind == "failover"} == {(t, "a", "b") for t in at_b}
