@@ -206,8 +206,8 @@ def accept(session: Session, caller: Principal, offer_id: int, body: schemas.Off
     if moved != len(chosen):
         raise Conflict(f"some of tasks {chosen} left {offer.from_participant.name} since the offer; nothing moved")
     movements = []
-    for task in session.scalars(select(Task).where(Task.id.in_(chosen)).order_by(Task.id)):
-        session.refresh(task)
+    # One read of the moved tasks, their new host and epoch included; the movements are then inserted in one batch.
+    for task in session.scalars(select(Task).where(Task.id.in_(chosen)).order_by(Task.id).execution_options(populate_existing=True)):
         movement = Movement(
             offer_id=offer.id,
             contract_id=contract.id,
@@ -221,8 +221,8 @@ def accept(session: Session, caller: Principal, offer_id: int, body: schemas.Off
             started_at=now,
             earliest_end_at=now + timedelta(seconds=contract.min_duration_s),
         )
-        session.add(movement)
         movements.append(movement)
+    session.add_all(movements)
     session.flush()
     changes.offer_changed(session, offer)
     changes.task_changed(session, chosen, offer.from_id)

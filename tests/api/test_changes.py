@@ -144,3 +144,20 @@ def test_a_transaction_the_database_aborts_for_a_concurrent_one_is_a_409_to_retr
     monkeypatch.setattr(participants, "heartbeat", deadlocked)
     response = registry.call("POST", "/participants/a/heartbeat", key, json={"load": 0.1})
     assert response.status_code == 409 and "retry" in response.json()["detail"]
+
+
+def test_offer_and_accept_cost_the_same_statements_however_many_tasks(registry):
+    """Apart from inserting the movements (one batch on PostgreSQL, one row each on SQLite's driver)."""
+    keys = {name: registry.participant(name) for name in "ab"}
+    contract = registry.active_contract(keys["a"], "b", keys["b"])
+    tasks = [registry.task(keys["a"], f"t{i}")["id"] for i in range(7)]
+    drain(registry, keys)
+    counts = []
+    for chosen in (tasks[:1], tasks[1:]):
+        with statements(registry) as made:
+            offer = registry.ok("POST", "/offers", keys["a"], status=201, json={"contract_id": contract["id"], "task_ids": chosen, "price": 1.5})
+        with statements(registry) as accepted:
+            registry.ok("POST", f"/offers/{offer['id']}/accept", keys["b"])
+        counts.append((len(made), len([s for s in accepted if not s.startswith("INSERT INTO movements")])))
+    assert counts[0] == counts[1], counts
+    assert max(counts[0]) <= 16, counts
