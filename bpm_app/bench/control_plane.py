@@ -7,7 +7,9 @@ offers and movements keep flowing. Handovers are real calls between agents in th
 process (a registry-signed token, the checkpoint packed and unpacked). Agents tick on a
 shared schedule run by a pool of threads; a tick that starts after its due time is late
 by the difference. Every HTTP request an agent makes goes through one counting transport.
-HA duties are off (they need a host with replicas).
+With an HA mode (`ha_mode`), the contracts carry it and the agents run their HA duties:
+replicas are placed and dropped in the registry as tasks move, while the simulated host
+runs no replica and ships no delta (there is no data to copy).
 """
 
 from __future__ import annotations
@@ -97,6 +99,30 @@ class SimulatedHost:
     def status(self) -> dict[str, Any]:
         return {"simulated": True, "tasks": len(self._running)}
 
+    # HA: the registry side runs for real; here nothing is copied or replayed.
+
+    def ha_start_duties(self, task_id: str, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def ha_stop_duties(self, task_id: str, release: bool) -> None:
+        pass
+
+    def ha_duties_status(self, task_id: str) -> dict[str, Any]:
+        return {}
+
+    def ha_start_replica(self, task_id: str, *args: Any) -> None:
+        pass
+
+    def ha_stop_replica(self, task_id: str) -> None:
+        pass
+
+    def ha_take_over(self, task_id: str, mode: str, *, checkpoint_dir: Path, params: Mapping[str, Any], **_: Any) -> dict[str, Any]:
+        self.start_task(task_id, "", checkpoint_dir, params)
+        return {"start_position": None, "promoted_rows": 0}
+
+    def ha_first_output(self, task_id: str, since: float) -> float | None:
+        return since if task_id in self.running() else None
+
 
 @dataclass
 class Settings:
@@ -114,6 +140,7 @@ class Settings:
     amplitude: float = 0.5
     wave_s: float = 120.0
     seed: int = 0
+    ha_mode: str = "none"  # the contracts' HA mode; any other than "none" runs the agents' HA duties
 
 
 def run(url: str, admin_key: str, s: Settings, workdir: Path, progress: Callable[[str, int, int], None] = lambda phase, done, total: None,
@@ -138,7 +165,7 @@ def run(url: str, admin_key: str, s: Settings, workdir: Path, progress: Callable
     ring = {tuple(sorted((i, (i + k) % s.agents))) for i in range(s.agents) for k in range(1, s.partners + 1) if s.agents > k}
     pairs = [(names[i], names[j]) for i, j in sorted(ring)]
     for done, (a, b) in enumerate(pairs, 1):
-        proposed = RegistryClient(url, keys[a], transport=transport).propose(b, 1.0, 1.2, 30.0)
+        proposed = RegistryClient(url, keys[a], transport=transport).propose(b, 1.0, 1.2, 30.0, ha_mode=s.ha_mode)
         RegistryClient(url, keys[b], transport=transport).contract_action(proposed["id"], "accept")
         progress("contracts", done, len(pairs))
     t0 = time.monotonic()
@@ -148,8 +175,9 @@ def run(url: str, admin_key: str, s: Settings, workdir: Path, progress: Callable
         host = SimulatedHost(cost, base, rng.uniform(0, 2 * math.pi), s.wave_s, s.amplitude, clock=lambda: time.monotonic() - t0)
         config = AgentConfig(
             name=name, workdir=workdir / name, output_dir=workdir / "output", endpoint=f"http://127.0.0.1:1/{name}",
-            tasks=[OwnTask(f"t{k}", f"/streams/{name}/partition={k}") for k in range(s.tasks)],
-            period_s=s.period_s, tick_s=s.tick_s, heartbeat_s=s.heartbeat_s, reference_price=1.0, ha=False,
+            # Inputs that name no stream partition: there is no stream to trim or replay.
+            tasks=[OwnTask(f"t{k}", f"/streams/{name}/t{k}") for k in range(s.tasks)],
+            period_s=s.period_s, tick_s=s.tick_s, heartbeat_s=s.heartbeat_s, reference_price=1.0, ha=s.ha_mode != "none",
         )
         agent = Agent(config, RegistryClient(url, keys[name], transport=transport, timeout=60.0), host, fetch=fetch)
         agent.connect()
@@ -182,6 +210,7 @@ def run(url: str, admin_key: str, s: Settings, workdir: Path, progress: Callable
         "warmup_s": s.warmup_s,
         "period_s": s.period_s,
         "threads": s.threads,
+        "ha_mode": s.ha_mode,
         "ticks": len(lateness),
         "tick_lateness_p50_s": round(statistics.median(lateness), 3) if lateness else None,
         "tick_lateness_p99_s": round(lateness[min(len(lateness) - 1, int(0.99 * len(lateness)))], 3) if lateness else None,

@@ -6,7 +6,14 @@ or a group of its own that it attaches with `app.add_typer`.
 
 from __future__ import annotations
 
+from enum import Enum
+
 import typer
+
+from bpm.ha import HA_MODES
+
+# A task's HA mode as a command-line choice: help lists the modes, a typo is refused.
+HAMode = Enum("HAMode", {mode: mode for mode in HA_MODES}, type=str)
 
 app = typer.Typer(
     name="bpm",

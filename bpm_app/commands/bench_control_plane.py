@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from bpm_app.commands import bench_app
+from bpm_app.commands import HAMode, bench_app
 from bpm_app.commands.bench_registry import database_backend, start_registry
 
 
@@ -30,6 +30,7 @@ def bench_control_plane_command(
     skew: Annotated[float, typer.Option(min=0.0, max=0.95, help="Even participants carry the load factor times 1 + skew, odd ones times 1 - skew.")] = 0.0,
     amplitude: Annotated[float, typer.Option(min=0.0, max=0.95, help="How far the loads' wave swings around the mean (a share of it).")] = 0.5,
     seed: Annotated[int, typer.Option(help="Seed of the tasks' loads and waves.")] = 0,
+    ha_mode: Annotated[HAMode, typer.Option(help="The contracts' HA mode: with any but none the agents run their HA duties.")] = HAMode.none,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Run N agents (the real agent and state machine, a simulated Spark host, no JVM) against
@@ -41,7 +42,7 @@ def bench_control_plane_command(
     from spark_agents.metrics import process_tree_cpu_seconds
 
     settings = Settings(agents=agents, seconds=seconds, tasks=tasks, tick_s=tick, heartbeat_s=heartbeat, warmup_s=warmup, period_s=period, threads=threads,
-                        load_factor=load_factor, skew=skew, amplitude=amplitude, seed=seed)
+                        load_factor=load_factor, skew=skew, amplitude=amplitude, seed=seed, ha_mode=ha_mode.value)
     with tempfile.TemporaryDirectory(prefix="bpm-bench-") as tmp:
         database_url = database_url or f"sqlite:///{Path(tmp) / 'bench.db'}"
         process = start_registry(database_url, port, workers, Path(tmp))

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from bpm_app.commands import app
+from bpm_app.commands import HAMode, app
 
 
 @app.command("demo")
@@ -22,25 +22,22 @@ def demo(
     port: Annotated[int, typer.Option(help="Registry port (the admin UI is served there too).")] = 8700,
     phase_timeout: Annotated[float, typer.Option(help="Longest wait of a phase for an acceptable allocation, seconds.")] = 240.0,
     scenario: Annotated[str, typer.Option(help="'phases' (the four phases of load management) or 'failover' (kill -9 of a participant hosting moved tasks, and the recovery).")] = "phases",
-    ha_mode: Annotated[str, typer.Option(help="The contracts' HA mode in the failover scenario: passive_standby, active_standby, upstream_backup or none.")] = "passive_standby",
+    ha_mode: Annotated[HAMode, typer.Option(help="The contracts' HA mode in the failover scenario.")] = HAMode.passive_standby,
     cpus: Annotated[float, typer.Option(min=0.0, help="Each participant's capacity: a CPU quota of its own (a cgroup; needs root). 0: the participants share the machine's CPUs.")] = 0.4,
 ) -> None:
     """Run the four phases of the Borealis poster on a local federation (SQLite, Spark local, 127.0.0.2-5),
     or, with --scenario failover, kill a participant that hosts moved tasks and show the federation recover."""
     from bpm_app.demo.report import write_report
     from bpm_app.demo.run import Demo, DemoSettings
-    from bpm.ha import HA_MODES
 
     if scenario not in ("phases", "failover"):
         raise typer.BadParameter("--scenario is 'phases' or 'failover'")
-    if ha_mode not in HA_MODES:
-        raise typer.BadParameter(f"--ha-mode is one of {', '.join(HA_MODES)}")
 
     def make(**kw):
         if scenario == "failover":
             from bpm_app.demo.failover import FailoverDemo
 
-            return FailoverDemo(settings, ha_mode=ha_mode, **kw)
+            return FailoverDemo(settings, ha_mode=ha_mode.value, **kw)
         return Demo(settings, **kw)
 
     if workdir.exists():

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from bpm_app.commands import app
+from bpm_app.commands import HAMode, app
 
 registry_app = typer.Typer(help="Run the contract registry.", no_args_is_help=True)
 participants_app = typer.Typer(help="Register and list participants (adding needs the operator key).", no_args_is_help=True)
@@ -185,14 +185,14 @@ def contracts_propose(
     price_max: Annotated[float, typer.Option(help="Highest price per unit of load per second.")],
     min_duration: Annotated[float, typer.Option("--min-duration", help="Minimum movement duration, seconds.")],
     valid_until: Annotated[str | None, typer.Option(help="ISO-8601 end of validity.")] = None,
-    ha_mode: Annotated[str, typer.Option(help="none, upstream_backup, passive_standby or active_standby.")] = "none",
+    ha_mode: Annotated[HAMode, typer.Option(help="How tasks moved under the contract are replicated.")] = HAMode.none,
     registry: RegistryUrl = DEFAULT_URL,
     key: Key = None,
     as_json: AsJson = False,
 ) -> None:
     """Propose a contract to COUNTERPARTY, acting with your key."""
     with _client(registry, key) as client:
-        contract = _run(lambda: client.propose(counterparty, price_min, price_max, min_duration, valid_until=valid_until, ha_mode=ha_mode))
+        contract = _run(lambda: client.propose(counterparty, price_min, price_max, min_duration, valid_until=valid_until, ha_mode=ha_mode.value))
     _show_contract(contract, as_json)
 
 

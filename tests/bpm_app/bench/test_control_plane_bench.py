@@ -34,11 +34,15 @@ def test_agents_over_their_thresholds_make_offers_and_every_tick_and_request_is_
     assert 0 <= result["tick_lateness_p50_s"] <= result["tick_lateness_p99_s"]
 
 
-def test_a_participant_with_room_takes_load_from_an_overloaded_partner():
+@pytest.mark.parametrize("ha_mode", ["none", "passive_standby"])
+def test_a_participant_with_room_takes_load_from_an_overloaded_partner(ha_mode):
     # One participant at 1.35 of its threshold, its partner at 0.45: load moves, handed over between the agents.
-    result = _bench("--agents", "2", "--seconds", "5", "--warmup", "0", "--period", "0.5", "--load-factor", "0.9", "--skew", "0.5", "--amplitude", "0")
-    assert result["errors"] == 0 and result["contracts"] == 1
+    result = _bench("--agents", "2", "--seconds", "5", "--warmup", "0", "--period", "0.5", "--load-factor", "0.9", "--skew", "0.5", "--amplitude", "0",
+                    "--ha-mode", ha_mode)
+    assert result["errors"] == 0 and result["contracts"] == 1 and result["ha_mode"] == ha_mode
     assert result["movements_per_s"] > 0
+    placed = result["requests_per_agent_s_by_route"].get("POST /tasks/{id}/replicas", 0)
+    assert (placed > 0) == (ha_mode == "passive_standby"), "with HA on, the origin places a replica of what moved"
 
 
 def test_in_steady_state_an_agent_makes_one_request_per_heartbeat():
