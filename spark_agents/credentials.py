@@ -13,7 +13,7 @@ from bpm.tokens import TTL_S, Grant, TokenRefused, key_id, verify
 
 log = logging.getLogger(__name__)
 
-KEYS_REFRESH_S = 1.0  # an unknown key id makes the agent re-read the registry's keys, at most this often
+KEYS_REFRESH_S = 1.0  # an unknown key id makes the agent re-read the registry's keys, at most this often (the caller waits)
 
 
 class Credentials:
@@ -25,6 +25,7 @@ class Credentials:
         self._tokens: dict[tuple, tuple[str, float]] = {}
         self._keys: dict[str, str] = {}
         self._keys_read_at = float("-inf")
+        self._reading = threading.Lock()  # one read of the keys at a time
 
     def token(self, task_id: int, purpose: str, audience: str, epoch: int) -> str:
         """A token for my call to `audience` about task `task_id` at `epoch`; reused while it
@@ -47,22 +48,31 @@ class Credentials:
         kid = key_id(token) if token else None
         pem = self._keys.get(kid) if kid else None
         if pem is None and kid is not None:
-            self._read_keys()
+            self._read_keys(kid)
             pem = self._keys.get(kid)
         return verify(token, pem, audience=self.me, purpose=purpose, task=task, epoch=epoch, now=self.clock())
 
-    def _read_keys(self) -> None:
-        with self._lock:
-            if time.monotonic() - self._keys_read_at < KEYS_REFRESH_S:
-                return
+    def _read_keys(self, kid: str) -> None:
+        """Read the registry's keys again for a token signed by `kid`, unknown here.
+
+        A key can be newer than the last read (a rotation; a registry worker's first key)
+        even within `KEYS_REFRESH_S` of it: the caller then waits out the interval and reads
+        again, so an unknown key id costs the registry at most one read per interval.
+        """
+        with self._reading:
+            if kid in self._keys:
+                return  # a read while this caller waited brought it
+            wait = KEYS_REFRESH_S - (time.monotonic() - self._keys_read_at)
+            if wait > 0:
+                time.sleep(wait)
             self._keys_read_at = time.monotonic()
-        try:
-            listed = self.client.signing_keys()
-        except Exception as exc:  # the registry unreachable: the call is refused, not the agent
-            log.warning("cannot read the registry's signing keys: %s", exc)
-            return
-        with self._lock:
-            self._keys = {k["kid"]: k["public_key"] for k in listed}
+            try:
+                listed = self.client.signing_keys()
+            except Exception as exc:  # the registry unreachable: the call is refused, not the agent
+                log.warning("cannot read the registry's signing keys: %s", exc)
+                return
+            with self._lock:
+                self._keys = {k["kid"]: k["public_key"] for k in listed}
 
 
 def bearer(header: str | None) -> str | None:

@@ -76,11 +76,14 @@ def test_only_the_new_host_with_the_registry_token_fetches_the_checkpoint(moved)
 def test_a_rotated_registry_key_still_verifies_tokens_it_signed_until_they_lapse(moved):
     http, clients, task, _ = moved
     before = clients["b"].call_token(task["id"], "handover", "a", 1)
+    assert _fetch(http, before["token"]).status_code == 200  # the agent reads the registry's keys
     operator = RegistryClient("http://testserver", "op", transport=clients["b"]._http._transport)
     rotated = operator.rotate_signing_key()
     after = clients["b"].call_token(task["id"], "handover", "a", 1)
     assert before["kid"] != rotated["kid"] == after["kid"]
     assert {k["kid"] for k in operator.signing_keys()} >= {before["kid"], after["kid"]}
+    # The new key appeared within the interval of the agent's reads of keys: it reads again once the interval is over.
+    assert _fetch(http, after["token"]).status_code == 200
     assert _fetch(http, before["token"]).status_code == 200  # the old key still verifies
     with pytest.raises(RegistryError) as refused:
         clients["a"].rotate_signing_key()
