@@ -348,6 +348,15 @@ class FailoverOut(Out):
     at: datetime = Field(description="= detected_at")
 
 
+class ParticipantView(Out):
+    """What concerns one participant, in one read: what its agent reads when its change feed says its tasks changed."""
+
+    tasks: list[TaskOut] = Field(description="tasks it originates, hosts or keeps a replica of")
+    movements: list[MovementOut] = Field(description="movements it is party to or whose task it originates")
+    replicas: list[ReplicaOut] = Field(description="replicas of the tasks that concern it")
+    failovers: list[FailoverOut] = Field(description="failovers and repairs of the tasks that concern it")
+
+
 # Path and query parameters: bounded like the bodies, so a hostile URL is a 422 too
 
 IdPath = Annotated[int, Path(ge=1, le=MAX_ID)]

@@ -97,6 +97,10 @@ class RegistryClient:
     def register_task(self, name: str, **fields: Any) -> dict:
         return self.request("POST", "/tasks", json={"name": name, **fields})
 
+    def view(self, name: str) -> dict:
+        """What concerns participant `name` (its own key only): tasks, movements, replicas, failovers."""
+        return self.request("GET", f"/participants/{name}/view")
+
     def tasks(self, host: str | None = None, origin: str | None = None, involving: str | None = None) -> list[dict]:
         return self.request("GET", "/tasks", params={"host": host, "origin": origin, "involving": involving})
 

@@ -384,11 +384,8 @@ class Agent:
                 continue
             read = {i for i, k in self._notices.items() if k == kind}
             if kind == "task":
-                seen.tasks = self.client.tasks(involving=me)  # what concerns me, not the whole federation
-                seen.movements = self.client.movements(participant=me)
-                if self.ha is not None:
-                    seen.failovers = self.client.failovers()
-                    seen.replicas = self.client.replicas()
+                view = self.client.view(me)  # what concerns me, not the whole federation, in one read
+                seen.tasks, seen.movements, seen.failovers, seen.replicas = view["tasks"], view["movements"], view["failovers"], view["replicas"]
             elif kind == "offer":
                 # The pending ones, not the history: and those of mine that were pending and are no
                 # longer, one by one, for their answer (one outstanding offer at a time).

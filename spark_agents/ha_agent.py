@@ -359,10 +359,9 @@ class HADuties:
             return None, next((t for t in tasks.values() if task_key(t) == key), None)
 
     def _refresh_replicas(self) -> None:
-        client = self.agent.client
-        tasks, replicas = client.tasks(involving=self.me), client.replicas()
+        view = self.agent.client.view(self.me)
         with self._lock:
-            self._view = {**self._view, "tasks": tasks, "replicas": replicas}
+            self._view = {**self._view, "tasks": view["tasks"], "replicas": view["replicas"]}
 
     # As the new host after a failover
 

@@ -7,7 +7,11 @@ from fastapi import APIRouter, Request
 from api import schemas
 from api.deps import Caller, DbSession, Now
 from api.models import Participant
+from api.errors import Forbidden
+from api.services import ha as ha_service
+from api.services import offers as offer_service
 from api.services import participants as service
+from api.services import tasks as task_service
 
 router = APIRouter(prefix="/participants", tags=["participants"])
 me_router = APIRouter(tags=["participants"])
@@ -59,6 +63,22 @@ def get_participant(name: schemas.NamePath, request: Request, session: DbSession
     """One participant with its liveness, last load report and hosted tasks."""
     participant = service.get(session, name)
     return _out(request, participant, service.hosted_task_ids(session, [participant.id])[participant.id], now)
+
+
+@router.get("/{name}/view", response_model=schemas.ParticipantView)
+def participant_view(name: schemas.NamePath, session: DbSession, caller: Caller, now: Now):
+    """What concerns the participant, in one read (that participant only): the tasks it
+    originates, hosts or keeps a replica of, its movements, and the replicas and failovers of
+    its tasks; the same records as `GET /tasks?involving=`, `/movements?participant=`,
+    `/replicas` and `/failovers`."""
+    if caller.participant is None or caller.participant.name != name:
+        raise Forbidden(f"only {name} may read its view")
+    return schemas.ParticipantView(
+        tasks=[task_service.to_out(t) for t in task_service.list_tasks(session, None, None, name)],
+        movements=[offer_service.movement_out(m, now) for m in offer_service.list_movements(session, caller, name, None)],
+        replicas=[ha_service.replica_out(r) for r in ha_service.list_replicas(session, caller, None, None)],
+        failovers=[ha_service.failover_out(f) for f in ha_service.list_failovers(session, caller, None)],
+    )
 
 
 @router.post("/{name}/heartbeat", response_model=schemas.HeartbeatOut)

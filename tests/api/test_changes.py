@@ -8,6 +8,7 @@ from contextlib import contextmanager
 
 from sqlalchemy import event
 
+from tests.api.conftest import ADMIN_KEY
 from tests.api.test_ha import beat, silence
 
 
@@ -161,3 +162,25 @@ def test_offer_and_accept_cost_the_same_statements_however_many_tasks(registry):
         counts.append((len(made), len([s for s in accepted if not s.startswith("INSERT INTO movements")])))
     assert counts[0] == counts[1], counts
     assert max(counts[0]) <= 16, counts
+
+
+def test_a_participant_reads_what_concerns_it_in_one_view(registry):
+    keys = {name: registry.participant(name) for name in "abc"}
+    contract = registry.active_contract(keys["a"], "b", keys["b"], ha_mode="passive_standby")
+    tasks = [registry.task(keys["a"], f"t{i}")["id"] for i in range(2)]
+    registry.task(keys["c"], "elsewhere")
+    offer = registry.ok("POST", "/offers", keys["a"], status=201, json={"contract_id": contract["id"], "task_ids": tasks[:1], "price": 1.5})
+    registry.ok("POST", f"/offers/{offer['id']}/accept", keys["b"])
+    registry.ok("POST", f"/tasks/{tasks[0]}/replicas", keys["a"], status=201, json={"participant": "a"})
+    for name in "ab":
+        view = registry.ok("GET", f"/participants/{name}/view", keys[name])
+        assert view["tasks"] == registry.ok("GET", "/tasks", keys[name], params={"involving": name})
+        assert view["movements"] == registry.ok("GET", "/movements", keys[name], params={"participant": name})
+        assert view["replicas"] == registry.ok("GET", "/replicas", keys[name])
+        assert view["failovers"] == registry.ok("GET", "/failovers", keys[name])
+    assert [t["name"] for t in registry.ok("GET", "/participants/b/view", keys["b"])["tasks"]] == ["t0"]
+    assert len(registry.ok("GET", "/participants/a/view", keys["a"])["replicas"]) == 1
+    for key in (keys["c"], ADMIN_KEY):  # another participant, the operator: only its own
+        refused = registry.call("GET", "/participants/a/view", key)
+        assert refused.status_code == 403 and "only a" in refused.json()["detail"]
+    assert registry.call("GET", "/participants/a%2F..%2Fx/view", keys["a"]).status_code in (404, 422)
