@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Debian packages the tests need: Chromium for the admin UI's browser tests, and
-# docker-compose to validate docker-compose.yml. Safe to repeat: installs only what is missing.
+# Debian packages the tests need: Chromium for the admin UI's browser tests,
+# docker-compose to validate docker-compose.yml, and nats-server (each participant's
+# broker). Safe to repeat: installs only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-browser.sh
-if ! command -v docker-compose >/dev/null; then
-    SUDO=""
-    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-    echo "install-system-deps: installing docker-compose from Debian's packages" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    if ! $SUDO apt-get install -y --no-install-recommends docker-compose; then
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+for wanted in docker-compose:docker-compose nats-server:nats-server; do
+    command="${wanted%%:*}" package="${wanted##*:}"
+    PATH="$PATH:/usr/sbin" command -v "$command" >/dev/null && continue
+    echo "install-system-deps: installing $package from Debian's packages" >&2
+    if ! $SUDO apt-get install -y --no-install-recommends "$package"; then
         $SUDO apt-get update
-        $SUDO apt-get install -y --no-install-recommends docker-compose
+        $SUDO apt-get install -y --no-install-recommends "$package"
     fi
-fi
+done

@@ -262,3 +262,77 @@ def plot_load_model(levels: list[dict[str, Any]], samples: list[list[IntervalSam
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def source(
+    spark: SparkSession, work_dir: Path, rounds: int = 4, flushes: int = 30, rows_per_flush: int = 4000, flushes_per_batch: int = 2,
+    progress: Progress = lambda _: None,
+) -> dict[str, Any]:
+    """Rows per second of the monitoring query reading the same rows from a participant's
+    JetStream input (a NATS server started for the run, 64 key groups) and from the folder
+    stream through Spark's file source, in interleaved runs (ABBA order). Both are written
+    before the clock starts, flushed alike (a file of `rows_per_flush` rows; 64 messages, one
+    per key group), and read `flushes_per_batch` flushes per micro-batch."""
+    import secrets
+    import socket
+
+    from bpm.keygroups import KEY_GROUPS
+    from spark_agents.broker.server import NatsServer, User
+    from spark_agents.broker.source import JetStreamInput
+    from spark_agents.broker.stream import Broker, BrokerStream
+    from spark_agents.streams.feed import Feeder
+
+    def free_port() -> int:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+
+    rate = 300.0
+    conns = generate(TrafficProfile(duration_s=flushes * rows_per_flush / rate * 1.05, rate=rate), 0)
+    owner = User("bench", secrets.token_urlsafe(16))
+    progress("writing the input")
+    with NatsServer("bench", work_dir / "nats", port=free_port(), http_port=free_port(), users=[owner]) as server:
+        folder = PartitionedStream.create(work_dir / "stream", 1)
+        with Broker(server.url, owner.name, owner.password) as broker:
+            feeders = [Feeder(folder, PARAMS), Feeder(BrokerStream(broker, "bench"), PARAMS)]
+            for feeder in feeders:
+                for i, conn in enumerate(conns, 1):
+                    feeder.add(conn)
+                    if i % rows_per_flush == 0:
+                        feeder.flush()
+                feeder.close()
+        rows = sum(feeders[0].written)
+        assert rows == sum(feeders[1].written), "both inputs hold the same rows"
+        counter = iter(range(1_000_000))
+
+        def run(variant: str) -> float:
+            n = next(counter)
+            if variant == "jetstream":
+                where = JetStreamInput(server.url, owner.name, owner.password, "bench", max_messages=flushes_per_batch * KEY_GROUPS)
+                files = None
+            else:
+                where, files = folder.partition_path(0), flushes_per_batch
+            started = time.perf_counter()
+            query = start_query(spark, f"{variant}-{n}", where, work_dir / f"ck-{n}", work_dir / f"out-{n}", PARAMS, None, files)
+            try:
+                query.processAllAvailable()
+                return time.perf_counter() - started
+            finally:
+                query.stop()
+
+        progress("warm-up runs")
+        run("file")
+        run("jetstream")
+        times: dict[str, list[float]] = {"file": [], "jetstream": []}
+        for r in range(rounds):
+            for variant in (("file", "jetstream") if r % 2 == 0 else ("jetstream", "file")):
+                progress(f"round {r + 1}/{rounds}: {variant}")
+                times[variant].append(run(variant))
+    file_rps, js_rps = rows * rounds / sum(times["file"]), rows * rounds / sum(times["jetstream"])
+    return {
+        "benchmark": "source",
+        "rows_per_run": rows, "rounds": rounds, "flushes_per_batch": flushes_per_batch,
+        "jetstream_rows_per_s": round(js_rps, 1), "file_rows_per_s": round(file_rps, 1), "ratio": round(js_rps / file_rps, 4),
+        "jetstream_run_s": [round(t, 2) for t in times["jetstream"]], "file_run_s": [round(t, 2) for t in times["file"]],
+        "goal": ">= 1.0", "goal_met": js_rps / file_rps >= 1.0,
+    }

@@ -32,6 +32,8 @@ from bpm.zeek.results import write_batch
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from spark_agents.broker.source import JetStreamInput
     from pyspark.sql.streaming import StreamingQuery
 
 STREAM_SCHEMA_DDL = "ts_us BIGINT, src STRING, prefix STRING, dst STRING, dport INT, proto STRING, mark INT"
@@ -40,21 +42,29 @@ START_FILE = ".bpm-start"
 Sink = Callable[[int, list[ResultRow]], None]
 
 
-def per_source(spark: SparkSession, input_path: str | Path, params: QueryParams, max_files_per_trigger: int | None = None,
+def per_source(spark: SparkSession, input_path: str | Path | JetStreamInput, params: QueryParams, max_files_per_trigger: int | None = None,
                start_position: int | None = None) -> DataFrame:
     """The streaming aggregate: one row per (window, source) once the window closes.
+
+    The input is a folder of the stream's files, or a share of a participant's JetStream
+    input (`JetStreamInput`, which carries its own start and batch bound).
 
     `max_files_per_trigger` bounds how many stream files one micro-batch takes (None: all new files);
     `start_position` leaves out the stream files before that position.
     """
     from pyspark.sql import functions as F
 
-    reader = spark.readStream.schema(STREAM_SCHEMA_DDL)
-    if max_files_per_trigger is not None:
-        reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
-    if start_position is not None:
-        reader = reader.option("pathGlobFilter", positions_glob(start_position))
-    raw = reader.csv(str(input_path))
+    from spark_agents.broker.source import JetStreamInput
+
+    if isinstance(input_path, JetStreamInput):
+        raw = input_path.read(spark)
+    else:
+        reader = spark.readStream.schema(STREAM_SCHEMA_DDL)
+        if max_files_per_trigger is not None:
+            reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
+        if start_position is not None:
+            reader = reader.option("pathGlobFilter", positions_glob(start_position))
+        raw = reader.csv(str(input_path))
     events = raw.withColumn("event_time", F.timestamp_micros("ts_us")).withWatermark(
         "event_time", f"{params.lateness_s} seconds"
     )
@@ -120,7 +130,7 @@ class BatchWriter:
 def start_query(
     spark: SparkSession,
     task_id: str,
-    input_path: str | Path,
+    input_path: str | Path | JetStreamInput,
     checkpoint_dir: str | Path,
     output_dir: str | Path,
     params: QueryParams,

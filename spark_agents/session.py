@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,6 +60,8 @@ def make_session(master: str = "local[*]", app_name: str = "bpm", conf: dict[str
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Python workers (the JetStream source runs in them) use this interpreter and its packages.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
     java = f"-Dlog4j2.configurationFile=file:{_log_config()}" + (f" {LEAN_JVM_OPTIONS}" if lean else "")
     defaults = {**DEFAULT_CONF, "spark.driver.extraJavaOptions": java}

@@ -1,4 +1,4 @@
-"""`bpm bench overhead` and `bpm bench load-model`: benchmarks of the Spark data plane."""
+"""`bpm bench overhead`, `bpm bench source` and `bpm bench load-model`: benchmarks of the Spark data plane."""
 
 from __future__ import annotations
 
@@ -35,6 +35,25 @@ def overhead_command(
     with tempfile.TemporaryDirectory(prefix="bpm-bench-overhead-") as tmp, err.status("starting Spark") as status:
         spark = make_session(master, "bpm-bench-overhead")
         result = benchmarks.overhead(spark, Path(tmp), rounds, files, rows_per_file, progress=status.update)
+    _report(result, as_json)
+
+
+@bench_app.command("source")
+def source_command(
+    rounds: int = typer.Option(4, "--rounds", min=1, help="Interleaved pairs of runs (file source, JetStream source)."),
+    flushes: int = typer.Option(30, "--flushes", min=2, help="Flushes of the feeder: files of the folder stream, 64 messages each of the JetStream input."),
+    rows_per_flush: int = typer.Option(4000, "--rows-per-flush", min=100),
+    master: str = typer.Option("local[*]", "--master", help="Spark master URL."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Rows per second of the query reading a participant's JetStream input against Spark's file source over the same rows (goal: ratio >= 1.0)."""
+    from spark_agents import benchmarks
+    from spark_agents.session import make_session
+
+    err = Console(stderr=True)
+    with tempfile.TemporaryDirectory(prefix="bpm-bench-source-") as tmp, err.status("starting Spark") as status:
+        spark = make_session(master, "bpm-bench-source")
+        result = benchmarks.source(spark, Path(tmp), rounds, flushes, rows_per_flush, progress=status.update)
     _report(result, as_json)
 
 

@@ -1,0 +1,158 @@
+"""A participant's NATS server with JetStream: its own address, storage folder and users.
+
+Each participant runs its own broker (Debian's `nats-server`): its input stream and what it
+keeps are in its own storage folder, on its own host, and nobody reads them but through
+the server, as a user the server knows. `NatsServer` writes the server's configuration,
+starts it, waits until it answers its health check with JetStream on, and stops it (also
+when the `with` block fails).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from bpm.names import check_name
+
+_SUBJECT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_~*>$")
+
+
+class BrokerError(RuntimeError):
+    """The broker could not be started or used; the message says why."""
+
+
+def binary() -> str:
+    """The `nats-server` program (Debian installs it in /usr/sbin)."""
+    found = shutil.which("nats-server") or shutil.which("nats-server", path="/usr/sbin:/usr/local/sbin")
+    if found is None:
+        raise BrokerError("nats-server is not installed: run scripts/install-system-deps.sh (Debian package nats-server)")
+    return found
+
+
+def _subjects(subjects: Sequence[str]) -> str:
+    for s in subjects:
+        if not s or not set(s) <= _SUBJECT_CHARS:
+            raise BrokerError(f"bad subject {s!r} in a permission")
+    return "[" + ", ".join(f'"{s}"' for s in subjects) + "]"
+
+
+@dataclass(frozen=True)
+class User:
+    """A user of the server and what it may publish and subscribe to (NATS subjects, wildcards allowed)."""
+
+    name: str
+    password: str
+    publish: tuple[str, ...] = (">",)
+    subscribe: tuple[str, ...] = (">",)
+
+    def conf(self) -> str:
+        check_name(self.name, "user name")
+        if not self.password.replace("-", "").replace("_", "").isalnum():
+            raise BrokerError("a password is letters, digits, '-' and '_'")
+        return (f'{{user: "{self.name}", password: "{self.password}", permissions: '
+                f"{{publish: {{allow: {_subjects(self.publish)}}}, subscribe: {{allow: {_subjects(self.subscribe)}}}}}}}")
+
+
+@dataclass
+class NatsServer:
+    """One participant's broker.
+
+    Attributes:
+        name: the server's name (the participant's).
+        store_dir: where JetStream keeps the streams; the server's log and configuration go beside it.
+        host, port: where clients connect; `http_port` serves the health check.
+        users: who may connect, and to what.
+        max_store_bytes: the file storage JetStream may use.
+    """
+
+    name: str
+    store_dir: Path
+    port: int
+    http_port: int
+    users: Sequence[User]
+    host: str = "127.0.0.1"
+    max_store_bytes: int = 2 << 30
+    process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.host}:{self.port}"
+
+    @property
+    def config_path(self) -> Path:
+        return self.store_dir.parent / f"{self.store_dir.name}.conf"
+
+    @property
+    def log_path(self) -> Path:
+        return self.store_dir.parent / f"{self.store_dir.name}.log"
+
+    def config(self) -> str:
+        users = ",\n      ".join(u.conf() for u in self.users)
+        return f"""server_name: "{check_name(self.name, 'server name')}"
+listen: "{self.host}:{self.port}"
+http: "{self.host}:{self.http_port}"
+jetstream {{
+  store_dir: "{self.store_dir}"
+  max_memory_store: 64MB
+  max_file_store: {self.max_store_bytes}
+}}
+accounts {{
+  BPM {{
+    jetstream: enabled
+    users: [
+      {users}
+    ]
+  }}
+}}
+"""
+
+    def start(self, timeout_s: float = 20.0) -> NatsServer:
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(self.config())
+        self.config_path.chmod(0o600)  # it holds the users' passwords
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen([binary(), "-c", str(self.config_path)], stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise BrokerError(f"nats-server {self.name} exited with {self.process.returncode}: {self.log_path.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"http://{self.host}:{self.http_port}/healthz", timeout=1.0).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise BrokerError(f"nats-server {self.name} did not become healthy within {timeout_s:g} s; see {self.log_path}")
+
+    def reload(self, users: Sequence[User]) -> None:
+        """New users and permissions, applied by the running server without a restart."""
+        self.users = list(users)
+        self.config_path.write_text(self.config())
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGHUP)
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def __enter__(self) -> NatsServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,177 @@
+"""A Spark streaming source over a participant's JetStream input (Spark's Python data source API).
+
+`spark.readStream.format("bpm_jetstream")` with the options `url`, `user`, `password`,
+`filter` (the subject filter of the task's key groups, `bpm.keygroups.subject_filter`) and
+optionally `startSeq` (the stream sequence to start after: a task started from the newest
+input, or replaying from an acknowledged position) and `maxMessagesPerTrigger` (bounds a
+micro-batch while catching up).
+
+An offset is `{"seq": n}`: every message of the stream up to sequence `n` that the filter
+selects has been read. Offsets live in Spark's checkpoint, so a checkpoint handed to
+another host resumes exactly where it stopped, reading the origin's stream over the
+network. Each micro-batch reads its range through a short-lived consumer of the
+origin's server, filtered to the task's key groups, and yields Arrow record batches
+parsed from the messages' CSV rows. Nothing of the stream is kept on the reader's side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from bpm.keygroups import subject_filter
+from spark_agents.query import STREAM_SCHEMA_DDL
+
+NAME = "bpm_jetstream"
+FETCH = 256  # messages per pull request
+COLUMNS = ["ts_us", "src", "prefix", "dst", "dport", "proto", "mark"]
+
+
+@dataclass
+class SeqRange(InputPartition):
+    """Messages with sequence in (`after`, `last`] that the filter selects."""
+
+    after: int
+    last: int
+
+
+def _arrow_types():
+    import pyarrow as pa
+
+    return {"ts_us": pa.int64(), "src": pa.string(), "prefix": pa.string(), "dst": pa.string(), "dport": pa.int32(),
+            "proto": pa.string(), "mark": pa.int32()}
+
+
+def parse(chunks: list[bytes]):
+    """One Arrow record batch from messages of CSV rows (none for no rows)."""
+    from pyarrow import csv
+
+    data = b"".join(chunks)
+    if not data:
+        return None
+    table = csv.read_csv(io.BytesIO(data), read_options=csv.ReadOptions(column_names=COLUMNS),
+                         parse_options=csv.ParseOptions(), convert_options=csv.ConvertOptions(column_types=_arrow_types(), strings_can_be_null=False,
+                                                                                               quoted_strings_can_be_null=False))
+    return table.combine_chunks().to_batches()[0] if table.num_rows else None
+
+
+async def _last_seq(url: str, user: str, password: str, stream: str) -> int:
+    import nats
+
+    nc = await nats.connect(url, user=user, password=password, connect_timeout=10, max_reconnect_attempts=2)
+    try:
+        return (await nc.jetstream().stream_info(stream)).state.last_seq
+    finally:
+        await nc.close()
+
+
+async def _fetch(url: str, user: str, password: str, stream: str, filter_subject: str, after: int, last: int) -> list[bytes]:
+    """The payloads of the messages in (after, last] that `filter_subject` selects, in order."""
+    import nats
+    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+    nc = await nats.connect(url, user=user, password=password, connect_timeout=10, max_reconnect_attempts=2)
+    try:
+        js = nc.jetstream()
+        name = f"read-{uuid.uuid4().hex[:12]}"
+        config = ConsumerConfig(name=name, filter_subject=filter_subject, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                                opt_start_seq=after + 1, ack_policy=AckPolicy.NONE, inactive_threshold=30.0, mem_storage=True)
+        info = await js.add_consumer(stream, config)
+        out: list[bytes] = []
+        try:
+            pending = info.num_pending
+            sub = await js.pull_subscribe_bind(name, stream=stream) if pending else None
+            while pending:
+                for msg in await sub.fetch(min(FETCH, pending), timeout=10):
+                    if msg.metadata.sequence.stream > last:
+                        return out
+                    out.append(msg.data)
+                    pending = msg.metadata.num_pending
+                    if msg.metadata.sequence.stream == last:
+                        return out
+            return out
+        finally:
+            await js.delete_consumer(stream, name)
+    finally:
+        await nc.close()
+
+
+class JetStreamReader(DataSourceStreamReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        options = {k.lower(): v for k, v in options.items()}  # Spark's option names are case-insensitive
+        try:
+            self.url, self.user, self.password, self.filter = (options[k] for k in ("url", "user", "password", "filter"))
+        except KeyError as exc:
+            raise ValueError(f"the {NAME} source needs the option {exc.args[0]!r}") from None
+        self.stream = options.get("stream", "INPUT")
+        self.start = int(options.get("startseq", "0"))
+        self.max_messages = int(options.get("maxmessagespertrigger", "0")) or None
+
+    def initialOffset(self) -> dict:
+        return {"seq": self.start}
+
+    def latestOffset(self, start: dict | None = None, limit=None) -> dict:
+        newest = asyncio.run(_last_seq(self.url, self.user, self.password, self.stream))
+        if self.max_messages is not None and start is not None:
+            newest = min(newest, int(start["seq"]) + self.max_messages)
+        return {"seq": newest}
+
+    def partitions(self, start: dict, end: dict) -> list[SeqRange]:
+        after, last = int(start["seq"]), int(end["seq"])
+        return [SeqRange(after, last)] if last > after else []
+
+    def read(self, partition: SeqRange) -> Iterator:
+        chunks = asyncio.run(_fetch(self.url, self.user, self.password, self.stream, self.filter, partition.after, partition.last))
+        batch = parse(chunks)
+        if batch is not None:
+            yield batch
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+class JetStreamSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        return STREAM_SCHEMA_DDL
+
+    def streamReader(self, schema) -> JetStreamReader:
+        return JetStreamReader(dict(self.options))
+
+
+def register(spark) -> None:
+    """Make `format("bpm_jetstream")` known to `spark` (once per session is enough; again is harmless)."""
+    spark.dataSource.register(JetStreamSource)
+
+
+@dataclass(frozen=True)
+class JetStreamInput:
+    """A task's input: the key groups `prefix` of `participant`'s stream on the server at `url`."""
+
+    url: str
+    user: str
+    password: str
+    participant: str
+    prefix: str = ""
+    start_seq: int = 0
+    max_messages: int | None = None
+
+    def options(self) -> dict[str, str]:
+        options = {"url": self.url, "user": self.user, "password": self.password,
+                   "filter": subject_filter(self.participant, self.prefix), "startSeq": str(self.start_seq)}
+        if self.max_messages is not None:
+            options["maxMessagesPerTrigger"] = str(self.max_messages)
+        return options
+
+    def read(self, spark):
+        """The streaming DataFrame of the rows (the stream's schema)."""
+        register(spark)
+        return spark.readStream.format(NAME).options(**self.options()).load()

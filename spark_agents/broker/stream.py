@@ -1,0 +1,112 @@
+"""A participant's input stream in its own NATS JetStream, and a blocking client for it.
+
+The stream `INPUT` on the participant's server holds every key group's subject
+(`bpm.keygroups`). A message is a chunk of rows of one key group — CSV lines of
+`StreamRecord`, the last a punctuation mark that moves the key group's event time — so a
+reader takes thousands of rows per message. `BrokerStream` has the `append(k, records)`
+of the folder stream, with key groups for partitions, so `spark_agents.streams.feed.Feeder`
+writes either (the same partitioning rule: crc32 of the source prefix).
+
+nats-py is asynchronous; `Broker` runs its connection on a loop in a thread of its own so
+that agents, feeders and tests call it from ordinary code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterable
+from typing import Any, TypeVar
+
+import nats
+from nats.js.api import StorageType, StreamConfig
+
+from bpm.keygroups import KEY_GROUPS, stream_subjects, subject
+from spark_agents.broker.server import BrokerError
+from spark_agents.streams.partitioned import StreamRecord
+
+STREAM = "INPUT"
+T = TypeVar("T")
+
+
+class Broker:
+    """A blocking connection to one NATS server, as one user."""
+
+    def __init__(self, url: str, user: str, password: str, *, timeout_s: float = 10.0) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=f"nats {url}", daemon=True)
+        self._thread.start()
+        try:
+            self.nc = self.call(nats.connect(url, user=user, password=password, connect_timeout=timeout_s, max_reconnect_attempts=3,
+                                             allow_reconnect=True))
+        except Exception as exc:
+            self._stop_loop()
+            raise BrokerError(f"cannot connect to {url} as {user}: {type(exc).__name__}: {exc}") from exc
+        self.js = self.nc.jetstream(timeout=timeout_s)
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=self.timeout_s * 3)
+
+    def ensure_stream(self, participant: str, max_bytes: int = 1 << 30) -> None:
+        """Create the participant's input stream if it does not exist (its server's storage, files)."""
+        config = StreamConfig(name=STREAM, subjects=[stream_subjects(participant)], storage=StorageType.FILE, max_bytes=max_bytes)
+
+        async def ensure() -> None:
+            try:
+                await self.js.stream_info(STREAM)
+            except nats.js.errors.NotFoundError:
+                await self.js.add_stream(config)
+
+        self.call(ensure())
+
+    def last_seq(self) -> int:
+        """The sequence of the newest message of the input stream (0 when empty)."""
+        return self.call(self.js.stream_info(STREAM)).state.last_seq
+
+    def publish(self, subject_: str, payload: bytes) -> int:
+        """Publish and wait for the stream's acknowledgement; returns the message's sequence."""
+        return self.call(self.js.publish(subject_, payload, stream=STREAM)).seq
+
+    def close(self) -> None:
+        try:
+            if not self.nc.is_closed:
+                self.call(self.nc.drain())
+        finally:
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        async def cancel_the_rest() -> None:
+            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in rest:
+                task.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
+
+        try:
+            asyncio.run_coroutine_threadsafe(cancel_the_rest(), self._loop).result(timeout=5)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> Broker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class BrokerStream:
+    """`participant`'s input stream as the feeder writes it: `append(k, records)` publishes
+    one message of key group `k`'s rows."""
+
+    partitions = KEY_GROUPS
+
+    def __init__(self, broker: Broker, participant: str) -> None:
+        self.broker = broker
+        self.participant = participant
+        self.subjects = [subject(participant, k) for k in range(KEY_GROUPS)]
+        broker.ensure_stream(participant)
+
+    def append(self, k: int, records: Iterable[StreamRecord]) -> int:
+        return self.broker.publish(self.subjects[k], "".join(r.to_line() for r in records).encode())

@@ -1,0 +1,54 @@
+"""Key groups: every row in exactly one, a task's share one subject filter, halves that add up."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bpm.keygroups import KEY_GROUPS, KeyGroupError, groups, halves, key_group, stream_subjects, subject, subject_filter
+
+
+def _matches(filter_: str, subject_: str) -> bool:
+    """NATS subject matching: `*` one token, `>` one or more at the end."""
+    f, s = filter_.split("."), subject_.split(".")
+    for i, token in enumerate(f):
+        if token == ">":
+            return len(s) > i
+        if i >= len(s) or (token != "*" and token != s[i]):
+            return False
+    return len(f) == len(s)
+
+
+@given(st.text(min_size=0, max_size=20))
+def test_every_source_prefix_has_one_key_group(prefix):
+    assert 0 <= key_group(prefix) < KEY_GROUPS
+    assert key_group(prefix) == key_group(prefix)
+
+
+@given(st.text("01", max_size=6), st.integers(0, KEY_GROUPS - 1))
+def test_a_share_s_filter_selects_exactly_its_key_groups(prefix, group):
+    assert _matches(subject_filter("a", prefix), subject("a", group)) == (group in groups(prefix))
+    assert _matches(stream_subjects("a"), subject("a", group))
+
+
+def test_halves_partition_a_share_and_one_group_does_not_split():
+    assert list(groups("")) == list(range(64))
+    low, high = halves("01")
+    assert (low, high) == ("010", "011")
+    assert list(groups(low)) + list(groups(high)) == list(groups("01"))
+    assert subject_filter("a", "010101") == subject("a", 0b010101)
+    with pytest.raises(KeyGroupError):
+        halves("010101")
+
+
+def test_names_with_dots_stay_one_token_and_bad_input_is_refused():
+    assert subject("org.a", 5) == "in.org~a.0.0.0.1.0.1"
+    assert not _matches(subject_filter("org", ""), subject("org.a", 5))
+    for bad in ("2", "0101010", "0 1", None):
+        with pytest.raises(KeyGroupError):
+            subject_filter("a", bad)
+    with pytest.raises(ValueError):
+        subject("a>b", 1)
+    with pytest.raises(KeyGroupError):
+        subject("a", 64)

@@ -1,0 +1,84 @@
+"""The JetStream input: the feeder publishes key groups, Spark's Python data source reads a
+task's share of them with its offsets in Spark's checkpoint."""
+
+from __future__ import annotations
+
+import pytest
+
+from bpm.keygroups import groups, key_group
+from bpm.zeek.definitions import QueryParams
+from spark_agents.broker.source import JetStreamInput
+from spark_agents.broker.server import BrokerError
+from spark_agents.broker.stream import Broker, BrokerStream
+from spark_agents.streams.feed import Feeder
+from spark_agents.streams.partitioned import MARK_DATA, StreamRecord
+
+pytestmark = pytest.mark.slow
+
+
+def _conns(n: int, start_ts: float = 1_700_000_000.0):
+    from bpm.zeek.conn import Conn
+
+    return [Conn(ts=start_ts + i * 0.01, orig_h=f"10.{i % 7}.{i % 5}.{i % 11}", orig_p=40000 + i % 1000,
+                 resp_h=f"192.168.1.{i % 13}", resp_p=20 + i % 50, proto="tcp" if i % 3 else "udp") for i in range(n)]
+
+
+def _read(spark, server, user, prefix: str, checkpoint, batches: list | None = None, **options) -> list[tuple]:
+    """Run the source once over what is available; the data rows it read (and each batch's size in `batches`)."""
+    rows: list[tuple] = []
+    sizes = [] if batches is None else batches
+
+    def collect(batch, _) -> None:
+        got = [tuple(r) for r in batch.collect()]
+        sizes.append(len(got))
+        rows.extend(got)
+
+    source = JetStreamInput(server.url, user.name, user.password, "a", prefix, **options)
+    query = source.read(spark).writeStream.option("checkpointLocation", str(checkpoint)).foreachBatch(collect).start()
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    return [r for r in rows if r[-1] == MARK_DATA]
+
+
+def test_a_task_reads_its_key_groups_and_resumes_from_its_checkpoint(spark, nats_server, tmp_path):
+    server, owner = nats_server
+    params = QueryParams()
+    with Broker(server.url, owner.name, owner.password) as broker:
+        stream = BrokerStream(broker, "a")
+        feeder = Feeder(stream, params)
+        first = _conns(400)
+        for conn in first:
+            feeder.add(conn)
+        feeder.flush()
+        half = _read(spark, server, owner, "0", tmp_path / "half")
+        batches: list[int] = []
+        whole = _read(spark, server, owner, "", tmp_path / "whole", batches, max_messages=5)
+        assert len(whole) == 400, "every row once, in bounded micro-batches too"
+        assert len(batches) >= 64 // 5, "a flush is 64 messages, one per key group: at most 5 per micro-batch"
+        assert {r[2] for r in half} and all(key_group(r[2]) in groups("0") for r in half)
+        assert len(half) == sum(1 for r in whole if key_group(r[2]) in groups("0"))
+        assert sorted(whole) == sorted((r.ts_us, r.src, r.prefix, r.dst, r.dport, r.proto, r.mark) for r in _records(first)), "the rows as published"
+
+        later = _conns(100, start_ts=1_700_000_100.0)
+        for conn in later:
+            feeder.add(conn)
+        feeder.flush()
+        again = _read(spark, server, owner, "", tmp_path / "whole")
+        assert sorted(again) == sorted((r.ts_us, r.src, r.prefix, r.dst, r.dport, r.proto, r.mark) for r in _records(later)), \
+            "restarted from its checkpoint: only what came since"
+        newest = broker.last_seq()
+    assert _read(spark, server, owner, "", tmp_path / "newest", start_seq=newest) == [], "from the newest input: nothing old"
+
+
+def _records(conns) -> list[StreamRecord]:
+    from bpm.zeek.definitions import source_prefix, ts_micros
+
+    return [StreamRecord(ts_micros(c.ts), c.orig_h, source_prefix(c.orig_h), c.resp_h, c.resp_p, c.proto) for c in conns]
+
+
+def test_the_broker_refuses_a_wrong_password(nats_server):
+    server, owner = nats_server
+    with pytest.raises(BrokerError, match="cannot connect .* as a"):
+        Broker(server.url, owner.name, "not-the-password", timeout_s=2)
