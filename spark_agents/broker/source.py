@@ -16,8 +16,8 @@ parsed from the messages' CSV rows. Nothing of the stream is kept on the reader'
 
 from __future__ import annotations
 
-import asyncio
 import io
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from bpm.keygroups import subject_filter
+from spark_agents.broker.stream import Broker
 from spark_agents.query import STREAM_SCHEMA_DDL
 
 NAME = "bpm_jetstream"
@@ -60,45 +61,47 @@ def parse(chunks: list[bytes]):
     return table.combine_chunks().to_batches()[0] if table.num_rows else None
 
 
-async def _last_seq(url: str, user: str, password: str, stream: str) -> int:
-    import nats
-
-    nc = await nats.connect(url, user=user, password=password, connect_timeout=10, max_reconnect_attempts=2)
-    try:
-        return (await nc.jetstream().stream_info(stream)).state.last_seq
-    finally:
-        await nc.close()
+_brokers: dict[tuple[str, str, str], Broker] = {}
+_brokers_lock = threading.Lock()
 
 
-async def _fetch(url: str, user: str, password: str, stream: str, filter_subject: str, after: int, last: int) -> list[bytes]:
+def _broker(url: str, user: str, password: str) -> Broker:
+    """This process's connection to the server at `url` as `user`, made on first use and kept:
+    Spark reuses its Python workers, and the driver's source runner lives as long as the query."""
+    key = (url, user, password)
+    with _brokers_lock:
+        broker = _brokers.get(key)
+        if broker is None or broker.nc.is_closed:
+            broker = _brokers[key] = Broker(url, user, password)
+        return broker
+
+
+async def _fetch(js, stream: str, filter_subject: str, after: int, last: int) -> list[bytes]:
     """The payloads of the messages in (after, last] that `filter_subject` selects, in order."""
-    import nats
     from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-    nc = await nats.connect(url, user=user, password=password, connect_timeout=10, max_reconnect_attempts=2)
+    name = f"read-{uuid.uuid4().hex[:12]}"
+    config = ConsumerConfig(name=name, filter_subject=filter_subject, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                            opt_start_seq=after + 1, ack_policy=AckPolicy.NONE, inactive_threshold=30.0, mem_storage=True)
+    info = await js.add_consumer(stream, config)
+    out: list[bytes] = []
+    sub = None
     try:
-        js = nc.jetstream()
-        name = f"read-{uuid.uuid4().hex[:12]}"
-        config = ConsumerConfig(name=name, filter_subject=filter_subject, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                                opt_start_seq=after + 1, ack_policy=AckPolicy.NONE, inactive_threshold=30.0, mem_storage=True)
-        info = await js.add_consumer(stream, config)
-        out: list[bytes] = []
-        try:
-            pending = info.num_pending
-            sub = await js.pull_subscribe_bind(name, stream=stream) if pending else None
-            while pending:
-                for msg in await sub.fetch(min(FETCH, pending), timeout=10):
-                    if msg.metadata.sequence.stream > last:
-                        return out
-                    out.append(msg.data)
-                    pending = msg.metadata.num_pending
-                    if msg.metadata.sequence.stream == last:
-                        return out
-            return out
-        finally:
-            await js.delete_consumer(stream, name)
+        pending = info.num_pending
+        sub = await js.pull_subscribe_bind(name, stream=stream) if pending else None
+        while pending:
+            for msg in await sub.fetch(min(FETCH, pending), timeout=10):
+                if msg.metadata.sequence.stream > last:
+                    return out
+                out.append(msg.data)
+                pending = msg.metadata.num_pending
+                if msg.metadata.sequence.stream == last:
+                    return out
+        return out
     finally:
-        await nc.close()
+        if sub is not None:
+            await sub.unsubscribe()
+        await js.delete_consumer(stream, name)
 
 
 class JetStreamReader(DataSourceStreamReader):
@@ -116,7 +119,7 @@ class JetStreamReader(DataSourceStreamReader):
         return {"seq": self.start}
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
-        newest = asyncio.run(_last_seq(self.url, self.user, self.password, self.stream))
+        newest = _broker(self.url, self.user, self.password).last_seq(self.stream)
         if self.max_messages is not None and start is not None:
             newest = min(newest, int(start["seq"]) + self.max_messages)
         return {"seq": newest}
@@ -126,7 +129,8 @@ class JetStreamReader(DataSourceStreamReader):
         return [SeqRange(after, last)] if last > after else []
 
     def read(self, partition: SeqRange) -> Iterator:
-        chunks = asyncio.run(_fetch(self.url, self.user, self.password, self.stream, self.filter, partition.after, partition.last))
+        broker = _broker(self.url, self.user, self.password)
+        chunks = broker.call(_fetch(broker.js, self.stream, self.filter, partition.after, partition.last))
         batch = parse(chunks)
         if batch is not None:
             yield batch

@@ -61,9 +61,9 @@ class Broker:
 
         self.call(ensure())
 
-    def last_seq(self) -> int:
-        """The sequence of the newest message of the input stream (0 when empty)."""
-        return self.call(self.js.stream_info(STREAM)).state.last_seq
+    def last_seq(self, stream: str = STREAM) -> int:
+        """The sequence of the newest message of the stream (0 when empty)."""
+        return self.call(self.js.stream_info(stream)).state.last_seq
 
     def publish(self, subject_: str, payload: bytes) -> int:
         """Publish and wait for the stream's acknowledgement; returns the message's sequence."""

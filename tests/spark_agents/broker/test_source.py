@@ -82,3 +82,19 @@ def test_the_broker_refuses_a_wrong_password(nats_server):
     server, owner = nats_server
     with pytest.raises(BrokerError, match="cannot connect .* as a"):
         Broker(server.url, owner.name, "not-the-password", timeout_s=2)
+
+
+def test_bpm_bench_source_reads_the_same_rows_from_both_sources(spark):
+    import json
+
+    from typer.testing import CliRunner
+
+    from bpm_app.cli import app
+
+    out = CliRunner().invoke(app, ["bench", "source", "--rounds", "1", "--flushes", "4", "--rows-per-flush", "500", "--json"])
+    assert out.exit_code == 0, out.output
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["benchmark"] == "source" and result["rows_per_run"] >= 4 * 500
+    assert result["jetstream_rows_per_s"] > 0 and result["file_rows_per_s"] > 0
+    assert result["ratio"] == pytest.approx(result["jetstream_rows_per_s"] / result["file_rows_per_s"], rel=1e-3)
+    assert result["goal_met"] == (result["ratio"] >= 1.0)
