@@ -46,6 +46,11 @@ FENCE_FILE = "_fence.json"
 LOCK_FILE = "_fence.lock"
 
 
+def unwritten(rows: Iterable[ResultRow], after: int | None) -> list[ResultRow]:
+    """The rows of windows that end after `after`, the end of the newest window written (None: nothing written)."""
+    return [r for r in rows if after is None or r.window_end > after]
+
+
 class FencedError(RuntimeError):
     """A write or claim from an epoch older than the one that holds the task's output."""
 
@@ -137,7 +142,7 @@ class OutputFence:
             if current.epoch != epoch:
                 current = self._claim_locked(epoch)
             after = current.window_end
-            fresh = [r for r in rows if after is None or r.window_end > after]
+            fresh = unwritten(rows, after)
             if not fresh:
                 return None, len(rows)
             path = write_batch(self.output_dir, self.task_id, batch_id, fresh, epoch, run)
@@ -153,7 +158,8 @@ class FencedSink:
     those the primary has written already, until `promote(epoch)`: then it claims the
     output, writes what it holds of windows the primary never wrote, and goes on as the
     primary. A fenced write raises `FencedError`, which fails the query: a host that lost
-    its task stops.
+    its task stops. `fence` is the task's fence: its `OutputFence` in `output_dir` unless
+    given (`spark_agents.broker.results.BrokerFence`: on the origin's broker).
 
     Attributes:
         epoch: the epoch it writes at (None while standby).
@@ -162,8 +168,8 @@ class FencedSink:
         held: rows held back, per batch id (standby only).
     """
 
-    def __init__(self, output_dir: str | Path, task_id: str, epoch: int | None, run: str | None = None) -> None:
-        self.fence = OutputFence(output_dir, task_id)
+    def __init__(self, output_dir: str | Path, task_id: str, epoch: int | None, run: str | None = None, fence=None) -> None:
+        self.fence = fence if fence is not None else OutputFence(output_dir, task_id)
         self.epoch = epoch
         self.run = run or secrets.token_hex(4)
         self.written = 0
@@ -206,7 +212,7 @@ class FencedSink:
             self.held[batch_id] = rows
         if after is not None:
             for held_id in list(self.held):
-                kept = [r for r in self.held[held_id] if r.window_end > after]
+                kept = unwritten(self.held[held_id], after)
                 self.dropped += len(self.held[held_id]) - len(kept)
                 if kept:
                     self.held[held_id] = kept

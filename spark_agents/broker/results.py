@@ -1,0 +1,161 @@
+"""A task's results on its origin's broker, written through an epoch fence the broker enforces.
+
+The origin's server keeps the stream `RESULTS` (subjects `out.<origin>.<task>`). A task's
+subject holds, in order, *claims* and *batches*: a claim says that an epoch holds the
+task's output from now on; a batch carries the rows of one micro-batch, its writer's
+epoch and the end of the newest window written so far. Every publish names the sequence
+of the last message it expects on the subject (`Nats-Expected-Last-Subject-Sequence`), so
+the broker itself refuses a write that something else preceded: a compare-and-set.
+
+`BrokerFence` has the `OutputFence` interface (`state`, `check`, `claim`, `write`) and
+its rule (`spark_agents.ha.fence.unwritten`): a writer of epoch e claims before it writes,
+is refused when a newer epoch has claimed, and writes only the rows of windows that end
+after the newest one written. A host that lost its task and writes late finds a newer
+claim ahead of it: the broker refuses its publish and the writer raises `FencedError`.
+Replays, restarts and promoted replicas write each window once, as with the folder fence.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict
+
+import nats
+from nats.js.api import StorageType, StreamConfig
+
+from bpm.keygroups import token
+from bpm.names import check_name
+from bpm.zeek.definitions import ResultRow
+from spark_agents.broker.stream import Broker
+from spark_agents.ha.fence import FencedError, FenceState, unwritten
+
+STREAM = "RESULTS"
+_WRONG_LAST_SEQUENCE = 10071
+
+
+def results_subject(task_id: str) -> str:
+    """The subject of task `origin.name`'s results on its origin's server."""
+    origin, _, name = check_name(task_id, "task key").partition(".")
+    return f"out.{token(origin)}.{token(name)}"
+
+
+def ensure_results(broker: Broker) -> None:
+    """Create the results stream on this server if it does not exist."""
+
+    async def ensure() -> None:
+        try:
+            await broker.js.stream_info(STREAM)
+        except nats.js.errors.NotFoundError:
+            await broker.js.add_stream(StreamConfig(name=STREAM, subjects=["out.>"], storage=StorageType.FILE))
+
+    broker.call(ensure())
+
+
+class BrokerFence:
+    """Task `task_id`'s output fence on its origin's broker (`broker`: a connection to it)."""
+
+    def __init__(self, broker: Broker, task_id: str) -> None:
+        self.broker = broker
+        self.task_id = task_id
+        self.subject = results_subject(task_id)
+        ensure_results(broker)
+
+    def _last(self) -> tuple[FenceState, int]:
+        """The fence as the subject's last message says, and that message's sequence (0: none)."""
+
+        async def last():
+            try:
+                return await self.broker.js.get_last_msg(STREAM, self.subject)
+            except nats.js.errors.NotFoundError:
+                return None
+
+        msg = self.broker.call(last())
+        if msg is None:
+            return FenceState(None, None), 0
+        body = json.loads(msg.data)
+        return FenceState(body["epoch"], body["window_end"]), msg.seq
+
+    def state(self) -> FenceState:
+        return self._last()[0]
+
+    def check(self, epoch: int) -> None:
+        """Raise `FencedError` if a newer epoch than `epoch` holds the output."""
+        self._check(self.state(), epoch)
+
+    def _check(self, current: FenceState, epoch: int) -> None:
+        if current.epoch is not None and current.epoch > epoch:
+            raise FencedError(f"task {self.task_id}: epoch {epoch} is fenced; epoch {current.epoch} holds its output")
+
+    def _publish(self, body: dict, after: int) -> int | None:
+        """Publish `body` if the subject's last message is still `after`; its sequence, or None if something came first."""
+        headers = {"Nats-Expected-Last-Subject-Sequence": str(after)}
+        try:
+            return self.broker.call(self.broker.js.publish(self.subject, json.dumps(body).encode(), stream=STREAM, headers=headers)).seq
+        except nats.js.errors.APIError as exc:
+            if exc.err_code == _WRONG_LAST_SEQUENCE:
+                return None
+            raise
+
+    def claim(self, epoch: int) -> FenceState:
+        """Make `epoch` the holder of the output (refused when a newer one holds it); returns the fence."""
+        while True:
+            current, seq = self._last()
+            self._check(current, epoch)
+            if self._publish({"kind": "claim", "epoch": epoch, "window_end": current.window_end}, seq) is not None:
+                return FenceState(epoch, current.window_end)
+
+    def write(self, epoch: int, batch_id: int, rows: Iterable[ResultRow], run: str) -> tuple[int | None, int]:
+        """Publish the rows of windows not written yet as one batch of writer `run` at `epoch`.
+
+        Returns the batch's sequence (None when no row was new) and how many rows were
+        dropped as already written. Raises `FencedError` when a newer epoch holds the output.
+        """
+        rows = list(rows)
+        while True:
+            current, seq = self._last()
+            self._check(current, epoch)
+            if current.epoch != epoch:
+                self.claim(epoch)
+                continue
+            fresh = unwritten(rows, current.window_end)
+            if not fresh:
+                return None, len(rows)
+            end = max([r.window_end for r in fresh] + ([current.window_end] if current.window_end is not None else []))
+            body = {"kind": "batch", "epoch": epoch, "window_end": end, "batch_id": batch_id, "run": run, "rows": [asdict(r) for r in fresh]}
+            published = self._publish(body, seq)
+            if published is not None:
+                return published, len(rows) - len(fresh)
+            # Something was published first: a newer claim (fenced, at the next check) or our own
+            # publish whose acknowledgement was lost (then its rows are written and drop out).
+
+
+def read_results(broker: Broker, task_id: str) -> Iterator[tuple[int, int, list[ResultRow]]]:
+    """(epoch, batch id, rows) of every batch task `task_id` has written, in order."""
+    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+    subject = results_subject(task_id)
+
+    async def fetch_all() -> list[bytes]:
+        js = broker.js
+        try:
+            info = await js.add_consumer(STREAM, ConsumerConfig(filter_subject=subject, deliver_policy=DeliverPolicy.ALL,
+                                                                ack_policy=AckPolicy.NONE, inactive_threshold=30.0, mem_storage=True))
+        except nats.js.errors.NotFoundError:
+            return []
+        out: list[bytes] = []
+        pending = info.num_pending
+        if pending:
+            sub = await js.pull_subscribe_bind(info.name, stream=STREAM)
+            while pending:
+                for msg in await sub.fetch(min(256, pending), timeout=10):
+                    out.append(msg.data)
+                    pending = msg.metadata.num_pending
+            await sub.unsubscribe()
+        await js.delete_consumer(STREAM, info.name)
+        return out
+
+    for data in broker.call(fetch_all()):
+        body = json.loads(data)
+        if body["kind"] == "batch":
+            yield body["epoch"], body["batch_id"], [ResultRow(**r) for r in body["rows"]]

@@ -1,0 +1,94 @@
+"""Results on the origin's broker through an epoch fence the broker enforces: a late write of
+a fenced host is refused by the broker itself, every window is written once, and a task
+moved with its checkpoint (no shared folder) gives the plain computation's rows."""
+
+from __future__ import annotations
+
+import pytest
+
+from bpm.zeek.definitions import QueryParams, ResultRow
+from bpm.zeek.generator import TrafficProfile, generate
+from bpm.zeek.reference import compute
+from spark_agents import handover
+from spark_agents.broker.results import BrokerFence, read_results
+from spark_agents.broker.source import JetStreamInput
+from spark_agents.broker.stream import Broker, BrokerStream
+from spark_agents.ha.fence import FencedError, FencedSink
+from spark_agents.query import start_query
+from spark_agents.streams.feed import Feeder
+
+pytestmark = pytest.mark.slow
+
+
+def _row(end: int, key: str = "10.0.0.1") -> ResultRow:
+    return ResultRow("connections", end - 10, end, key, 101)
+
+
+@pytest.fixture
+def broker(nats_server):
+    server, owner = nats_server
+    with Broker(server.url, owner.name, owner.password) as connection:
+        yield connection
+
+
+def test_the_broker_refuses_a_fenced_host_s_late_write_and_each_window_is_written_once(broker):
+    old, new = BrokerFence(broker, "a.t0"), BrokerFence(broker, "a.t0")
+    old.claim(1)
+    assert old.write(1, 0, [_row(10), _row(20)], "b")[1] == 0
+    stale_state, stale_seq = old._last()
+    new.claim(2)  # the failover: the new host claims before it writes anything
+    # The late writer read the fence before the claim: the broker refuses its publish all the same.
+    assert old._publish({"kind": "batch", "epoch": 1, "window_end": 30, "rows": []}, stale_seq) is None
+    with pytest.raises(FencedError, match="epoch 1 is fenced"):
+        old.write(1, 1, [_row(30)], "b")
+    with pytest.raises(FencedError):
+        old.claim(1)
+    # The new host replays from an older checkpoint: windows already out are dropped.
+    seq, dropped = new.write(2, 0, [_row(20), _row(30)], "c")
+    assert seq is not None and dropped == 1
+    assert new.write(2, 1, [_row(30)], "c") == (None, 1)
+    written = [(epoch, batch, rows) for epoch, batch, rows in read_results(broker, "a.t0")]
+    assert written == [(1, 0, [_row(10), _row(20)]), (2, 0, [_row(30)])]
+    assert new.state().epoch == 2 and new.state().window_end == 30
+    assert list(read_results(broker, "a.other")) == []
+
+
+def test_a_task_moved_with_its_checkpoint_gives_the_plain_computation_s_rows(spark, nats_server, broker, tmp_path):
+    server, owner = nats_server
+    params = QueryParams()
+    conns = generate(TrafficProfile(duration_s=240.0, rate=150.0), seed=3)
+    stream = BrokerStream(broker, "a")
+    feeder = Feeder(stream, params)
+    source = JetStreamInput(server.url, owner.name, owner.password, "a", max_messages=64)
+    expected = compute(conns, params)
+    assert expected, "the traffic raises alerts"
+
+    def run(host: str, epoch: int) -> FencedSink:
+        sink = FencedSink(tmp_path / host / "out", "a.t0", epoch, run=host, fence=BrokerFence(broker, "a.t0"))
+        query = start_query(spark, f"t0-{host}", source, tmp_path / host / "checkpoint", tmp_path / host / "out", params, sink=sink)
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+        return sink
+
+    half = len(conns) // 2
+    for i, conn in enumerate(conns[:half], 1):
+        feeder.add(conn)
+        if i % 2000 == 0:
+            feeder.flush()
+    feeder.flush()
+    at_b = run("b", 1)
+    # The task moves: its checkpoint crosses as bytes into c's own folder; c claims epoch 2.
+    handover.unpack(handover.pack(tmp_path / "b" / "checkpoint"), tmp_path / "c" / "checkpoint", 2)
+    for i, conn in enumerate(conns[half:], 1):
+        feeder.add(conn)
+        if i % 2000 == 0:
+            feeder.flush()
+    feeder.close()
+    at_c = run("c", 2)
+    assert at_b.written > 0 and at_c.written > 0, "both hosts wrote part of the results"
+    with pytest.raises(FencedError):
+        at_b(99, [_row(at_c.fence.state().window_end + 10)])
+    got = sorted(r for _, _, rows in read_results(broker, "a.t0") for r in rows)
+    assert got == sorted(expected)
