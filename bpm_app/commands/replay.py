@@ -14,8 +14,9 @@ from bpm_app.commands import app
 @app.command("replay")
 def replay_command(
     files: list[Path] = typer.Argument(..., help="Zeek conn.log files (TSV or JSON lines, optionally .gz), replayed in order."),
-    stream: str = typer.Option(..., "--stream", help="Stream folder: a local path or file:// URI (created if absent)."),
-    partitions: int = typer.Option(..., "--partitions", min=1, help="Number of partitions (by source /24)."),
+    stream: str = typer.Option(..., "--stream", help="Stream folder (a local path or file:// URI, created if absent), or a participant's broker: nats://HOST:PORT/PARTICIPANT (password in BPM_NATS_PASSWORD)."),
+    partitions: int | None = typer.Option(None, "--partitions", min=1, help="Number of partitions of a stream folder (by source /24); a broker's stream has 64 key groups."),
+    user: str | None = typer.Option(None, "--user", help="The broker's user (default: the participant)."),
     rate: float = typer.Option(..., "--rate", min=0, help="Rows per second at most; 0 for no limit."),
     speedup: float | None = typer.Option(None, "--speedup", min=0.001, help="Also follow recorded time, X times faster."),
     amplify: int = typer.Option(1, "--amplify", min=1, help="Replay each connection N times from distinct sources."),
@@ -38,9 +39,29 @@ def replay_command(
     from bpm.zeek.definitions import QueryParams
 
     err = Console(stderr=True)
+    broker = None
     try:
-        target = PartitionedStream.create(stream, partitions)
-    except StreamError as exc:
+        if stream.startswith("nats://"):
+            import os
+
+            from spark_agents.broker.server import BrokerError
+            from spark_agents.broker.stream import PASSWORD_ENV, Broker, BrokerStream, parse_location
+
+            url, participant = parse_location(stream)
+            password = os.environ.get(PASSWORD_ENV)
+            if not password:
+                raise ValueError(f"set {PASSWORD_ENV} to the broker user's password")
+            try:
+                broker = Broker(url, user or participant, password)
+            except BrokerError as exc:
+                raise ValueError(str(exc)) from None
+            target, where = BrokerStream(broker, participant), f"{participant}'s stream at {url}"
+        else:
+            if partitions is None:
+                raise ValueError("a stream folder needs --partitions")
+            target = PartitionedStream.create(stream, partitions)
+            where = str(target.root)
+    except (StreamError, ValueError) as exc:
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
     recorded, stats = read_input(files, err)
@@ -66,8 +87,13 @@ def replay_command(
         err.print(f"[yellow]warning:[/] {stats.summary()}")
     if feeder.admission.late:
         err.print(f"[yellow]warning:[/] {feeder.admission.late} rows more than {lateness} s behind the newest were not written")
-    err.print(f"wrote {sum(feeder.written)} rows in {feeder.files} files to {target.root} "
-              f"({', '.join(f'p{k}: {n}' for k, n in enumerate(feeder.written))})")
+    if broker is not None:
+        broker.close()
+        err.print(f"wrote {sum(feeder.written)} rows in {feeder.files} messages to {where} "
+                  f"({sum(1 for n in feeder.written if n)} of {len(feeder.written)} key groups)")
+    else:
+        err.print(f"wrote {sum(feeder.written)} rows in {feeder.files} files to {where} "
+                  f"({', '.join(f'p{k}: {n}' for k, n in enumerate(feeder.written))})")
 
 
 @app.command("generate-traffic")

@@ -18,8 +18,8 @@ Replays, restarts and promoted replicas write each window once, as with the fold
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
-from dataclasses import asdict
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 import nats
 from nats.js.api import StorageType, StreamConfig
@@ -122,7 +122,7 @@ class BrokerFence:
             if not fresh:
                 return None, len(rows)
             end = max([r.window_end for r in fresh] + ([current.window_end] if current.window_end is not None else []))
-            body = {"kind": "batch", "epoch": epoch, "window_end": end, "batch_id": batch_id, "run": run, "rows": [asdict(r) for r in fresh]}
+            body = {"kind": "batch", "epoch": epoch, "window_end": end, "batch_id": batch_id, "run": run, "rows": [r.to_json() for r in fresh]}
             published = self._publish(body, seq)
             if published is not None:
                 return published, len(rows) - len(fresh)
@@ -130,32 +130,45 @@ class BrokerFence:
             # publish whose acknowledgement was lost (then its rows are written and drop out).
 
 
-def read_results(broker: Broker, task_id: str) -> Iterator[tuple[int, int, list[ResultRow]]]:
-    """(epoch, batch id, rows) of every batch task `task_id` has written, in order."""
+@dataclass(frozen=True)
+class ResultBatch:
+    """One batch of a task's results as its origin's broker holds it."""
+
+    seq: int
+    epoch: int
+    batch_id: int
+    rows: list[ResultRow]
+
+
+def read_results(broker: Broker, task_id: str, after: int = 0) -> list[ResultBatch]:
+    """Every batch task `task_id` has written after stream sequence `after`, in order."""
     from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
     subject = results_subject(task_id)
+    start = {"deliver_policy": DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": after + 1} if after else {"deliver_policy": DeliverPolicy.ALL}
 
-    async def fetch_all() -> list[bytes]:
+    async def fetch_all() -> list[tuple[int, bytes]]:
         js = broker.js
         try:
-            info = await js.add_consumer(STREAM, ConsumerConfig(filter_subject=subject, deliver_policy=DeliverPolicy.ALL,
-                                                                ack_policy=AckPolicy.NONE, inactive_threshold=30.0, mem_storage=True))
+            info = await js.add_consumer(STREAM, ConsumerConfig(filter_subject=subject, ack_policy=AckPolicy.NONE, inactive_threshold=30.0,
+                                                                mem_storage=True, **start))
         except nats.js.errors.NotFoundError:
             return []
-        out: list[bytes] = []
+        out: list[tuple[int, bytes]] = []
         pending = info.num_pending
         if pending:
             sub = await js.pull_subscribe_bind(info.name, stream=STREAM)
             while pending:
                 for msg in await sub.fetch(min(256, pending), timeout=10):
-                    out.append(msg.data)
+                    out.append((msg.metadata.sequence.stream, msg.data))
                     pending = msg.metadata.num_pending
             await sub.unsubscribe()
         await js.delete_consumer(STREAM, info.name)
         return out
 
-    for data in broker.call(fetch_all()):
+    batches = []
+    for seq, data in broker.call(fetch_all()):
         body = json.loads(data)
         if body["kind"] == "batch":
-            yield body["epoch"], body["batch_id"], [ResultRow(**r) for r in body["rows"]]
+            batches.append(ResultBatch(seq, body["epoch"], body["batch_id"], [ResultRow.from_json(r) for r in body["rows"]]))
+    return batches

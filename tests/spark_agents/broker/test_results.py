@@ -47,10 +47,11 @@ def test_the_broker_refuses_a_fenced_host_s_late_write_and_each_window_is_writte
     seq, dropped = new.write(2, 0, [_row(20), _row(30)], "c")
     assert seq is not None and dropped == 1
     assert new.write(2, 1, [_row(30)], "c") == (None, 1)
-    written = [(epoch, batch, rows) for epoch, batch, rows in read_results(broker, "a.t0")]
-    assert written == [(1, 0, [_row(10), _row(20)]), (2, 0, [_row(30)])]
+    written = read_results(broker, "a.t0")
+    assert [(b.epoch, b.batch_id, b.rows) for b in written] == [(1, 0, [_row(10), _row(20)]), (2, 0, [_row(30)])]
+    assert [b.rows for b in read_results(broker, "a.t0", after=written[0].seq)] == [[_row(30)]], "from a sequence on"
     assert new.state().epoch == 2 and new.state().window_end == 30
-    assert list(read_results(broker, "a.other")) == []
+    assert read_results(broker, "a.other") == []
 
 
 def test_a_task_moved_with_its_checkpoint_gives_the_plain_computation_s_rows(spark, nats_server, broker, tmp_path):
@@ -90,5 +91,5 @@ def test_a_task_moved_with_its_checkpoint_gives_the_plain_computation_s_rows(spa
     assert at_b.written > 0 and at_c.written > 0, "both hosts wrote part of the results"
     with pytest.raises(FencedError):
         at_b(99, [_row(at_c.fence.state().window_end + 10)])
-    got = sorted(r for _, _, rows in read_results(broker, "a.t0") for r in rows)
+    got = sorted(r for batch in read_results(broker, "a.t0") for r in batch.rows)
     assert got == sorted(expected)

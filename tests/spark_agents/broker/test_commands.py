@@ -1,0 +1,51 @@
+"""`bpm replay` into a participant's broker and `bpm results` out of it, as an operator runs them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from bpm_app.cli import app
+from spark_agents.broker.results import BrokerFence
+from spark_agents.broker.stream import Broker
+from bpm.zeek.definitions import ResultRow
+
+pytestmark = pytest.mark.slow
+
+
+def test_replay_publishes_a_log_into_the_broker_and_results_prints_a_task_s_rows(nats_server, tmp_path):
+    server, owner = nats_server
+    runner = CliRunner()
+    log = tmp_path / "conn.log"
+    assert runner.invoke(app, ["generate-traffic", str(log), "--duration", "30", "--rate", "50"]).exit_code == 0
+    location = f"{server.url}/a"
+    env = {"BPM_NATS_PASSWORD": owner.password}
+    out = runner.invoke(app, ["replay", str(log), "--stream", location, "--rate", "0"], env=env)
+    assert out.exit_code == 0, out.output
+    assert "rows in" in out.output and "a's stream at" in out.output
+    with Broker(server.url, owner.name, owner.password) as broker:
+        assert broker.last_seq() > 0
+        BrokerFence(broker, "a.t0").write(1, 0, [ResultRow("ports", 0, 10, "10.0.0.9", 31)], "b")
+    shown = runner.invoke(app, ["results", "a.t0", "--broker", location], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert [json.loads(line) for line in shown.stdout.splitlines()] == [
+        {**ResultRow("ports", 0, 10, "10.0.0.9", 31).to_json(), "epoch": 1, "batch": 0}]
+    followed = runner.invoke(app, ["results", "a.t0", "--broker", location, "--follow", "--seconds", "0.5", "--poll", "0.2"], env=env)
+    assert followed.exit_code == 0 and len(followed.stdout.splitlines()) == 1, "each row once, however many reads"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["replay", "x.log", "--stream", "nats://127.0.0.1/a", "--rate", "0"], "nats://HOST:PORT/PARTICIPANT"),
+    (["replay", "x.log", "--stream", "nats://u:p@127.0.0.1:4222/a", "--rate", "0"], "no credentials"),
+    (["replay", "x.log", "--stream", "nats://127.0.0.1:4222/../etc", "--rate", "0"], "bad participant name"),
+    (["replay", "x.log", "--stream", "folder", "--rate", "0"], "needs --partitions"),
+    (["results", "b.t0", "--broker", "nats://127.0.0.1:4222/a"], "not a's"),
+    (["results", "a.t0", "--broker", "nats://127.0.0.1:4222/a"], "BPM_NATS_PASSWORD"),
+])
+def test_bad_locations_and_missing_passwords_are_readable_errors(args, message, tmp_path):
+    (tmp_path / "x.log").write_text("")
+    out = CliRunner().invoke(app, [a.replace("x.log", str(tmp_path / "x.log")) for a in args], env={"BPM_NATS_PASSWORD": ""})
+    assert out.exit_code == 2, out.output
+    assert message in " ".join(out.output.split()), out.output
