@@ -14,7 +14,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +59,35 @@ class User:
             raise BrokerError("a password is letters, digits, '-' and '_'")
         return (f'{{user: "{self.name}", password: "{self.password}", permissions: '
                 f"{{publish: {{allow: {_subjects(self.publish)}}}, subscribe: {{allow: {_subjects(self.subscribe)}}}}}}}")
+
+
+def partner_user(name: str, password: str, hosted: Iterable[tuple[str, str]]) -> User:
+    """The user a contract partner connects as: it reads only the key groups of the tasks it
+    hosts and writes only their results. `hosted` holds (task key, key-group prefix) pairs.
+
+    Reading is creating a consumer on the input stream, which JetStream's API subject names
+    with its filter (`$JS.API.CONSUMER.CREATE.INPUT.<consumer>.<filter>`), so a filter
+    outside the hosted key groups is refused by the server; then pulling from a consumer and
+    deleting it. Writing results is publishing on the task's results subject and reading
+    that subject's last message (the fence); the last message of any results subject can
+    be read that way, not written. Replies come to the user's own inboxes only.
+    """
+    from bpm.keygroups import subject_filter
+    from spark_agents.broker.results import STREAM as RESULTS, results_subject
+    from spark_agents.broker.stream import STREAM as INPUT
+
+    publish = [f"$JS.API.STREAM.INFO.{INPUT}", f"$JS.API.CONSUMER.MSG.NEXT.{INPUT}.*", f"$JS.API.CONSUMER.DELETE.{INPUT}.*",
+               f"$JS.API.CONSUMER.INFO.{INPUT}.*",
+               f"$JS.API.STREAM.INFO.{RESULTS}", f"$JS.API.STREAM.MSG.GET.{RESULTS}"]
+    for task, prefix in hosted:
+        origin = task.partition(".")[0]
+        publish += [f"$JS.API.CONSUMER.CREATE.{INPUT}.*.{subject_filter(origin, prefix)}", results_subject(task)]
+    return User(name, password, publish=tuple(publish), subscribe=(f"{inbox_prefix(name)}.>",))
+
+
+def inbox_prefix(user: str) -> str:
+    """Where `user`'s replies arrive: its own inboxes, so that no user can listen to another's."""
+    return f"_INBOX.{check_name(user, 'user name').replace('.', '~')}"
 
 
 @dataclass

@@ -24,7 +24,7 @@ from nats.js.api import StorageType, StreamConfig
 
 from bpm.keygroups import KEY_GROUPS, stream_subjects, subject
 from bpm.names import PARTICIPANT_MAX, check_name
-from spark_agents.broker.server import BrokerError
+from spark_agents.broker.server import BrokerError, inbox_prefix
 from spark_agents.streams.partitioned import StreamRecord
 
 STREAM = "INPUT"
@@ -57,19 +57,32 @@ class Broker:
     def __init__(self, url: str, user: str, password: str, *, timeout_s: float = 10.0) -> None:
         self.url = url
         self.timeout_s = timeout_s
+        self._refusals: list[str] = []  # permission violations the server reported, newest last
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"nats {url}", daemon=True)
         self._thread.start()
         try:
             self.nc = self.call(nats.connect(url, user=user, password=password, connect_timeout=timeout_s, max_reconnect_attempts=3,
-                                             allow_reconnect=True))
+                                             allow_reconnect=True, inbox_prefix=inbox_prefix(user), error_cb=self._on_error))
         except Exception as exc:
             self._stop_loop()
             raise BrokerError(f"cannot connect to {url} as {user}: {type(exc).__name__}: {exc}") from exc
         self.js = self.nc.jetstream(timeout=timeout_s)
 
+    async def _on_error(self, exc: Exception) -> None:
+        if "permissions violation" in str(exc).lower():
+            self._refusals.append(str(exc).strip())
+
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=self.timeout_s * 3)
+        """Run `coro` on the connection's loop; a request the server refused for the user's
+        permissions (it answers nothing, so the request times out) raises BrokerError saying so."""
+        seen = len(self._refusals)
+        try:
+            return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=self.timeout_s * 3)
+        except nats.errors.TimeoutError:
+            if len(self._refusals) > seen:
+                raise BrokerError(f"refused by {self.url}: {self._refusals[-1]}") from None
+            raise
 
     def ensure_stream(self, participant: str, max_bytes: int = 1 << 30) -> None:
         """Create the participant's input stream if it does not exist (its server's storage, files)."""
