@@ -19,6 +19,16 @@ def _report(result: dict, as_json: bool) -> None:
         Console().print_json(json.dumps(result))
 
 
+def _with_spark(name: str, master: str, as_json: bool, bench) -> None:
+    """Run `bench(spark, work_dir, progress)` in a temporary folder with a session of its own; report its result."""
+    from spark_agents.session import make_session
+
+    err = Console(stderr=True)
+    with tempfile.TemporaryDirectory(prefix=f"bpm-bench-{name}-") as tmp, err.status("starting Spark") as status:
+        result = bench(make_session(master, f"bpm-bench-{name}"), Path(tmp), status.update)
+    _report(result, as_json)
+
+
 @bench_app.command("overhead")
 def overhead_command(
     rounds: int = typer.Option(4, "--rounds", min=1, help="Interleaved pairs of runs (bare, instrumented)."),
@@ -29,13 +39,9 @@ def overhead_command(
 ) -> None:
     """Rows per second of the query with the host's instrumentation against bare Spark (goal: ratio >= 0.98)."""
     from spark_agents import benchmarks
-    from spark_agents.session import make_session
 
-    err = Console(stderr=True)
-    with tempfile.TemporaryDirectory(prefix="bpm-bench-overhead-") as tmp, err.status("starting Spark") as status:
-        spark = make_session(master, "bpm-bench-overhead")
-        result = benchmarks.overhead(spark, Path(tmp), rounds, files, rows_per_file, progress=status.update)
-    _report(result, as_json)
+    _with_spark("overhead", master, as_json,
+                lambda spark, tmp, progress: benchmarks.overhead(spark, tmp, rounds, files, rows_per_file, progress=progress))
 
 
 @bench_app.command("source")
@@ -48,13 +54,9 @@ def source_command(
 ) -> None:
     """Rows per second of the query reading a participant's JetStream input against Spark's file source over the same rows (goal: ratio >= 1.0)."""
     from spark_agents import benchmarks
-    from spark_agents.session import make_session
 
-    err = Console(stderr=True)
-    with tempfile.TemporaryDirectory(prefix="bpm-bench-source-") as tmp, err.status("starting Spark") as status:
-        spark = make_session(master, "bpm-bench-source")
-        result = benchmarks.source(spark, Path(tmp), rounds, flushes, rows_per_flush, progress=status.update)
-    _report(result, as_json)
+    _with_spark("source", master, as_json,
+                lambda spark, tmp, progress: benchmarks.source(spark, tmp, rounds, flushes, rows_per_flush, progress=progress))
 
 
 @bench_app.command("load-model")
