@@ -275,7 +275,7 @@ class Agent:
 
         return run
 
-    def _guarded(self, name: str, step: Callable[[], None]) -> None:
+    def guarded(self, name: str, step: Callable[[], None]) -> None:
         started = time.perf_counter()
         try:
             step()
@@ -323,7 +323,7 @@ class Agent:
     # The loop
 
     def run(self, stop: threading.Event) -> None:
-        self._guarded("connect", self.connect)
+        self.guarded("connect", self.connect)
         keep_alive = threading.Thread(target=self.keep_alive, args=(stop,), name="bpm-agent-keepalive", daemon=True)
         keep_alive.start()
         try:
@@ -357,19 +357,19 @@ class Agent:
 
     def tick(self) -> None:
         self.steps += 1
-        self._guarded("sync", self.sync)
+        self.guarded("sync", self.sync)
         if self.ha is not None and self.ha.resync:
             self.ha.resync = False  # a failover to me: take the task over in this tick
             self._stale.add("task")
-            self._guarded("sync", self.sync)
+            self.guarded("sync", self.sync)
         # After the sync, so that the report counts the tasks it started; a change of tasks it
         # brings notice of is acted on in this tick still.
         # Due at the tick nearest its time: ticks that come a little early do not stretch it by a tick.
         if self._beat_at is None or self.clock() - self._beat_at >= self.config.heartbeat_s - self.config.tick_s / 2:
-            self._guarded("heartbeat", self.heartbeat)
+            self.guarded("heartbeat", self.heartbeat)
             if "task" in self._stale:
-                self._guarded("sync", self.sync)
-        self._guarded("mechanism", self.mechanism)
+                self.guarded("sync", self.sync)
+        self.guarded("mechanism", self.mechanism)
 
     def read(self) -> None:
         """Read again the kinds of record that changed (`Seen`); each kind's notices are
@@ -425,7 +425,7 @@ class Agent:
                 what, step = f"take over {task_key(start.task)}", (lambda s=start: self._take_over(s.task, s.failover))
             else:
                 what, step = f"start {task_key(start.task)}", (lambda s=start: self._start(s.task, s.source))
-            self._guarded(what, self._racing(what, step))
+            self.guarded(what, self._racing(what, step))
 
     def _release_locally(self, key: str, epoch: int | None) -> None:
         with self._lock:

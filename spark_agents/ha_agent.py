@@ -167,7 +167,7 @@ class HADuties:
     def act(self) -> None:
         """Decide with the machine (`bpm.ha.machine`), then execute each instruction on its own:
         one that fails stops no other."""
-        guard = self.agent._guarded
+        guard = self.agent.guarded
         with self._lock:
             here = Here(running=frozenset(self.agent.hosting()), duties=dict(self.duties), standby=dict(self.standby),
                         backups={k: b.applied is not None for k, b in self.backups.items()})
