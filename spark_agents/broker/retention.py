@@ -1,0 +1,119 @@
+"""Retention of a participant's input stream: kept while a consumer still needs it, trimmed on acknowledgement.
+
+As the folder stream's `_acks` (`spark_agents.streams.partitioned`), on the broker: the
+key-value bucket `ACKS` on the participant's own server holds, per consumer (a task at a
+participant: a task, its passive replica, the origin keeping what upstream backup may
+replay), the key groups it reads (a prefix, `bpm.keygroups`) and the stream sequence up
+to which it needs nothing more. An acknowledgement never moves back (compare-and-set on
+the entry's revision). `trim` purges, per key group, the messages at or below the
+smallest acknowledgement of the consumers that read that group, and nothing of a group
+no consumer reads: what nobody has claimed yet stays, as in the folder stream.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import nats
+
+from bpm.keygroups import KEY_GROUPS, check_prefix, groups, subject
+from bpm.names import check_name
+from spark_agents.broker.stream import STREAM, Broker
+
+BUCKET = "ACKS"
+
+
+@dataclass(frozen=True)
+class Ack:
+    prefix: str
+    seq: int  # every message up to this sequence is no longer needed (0: all are)
+
+
+class Retention:
+    """The acknowledgements of `participant`'s input stream on its broker (`broker`: the owner's connection)."""
+
+    def __init__(self, broker: Broker, participant: str) -> None:
+        self.broker = broker
+        self.participant = participant
+
+        async def bucket():
+            try:
+                return await broker.js.key_value(BUCKET)
+            except nats.js.errors.BucketNotFoundError:
+                return await broker.js.create_key_value(bucket=BUCKET, history=1)
+
+        self.kv = broker.call(bucket())
+
+    def _get(self, consumer: str) -> tuple[Ack | None, int]:
+        async def get():
+            try:
+                return await self.kv.get(check_name(consumer, "consumer name"))
+            except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+                return None  # never registered, or released
+
+        entry = self.broker.call(get())
+        if entry is None or entry.value is None:
+            return None, 0
+        body = json.loads(entry.value)
+        return Ack(body["prefix"], body["seq"]), entry.revision
+
+    def register(self, consumer: str, prefix: str) -> None:
+        """`consumer` reads the key groups `prefix`: hold all of them until its first acknowledgement."""
+        self._set(consumer, check_prefix(prefix), 0, only_up=False)
+
+    def ack(self, consumer: str, prefix: str, seq: int) -> None:
+        """`consumer` needs nothing up to sequence `seq` of key groups `prefix` any more (never moves back)."""
+        if seq < 0:
+            raise ValueError(f"a stream sequence is not negative: {seq}")
+        self._set(consumer, check_prefix(prefix), seq, only_up=True)
+
+    def _set(self, consumer: str, prefix: str, seq: int, *, only_up: bool, attempts: int = 20) -> None:
+        value = json.dumps({"prefix": prefix, "seq": seq}).encode()
+        for _ in range(attempts):
+            current, revision = self._get(consumer)
+            if current is not None and only_up and current.prefix == prefix and current.seq >= seq:
+                return
+            try:
+                if revision:
+                    self.broker.call(self.kv.update(consumer, value, last=revision))
+                else:
+                    self.broker.call(self.kv.create(consumer, value))
+                return
+            except nats.js.errors.KeyWrongLastSequenceError:
+                continue  # another write came first: read it again
+        raise RuntimeError(f"the acknowledgement of {consumer} kept changing under {attempts} attempts to set it")
+
+    def release(self, consumer: str) -> None:
+        """Forget `consumer`: it holds nothing back any more."""
+        self.broker.call(self.kv.purge(check_name(consumer, "consumer name")))
+
+    def acks(self) -> dict[str, Ack]:
+        async def keys():
+            try:
+                return await self.kv.keys()
+            except nats.js.errors.NoKeysError:
+                return []
+
+        out = {}
+        for consumer in self.broker.call(keys()):
+            ack, _ = self._get(consumer)
+            if ack is not None:
+                out[consumer] = ack
+        return out
+
+    def floors(self) -> dict[int, int]:
+        """Per key group that some consumer reads, the sequence up to which nobody needs it."""
+        floors: dict[int, int] = {}
+        for ack in self.acks().values():
+            for g in groups(ack.prefix):
+                floors[g] = min(floors.get(g, ack.seq), ack.seq)
+        return floors
+
+    def trim(self) -> dict[int, int]:
+        """Purge every key group below its floor; returns the floors purged to."""
+        floors = {g: seq for g, seq in self.floors().items() if seq > 0}
+        for g in range(KEY_GROUPS):
+            if g in floors:
+                self.broker.call(self.broker.js.purge_stream(STREAM, seq=floors[g] + 1, subject=subject(self.participant, g)))
+        return floors

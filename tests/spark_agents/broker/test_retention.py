@@ -1,0 +1,68 @@
+"""Retention on the broker: what a consumer still needs stays, the rest is purged on acknowledgement."""
+
+from __future__ import annotations
+
+import pytest
+
+from bpm.keygroups import groups, key_group
+from bpm.zeek.definitions import QueryParams
+from spark_agents.broker.retention import Ack, Retention
+from spark_agents.broker.source import _fetch
+from spark_agents.broker.stream import STREAM, Broker, BrokerStream
+from spark_agents.streams.feed import Feeder
+from tests.spark_agents.broker.test_source import _conns
+
+pytestmark = pytest.mark.slow
+
+
+def _prefixes(broker, filter_, after=0) -> list[str]:
+    chunks = broker.call(_fetch(broker.js, STREAM, filter_, after, broker.last_seq()))
+    return [line.split(",")[2] for chunk in chunks for line in chunk.decode().splitlines() if line.endswith(",0")]
+
+
+def test_acknowledged_messages_are_purged_and_the_rest_stays(nats_server):
+    server, owner = nats_server
+    with Broker(server.url, owner.name, owner.password) as broker:
+        feeder = Feeder(BrokerStream(broker, "a"), QueryParams())
+        for conn in _conns(300):
+            feeder.add(conn)
+        feeder.flush()
+        middle = broker.last_seq()
+        for conn in _conns(300, start_ts=1_700_000_050.0):
+            feeder.add(conn)
+        feeder.flush()
+        before = {p: _prefixes(broker, f"in.a.{p}.>") for p in "01"}
+        retention = Retention(broker, "a")
+        assert retention.trim() == {}, "nobody reads anything yet: nothing goes"
+        retention.register("a.t0.b", "0")
+        retention.register("a.t1.c", "1")
+        assert retention.trim() == {}, "registered, not acknowledged: everything stays"
+        retention.ack("a.t0.b", "0", middle)
+        retention.ack("a.t0.b", "0", 1)  # never moves back
+        assert retention.acks()["a.t0.b"] == Ack("0", middle)
+        assert set(retention.trim()) == set(groups("0"))
+        after = {p: _prefixes(broker, f"in.a.{p}.>") for p in "01"}
+        assert after["1"] == before["1"], "c has acknowledged nothing: its key groups stay whole"
+        assert 0 < len(after["0"]) < len(before["0"]) and all(key_group(p) in groups("0") for p in after["0"])
+        assert after["0"] == _prefixes(broker, "in.a.0.>", middle), "exactly what comes after b's acknowledgement"
+        retention.release("a.t1.c")
+        assert set(retention.acks()) == {"a.t0.b"}
+        retention.register("a.t1.c", "1")  # registered again after a release
+        assert retention.acks()["a.t1.c"] == Ack("1", 0)
+        with pytest.raises(ValueError):
+            retention.ack("../x", "0", 5)
+        with pytest.raises(ValueError):
+            retention.register("a.t2.d", "012")
+
+
+def test_concurrent_acknowledgements_keep_the_highest(nats_server):
+    from concurrent.futures import ThreadPoolExecutor
+
+    server, owner = nats_server
+    with Broker(server.url, owner.name, owner.password) as broker:
+        BrokerStream(broker, "a")
+        retention = Retention(broker, "a")
+        retention.register("a.t0.b", "")
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda seq: retention.ack("a.t0.b", "", seq), [5, 90, 12, 64, 3, 77, 41, 8] * 3))
+        assert retention.acks()["a.t0.b"] == Ack("", 90)
