@@ -49,6 +49,7 @@ def source_command(
     rounds: int = typer.Option(4, "--rounds", min=1, help="Interleaved pairs of runs (file source, JetStream source)."),
     flushes: int = typer.Option(30, "--flushes", min=2, help="Flushes of the feeder: files of the folder stream, 64 messages each of the JetStream input."),
     rows_per_flush: int = typer.Option(4000, "--rows-per-flush", min=100),
+    flushes_per_batch: int = typer.Option(2, "--flushes-per-batch", min=1, help="Flushes each micro-batch reads, in both sources."),
     master: str = typer.Option("local[*]", "--master", help="Spark master URL."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -56,7 +57,7 @@ def source_command(
     from spark_agents import benchmarks
 
     _with_spark("source", master, as_json,
-                lambda spark, tmp, progress: benchmarks.source(spark, tmp, rounds, flushes, rows_per_flush, progress=progress))
+                lambda spark, tmp, progress: benchmarks.source(spark, tmp, rounds, flushes, rows_per_flush, flushes_per_batch, progress=progress))
 
 
 @bench_app.command("load-model")
