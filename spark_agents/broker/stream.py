@@ -66,7 +66,8 @@ class Broker:
                                              allow_reconnect=True, inbox_prefix=inbox_prefix(user), error_cb=self._on_error))
         except Exception as exc:
             self._stop_loop()
-            raise BrokerError(f"cannot connect to {url} as {user}: {type(exc).__name__}: {exc}") from exc
+            raise BrokerError(f"cannot connect to {url} as {user} (is the server up, and the user's password right?): "
+                              f"{type(exc).__name__}: {exc}") from exc
         self.js = self.nc.jetstream(timeout=timeout_s)
 
     async def _on_error(self, exc: Exception) -> None:

@@ -49,3 +49,42 @@ def test_bad_locations_and_missing_passwords_are_readable_errors(args, message, 
     out = CliRunner().invoke(app, [a.replace("x.log", str(tmp_path / "x.log")) for a in args], env={"BPM_NATS_PASSWORD": ""})
     assert out.exit_code == 2, out.output
     assert message in " ".join(out.output.split()), out.output
+
+
+def test_broker_serve_runs_a_participant_s_server_until_stopped(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import httpx
+
+    from tests.conftest import free_port
+
+    port, http_port = free_port(), free_port()
+    bpm = str(Path(sys.executable).with_name("bpm"))
+    env = {**os.environ, "BPM_NATS_PASSWORD": "pw-1234"}
+    process = subprocess.Popen([bpm, "broker", "serve", "--name", "a", "--store", str(tmp_path / "store"), "--port", str(port),
+                                "--http-port", str(http_port), "--seconds", "60"], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{http_port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        with Broker(f"nats://127.0.0.1:{port}", "a", "pw-1234") as broker:
+            broker.ensure_stream("a")
+            assert broker.last_seq() == 0
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+    assert "a's broker stopped" in stderr and (tmp_path / "store").is_dir()
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{http_port}/healthz", timeout=1)
+    missing = CliRunner().invoke(app, ["broker", "serve", "--name", "a", "--store", str(tmp_path / "s2")], env={"BPM_NATS_PASSWORD": ""})
+    assert missing.exit_code == 2 and "BPM_NATS_PASSWORD" in missing.output

@@ -1,0 +1,52 @@
+"""`bpm broker serve`: run a participant's own NATS server (JetStream) in the foreground."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from bpm_app.commands import app
+
+broker_app = typer.Typer(help="A participant's broker: its NATS server with JetStream.", no_args_is_help=True)
+app.add_typer(broker_app, name="broker")
+
+
+@broker_app.command("serve")
+def serve_command(
+    name: str = typer.Option(..., "--name", help="The participant whose broker this is (its owner user has the same name)."),
+    store: Path = typer.Option(..., "--store", help="The participant's own storage folder for JetStream (created if absent)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(4222, "--port", min=1, max=65535, help="Client port."),
+    http_port: int = typer.Option(8222, "--http-port", min=1, max=65535, help="Health-check port (GET /healthz)."),
+    seconds: float | None = typer.Option(None, "--seconds", min=0.1, help="Stop after this long (default: until Ctrl-C or SIGTERM)."),
+) -> None:
+    """Start NAME's NATS server with JetStream, its storage in STORE, and its owner user
+    (password from BPM_NATS_PASSWORD); serve until Ctrl-C, then stop it."""
+    from bpm.names import UnsafeName, check_name
+    from spark_agents.broker.server import BrokerError, NatsServer, User
+    from spark_agents.broker.stream import PASSWORD_ENV
+
+    err = Console(stderr=True)
+    password = os.environ.get(PASSWORD_ENV, "")
+    try:
+        check_name(name, "participant name")
+        if not password:
+            raise ValueError(f"set {PASSWORD_ENV} to the owner user's password")
+        server = NatsServer(name, store, port=port, http_port=http_port, users=[User(name, password)], host=host).start()
+    except (ValueError, UnsafeName, BrokerError) as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    err.print(f"{name}'s broker: {server.url} (stream location {server.url}/{name}); storage {store}; log {server.log_path}; Ctrl-C stops it")
+    try:
+        stop.wait(seconds)
+    finally:
+        server.stop()
+        err.print(f"{name}'s broker stopped")
