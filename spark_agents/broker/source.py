@@ -30,7 +30,8 @@ from spark_agents.query import STREAM_SCHEMA_DDL
 
 NAME = "bpm_jetstream"
 FETCH = 256  # messages per pull request
-COLUMNS = ["ts_us", "src", "prefix", "dst", "dport", "proto", "mark"]
+# The stream's columns and their SQL types, as the query declares them (one schema for both sources).
+COLUMNS = [tuple(column.split()) for column in STREAM_SCHEMA_DDL.split(",")]
 
 
 @dataclass
@@ -44,8 +45,8 @@ class SeqRange(InputPartition):
 def _arrow_types():
     import pyarrow as pa
 
-    return {"ts_us": pa.int64(), "src": pa.string(), "prefix": pa.string(), "dst": pa.string(), "dport": pa.int32(),
-            "proto": pa.string(), "mark": pa.int32()}
+    types = {"BIGINT": pa.int64(), "INT": pa.int32(), "STRING": pa.string()}
+    return {name: types[sql] for name, sql in COLUMNS}
 
 
 def parse(chunks: list[bytes]):
@@ -55,7 +56,7 @@ def parse(chunks: list[bytes]):
     data = b"".join(chunks)
     if not data:
         return None
-    table = csv.read_csv(io.BytesIO(data), read_options=csv.ReadOptions(column_names=COLUMNS),
+    table = csv.read_csv(io.BytesIO(data), read_options=csv.ReadOptions(column_names=[name for name, _ in COLUMNS]),
                          parse_options=csv.ParseOptions(), convert_options=csv.ConvertOptions(column_types=_arrow_types(), strings_can_be_null=False,
                                                                                                quoted_strings_can_be_null=False))
     return table.combine_chunks().to_batches()[0] if table.num_rows else None
