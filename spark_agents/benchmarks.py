@@ -296,10 +296,7 @@ def source(
         with Broker(server.url, owner.name, owner.password) as broker:
             feeders = [Feeder(folder, PARAMS), Feeder(BrokerStream(broker, "bench"), PARAMS)]
             for feeder in feeders:
-                for i, conn in enumerate(conns, 1):
-                    feeder.add(conn)
-                    if i % rows_per_flush == 0:
-                        feeder.flush()
+                feeder.feed(conns, rows_per_flush)
                 feeder.close()
         rows = sum(feeders[0].written)
         assert rows == sum(feeders[1].written), "both inputs hold the same rows"

@@ -99,6 +99,15 @@ class Feeder:
         self.files += written
         return written
 
+    def feed(self, conns: Iterable[Conn], rows_per_flush: int = 200_000) -> None:
+        """Add finite input at once (no pacing), flushing whenever `rows_per_flush` rows are
+        buffered and once at the end; the stream stays open."""
+        for conn in conns:
+            self.add(conn)
+            if self.buffered >= rows_per_flush:
+                self.flush()
+        self.flush()
+
     def close(self) -> None:
         """Flush and write the end-of-input mark to every partition, closing all windows."""
         self.flush()
@@ -113,10 +122,7 @@ class Feeder:
 def feed_all(stream: PartitionedStream, conns: Iterable[Conn], params: QueryParams, rows_per_file: int = 200_000) -> Feeder:
     """Write finite input at once (no pacing), closing the stream at the end."""
     feeder = Feeder(stream, params)
-    for conn in conns:
-        feeder.add(conn)
-        if feeder.buffered >= rows_per_file:
-            feeder.flush()
+    feeder.feed(conns, rows_per_file)
     feeder.close()
     return feeder
 

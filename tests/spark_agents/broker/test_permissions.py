@@ -22,10 +22,7 @@ pytestmark = pytest.mark.slow
 def test_a_partner_reads_its_share_and_writes_its_results_only(nats_server):
     server, owner = nats_server
     with Broker(server.url, owner.name, owner.password) as mine:
-        feeder = Feeder(BrokerStream(mine, "a"), QueryParams())
-        for conn in _conns(300):
-            feeder.add(conn)
-        feeder.flush()
+        Feeder(BrokerStream(mine, "a"), QueryParams()).feed(_conns(300))
         ensure_results(mine)
         last = mine.last_seq()
     b = partner_user("b", secrets.token_urlsafe(12), [("a.t0", "0")])

@@ -74,18 +74,11 @@ def test_a_task_moved_with_its_checkpoint_gives_the_plain_computation_s_rows(spa
         return sink
 
     half = len(conns) // 2
-    for i, conn in enumerate(conns[:half], 1):
-        feeder.add(conn)
-        if i % 2000 == 0:
-            feeder.flush()
-    feeder.flush()
+    feeder.feed(conns[:half], 2000)
     at_b = run("b", 1)
     # The task moves: its checkpoint crosses as bytes into c's own folder; c claims epoch 2.
     handover.unpack(handover.pack(tmp_path / "b" / "checkpoint"), tmp_path / "c" / "checkpoint", 2)
-    for i, conn in enumerate(conns[half:], 1):
-        feeder.add(conn)
-        if i % 2000 == 0:
-            feeder.flush()
+    feeder.feed(conns[half:], 2000)
     feeder.close()
     at_c = run("c", 2)
     assert at_b.written > 0 and at_c.written > 0, "both hosts wrote part of the results"

@@ -24,13 +24,9 @@ def test_acknowledged_messages_are_purged_and_the_rest_stays(nats_server):
     server, owner = nats_server
     with Broker(server.url, owner.name, owner.password) as broker:
         feeder = Feeder(BrokerStream(broker, "a"), QueryParams())
-        for conn in _conns(300):
-            feeder.add(conn)
-        feeder.flush()
+        feeder.feed(_conns(300))
         middle = broker.last_seq()
-        for conn in _conns(300, start_ts=1_700_000_050.0):
-            feeder.add(conn)
-        feeder.flush()
+        feeder.feed(_conns(300, start_ts=1_700_000_050.0))
         before = {p: _prefixes(broker, f"in.a.{p}.>") for p in "01"}
         retention = Retention(broker, "a")
         assert retention.trim() == {}, "nobody reads anything yet: nothing goes"

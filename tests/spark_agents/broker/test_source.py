@@ -49,9 +49,7 @@ def test_a_task_reads_its_key_groups_and_resumes_from_its_checkpoint(spark, nats
         stream = BrokerStream(broker, "a")
         feeder = Feeder(stream, params)
         first = _conns(400)
-        for conn in first:
-            feeder.add(conn)
-        feeder.flush()
+        feeder.feed(first)
         half = _read(spark, server, owner, "0", tmp_path / "half")
         batches: list[int] = []
         whole = _read(spark, server, owner, "", tmp_path / "whole", batches, max_messages=5)
@@ -62,9 +60,7 @@ def test_a_task_reads_its_key_groups_and_resumes_from_its_checkpoint(spark, nats
         assert sorted(whole) == sorted((r.ts_us, r.src, r.prefix, r.dst, r.dport, r.proto, r.mark) for r in _records(first)), "the rows as published"
 
         later = _conns(100, start_ts=1_700_000_100.0)
-        for conn in later:
-            feeder.add(conn)
-        feeder.flush()
+        feeder.feed(later)
         again = _read(spark, server, owner, "", tmp_path / "whole")
         assert sorted(again) == sorted((r.ts_us, r.src, r.prefix, r.dst, r.dport, r.proto, r.mark) for r in _records(later)), \
             "restarted from its checkpoint: only what came since"
