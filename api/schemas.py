@@ -366,7 +366,9 @@ IdQuery = Annotated[int | None, Query(ge=0, le=MAX_ID)]
 
 class TokenCreate(In):
     task_id: Id
-    purpose: Literal["handover", "delta"] = Field(description="handover: fetch the task's checkpoint from its previous host; delta: send an HA delta to a replica's holder")
+    purpose: Literal["handover", "delta", "stream"] = Field(
+        description="handover: fetch the task's checkpoint from its previous host; delta: send an HA delta to a replica's holder; "
+                    "stream: ask the task's origin for the credentials that read its broker stream")
     audience: str = Field(min_length=1, max_length=PARTICIPANT_MAX, pattern=NAME_PATTERN, description="The participant the call goes to")
     epoch: Epoch = Field(description="The task's epoch the call is for: the caller must host the task at it")
 

@@ -9,12 +9,17 @@ covers the key groups whose bits start with a prefix — `""` for all, `"0"` for
 half, `"01"` for its second quarter, and so on — so that splitting a task in two is adding
 a bit, merging two halves is removing one, and a task's share of the stream is one subject
 filter with a wildcard (`in.<participant>.0.1.>`), which a single JetStream consumer takes.
+
+A task's record names its share as a location, `nats://HOST:PORT/PARTICIPANT[/PREFIX]`
+(`StreamLocation`): the server, whose stream, which key groups; never a credential.
 """
 
 from __future__ import annotations
 
 import re
 import zlib
+from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from bpm.names import PARTICIPANT_MAX, check_name
 
@@ -74,8 +79,61 @@ def groups(prefix: str) -> range:
     return range(first, first + span)
 
 
+def shares(n: int) -> list[str]:
+    """The prefixes of `n` equal shares of a stream (`n` a power of two up to 64): 4 -> ['00', '01', '10', '11']."""
+    if not 1 <= n <= KEY_GROUPS or n & (n - 1):
+        raise KeyGroupError(f"a stream splits into a power of two of shares, 1 to {KEY_GROUPS}, not {n}")
+    width = n.bit_length() - 1
+    return [format(k, f"0{width}b") if width else "" for k in range(n)]
+
+
 def halves(prefix: str) -> tuple[str, str]:
     """The two shares a task over `prefix` splits into."""
     if len(check_prefix(prefix)) == BITS:
         raise KeyGroupError(f"key groups {prefix!r} are one key group: they do not split")
     return prefix + "0", prefix + "1"
+
+
+PASSWORD_ENV = "BPM_NATS_PASSWORD"
+SCHEME = "nats://"
+
+
+@dataclass(frozen=True)
+class StreamLocation:
+    """Key groups `prefix` of `participant`'s stream on the server at `url` (`nats://host:port`)."""
+
+    url: str
+    participant: str
+    prefix: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.url}/{self.participant}" + (f"/{self.prefix}" if self.prefix else "")
+
+
+def is_location(uri: str) -> bool:
+    """Whether a task's input names a broker stream (else it is a stream folder's path)."""
+    return uri.startswith(SCHEME)
+
+
+def parse_location(location: str) -> StreamLocation:
+    """`nats://host:port/participant[/prefix]` as a StreamLocation; ValueError when it is not one.
+
+    Credentials never ride in a location (it shows in records and process lists): a
+    participant's own password comes from `BPM_NATS_PASSWORD`, a partner's from the origin.
+    """
+    parsed = urlsplit(location)
+    try:
+        port = parsed.port
+    except ValueError:
+        port = None
+    if parsed.scheme != "nats" or not parsed.hostname or port is None:
+        raise ValueError(f"bad broker location {location!r}: nats://HOST:PORT/PARTICIPANT[/KEY_GROUP_PREFIX]")
+    if parsed.username or parsed.password or parsed.query or parsed.fragment:
+        raise ValueError(f"bad broker location {location!r}: no credentials or query in it (a password comes from {PASSWORD_ENV})")
+    participant, _, prefix = parsed.path.strip("/").partition("/")
+    try:
+        check_name(participant, "participant name", PARTICIPANT_MAX)
+        check_prefix(prefix)
+    except ValueError as exc:
+        raise ValueError(f"bad broker location {location!r}: {exc}") from None
+    return StreamLocation(f"nats://{parsed.hostname}:{port}", participant, prefix)

@@ -2,7 +2,7 @@
 
 The registry signs a token (Ed25519, a JWT) for one call between two parties: `sub` the
 caller, `aud` the agent called, `purpose` (a `handover` fetch of a checkpoint, an HA
-`delta`), the task's key and epoch. It issues one only to a caller the rules allow (the
+`delta`, the `stream` credentials of the task's origin's broker), the task's key and epoch. It issues one only to a caller the rules allow (the
 task's host at that epoch). The agent called verifies it against the registry's public
 keys (`GET /api/v1/keys`, open) and trusts no name in the request itself.
 """
@@ -15,7 +15,7 @@ import jwt
 
 ISSUER = "bpm-registry"
 ALGORITHM = "EdDSA"
-PURPOSES = ("handover", "delta")
+PURPOSES = ("handover", "delta", "stream")
 TTL_S = 120  # a token is asked for just before its call, and refreshed well before it lapses
 LEEWAY_S = 5  # clocks of separate hosts differ a little
 

@@ -7,13 +7,21 @@ from sqlalchemy.orm import Session, joinedload
 
 from api import schemas
 from api.auth import Principal
-from api.errors import Conflict, NotFound
+from api.errors import Conflict, Invalid, NotFound
 from api.models import Replica, Task
 from api.services import changes, events, participants
+from bpm.keygroups import is_location, parse_location
 
 
 def register(session: Session, caller: Principal, body: schemas.TaskCreate) -> Task:
     me = caller.require_participant()
+    if body.input_uri and is_location(body.input_uri):
+        try:
+            where = parse_location(body.input_uri)
+        except ValueError as exc:
+            raise Invalid(str(exc)) from None
+        if where.participant != me.name:
+            raise Invalid(f"a task of {me.name}'s reads {me.name}'s own stream, not {where.participant}'s: {body.input_uri}")
     taken = session.scalar(select(Task.id).where(Task.origin_id == me.id, Task.name == body.name))
     if taken is not None:
         raise Conflict(f"{me.name} already has a task named {body.name!r} (#{taken})", task_id=taken)

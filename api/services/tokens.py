@@ -20,7 +20,8 @@ def issue(session: Session, caller: Principal, body: schemas.TokenCreate, now: d
 
     Only the task's host at that epoch gets one: for a handover it fetches the checkpoint
     from the task's previous host; for a delta it sends an HA delta to a holder of an
-    active replica of the task.
+    active replica of the task; for a stream it asks the task's origin for the credentials
+    that read the task's share of the origin's broker stream.
     """
     me = caller.require_participant()
     task = tasks.get(session, body.task_id)
@@ -32,6 +33,8 @@ def issue(session: Session, caller: Principal, body: schemas.TokenCreate, now: d
             f"task #{task.id} {task_label(task)} runs at {task.host.name} at epoch {task.epoch}; only its host at an epoch calls others about it",
             host=task.host.name, epoch=task.epoch,
         )
+    if body.purpose == "stream" and audience.id != task.origin_id:
+        raise Forbidden(f"task #{task.id} reads {task.origin.name}'s stream; credentials for it come from {task.origin.name}, not {audience.name}")
     if body.purpose == "delta":
         holds = session.scalar(
             select(Replica.id).where(Replica.task_id == task.id, Replica.participant_id == audience.id, Replica.state == "active")

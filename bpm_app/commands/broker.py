@@ -29,7 +29,7 @@ def serve_command(
     (password from BPM_NATS_PASSWORD); serve until Ctrl-C, then stop it."""
     from bpm.names import UnsafeName, check_name
     from spark_agents.broker.server import BrokerError, NatsServer, User
-    from spark_agents.broker.stream import PASSWORD_ENV
+    from bpm.keygroups import PASSWORD_ENV
 
     err = Console(stderr=True)
     password = os.environ.get(PASSWORD_ENV, "")

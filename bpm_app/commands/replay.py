@@ -45,9 +45,13 @@ def replay_command(
             import os
 
             from spark_agents.broker.server import BrokerError
-            from spark_agents.broker.stream import PASSWORD_ENV, Broker, BrokerStream, parse_location
+            from bpm.keygroups import PASSWORD_ENV, parse_location
+            from spark_agents.broker.stream import Broker, BrokerStream
 
-            url, participant = parse_location(stream)
+            located = parse_location(stream)
+            if located.prefix:
+                raise ValueError(f"{stream}: a replay publishes to a participant's whole stream, not to key groups {located.prefix!r}")
+            url, participant = located.url, located.participant
             password = os.environ.get(PASSWORD_ENV)
             if not password:
                 raise ValueError(f"set {PASSWORD_ENV} to the broker user's password")

@@ -25,12 +25,14 @@ def results_command(
     from bpm.names import UnsafeName, check_name
     from spark_agents.broker.results import read_results
     from spark_agents.broker.server import BrokerError
-    from spark_agents.broker.stream import PASSWORD_ENV, Broker, parse_location
+    from bpm.keygroups import PASSWORD_ENV, parse_location
+    from spark_agents.broker.stream import Broker
 
     err = Console(stderr=True)
     try:
         check_name(task, "task key")
-        url, origin = parse_location(broker)
+        located = parse_location(broker)
+        url, origin = located.url, located.participant
         if not task.startswith(origin + "."):
             raise ValueError(f"task {task} is not {origin}'s: its key starts with its origin")
         password = os.environ.get(PASSWORD_ENV)

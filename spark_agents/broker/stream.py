@@ -16,39 +16,19 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Coroutine, Iterable
-from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import nats
 from nats.js.api import StorageType, StreamConfig
 
 from bpm.keygroups import KEY_GROUPS, stream_subjects, subject
-from bpm.names import PARTICIPANT_MAX, check_name
 from spark_agents.broker.server import BrokerError, inbox_prefix
-from spark_agents.streams.partitioned import StreamRecord
+
+if TYPE_CHECKING:
+    from spark_agents.streams.partitioned import StreamRecord
 
 STREAM = "INPUT"
 T = TypeVar("T")
-PASSWORD_ENV = "BPM_NATS_PASSWORD"
-
-
-def parse_location(location: str) -> tuple[str, str]:
-    """`nats://host:port/participant` as (server URL, participant); ValueError when it is not one.
-
-    The location names a participant's stream on its server; credentials never ride in it
-    (a URL shows in process lists): the password comes from `BPM_NATS_PASSWORD`.
-    """
-    parsed = urlsplit(location)
-    if parsed.scheme != "nats" or not parsed.hostname or parsed.port is None:
-        raise ValueError(f"bad broker location {location!r}: nats://HOST:PORT/PARTICIPANT")
-    if parsed.username or parsed.password or parsed.query or parsed.fragment:
-        raise ValueError(f"bad broker location {location!r}: no credentials or query in it (the password comes from {PASSWORD_ENV})")
-    participant = parsed.path.strip("/")
-    try:
-        check_name(participant, "participant name", PARTICIPANT_MAX)
-    except ValueError as exc:
-        raise ValueError(f"bad broker location {location!r}: {exc}") from None
-    return f"nats://{parsed.hostname}:{parsed.port}", participant
 
 
 class Broker:

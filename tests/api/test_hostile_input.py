@@ -19,6 +19,20 @@ def test_a_task_name_that_could_become_a_path_is_refused(registry, name):
     assert response.json()["message"]
 
 
+@pytest.mark.parametrize(
+    ("uri", "why"),
+    [("nats://127.0.0.1:4222/b", "not b's"), ("nats://127.0.0.1:4222/a/2", "key-group"), ("nats://u:p@127.0.0.1:4222/a", "no credentials"),
+     ("nats://127.0.0.1/a", "HOST:PORT"), ("nats://127.0.0.1:4222/../etc", "participant")],
+)
+def test_a_task_reads_only_a_broker_stream_of_its_own_origin(registry, uri, why):
+    a = registry.participant("a")
+    response = registry.call("POST", "/tasks", a, json={"name": "t", "input_uri": uri})
+    assert response.status_code == 422, response.text
+    assert why in response.json()["detail"]
+    good = registry.call("POST", "/tasks", a, json={"name": "t", "input_uri": "nats://127.0.0.1:4222/a/01"})
+    assert good.status_code == 201, good.text
+
+
 def test_a_participant_name_that_could_become_a_path_is_refused(registry):
     response = registry.call("POST", "/participants", json={"name": "../b", "endpoint": "http://127.0.0.1:1"})
     assert response.status_code == 422, response.text

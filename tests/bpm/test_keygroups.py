@@ -6,7 +6,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bpm.keygroups import KEY_GROUPS, KeyGroupError, groups, halves, key_group, stream_subjects, subject, subject_filter
+from bpm.keygroups import (
+    KEY_GROUPS,
+    KeyGroupError,
+    StreamLocation,
+    groups,
+    halves,
+    is_location,
+    key_group,
+    parse_location,
+    shares,
+    stream_subjects,
+    subject,
+    subject_filter,
+)
 
 
 def _matches(filter_: str, subject_: str) -> bool:
@@ -52,3 +65,23 @@ def test_names_with_dots_stay_one_token_and_bad_input_is_refused():
         subject("a>b", 1)
     with pytest.raises(KeyGroupError):
         subject("a", 64)
+
+
+def test_shares_split_a_stream_evenly_and_only_in_powers_of_two():
+    assert shares(1) == [""] and shares(4) == ["00", "01", "10", "11"]
+    assert sorted(g for prefix in shares(8) for g in groups(prefix)) == list(range(KEY_GROUPS))
+    for bad in (0, 3, 65, 128):
+        with pytest.raises(KeyGroupError):
+            shares(bad)
+
+
+def test_a_location_names_a_server_a_participant_and_key_groups_and_never_a_credential():
+    where = parse_location("nats://10.0.0.2:4222/org.a/01")
+    assert where == StreamLocation("nats://10.0.0.2:4222", "org.a", "01") and str(where) == "nats://10.0.0.2:4222/org.a/01"
+    assert parse_location(str(StreamLocation("nats://h:1", "a"))) == StreamLocation("nats://h:1", "a", "")
+    assert is_location("nats://h:1/a") and not is_location("/streams/a/partition=0")
+    for bad, why in [("nats://h/a", "HOST:PORT"), ("http://h:1/a", "HOST:PORT"), ("nats://u:p@h:1/a", "no credentials"),
+                     ("nats://h:1/a?x=1", "no credentials"), ("nats://h:1/../etc", "participant"), ("nats://h:1/a/012", "key-group"),
+                     ("nats://h:1/a/0/1", "key-group"), ("nats://h:99999/a", "HOST:PORT")]:
+        with pytest.raises(ValueError, match=why):
+            parse_location(bad)
