@@ -274,7 +274,6 @@ def source(
     before the clock starts, flushed alike (a file of `rows_per_flush` rows; 64 messages, one
     per key group), and read `flushes_per_batch` flushes per micro-batch."""
     import secrets
-    import socket
 
     from bpm.keygroups import KEY_GROUPS
     from spark_agents.broker.server import NatsServer, User
@@ -282,16 +281,11 @@ def source(
     from spark_agents.broker.stream import Broker, BrokerStream
     from spark_agents.streams.feed import Feeder
 
-    def free_port() -> int:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            return sock.getsockname()[1]
-
     rate = 300.0
     conns = generate(TrafficProfile(duration_s=flushes * rows_per_flush / rate * 1.05, rate=rate), 0)
     owner = User("bench", secrets.token_urlsafe(16))
     progress("writing the input")
-    with NatsServer("bench", work_dir / "nats", port=free_port(), http_port=free_port(), users=[owner]) as server:
+    with NatsServer.on_free_ports("bench", work_dir / "nats", [owner]) as server:
         folder = PartitionedStream.create(work_dir / "stream", 1)
         with Broker(server.url, owner.name, owner.password) as broker:
             feeders = [Feeder(folder, PARAMS), Feeder(BrokerStream(broker, "bench"), PARAMS)]

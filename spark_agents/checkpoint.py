@@ -5,7 +5,8 @@ compacted every few batches into `<n>.compact`). Stream files are named by posit
 highest position in the log is the last file the task has taken.
 
 The offset log (`<checkpoint>/offsets/<n>`) records the event-time watermark batch n ran
-with; batch n has completed when `<checkpoint>/commits/<n>` exists.
+with and the source's offset (for the broker source, the stream sequence it reads up to);
+batch n has completed when `<checkpoint>/commits/<n>` exists.
 """
 
 from __future__ import annotations
@@ -48,6 +49,25 @@ def processed_position(checkpoint_dir: str | Path, log_offset: int | None = None
                 if m:
                     best = max(best or 0, int(m.group(1)))
     return best
+
+
+def processed_seq(checkpoint_dir: str | Path, batch_id: int | None = None) -> int | None:
+    """The broker stream sequence up to which the task's JetStream source has planned its
+    reads, as of batch `batch_id` (default the newest planned batch): its offset-log entry's
+    source offset (`{"seq": n}`, `spark_agents.broker.source`)."""
+    log = Path(checkpoint_dir) / "offsets"
+    try:
+        ids = _batch_ids(log) if batch_id is None else [batch_id]
+        if not ids:
+            return None
+        lines = (log / str(ids[-1])).read_text(encoding="utf-8").splitlines()
+        offset = json.loads(lines[2])
+    except (FileNotFoundError, IndexError, ValueError):
+        return None
+    if isinstance(offset, str):  # a source offset may be logged as a JSON string
+        offset = json.loads(offset)
+    seq = offset.get("seq") if isinstance(offset, dict) else None
+    return seq if isinstance(seq, int) else None
 
 
 def _metadata(path: Path) -> dict:

@@ -30,7 +30,7 @@ from bpm.costs import CostFunction, MM1Cost, fit_cost_function
 from bpm.names import UnsafeName, check_name
 from bpm.zeek.definitions import QueryParams
 from spark_agents.streams.partitioned import MARK_END, closing_mark
-from spark_agents.checkpoint import committed_watermark_ms, owes_watermark_batch, processed_position
+from spark_agents.checkpoint import committed_watermark_ms, owes_watermark_batch, processed_position, processed_seq
 from spark_agents.hosts import cpu_capacity
 from spark_agents.listener import BatchRecorder, TaskCpuMeter
 from spark_agents.metrics import (
@@ -46,6 +46,8 @@ from spark_agents.query import Sink, staggered_trigger_s, start_query
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from spark_agents.broker.source import JetStreamInput
     from pyspark.sql.streaming import StreamingQuery
 
 _STREAM_FILE = re.compile(r"^(\d{12})\.csv$")
@@ -61,19 +63,19 @@ class HostedTask:
 
     Attributes:
         task_id: the task's name (also the streaming query's name and its output folder).
-        input_path: the stream partition it reads.
+        input_path: the stream partition folder it reads, or its share of a broker stream.
         checkpoint_dir: its own checkpoint folder (offsets and state).
         params: the query's parameters.
         trigger_s: its processing-time trigger interval (`spark_agents.query.staggered_trigger_s`).
         query: the running Spark query (None once stopped).
         started_s: when it was started here.
         stopped_s: when it was stopped here (None while it runs).
-        position: highest stream position it has processed, as of its last batch.
+        position: highest stream position (a file's, or a broker stream's sequence) it has taken, as of its last batch.
         error: the query's failure, if it failed.
     """
 
     task_id: str
-    input_path: Path
+    input_path: Path | JetStreamInput
     checkpoint_dir: Path
     params: QueryParams
     trigger_s: float | None
@@ -87,6 +89,21 @@ class HostedTask:
     last_batch: BatchSample | None = field(default=None, repr=False)
     # Set when a batch's output function has returned (Spark then only writes its commit).
     output_done: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def on_broker(self) -> bool:
+        return not isinstance(self.input_path, Path)
+
+    @property
+    def input(self) -> str:
+        """What it reads, as a person reads it (a broker location carries no credential)."""
+        return self.input_path.location if self.on_broker else str(self.input_path)
+
+    def read_position(self, batch_id: int | None = None) -> int | None:
+        """The position its checkpoint has reached, as of batch `batch_id` (default the newest planned)."""
+        if self.on_broker:
+            return processed_seq(self.checkpoint_dir, batch_id)
+        return processed_position(self.checkpoint_dir, batch_id)
 
     @property
     def state(self) -> str:
@@ -151,7 +168,7 @@ class TaskHost:
     def start_task(
         self,
         task_id: str,
-        input_path: str | Path,
+        input_path: str | Path | JetStreamInput,
         checkpoint_dir: str | Path | None = None,
         params: QueryParams | None = None,
         trigger_s: float | None = 1.0,
@@ -159,7 +176,8 @@ class TaskHost:
         sink: Sink | None = None,
         start_position: int | None = None,
     ) -> HostedTask:
-        """Start (or resume, when `checkpoint_dir` holds a checkpoint) a task over one stream partition.
+        """Start (or resume, when `checkpoint_dir` holds a checkpoint) a task over one stream
+        partition folder or a share of a participant's broker stream (`JetStreamInput`).
 
         The trigger interval is `trigger_s` staggered per task (`spark_agents.query.staggered_trigger_s`).
         `max_files_per_trigger` bounds a batch, e.g. while a moved task catches up on its backlog.
@@ -167,13 +185,16 @@ class TaskHost:
         standby's held-back output); `start_position` makes a fresh task skip the stream files
         before it (see `spark_agents.query`).
         """
+        from spark_agents.broker.source import JetStreamInput
+
         try:
             check_name(task_id, "task id")
         except UnsafeName as exc:
             raise TaskError(str(exc)) from exc
-        input_path = Path(input_path)
-        if not input_path.is_dir():
-            raise TaskError(f"input {input_path} is not a stream partition folder")
+        if not isinstance(input_path, JetStreamInput):
+            input_path = Path(input_path)
+            if not input_path.is_dir():
+                raise TaskError(f"input {input_path} is not a stream partition folder")
         with self._lock:
             current = self._tasks.get(task_id)
             if current is not None and current.state == "running":
@@ -185,8 +206,8 @@ class TaskHost:
             query = start_query(self.spark, task_id, input_path, checkpoint, self.output_dir, params, trigger_s,
                                 max_files_per_trigger, self._output_done, sink, start_position)
             self._run_ids.add(str(query.runId))
-            task = HostedTask(task_id, input_path, checkpoint, params, trigger_s, query, time.time(),
-                              position=processed_position(checkpoint))
+            task = HostedTask(task_id, input_path, checkpoint, params, trigger_s, query, time.time())
+            task.position = task.read_position()
             self._tasks[task_id] = task
             return task
 
@@ -218,7 +239,18 @@ class TaskHost:
 
     @staticmethod
     def _owes_last_windows(task: HostedTask) -> bool:
-        position = processed_position(task.checkpoint_dir)  # of the newest planned batch, which may still run
+        if task.on_broker:
+            # A broker stream has no end mark to look at; what matters is the same: a task that
+            # has read all there is and owes the batch of its new watermark would, resumed
+            # elsewhere, wait for input that may never come. While input flows, the next
+            # batch wherever it resumes applies the watermark.
+            if not owes_watermark_batch(task.checkpoint_dir):
+                return False
+            try:
+                return (task.read_position() or 0) >= task.input_path.last_seq()
+            except Exception:  # the broker unreachable: nothing to wait for
+                return False
+        position = task.read_position()  # of the newest planned batch, which may still run
         if position is None:
             return False
         try:
@@ -261,8 +293,10 @@ class TaskHost:
         task.batches += 1
         task.rows += sample.rows
         task.last_batch = sample
-        if end_offset and "logOffset" in end_offset:
-            position = processed_position(task.checkpoint_dir, int(end_offset["logOffset"]))
+        if end_offset and "seq" in end_offset:
+            task.position = int(end_offset["seq"])
+        elif end_offset and "logOffset" in end_offset:
+            position = task.read_position(int(end_offset["logOffset"]))
             if position is not None:
                 task.position = position
 
@@ -310,14 +344,23 @@ class TaskHost:
         own = task_loads(self.recorder.samples(now - window), now - window, now, self.cpus, self.running())
         return {task: load * self.factor for task, load in own.items()}
 
-    def backlog(self, task: HostedTask) -> dict[str, float]:
-        """Stream files the task has not taken yet, and the age of the oldest of them in seconds."""
+    def backlog(self, task: HostedTask) -> dict[str, float | str | None]:
+        """What the task has not taken yet: stream files (`pending`, with the age of the oldest
+        in seconds), or messages of its broker stream (any key group's: an upper bound; no age)."""
+        if task.on_broker:
+            if task.state != "running":  # its host may no longer be let in to read the stream
+                return {"pending": None, "unit": "messages", "age_s": None}
+            try:
+                newest = task.input_path.last_seq()
+            except Exception:  # the broker unreachable: the status says so rather than failing
+                return {"pending": None, "unit": "messages", "age_s": None}
+            return {"pending": max(0, newest - (task.position or task.input_path.start_seq)), "unit": "messages", "age_s": None}
         pending = []
         for entry in os.scandir(task.input_path):
             m = _STREAM_FILE.match(entry.name)
             if m and (task.position is None or int(m.group(1)) > task.position):
                 pending.append(entry.stat().st_mtime)
-        return {"files": len(pending), "age_s": max(0.0, time.time() - min(pending)) if pending else 0.0}
+        return {"pending": len(pending), "unit": "files", "age_s": max(0.0, time.time() - min(pending)) if pending else 0.0}
 
     def cost_function(self) -> CostFunction:
         """The convex cost model fitted to (utilisation, mean batch duration) of the recorded
@@ -354,7 +397,7 @@ class TaskHost:
         for task in self.tasks():
             batch = task.last_batch
             tasks.append({
-                "task_id": task.task_id, "state": task.state, "input": str(task.input_path),
+                "task_id": task.task_id, "state": task.state, "input": task.input,
                 "checkpoint": str(task.checkpoint_dir), "params": task.params.to_dict(), "trigger_s": task.trigger_s,
                 "batches": task.batches, "rows": task.rows, "position": task.position,
                 "watermark_ms": committed_watermark_ms(task.checkpoint_dir),

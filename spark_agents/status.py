@@ -39,8 +39,8 @@ class HostCollector:
         load = GaugeMetricFamily("bpm_task_load", "Task load: busy seconds per second / the participant's CPUs.", labels=["task"])
         running = GaugeMetricFamily("bpm_task_running", "1 while the task runs here.", labels=["task"])
         duration = GaugeMetricFamily("bpm_task_last_batch_seconds", "Wall time of the task's last batch.", labels=["task"])
-        backlog = GaugeMetricFamily("bpm_task_backlog_files", "Stream files the task has not taken yet.", labels=["task"])
-        lag = GaugeMetricFamily("bpm_task_backlog_age_seconds", "Age of the oldest stream file not taken yet.", labels=["task"])
+        backlog = GaugeMetricFamily("bpm_task_backlog", "Stream files, or broker messages, the task has not taken yet.", labels=["task"])
+        lag = GaugeMetricFamily("bpm_task_backlog_age_seconds", "Age of the oldest stream file not taken yet (folder streams).", labels=["task"])
         batches = CounterMetricFamily("bpm_task_batches", "Micro-batches finished here.", labels=["task"])
         rows = CounterMetricFamily("bpm_task_input_rows", "Input rows processed here.", labels=["task"])
         for task in status["tasks"]:
@@ -49,8 +49,10 @@ class HostCollector:
             running.add_metric(label, 1.0 if task["state"] == "running" else 0.0)
             if task["last_batch_duration_s"] is not None:
                 duration.add_metric(label, task["last_batch_duration_s"])
-            backlog.add_metric(label, task["backlog"]["files"])
-            lag.add_metric(label, task["backlog"]["age_s"])
+            if task["backlog"]["pending"] is not None:
+                backlog.add_metric(label, task["backlog"]["pending"])
+            if task["backlog"]["age_s"] is not None:
+                lag.add_metric(label, task["backlog"]["age_s"])
             batches.add_metric(label, task["batches"])
             rows.add_metric(label, task["rows"])
         yield from (load, running, duration, backlog, lag, batches, rows)

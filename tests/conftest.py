@@ -7,6 +7,8 @@ import socket
 
 import pytest
 
+from spark_agents.broker.server import free_port  # noqa: F401 - the suite's one way to pick a port
+
 POSTGRES_URL = os.environ.get("BPM_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 
@@ -30,7 +32,4 @@ def require_postgres() -> str:
     pytest.skip("no PostgreSQL server at 127.0.0.1:5432")
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+

@@ -311,7 +311,7 @@ class HASide(Side):
     def backlog_files(self, task_id: str) -> int:
         """Stream files the task has not taken yet."""
         task = next(t for t in self.host.tasks() if t.task_id == task_id)
-        return int(self.host.backlog(task)["files"])
+        return int(self.host.backlog(task)["pending"])
 
     def measure(self, task_id: str) -> dict[str, float]:
         """This process's CPU seconds so far (Python and its Spark JVM) and the input rows the task processed here."""

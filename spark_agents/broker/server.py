@@ -12,13 +12,12 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import httpx
 
 from bpm.names import check_name
 
@@ -35,6 +34,22 @@ def binary() -> str:
     if found is None:
         raise BrokerError("nats-server is not installed: run scripts/install-system-deps.sh (Debian package nats-server)")
     return found
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port of `host` that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """In the server's process before it runs: it gets SIGTERM when the process that started
+    it dies, even by SIGKILL, so that no broker outlives its participant's agent."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _subjects(subjects: Sequence[str]) -> str:
@@ -111,6 +126,11 @@ class NatsServer:
     max_store_bytes: int = 2 << 30
     process: subprocess.Popen | None = None
 
+    @classmethod
+    def on_free_ports(cls, name: str, store_dir: Path, users: Sequence[User], host: str = "127.0.0.1") -> NatsServer:
+        """A server on two ports that nothing listens on now (benchmarks, tests)."""
+        return cls(name, store_dir, port=free_port(host), http_port=free_port(host), users=users, host=host)
+
     @property
     def url(self) -> str:
         return f"nats://{self.host}:{self.port}"
@@ -144,12 +164,14 @@ accounts {{
 """
 
     def start(self, timeout_s: float = 20.0) -> NatsServer:
+        import httpx
+
         self.store_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self.config())
         self.config_path.chmod(0o600)  # it holds the users' passwords
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen([binary(), "-c", str(self.config_path)], stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+                                            start_new_session=True, preexec_fn=_die_with_parent)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -163,12 +185,29 @@ accounts {{
         self.stop()
         raise BrokerError(f"nats-server {self.name} did not become healthy within {timeout_s:g} s; see {self.log_path}")
 
-    def reload(self, users: Sequence[User]) -> None:
-        """New users and permissions, applied by the running server without a restart."""
+    def reload(self, users: Sequence[User], timeout_s: float = 10.0) -> None:
+        """New users and permissions, applied by the running server without a restart; returns
+        once the server says it has loaded them (its `config_load_time` moved on)."""
         self.users = list(users)
         self.config_path.write_text(self.config())
-        if self.process is not None and self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGHUP)
+        if self.process is None or self.process.poll() is not None:
+            return
+        before = self._config_load_time()
+        os.kill(self.process.pid, signal.SIGHUP)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._config_load_time() not in (before, None):
+                return
+            time.sleep(0.01)
+        raise BrokerError(f"nats-server {self.name} did not load its new configuration within {timeout_s:g} s; see {self.log_path}")
+
+    def _config_load_time(self) -> str | None:
+        import httpx
+
+        try:
+            return httpx.get(f"http://{self.host}:{self.http_port}/varz", timeout=1.0).json().get("config_load_time")
+        except (httpx.HTTPError, ValueError):
+            return None
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:

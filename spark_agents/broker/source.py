@@ -20,11 +20,11 @@ import io
 import threading
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from bpm.keygroups import subject_filter
+from bpm.keygroups import StreamLocation, subject_filter
 from spark_agents.broker.stream import Broker
 from spark_agents.query import STREAM_SCHEMA_DDL
 
@@ -66,7 +66,7 @@ _brokers: dict[tuple[str, str, str], Broker] = {}
 _brokers_lock = threading.Lock()
 
 
-def _broker(url: str, user: str, password: str) -> Broker:
+def connection(url: str, user: str, password: str) -> Broker:
     """This process's connection to the server at `url` as `user`, made on first use and kept:
     Spark reuses its Python workers, and the driver's source runner lives as long as the query."""
     key = (url, user, password)
@@ -120,7 +120,7 @@ class JetStreamReader(DataSourceStreamReader):
         return {"seq": self.start}
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
-        newest = _broker(self.url, self.user, self.password).last_seq(self.stream)
+        newest = connection(self.url, self.user, self.password).last_seq(self.stream)
         if self.max_messages is not None and start is not None:
             newest = min(newest, int(start["seq"]) + self.max_messages)
         return {"seq": newest}
@@ -130,7 +130,7 @@ class JetStreamReader(DataSourceStreamReader):
         return [SeqRange(after, last)] if last > after else []
 
     def read(self, partition: SeqRange) -> Iterator:
-        broker = _broker(self.url, self.user, self.password)
+        broker = connection(self.url, self.user, self.password)
         chunks = broker.call(_fetch(broker.js, self.stream, self.filter, partition.after, partition.last))
         batch = parse(chunks)
         if batch is not None:
@@ -159,15 +159,29 @@ def register(spark) -> None:
 
 @dataclass(frozen=True)
 class JetStreamInput:
-    """A task's input: the key groups `prefix` of `participant`'s stream on the server at `url`."""
+    """A task's input: the key groups `prefix` of `participant`'s stream on the server at `url`,
+    read as `user` (the password never shows in its repr)."""
 
     url: str
     user: str
-    password: str
+    password: str = field(repr=False)
     participant: str
     prefix: str = ""
     start_seq: int = 0
     max_messages: int | None = None
+
+    @property
+    def location(self) -> str:
+        """Where it reads, without the credential (`bpm.keygroups.StreamLocation`)."""
+        return str(StreamLocation(self.url, self.participant, self.prefix))
+
+    def connection(self) -> Broker:
+        """This process's connection to the server as the input's user."""
+        return connection(self.url, self.user, self.password)
+
+    def last_seq(self) -> int:
+        """The newest sequence of the whole stream."""
+        return self.connection().last_seq()
 
     def options(self) -> dict[str, str]:
         options = {"url": self.url, "user": self.user, "password": self.password,

@@ -160,7 +160,7 @@ def test_measurements_status_and_http(host, tmp_path):
     try:
         status = httpx.get(f"{url}/status", timeout=30).json()
         assert {t["task_id"] for t in status["tasks"]} == {"p0", "p1"}
-        assert all(t["backlog"] == {"files": 0, "age_s": 0.0} and t["state"] == "running" for t in status["tasks"])
+        assert all(t["backlog"] == {"pending": 0, "unit": "files", "age_s": 0.0} and t["state"] == "running" for t in status["tasks"])
         assert status["cpus"] == 2 and "marginal" in status["marginal_costs"]
         metrics = httpx.get(f"{url}/metrics", timeout=30).text
         assert 'bpm_task_load{task="p0"}' in metrics and "bpm_task_batches_total" in metrics

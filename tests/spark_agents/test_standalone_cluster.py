@@ -11,6 +11,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
+from spark_agents.broker.server import free_port
 from spark_agents.streams import PartitionedStream
 from spark_agents.streams.feed import feed_all
 from bpm.zeek.generator import TrafficProfile, generate
@@ -21,12 +22,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from cluster_driver import PARAMS  # noqa: E402
 
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for_port(port: int, proc: subprocess.Popen, timeout_s: float) -> None:
