@@ -24,7 +24,6 @@ registry as an event, and the loop goes on.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -46,6 +45,7 @@ from bpm.federation.views import (
     seconds,
 )
 from bpm.ha import with_live_partners
+from bpm.keygroups import is_location, parse_location
 from bpm.names import inside, task_key
 from bpm.agent.machine import (
     Accept,
@@ -66,7 +66,9 @@ from bpm.agent.machine import (
 )
 from bpm.negotiation import DEFAULT_HYSTERESIS, DEFAULT_MARGIN
 from spark_agents import handover
-from spark_agents.credentials import Credentials
+from spark_agents.broker.access import OwnBroker, ask_credentials
+from spark_agents.broker.source import JetStreamInput
+from spark_agents.credentials import Credentials, write_private
 from spark_agents.ha_agent import HADuties
 
 log = logging.getLogger("bpm.agent")
@@ -104,12 +106,7 @@ KEY_FILE = "participant.key"  # in the agent's work folder: the key it registere
 
 def write_key(path: Path, key: str) -> None:
     """Keep the participant's key readable by its owner only, replaced in one step."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(path.name + ".new")
-    fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(key + "\n")
-    os.replace(staging, path)
+    write_private(path, key + "\n")
 
 
 @dataclass
@@ -208,8 +205,11 @@ class Agent:
         *,
         clock: Callable[[], float] = time.time,
         fetch: Callable[[str, str, int, str], bytes] | None = None,  # (endpoint, task key, epoch, token)
+        broker: OwnBroker | None = None,
+        ask_stream: Callable[[str, str, int, str], tuple[str, str]] | None = None,  # (endpoint, task key, epoch, token) -> (user, password)
     ) -> None:
         self.config = config
+        self.broker = broker
         self.client = client
         self.host = host
         self.clock = clock
@@ -221,6 +221,10 @@ class Agent:
         self._task_ids: dict[str, int] = {}  # task key -> registry id
         self._released: dict[str, int | None] = {}  # task key -> epoch at which it was handed over (None: the task left my view)
         self._endpoints: dict[str, str] = {}
+        # Partners the origin's agent let into its broker on the registry's token, before its
+        # next read of its tasks says so: (partner, task key, key-group prefix) -> when.
+        self._stream_grants: dict[tuple[str, str, str], float] = {}
+        self._view_read_at = float("-inf")
         self.machine = Mechanism(config.name, started_s=clock(), period_s=config.period_s, warmup_s=config.warmup_s,
                                  settle_s=config.settle_s, margin=config.margin, hysteresis=config.hysteresis)
         self._answered: set[int] = set()  # my offers whose answer the machine has seen
@@ -237,6 +241,7 @@ class Agent:
         # (detection, other starts) while a previous host is slow or has just died.
         self.fetch = fetch or (lambda endpoint, key, epoch, token: handover.fetch(endpoint, key, epoch, token, timeout_s=config.fetch_timeout_s))
         self.credentials = Credentials(client, config.name, clock)
+        self.ask_stream = ask_stream or (lambda endpoint, key, epoch, token: ask_credentials(endpoint, key, epoch, token, config.name))
         self._beat_lock = threading.Lock()
         self._last_beat = 0.0
         self.ha = HADuties(self, interval_s=config.ha_interval_s) if config.ha and hasattr(host, "ha_take_over") else None
@@ -384,6 +389,7 @@ class Agent:
                 continue
             read = {i for i, k in self._notices.items() if k == kind}
             if kind == "task":
+                self._view_read_at = self.clock()
                 view = self.client.view(me)  # what concerns me, not the whole federation, in one read
                 seen.tasks, seen.movements, seen.failovers, seen.replicas = view["tasks"], view["movements"], view["failovers"], view["replicas"]
             elif kind == "offer":
@@ -411,6 +417,8 @@ class Agent:
         tasks, movements, failovers = self.seen.tasks, self.seen.movements, self.seen.failovers
         if self.ha is not None:
             self.ha.observe(self.seen)
+        if self.broker is not None:
+            self.broker.grant(self.broker_grants())
         plan = reconcile(me, tasks, self.hosting(), movements, failovers)
         by_key = {task_key(t): t for t in tasks}
         self._reported = {key: t["load"] for key, t in by_key.items() if t.get("load") is not None}
@@ -476,13 +484,70 @@ class Agent:
             )
         else:
             handover.mark_epoch(checkpoint, epoch)
-        fenced = {"epoch": epoch} if self.ha is not None and self.ha.fenced(task) else {}
+        source = self.stream_input(task)
+        on_broker = isinstance(source, JetStreamInput)  # its results go through the fence on its origin's broker
+        fenced = {"epoch": epoch} if on_broker or (self.ha is not None and self.ha.fenced(task)) else {}
         with self._lock:
-            self.host.start_task(key, task["input_uri"], checkpoint, task.get("params") or {}, **fenced)
+            self.host.start_task(key, source, checkpoint, task.get("params") or {}, **fenced)
             self._changed()
             self._released.pop(key, None)
             self._task_ids[key] = task["id"]
         self.note("task.started", f"started {key} (epoch {epoch}{', fenced output' if fenced else ''})")
+
+    # The broker
+
+    def stream_input(self, task: Mapping) -> str | JetStreamInput:
+        """What a task reads: a stream folder's path, or its share of its origin's broker stream
+        with the credentials to read it (this participant's own for its own tasks; for another's,
+        those its origin's agent grants on the registry's token)."""
+        uri = task.get("input_uri") or ""
+        if not is_location(uri):
+            return uri
+        where, origin, key = parse_location(uri), task["origin"], task_key(task)
+        if where.participant != origin:
+            raise ValueError(f"{key} names {where.participant}'s stream, not its origin {origin}'s: {uri}")
+        if origin == self.config.name:
+            if self.broker is None:
+                raise RuntimeError(f"{key} reads {uri}, but this agent runs no broker (--broker-port)")
+            return self.broker.own_input(where)
+        token = self.credentials.token(task["id"], "stream", origin, task["epoch"])
+        user, password = self.ask_stream(self.endpoint(origin), key, task["epoch"], token)
+        return JetStreamInput(where.url, user, password, origin, where.prefix)
+
+    def broker_grants(self) -> dict[str, set[tuple[str, str]]]:
+        """Who may read what of my broker: each partner the tasks of mine the registry says it
+        hosts, and those it showed a token for since my last read of my tasks."""
+        me, hosted = self.config.name, {}
+        for t in self.seen.tasks:
+            if t["origin"] == me and t["host"] != me and is_location(t.get("input_uri") or ""):
+                hosted.setdefault(t["host"], set()).add((task_key(t), parse_location(t["input_uri"]).prefix))
+        with self._lock:
+            self._stream_grants = {g: at for g, at in self._stream_grants.items() if at >= self._view_read_at}
+            for partner, key, prefix in self._stream_grants:
+                hosted.setdefault(partner, set()).add((key, prefix))
+        return hosted
+
+    def stream_credentials_to_caller(self, token: str | None, key: str, epoch: int) -> dict[str, str]:
+        """The credentials of my broker for whoever the registry's token says hosts my task
+        `key` at `epoch` (TokenRefused if nobody it vouches for): its user, now allowed to read
+        the task's key groups and write its results. PermissionError when the registry places
+        the task elsewhere now; LookupError when I run no broker or the task is not mine."""
+        if self.broker is None:
+            raise LookupError(f"{self.config.name} runs no broker")
+        caller = self.credentials.verify(token, "stream", key, epoch).caller
+        task_id = self._task_ids.get(key)
+        if task_id is None:
+            raise LookupError(f"{key} is not a task of {self.config.name}'s")
+        current = self.client.request("GET", f"/tasks/{task_id}")
+        if current["host"] != caller or current["epoch"] != epoch:
+            raise PermissionError(f"the registry gives {key} to {current['host']} at epoch {current['epoch']}, not to {caller} at {epoch}")
+        if not is_location(current.get("input_uri") or ""):
+            raise LookupError(f"{key} reads no broker stream")
+        with self._lock:
+            self._stream_grants[(caller, key, parse_location(current["input_uri"]).prefix)] = self.clock()
+        self.broker.grant(self.broker_grants())
+        self.note("broker.granted", f"let {caller} read {key}'s key groups of {self.config.name}'s stream (epoch {epoch})")
+        return self.broker.credentials(caller)
 
     def endpoint(self, participant: str) -> str:
         if participant not in self._endpoints:

@@ -1,12 +1,15 @@
-"""An agent's call tokens: it asks the registry for its own and verifies its callers' (`bpm.tokens`)."""
+"""An agent's call tokens: it asks the registry for its own and verifies its callers' (`bpm.tokens`);
+and how it keeps a secret in a file."""
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 
 from bpm_http.client import RegistryClient
 from bpm.tokens import TTL_S, Grant, TokenRefused, key_id, verify
@@ -75,6 +78,16 @@ class Credentials:
                 self._keys = {k["kid"]: k["public_key"] for k in listed}
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write a secret readable by its owner only, replacing the file in one step."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(path.name + ".new")
+    fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(staging, path)
+
+
 def bearer(header: str | None) -> str | None:
     """The credential of an `Authorization: Bearer ...` header, or None."""
     if not header:
@@ -85,4 +98,4 @@ def bearer(header: str | None) -> str | None:
     return value.strip() or None
 
 
-__all__ = ["Credentials", "Grant", "TokenRefused", "bearer"]
+__all__ = ["Credentials", "Grant", "TokenRefused", "bearer", "write_private"]

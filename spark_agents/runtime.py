@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
 import time
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bpm_http.client import RegistryClient, RegistryError
 from bpm.costs import CostFunction
 from bpm.zeek.definitions import QueryParams
 from spark_agents.agent import KEY_FILE, Agent, AgentConfig, write_key
 from spark_agents.metrics import demand, scaled_to_process, steady_window_start
+
+if TYPE_CHECKING:
+    from spark_agents.broker.access import OwnBroker
+    from spark_agents.broker.source import JetStreamInput
 
 log = logging.getLogger("bpm.agent")
 
@@ -48,12 +53,19 @@ class SparkTasks:
         self._duties: dict[str, Any] = {}  # task -> PrimaryDuties
         self._replicas: dict[str, Any] = {}  # task -> the held-back sink of an active-standby replica
 
-    def start_task(self, task_id: str, input_path: str, checkpoint_dir: Path, params: dict[str, Any], epoch: int | None = None) -> None:
-        """Start (resume) a task; with `epoch` its output goes through the output fence at that epoch."""
+    def start_task(self, task_id: str, source: str | JetStreamInput, checkpoint_dir: Path, params: dict[str, Any], epoch: int | None = None) -> None:
+        """Start (resume) a task over a stream folder or its share of a broker stream; with
+        `epoch` its output goes through the output fence at that epoch: for a broker stream,
+        the fence on the origin's broker."""
+        from spark_agents.broker.results import BrokerFence
+        from spark_agents.broker.source import JetStreamInput
         from spark_agents.ha.fence import FencedSink
 
-        sink = FencedSink(self.host.output_dir, task_id, epoch) if epoch is not None else None
-        self.host.start_task(task_id, input_path, checkpoint_dir, _query(params), trigger_s=params.get("trigger_s", self.trigger_s), sink=sink)
+        if isinstance(source, JetStreamInput):
+            sink = FencedSink(None, task_id, epoch or 0, fence=BrokerFence(source.connection(), task_id))
+        else:
+            sink = FencedSink(self.host.output_dir, task_id, epoch) if epoch is not None else None
+        self.host.start_task(task_id, source, checkpoint_dir, _query(params), trigger_s=params.get("trigger_s", self.trigger_s), sink=sink)
         self._sinks[task_id] = sink
 
     # High availability (spark_agents.ha_agent)
@@ -162,7 +174,7 @@ class SparkTasks:
         summary = {k: status[k] for k in ("master", "cpus", "utilisation", "cpu_utilisation", "mean_batch_s", "fallback_used", "intervals")}
         summary["tasks"] = [
             {"task_id": t["task_id"], "state": t["state"], "batches": t["batches"], "position": t["position"],
-             "watermark_ms": t["watermark_ms"], "backlog_files": t["backlog"]["files"]}
+             "watermark_ms": t["watermark_ms"], "backlog": t["backlog"]["pending"]}
             for t in status["tasks"]
         ]
         return summary
@@ -199,8 +211,10 @@ def run_agent(
     trigger_s: float,
     sample_s: float,
     cost_model: CostFunction | None = None,
+    broker: OwnBroker | None = None,
 ) -> None:
-    """Run until SIGTERM or SIGINT; then stop every task at a batch boundary and exit."""
+    """Run until SIGTERM or SIGINT; then stop every task at a batch boundary and exit.
+    With `broker`, the participant's own NATS server runs as long as the agent."""
     import uvicorn
 
     from spark_agents.host import TaskHost
@@ -213,20 +227,24 @@ def run_agent(
     # A participant may host many moved tasks at once, each with its state store versions
     # cached in the driver; the default 1 GB heap leaves a local driver little room for that.
     conf = {"spark.driver.memory": "2g"} if spark_master.startswith("local") else None
-    spark = make_session(spark_master, app_name=f"bpm-{config.name}", conf=conf, lean=spark_master.startswith("local"))
-    host = TaskHost(spark, config.workdir, config.output_dir, cpus=cpus, interval_s=sample_s)
-    host.start_sampling()
-    client = RegistryClient(registry_url, key)
-    agent = Agent(config, client, SparkTasks(host, trigger_s, cost_model))
-    server = uvicorn.Server(uvicorn.Config(create_agent_app(agent), host=bind_host, port=port, log_level="warning"))
-    server_thread = threading.Thread(target=server.run, name="bpm-agent-http", daemon=True)
-    server_thread.start()
-    log.info("%s: agent on %s, Spark %s, registry %s", config.name, config.endpoint, spark_master, registry_url)
-    try:
-        agent.run(stop)
-    finally:
-        log.info("%s: stopping tasks at batch boundaries", config.name)
-        server.should_exit = True
-        host.close(stop_tasks=True)
-        client.close()
-        spark.stop()
+    with contextlib.ExitStack() as cleanup:  # undone in reverse, also when a start fails
+        if broker is not None:
+            broker.start()
+            cleanup.callback(broker.stop)
+            log.info("%s: broker %s (storage %s)", config.name, broker.url, broker.folder)
+        spark = make_session(spark_master, app_name=f"bpm-{config.name}", conf=conf, lean=spark_master.startswith("local"))
+        cleanup.callback(spark.stop)
+        host = TaskHost(spark, config.workdir, config.output_dir, cpus=cpus, interval_s=sample_s)
+        host.start_sampling()
+        client = cleanup.enter_context(RegistryClient(registry_url, key))
+        agent = Agent(config, client, SparkTasks(host, trigger_s, cost_model), broker=broker)
+        server = uvicorn.Server(uvicorn.Config(create_agent_app(agent), host=bind_host, port=port, log_level="warning"))
+        server_thread = threading.Thread(target=server.run, name="bpm-agent-http", daemon=True)
+        server_thread.start()
+        log.info("%s: agent on %s, Spark %s, registry %s", config.name, config.endpoint, spark_master, registry_url)
+        try:
+            agent.run(stop)
+        finally:
+            log.info("%s: stopping tasks at batch boundaries", config.name)
+            server.should_exit = True
+            host.close(stop_tasks=True)

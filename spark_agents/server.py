@@ -1,5 +1,6 @@
-"""The agent's own HTTP endpoint: JSON status, Prometheus metrics, checkpoint handover, and the
-passive-standby deltas a host ships to this participant as the backup of its task."""
+"""The agent's own HTTP endpoint: JSON status, Prometheus metrics, checkpoint handover, the
+credentials of its broker for the hosts of its tasks, and the passive-standby deltas a host
+ships to this participant as the backup of its task."""
 
 from __future__ import annotations
 
@@ -128,6 +129,20 @@ def create_agent_app(agent: Agent) -> FastAPI:
             except HandoverNotReady as exc:
                 raise HTTPException(503, str(exc)) from exc
         return Response(data, media_type="application/gzip")
+
+    @app.get("/broker/{task_key}", responses=_REFUSED)
+    def broker_credentials(task_key: TaskKey, epoch: int = Query(ge=0, le=2**63 - 1), authorization: Annotated[str | None, Header()] = None):
+        """The credentials with which the host of this participant's task reads the task's key
+        groups of its broker stream and writes its results there: the caller shows the
+        registry's token for this call (purpose `stream`, the task and its epoch)."""
+        try:
+            return agent.stream_credentials_to_caller(bearer(authorization), task_key, epoch)
+        except TokenRefused as exc:
+            raise HTTPException(exc.status, str(exc)) from exc
+        except PermissionError as exc:
+            raise HTTPException(409, str(exc)) from exc
+        except LookupError as exc:
+            raise HTTPException(404, str(exc)) from exc
 
     @app.post("/ha/{task_key}/delta", responses=_REFUSED)
     async def delta(task_key: TaskKey, request: Request, epoch: int = Query(ge=0, le=2**63 - 1), authorization: Annotated[str | None, Header()] = None):

@@ -26,6 +26,25 @@ def parse_partitions(spec: str) -> list[int]:
     return sorted(set(out))
 
 
+def own_broker(name: str, workdir: Path, host: str, port: int, http_port: int, address: str | None):
+    """The participant's broker, its owner password from BPM_NATS_PASSWORD or kept in its folder."""
+    import os
+    import secrets
+
+    from bpm.keygroups import PASSWORD_ENV
+    from spark_agents.broker.access import OwnBroker
+    from spark_agents.credentials import write_private
+
+    folder = workdir / "broker"
+    password = os.environ.get(PASSWORD_ENV)
+    if not password:
+        kept = folder / "owner.password"
+        if not kept.exists():
+            write_private(kept, secrets.token_urlsafe(24))
+        password = kept.read_text().strip()
+    return OwnBroker(name, folder, password, host=host, port=port, http_port=http_port, advertise=address)
+
+
 @agent_app.command("run")
 def run(
     name: Annotated[str, typer.Option(help="Participant name.")],
@@ -39,7 +58,7 @@ def run(
     workdir: Annotated[Path | None, typer.Option(help="Checkpoints and key file (default ./bpm-agents/NAME).")] = None,
     output: Annotated[Path, typer.Option(help="Shared output folder of the federation's tasks.")] = Path("bpm-output"),
     stream: Annotated[Path | None, typer.Option(help="This participant's input stream (a partitioned stream folder).")] = None,
-    partitions: Annotated[str, typer.Option(help="Partitions of --stream that are this participant's own tasks, e.g. 0-3.")] = "",
+    partitions: Annotated[str, typer.Option(help="Partitions of --stream, or shares of the broker stream (--shares), that are this participant's own tasks, e.g. 0-3.")] = "",
     window: Annotated[int, typer.Option(help="Window of the query, seconds.")] = 60,
     min_connections: Annotated[int, typer.Option(help="Connections alert threshold (strictly more).")] = 100,
     min_ports: Annotated[int, typer.Option(help="Distinct ports alert threshold (strictly more).")] = 10,
@@ -60,8 +79,13 @@ def run(
     contract: Annotated[list[str] | None, typer.Option(help="Terms agreed offline, PARTNER:PRICE_MIN:PRICE_MAX:MIN_DURATION_S[:HA_MODE] (repeatable; HA_MODE none, upstream_backup, passive_standby or active_standby); the agent proposes or accepts them in the registry.")] = None,
     ha: Annotated[bool, typer.Option("--ha/--no-ha", help="High availability duties: fail over moved tasks whose host failed, keep replicas and delta checkpoints, repair.")] = True,
     ha_interval: Annotated[float, typer.Option(min=0.1, help="Seconds between a host's passive-standby deltas and stream acknowledgements.")] = 2.0,
+    broker_port: Annotated[int | None, typer.Option(min=1, max=65535, help="Run this participant's own NATS server (JetStream) on this port, its storage in WORKDIR/broker; its owner password from BPM_NATS_PASSWORD, else made up and kept there.")] = None,
+    broker_http_port: Annotated[int | None, typer.Option(min=1, max=65535, help="Health-check port of the broker (default: --broker-port + 1).")] = None,
+    broker_address: Annotated[str | None, typer.Option(help="Address partners reach the broker at (default: HOST).")] = None,
+    shares: Annotated[int | None, typer.Option(min=1, max=64, help="With --broker-port: its stream split into N equal shares of its 64 key groups (a power of two); --partitions then picks the shares that are its own tasks, named g<bits>.")] = None,
 ) -> None:
     """Run one participant: host its tasks on Spark and trade load with its contract partners."""
+    from bpm.keygroups import shares as key_shares
     from bpm.zeek.definitions import QueryParams
     from bpm.federation.views import AgreedTerms
     from spark_agents.agent import AgentConfig, OwnTask
@@ -73,11 +97,24 @@ def run(
     workdir = (workdir or Path("bpm-agents") / name).resolve()
     endpoint = endpoint or f"http://{host}:{port}"
     params = {**QueryParams(window, min_connections, min_ports, lateness).to_dict(), "trigger_s": trigger}
+    broker = own_broker(name, workdir, host, broker_port, broker_http_port or broker_port + 1, broker_address) if broker_port else None
     own = []
-    if partitions:
-        if stream is None:
-            raise typer.BadParameter("--partitions needs --stream")
+    if stream is not None and (broker is not None or shares is not None):
+        raise typer.BadParameter("--stream (a folder stream) goes without --broker-port and --shares")
+    if shares is not None and broker is None:
+        raise typer.BadParameter("--shares needs --broker-port")
+    if partitions and stream is not None:
         own = [OwnTask(f"p{k}", str((stream / f"partition={k}").resolve()), params) for k in parse_partitions(partitions)]
+    elif partitions and broker is not None:
+        try:
+            prefixes = key_shares(shares or 1)
+            own = [OwnTask(f"g{prefixes[k]}", broker.location(prefixes[k]), params) for k in parse_partitions(partitions)]
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--shares") from None
+        except IndexError:
+            raise typer.BadParameter(f"--partitions {partitions} names shares beyond the {shares or 1} of --shares") from None
+    elif partitions:
+        raise typer.BadParameter("--partitions needs --stream or --broker-port")
     try:
         agreed = [AgreedTerms.parse(spec) for spec in contract or []]
     except ValueError as exc:
@@ -106,4 +143,5 @@ def run(
 
     fixed = MM1Cost(a=mm1_scale, c=1.0) if cost_model == "mm1" else None
     api_key = participant_key(registry, name, endpoint, workdir, key, admin_key)
-    run_agent(config, registry_url=registry, key=api_key, bind_host=host, port=port, spark_master=spark_master, cpus=cpus, trigger_s=trigger, sample_s=sample, cost_model=fixed)
+    run_agent(config, registry_url=registry, key=api_key, bind_host=host, port=port, spark_master=spark_master, cpus=cpus, trigger_s=trigger,
+              sample_s=sample, cost_model=fixed, broker=broker)

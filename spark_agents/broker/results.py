@@ -27,6 +27,7 @@ from nats.js.api import StorageType, StreamConfig
 from bpm.keygroups import token
 from bpm.names import check_name
 from bpm.zeek.definitions import ResultRow
+from bpm.zeek.results import OutputSet
 from spark_agents.broker.stream import Broker
 from spark_agents.ha.fence import FencedError, FenceState, unwritten
 
@@ -172,3 +173,14 @@ def read_results(broker: Broker, task_id: str, after: int = 0) -> list[ResultBat
         if body["kind"] == "batch":
             batches.append(ResultBatch(seq, body["epoch"], body["batch_id"], [ResultRow.from_json(r) for r in body["rows"]]))
     return batches
+
+
+def broker_outputs(broker: Broker, tasks: Iterable[str]) -> OutputSet:
+    """Every batch the given tasks have written on this broker, merged as `bpm.zeek.results.read_outputs` merges batch files."""
+    merged = OutputSet()
+    for task in tasks:
+        for batch in read_results(broker, task):
+            for row in batch.rows:
+                merged.rows.add(row)
+                merged.copies[row] += 1
+    return merged

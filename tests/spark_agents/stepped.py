@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -12,16 +12,21 @@ from api.app import create_app
 from api.migrate import upgrade
 from bpm_http.client import RegistryClient
 from api.settings import Settings
+from bpm.keygroups import shares
 from spark_agents.agent import Agent, AgentConfig, OwnTask
+from spark_agents.broker.access import OwnBroker
 from tests.api.conftest import Clock
 
 
 @contextmanager
 def stepped_federation(
     tmp_path: Path, make_host: Callable[[Callable[[], float]], object], task_params: dict | None = None,
+    brokers: Mapping[str, OwnBroker] | None = None,
 ) -> Iterator[tuple[RegistryClient, dict[str, Agent], Callable[[str, int], Agent], Clock]]:
     """(operator, agents, add(name, tasks), clock): `add` registers a participant and connects
-    its agent, whose host is `make_host(now)`; agents fetch checkpoints from each other directly."""
+    its agent, whose host is `make_host(now)`; agents fetch checkpoints from each other directly.
+    A participant with a broker in `brokers` runs it and has its tasks over shares of its stream."""
+    brokers = brokers or {}
     database_url = f"sqlite:///{tmp_path / 'registry.db'}"
     upgrade(database_url)
     clock = Clock()
@@ -38,6 +43,10 @@ def stepped_federation(
         def fetch(endpoint, key, epoch, token):
             return agents[endpoint.rsplit("/", 1)[-1]].release_to_caller(token, key, epoch)
 
+        def ask_stream(endpoint, key, epoch, token):
+            granted = agents[endpoint.rsplit("/", 1)[-1]].stream_credentials_to_caller(token, key, epoch)
+            return granted["user"], granted["password"]
+
         keys: dict[str, str] = {}
 
         def add(name: str, tasks: int) -> Agent:
@@ -50,13 +59,14 @@ def stepped_federation(
             config = AgentConfig(
                 name=name,
                 workdir=tmp_path / name,
-                output_dir=tmp_path / "output",
+                output_dir=tmp_path / name / "output" if name in brokers else tmp_path / "output",  # a broker task writes to its origin's broker
                 endpoint=f"http://127.0.0.2:9000/{name}",
-                tasks=[OwnTask(f"p{i}", f"/streams/{name}/partition={i}", dict(task_params or {})) for i in range(tasks)],
+                tasks=[OwnTask(f"g{prefix}", brokers[name].location(prefix), dict(task_params or {})) for prefix in shares(tasks)]
+                if name in brokers else [OwnTask(f"p{i}", f"/streams/{name}/partition={i}", dict(task_params or {})) for i in range(tasks)],
                 period_s=0.0,
                 reference_price=1.0,
             )
-            agent = Agent(config, client, make_host(now), clock=now, fetch=fetch)
+            agent = Agent(config, client, make_host(now), clock=now, fetch=fetch, ask_stream=ask_stream, broker=brokers.get(name))
             agents[name] = agent
             agent.connect()
             return agent

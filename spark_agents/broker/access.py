@@ -1,0 +1,129 @@
+"""A participant's own broker as its agent runs it: the server, its owner, and the partners it lets in.
+
+The agent starts its participant's NATS server (`NatsServer`, storage in the agent's own
+work folder) with one user for itself. A partner gets a user of its own, with a password
+this participant makes up and keeps (`partners.json`, readable by its owner only), and
+permissions for exactly the tasks of this participant it hosts (`partner_user`): read their
+key groups, write their results. The agent derives those grants from what the registry
+says (`grant`), and the partner asks for its password over HTTP with a token the registry
+issued to the task's host (`GET /broker/{task}`, `spark_agents.server`): nobody reads this
+participant's stream but as a user the registry vouched for.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import threading
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from bpm.keygroups import StreamLocation
+from bpm.names import check_name
+from spark_agents.broker.server import NatsServer, User, partner_user
+from spark_agents.broker.source import JetStreamInput
+from spark_agents.credentials import write_private
+
+Grants = Mapping[str, Iterable[tuple[str, str]]]  # partner -> (task key, key-group prefix) it hosts
+
+
+class OwnBroker:
+    """Participant `name`'s broker (see the module text).
+
+    Attributes:
+        url: where partners reach it (`nats://ADVERTISE:PORT`).
+        password: the owner user's (the agent's own) password.
+    """
+
+    def __init__(self, name: str, folder: Path, password: str, *, host: str = "127.0.0.1", port: int, http_port: int,
+                 advertise: str | None = None) -> None:
+        self.name = check_name(name, "participant name")
+        self.folder = Path(folder)
+        self.password = password
+        self.url = f"nats://{advertise or host}:{port}"
+        self.server = NatsServer(name, self.folder / "store", port=port, http_port=http_port, users=[self._owner()], host=host)
+        self._grants: dict[str, frozenset[tuple[str, str]]] = {}
+        self._lock = threading.Lock()
+
+    def _owner(self) -> User:
+        return User(self.name, self.password)
+
+    def start(self) -> OwnBroker:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.server.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def location(self, prefix: str = "") -> str:
+        """The location of key groups `prefix` of this participant's stream, as a task record holds it."""
+        return str(StreamLocation(self.url, self.name, prefix))
+
+    def own_input(self, where: StreamLocation) -> JetStreamInput:
+        """A task of this participant's reads its own stream as the owner."""
+        return JetStreamInput(where.url, self.name, self.password, where.participant, where.prefix)
+
+    def grant(self, hosted: Grants) -> bool:
+        """Let each partner read the key groups and write the results of exactly the tasks it
+        hosts (nobody else anything); reloads the server only when that changed. Returns whether it did."""
+        wanted = {check_name(p, "participant name"): frozenset(tasks) for p, tasks in hosted.items() if p != self.name}
+        wanted = {p: tasks for p, tasks in wanted.items() if tasks}
+        with self._lock:
+            if wanted == self._grants:
+                return False
+            users = [self._owner()] + [partner_user(p, self._password(p), sorted(tasks)) for p, tasks in sorted(wanted.items())]
+            self.server.reload(users)
+            self._grants = wanted
+            return True
+
+    def granted(self) -> dict[str, frozenset[tuple[str, str]]]:
+        with self._lock:
+            return dict(self._grants)
+
+    def credentials(self, partner: str) -> dict[str, str]:
+        """What `partner` connects with: this broker's address, its user and password."""
+        return {"url": self.url, "user": partner, "password": self._password(partner)}
+
+    def _password(self, partner: str) -> str:
+        """`partner`'s password, made up the first time and kept in `partners.json` (owner-only)."""
+        path = self.folder / "partners.json"
+        try:
+            known = json.loads(path.read_text())
+        except FileNotFoundError:
+            known = {}
+        if partner not in known:
+            known[partner] = secrets.token_urlsafe(24)
+            write_private(path, json.dumps(known))
+        return known[partner]
+
+
+_PASSWORD = re.compile(r"^[A-Za-z0-9_-]{8,200}$")
+
+
+def ask_credentials(endpoint: str, key: str, epoch: int, token: str, me: str, *, timeout_s: float = 30.0) -> tuple[str, str]:
+    """(user, password) with which this participant, `me`, reads task `key`'s share of its
+    origin's stream: asked of the origin's agent at `endpoint` with the registry's token for
+    the call (purpose `stream`). What the origin answers is checked before use: the user
+    must be `me`, the password a plain token. A refusal because the registry places the
+    task elsewhere now is a PermissionError (a lost race); anything else a RuntimeError."""
+    import httpx
+
+    try:
+        response = httpx.get(f"{endpoint.rstrip('/')}/broker/{key}", params={"epoch": epoch}, timeout=timeout_s,
+                             headers={"Authorization": f"Bearer {token}"})
+    except httpx.HTTPError as exc:
+        raise RuntimeError(f"cannot ask {endpoint} for the stream of {key}: {exc}") from exc
+    if response.status_code == 409:
+        raise PermissionError(f"{endpoint} refuses the stream of {key} at epoch {epoch}: {response.text[:200]}")
+    if response.status_code != 200:
+        raise RuntimeError(f"{endpoint} refuses the stream of {key} at epoch {epoch}: {response.status_code} {response.text[:200]}")
+    try:
+        body = response.json()
+        user, password = body["user"], body["password"]
+    except (ValueError, KeyError, TypeError):
+        raise RuntimeError(f"{endpoint} answered the stream of {key} with something else than credentials") from None
+    if user != me or not isinstance(password, str) or not _PASSWORD.match(password):
+        raise RuntimeError(f"{endpoint} answered the stream of {key} with credentials that are not {me}'s")
+    return user, password

@@ -1,0 +1,157 @@
+"""Agents on the broker: the origin lets in exactly the hosts of its tasks, on the registry's
+token, and a task moved between agents that share no folder reads its origin's stream and
+writes its results there, exactly once."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+
+import pytest
+from fastapi.testclient import TestClient
+
+from bpm.costs import MM1Cost
+from bpm.zeek.definitions import QueryParams
+from bpm.zeek.generator import TrafficProfile, generate
+from bpm.zeek.reference import compute
+from bpm_http.client import RegistryClient, RegistryError
+from spark_agents.broker.access import OwnBroker
+from spark_agents.broker.results import broker_outputs
+from spark_agents.broker.server import BrokerError, free_port
+from spark_agents.broker.source import JetStreamInput, _fetch
+from spark_agents.broker.stream import STREAM, Broker, BrokerStream
+from spark_agents.server import create_agent_app
+from spark_agents.streams.feed import Feeder
+from tests.spark_agents.stepped import stepped_federation
+from tests.spark_agents.test_agent import SteppedHost
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def own_brokers(tmp_path):
+    """Participant a's broker, in a's own folder, stopped at the end."""
+    broker = OwnBroker("a", tmp_path / "a" / "broker", secrets.token_urlsafe(16), port=free_port(), http_port=free_port()).start()
+    try:
+        yield {"a": broker}
+    finally:
+        broker.stop()
+
+
+def _move(clients, task, to="b"):
+    """An offer of `task` from a to `to`, accepted: the registry moves it (the next epoch)."""
+    contract = clients["a"].propose(to, 1.0, 2.0, 5.0)
+    clients[to].contract_action(contract["id"], "accept")
+    clients[to].accept_offer(clients["a"].offer(contract["id"], [task["id"]], 1.5)["id"])
+    return clients["a"].tasks(origin="a")[0]
+
+
+def _clients(operator, a, names):
+    transport = operator._http._transport
+    clients = {"a": a.client}
+    for name in names:
+        clients[name] = RegistryClient("http://testserver", operator.add_participant(name, f"http://127.0.0.2:9000/{name}")["api_key"], transport=transport)
+    return clients
+
+
+def _reads(broker: OwnBroker, user: str, password: str, filter_: str = "in.a.>") -> int:
+    """How many messages `user` reads of a's stream through `filter_` (BrokerError when refused)."""
+    with Broker(broker.url, user, password, timeout_s=2) as theirs:
+        return len(theirs.call(_fetch(theirs.js, STREAM, filter_, 0, theirs.last_seq())))
+
+
+def test_the_origin_lets_in_only_its_task_s_host_and_only_for_that_task(tmp_path, own_brokers):
+    broker = own_brokers["a"]
+    with stepped_federation(tmp_path, lambda now: SteppedHost(MM1Cost(a=0.25, c=1.0)), brokers=own_brokers) as (operator, agents, add, clock):
+        a = add("a", 1)
+        clients = _clients(operator, a, "bc")
+        with Broker(broker.url, "a", broker.password) as mine:
+            Feeder(BrokerStream(mine, "a"), QueryParams()).feed(generate(TrafficProfile(duration_s=20, rate=20), 1))
+        task = _move(clients, clients["a"].tasks(origin="a")[0])
+        assert task["host"] == "b" and task["input_uri"] == broker.location("")
+        with TestClient(create_agent_app(a), raise_server_exceptions=False) as http:
+            def ask(token, epoch=1):
+                return http.get("/broker/a.g", params={"epoch": epoch}, headers={"Authorization": f"Bearer {token}"} if token else {})
+
+            assert ask(None).status_code == 401
+            assert ask(clients["b"].call_token(task["id"], "handover", "a", 1)["token"]).status_code == 403  # a token for another call
+            with pytest.raises(RegistryError) as refused:
+                clients["c"].call_token(task["id"], "stream", "a", 1)  # not the task's host
+            assert refused.value.status == 409
+            with pytest.raises(RegistryError) as refused:
+                clients["b"].call_token(task["id"], "stream", "c", 1)  # c is not the task's origin
+            assert refused.value.status == 403
+            granted = ask(clients["b"].call_token(task["id"], "stream", "a", 1)["token"])
+            assert granted.status_code == 200, granted.text
+            body = granted.json()
+            assert body["user"] == "b" and body["url"] == broker.url
+        assert broker.granted() == {"b": frozenset({("a.g", "")})}
+        assert _reads(broker, "b", body["password"]) > 0
+        with pytest.raises(BrokerError, match="(?i)permissions violation"):
+            _reads(broker, "b", body["password"], "in.z.>")
+        # The task comes back to a: a's next read of its tasks lets b in no more.
+        clock.advance(6.0)  # past the contract's minimum duration
+        clients["a"].end_movement(clients["a"].movements(state="active")[0]["id"])
+        a._stale.add("task")
+        a.sync()
+        assert broker.granted() == {}
+        with pytest.raises(BrokerError):
+            _reads(broker, "b", body["password"])
+
+
+def test_a_task_over_the_broker_moves_between_agents_that_share_no_folder_and_writes_each_result_once(tmp_path, own_brokers, spark):
+    from spark_agents.host import TaskHost
+    from spark_agents.runtime import SparkTasks
+
+    broker = own_brokers["a"]
+    params = QueryParams(window_s=10, lateness_s=5)
+    hosts = {}
+
+    def make_host(now):
+        name = "ab"[len(hosts)]
+        hosts[name] = SparkTasks(TaskHost(spark, tmp_path / name, tmp_path / name / "output", interval_s=60), trigger_s=0.2)
+        return hosts[name]
+
+    conns = list(generate(TrafficProfile(duration_s=120, rate=40, scanners=2), 7))
+    first, rest = conns[: len(conns) // 2], conns[len(conns) // 2:]
+    with Broker(broker.url, "a", broker.password) as mine:
+        feeder = Feeder(BrokerStream(mine, "a"), params)
+        try:
+            with stepped_federation(tmp_path, make_host, task_params=params.to_dict(), brokers=own_brokers) as (operator, agents, add, clock):
+                a = add("a", 1)
+                b = add("b", 0)
+                clients = {"a": a.client, "b": b.client}
+                feeder.feed(first, rows_per_flush=500)
+                a.sync()
+                assert a.host.running() == {"a.g"}
+                _drain(hosts["a"], "a.g")
+                task = _move(clients, clients["a"].tasks(origin="a")[0])
+                a._stale.add("task")
+                a.sync()  # releases the task at a batch boundary
+                b._stale.add("task")
+                b.sync()  # fetches the checkpoint from a, asks a for the stream, starts
+                assert b.host.running() == {"a.g"} and a.host.running() == set()
+                running = hosts["b"].host._task("a.g").input_path
+                assert isinstance(running, JetStreamInput) and running.user == "b"
+                feeder.feed(rest, rows_per_flush=500)
+                feeder.close()
+                _drain(hosts["b"], "a.g")
+                hosts["b"].stop_task("a.g")
+                out = broker_outputs(mine, ["a.g"])
+        finally:
+            for host in hosts.values():
+                host.host.close(stop_tasks=True)
+    expected = compute(conns, params)
+    assert expected and out.rows == set(expected) and out.duplicates == []
+    assert task["epoch"] == 1
+    # Nothing of the task is in any folder but the two agents' own, and no output folder was written.
+    assert not (tmp_path / "output").exists() and not any((tmp_path / name / "output").exists() for name in "ab")
+
+
+def _drain(tasks, key: str, timeout_s: float = 120.0) -> None:
+    """Let the task process everything its stream holds now."""
+    query = tasks.host._task(key).query
+    worker = threading.Thread(target=query.processAllAvailable, daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    assert not worker.is_alive(), f"{key} did not catch up within {timeout_s:.0f} s"
