@@ -68,7 +68,7 @@ def bench_move_command(
         f"floor (same-process restart): median {result['floor_median_s']} s, max {result['floor_max_s']} s\n"
         f"ratio of medians: {result['ratio_median']}  "
         f"(goal: median under 3 s [{'met' if goal['pause_median_under_3s'] else 'NOT met'}], "
-        f"within 1.5 x floor [{'met' if goal['within_1_5x_floor'] else 'NOT met'}])\n"
+        f"within 1.2 x floor [{'met' if goal['within_1_2x_floor'] else 'NOT met'}])\n"
         f"results: {result['expected_results']} expected, {result['lost_results']} lost, "
         f"{result['duplicate_results']} duplicated, {result['unexpected_results']} unexpected\n"
         f"load average before/after: {result['load_average_before']} / {result['load_average_after']}"
