@@ -427,7 +427,10 @@ class Agent:
         if self.ha is not None:
             # Before the starts: a start may wait on a checkpoint fetch, detection must not.
             self.ha.act()
+        starting = getattr(self.host, "starting", set)
         for start in plan.start:
+            if is_location(start.task.get("input_uri") or "") and starting():
+                continue  # one query over a broker stream starts at a time (`TaskHost.starting`); the rest at later ticks
             # Each start on its own: one that cannot fetch its checkpoint yet holds up no other.
             if start.failover is not None and self.ha is not None:
                 what, step = f"take over {task_key(start.task)}", (lambda s=start: self._take_over(s.task, s.failover))

@@ -2,7 +2,8 @@
 measured loads and the fitted cost model explain what Spark really does.
 
 Both read streams written before the measurement starts, so no feeder competes for the CPU,
-and bound each micro-batch with `maxFilesPerTrigger` so a run has many batches.
+and bound each micro-batch (`maxMessagesPerTrigger` on a broker stream, `maxFilesPerTrigger`
+on a folder) so a run has many batches.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +29,8 @@ from spark_agents.status import StatusServer
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from spark_agents.broker.source import JetStreamInput
+
 PARAMS = QueryParams()
 Progress = Callable[[str], None]
 
@@ -40,22 +44,61 @@ def write_input(root: Path, files: int, rows_per_file: int, seed: int = 0) -> tu
     return stream, sum(feeder.written)
 
 
+@contextmanager
+def broker_input(work_dir: Path, flushes: int, rows_per_flush: int, batch_flushes: int,
+                 folder: bool = False) -> Iterator[tuple[JetStreamInput, PartitionedStream | None, int]]:
+    """A participant's broker started for a benchmark, its stream holding generated traffic
+    flushed `flushes` times (`rows_per_flush` rows, 64 messages, one per key group, each time)
+    and closed; yields the input a task reads it through (`batch_flushes` flushes per
+    micro-batch), with `folder`, the same rows in a one-partition folder stream (a file per
+    flush), and the row count. The server stops on the way out."""
+    import secrets
+
+    from bpm.keygroups import KEY_GROUPS
+    from spark_agents.broker.server import NatsServer, User
+    from spark_agents.broker.source import JetStreamInput
+    from spark_agents.broker.stream import Broker, BrokerStream
+    from spark_agents.streams.feed import Feeder
+
+    rate = 300.0
+    conns = list(generate(TrafficProfile(duration_s=flushes * rows_per_flush / rate * 1.05, rate=rate), 0))
+    owner = User("bench", secrets.token_urlsafe(16))
+    with NatsServer.on_free_ports("bench", work_dir / "nats", [owner]) as server:
+        with Broker(server.url, owner.name, owner.password) as broker:
+            feeders = [Feeder(BrokerStream(broker, "bench"), PARAMS)]
+            stream = PartitionedStream.create(work_dir / "stream", 1) if folder else None
+            if stream is not None:
+                feeders.append(Feeder(stream, PARAMS))
+            for feeder in feeders:
+                feeder.feed(conns, rows_per_flush)
+                feeder.close()
+        rows = sum(feeders[0].written)
+        assert all(sum(f.written) == rows for f in feeders), "both inputs hold the same rows"
+        yield JetStreamInput(server.url, owner.name, owner.password, "bench", max_messages=batch_flushes * KEY_GROUPS), stream, rows
+
+
 def overhead(
     spark: SparkSession, work_dir: Path, rounds: int = 4, files: int = 24, rows_per_file: int = 4000,
     files_per_batch: int = 2, scrape_s: float = 1.0, progress: Progress = lambda _: None,
 ) -> dict[str, Any]:
     """Rows per second of one task with the host's instrumentation (listener, sampler, HTTP status
-    scraped every `scrape_s`) against the bare query, in interleaved runs (ABBA order)."""
+    scraped every `scrape_s`) against the bare query, in interleaved runs (ABBA order), both
+    reading a participant's broker stream (`files` flushes of `rows_per_file` rows, `files_per_batch`
+    flushes per micro-batch)."""
+    with broker_input(work_dir, files, rows_per_file, files_per_batch) as (source, _, rows):
+        return _overhead(spark, work_dir, source, rows, rounds, -(-files // files_per_batch), scrape_s, progress)
+
+
+def _overhead(spark: SparkSession, work_dir: Path, source: JetStreamInput, rows: int, rounds: int, batches: int, scrape_s: float,
+              progress: Progress) -> dict[str, Any]:
     import httpx
 
-    stream, rows = write_input(work_dir / "stream", files, rows_per_file)
     counter = iter(range(1_000_000))
 
     def bare() -> float:
         n = next(counter)
         started = time.perf_counter()
-        query = start_query(spark, f"bare-{n}", stream.partition_path(0), work_dir / f"ck-{n}", work_dir / f"out-{n}",
-                            PARAMS, None, files_per_batch)
+        query = start_query(spark, f"bare-{n}", source, work_dir / f"ck-{n}", work_dir / f"out-{n}", PARAMS)
         try:
             query.processAllAvailable()
             return time.perf_counter() - started
@@ -81,7 +124,7 @@ def overhead(
         scraper.start()
         try:
             started = time.perf_counter()
-            task = host.start_task(f"task-{n}", stream.partition_path(0), work_dir / f"ck-{n}", PARAMS, None, files_per_batch)
+            task = host.start_task(f"task-{n}", source, work_dir / f"ck-{n}", PARAMS, None)
             task.query.processAllAvailable()
             return time.perf_counter() - started
         finally:
@@ -104,7 +147,7 @@ def overhead(
     pair_ratios = [b / i for b, i in zip(times["bare"], times["instrumented"])]
     return {
         "benchmark": "overhead",
-        "rows_per_run": rows, "batches_per_run": -(-files // files_per_batch), "rounds": rounds,
+        "input": "broker", "rows_per_run": rows, "batches_per_run": batches, "rounds": rounds,
         "bare_rows_per_s": round(bare_rps, 1), "instrumented_rows_per_s": round(instr_rps, 1),
         "ratio": round(instr_rps / bare_rps, 4), "median_pair_ratio": round(statistics.median(pair_ratios), 4),
         "bare_run_s": [round(t, 2) for t in times["bare"]], "instrumented_run_s": [round(t, 2) for t in times["instrumented"]],
@@ -273,34 +316,14 @@ def source(
     stream through Spark's file source, in interleaved runs (ABBA order). Both are written
     before the clock starts, flushed alike (a file of `rows_per_flush` rows; 64 messages, one
     per key group), and read `flushes_per_batch` flushes per micro-batch."""
-    import secrets
-
-    from bpm.keygroups import KEY_GROUPS
-    from spark_agents.broker.server import NatsServer, User
-    from spark_agents.broker.source import JetStreamInput
-    from spark_agents.broker.stream import Broker, BrokerStream
-    from spark_agents.streams.feed import Feeder
-
-    rate = 300.0
-    conns = generate(TrafficProfile(duration_s=flushes * rows_per_flush / rate * 1.05, rate=rate), 0)
-    owner = User("bench", secrets.token_urlsafe(16))
     progress("writing the input")
-    with NatsServer.on_free_ports("bench", work_dir / "nats", [owner]) as server:
-        folder = PartitionedStream.create(work_dir / "stream", 1)
-        with Broker(server.url, owner.name, owner.password) as broker:
-            feeders = [Feeder(folder, PARAMS), Feeder(BrokerStream(broker, "bench"), PARAMS)]
-            for feeder in feeders:
-                feeder.feed(conns, rows_per_flush)
-                feeder.close()
-        rows = sum(feeders[0].written)
-        assert rows == sum(feeders[1].written), "both inputs hold the same rows"
+    with broker_input(work_dir, flushes, rows_per_flush, flushes_per_batch, folder=True) as (source, folder, rows):
         counter = iter(range(1_000_000))
 
         def run(variant: str) -> float:
             n = next(counter)
             if variant == "jetstream":
-                where = JetStreamInput(server.url, owner.name, owner.password, "bench", max_messages=flushes_per_batch * KEY_GROUPS)
-                files = None
+                where, files = source, None
             else:
                 where, files = folder.partition_path(0), flushes_per_batch
             started = time.perf_counter()

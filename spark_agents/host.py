@@ -286,6 +286,14 @@ class TaskHost:
     def running(self) -> list[str]:
         return [t.task_id for t in self.tasks() if t.state == "running"]
 
+    def starting(self, within_s: float = 5.0) -> list[str]:
+        """Tasks over a broker stream started in the last `within_s` seconds that have not
+        finished a batch yet. Each such start launches a Python process that plans the
+        source's batches and must connect back to Spark within 10 s (Spark's limit), which a
+        participant with a small CPU quota misses when several start at once."""
+        now = time.time()
+        return [t.task_id for t in self.tasks() if t.on_broker and t.state == "running" and t.batches == 0 and now - t.started_s < within_s]
+
     def _on_batch(self, sample: BatchSample, end_offset: dict | None) -> None:
         task = self._tasks.get(sample.task_id)
         if task is None:

@@ -138,6 +138,9 @@ class SparkTasks:
     def running(self) -> set[str]:
         return set(self.host.running())
 
+    def starting(self) -> set[str]:
+        return set(self.host.starting())
+
     def close(self) -> None:
         for task_id in list(self._duties):
             self.ha_stop_duties(task_id, release=False)

@@ -7,6 +7,7 @@ or a group of its own that it attaches with `app.add_typer`.
 from __future__ import annotations
 
 from enum import Enum
+from typing import NoReturn
 
 import typer
 
@@ -23,3 +24,12 @@ app = typer.Typer(
 )
 bench_app = typer.Typer(help="Benchmarks; each prints one JSON object with --json.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
+
+
+def fail(message: object, code: int = 2) -> NoReturn:
+    """Print `message` as an error on stderr (as text: brackets in it are not markup) and exit with `code`."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    Console(stderr=True).print(f"[red]error:[/] {escape(str(message))}")
+    raise typer.Exit(code)

@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from bpm_app.commands import app
+from bpm_app.commands import app, fail
 
 broker_app = typer.Typer(help="A participant's broker: its NATS server with JetStream.", no_args_is_help=True)
 app.add_typer(broker_app, name="broker")
@@ -39,8 +39,7 @@ def serve_command(
             raise ValueError(f"set {PASSWORD_ENV} to the owner user's password")
         server = NatsServer(name, store, port=port, http_port=http_port, users=[User(name, password)], host=host).start()
     except (ValueError, UnsafeName, BrokerError) as exc:
-        err.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+        fail(exc)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -32,12 +32,12 @@ def _with_spark(name: str, master: str, as_json: bool, bench) -> None:
 @bench_app.command("overhead")
 def overhead_command(
     rounds: int = typer.Option(4, "--rounds", min=1, help="Interleaved pairs of runs (bare, instrumented)."),
-    files: int = typer.Option(24, "--files", min=2, help="Stream files per run."),
-    rows_per_file: int = typer.Option(4000, "--rows-per-file", min=100),
+    files: int = typer.Option(24, "--files", min=2, help="Flushes of the feeder into the broker stream (64 messages each)."),
+    rows_per_file: int = typer.Option(4000, "--rows-per-file", min=100, help="Rows per flush."),
     master: str = typer.Option("local[*]", "--master", help="Spark master URL."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """Rows per second of the query with the host's instrumentation against bare Spark (goal: ratio >= 0.98)."""
+    """Rows per second of the query over a broker stream with the host's instrumentation against bare Spark (goal: ratio >= 0.98)."""
     from spark_agents import benchmarks
 
     _with_spark("overhead", master, as_json,

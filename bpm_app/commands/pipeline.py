@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from bpm_app.commands import app
+from bpm_app.commands import app, fail
 
 if TYPE_CHECKING:
     from bpm.zeek.conn import Conn, ParseStats
@@ -25,8 +25,7 @@ def read_input(files: list[Path], err: Console) -> tuple[list[Conn], ParseStats]
 
     missing = [str(f) for f in files if not f.is_file()]
     if missing:
-        err.print(f"[red]error:[/] no such file: {', '.join(missing)}")
-        raise typer.Exit(2)
+        fail(f"no such file: {', '.join(missing)}")
     stats = ParseStats()
     with err.status("reading Zeek logs"):
         conns = list(read_logs(files, stats))
@@ -51,8 +50,7 @@ def run(
     params = QueryParams(window_s=window, min_connections=min_connections, min_ports=min_ports, lateness_s=lateness)
     conns, stats = read_input(files, err)
     if not conns:
-        err.print(f"[red]error:[/] no connection records in the input ({stats.summary()})")
-        raise typer.Exit(1)
+        fail(f"no connection records in the input ({stats.summary()})", 1)
     from spark_agents.pipeline import run_pipeline
     from spark_agents.session import make_session
 

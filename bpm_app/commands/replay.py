@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bpm_app.commands import app
+from bpm_app.commands import app, fail
 
 
 @app.command("replay")
@@ -66,8 +66,7 @@ def replay_command(
             target = PartitionedStream.create(stream, partitions)
             where = str(target.root)
     except (StreamError, ValueError) as exc:
-        err.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+        fail(exc)
     recorded, stats = read_input(files, err)
     conns = list(amplified(recorded, amplify))
     params = QueryParams(window_s=window, lateness_s=lateness)
@@ -116,8 +115,7 @@ def generate_command(
     from bpm.zeek.generator import TrafficProfile, generate
 
     if fmt not in ("tsv", "json"):
-        Console(stderr=True).print(f"[red]error:[/] --format must be tsv or json, not {fmt!r}")
-        raise typer.Exit(2)
+        fail(f"--format must be tsv or json, not {fmt!r}")
     conns = generate(TrafficProfile(start_ts=start, duration_s=duration, rate=rate, sources=sources, scanners=scanners), seed)
     with out.open("w", encoding="utf-8") as handle:
         n = write_tsv(conns, handle) if fmt == "tsv" else write_json(conns, handle)

@@ -7,9 +7,8 @@ import os
 import time
 
 import typer
-from rich.console import Console
 
-from bpm_app.commands import app
+from bpm_app.commands import app, fail
 
 
 @app.command("results")
@@ -28,7 +27,6 @@ def results_command(
     from bpm.keygroups import PASSWORD_ENV, parse_location
     from spark_agents.broker.stream import Broker
 
-    err = Console(stderr=True)
     try:
         check_name(task, "task key")
         located = parse_location(broker)
@@ -40,8 +38,7 @@ def results_command(
             raise ValueError(f"set {PASSWORD_ENV} to the broker user's password")
         connection = Broker(url, user or origin, password)
     except (ValueError, UnsafeName, BrokerError) as exc:
-        err.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+        fail(exc)
     deadline = None if seconds is None else time.monotonic() + seconds
     after = 0
     try:

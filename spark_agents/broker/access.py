@@ -50,8 +50,20 @@ class OwnBroker:
         return User(self.name, self.password)
 
     def start(self) -> OwnBroker:
+        """Start the server, with the participant's input stream and results stream in it:
+        a task may start before anything was published."""
+        from spark_agents.broker.results import ensure_results
+        from spark_agents.broker.stream import Broker
+
         self.folder.mkdir(parents=True, exist_ok=True)
         self.server.start()
+        try:
+            with Broker(self.server.url, self.name, self.password) as owner:
+                owner.ensure_stream(self.name)
+                ensure_results(owner)
+        except BaseException:
+            self.server.stop()
+            raise
         return self
 
     def stop(self) -> None:

@@ -155,3 +155,28 @@ def _drain(tasks, key: str, timeout_s: float = 120.0) -> None:
     worker.start()
     worker.join(timeout_s)
     assert not worker.is_alive(), f"{key} did not catch up within {timeout_s:.0f} s"
+
+
+class _SlowStarts(SteppedHost):
+    """Every task it runs is still starting until `started` is set."""
+
+    started = False
+
+    def start_task(self, task_id, source, checkpoint_dir, params, epoch=None):
+        assert isinstance(source, JetStreamInput) and epoch == 0, "a broker task reads as the owner and writes through the fence"
+        super().start_task(task_id, source, checkpoint_dir, params)
+
+    def starting(self):
+        return set() if self.started else set(self._running)
+
+
+def test_an_agent_starts_one_query_over_a_broker_stream_at_a_time(tmp_path, own_brokers):
+    with stepped_federation(tmp_path, lambda now: _SlowStarts(MM1Cost(a=0.25, c=1.0)), brokers=own_brokers) as (operator, agents, add, clock):
+        a = add("a", 2)
+        a.sync()
+        assert a.host.running() == {"a.g0"}
+        a.sync()
+        assert a.host.running() == {"a.g0"}, "the second waits while the first starts"
+        a.host.started = True
+        a.sync()
+        assert a.host.running() == {"a.g0", "a.g1"}

@@ -94,3 +94,18 @@ def test_bpm_bench_source_reads_the_same_rows_from_both_sources(spark):
     assert result["jetstream_rows_per_s"] > 0 and result["file_rows_per_s"] > 0
     assert result["ratio"] == pytest.approx(result["jetstream_rows_per_s"] / result["file_rows_per_s"], rel=1e-3)
     assert result["goal_met"] == (result["ratio"] >= 1.0)
+
+
+def test_bpm_bench_overhead_runs_both_variants_over_the_broker_stream(spark):
+    import json
+
+    from typer.testing import CliRunner
+
+    from bpm_app.cli import app
+
+    out = CliRunner().invoke(app, ["bench", "overhead", "--rounds", "1", "--files", "4", "--rows-per-file", "500", "--json"])
+    assert out.exit_code == 0, out.output
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["benchmark"] == "overhead" and result["input"] == "broker" and result["rows_per_run"] >= 4 * 500
+    assert len(result["bare_run_s"]) == len(result["instrumented_run_s"]) == 1
+    assert result["ratio"] == pytest.approx(result["instrumented_rows_per_s"] / result["bare_rows_per_s"], rel=1e-3)
