@@ -97,12 +97,12 @@ def run(
     workdir = (workdir or Path("bpm-agents") / name).resolve()
     endpoint = endpoint or f"http://{host}:{port}"
     params = {**QueryParams(window, min_connections, min_ports, lateness).to_dict(), "trigger_s": trigger}
+    if stream is not None and (broker_port is not None or shares is not None):
+        raise typer.BadParameter("--stream (a folder stream) goes without --broker-port and --shares")
+    if shares is not None and broker_port is None:
+        raise typer.BadParameter("--shares needs --broker-port")
     broker = own_broker(name, workdir, host, broker_port, broker_http_port or broker_port + 1, broker_address) if broker_port else None
     own = []
-    if stream is not None and (broker is not None or shares is not None):
-        raise typer.BadParameter("--stream (a folder stream) goes without --broker-port and --shares")
-    if shares is not None and broker is None:
-        raise typer.BadParameter("--shares needs --broker-port")
     if partitions and stream is not None:
         own = [OwnTask(f"p{k}", str((stream / f"partition={k}").resolve()), params) for k in parse_partitions(partitions)]
     elif partitions and broker is not None:

@@ -88,3 +88,16 @@ def test_broker_serve_runs_a_participant_s_server_until_stopped(tmp_path):
         httpx.get(f"http://127.0.0.1:{http_port}/healthz", timeout=1)
     missing = CliRunner().invoke(app, ["broker", "serve", "--name", "a", "--store", str(tmp_path / "s2")], env={"BPM_NATS_PASSWORD": ""})
     assert missing.exit_code == 2 and "BPM_NATS_PASSWORD" in missing.output
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--shares", "4", "--partitions", "0"], "--shares needs --broker-port"),
+    (["--broker-port", "4222", "--shares", "3", "--partitions", "0"], "power of two"),
+    (["--broker-port", "4222", "--shares", "4", "--partitions", "2-5"], "beyond the 4"),
+    (["--broker-port", "4222", "--stream", "folder"], "goes without --broker-port"),
+    (["--partitions", "0"], "needs --stream or --broker-port"),
+])
+def test_agent_run_refuses_tasks_it_cannot_have(args, message, tmp_path):
+    out = CliRunner().invoke(app, ["agent", "run", "--name", "a", "--workdir", str(tmp_path / "a"), *args])
+    assert out.exit_code == 2, out.output
+    assert message in " ".join(out.output.split()), out.output
