@@ -94,6 +94,8 @@ def test_bpm_bench_source_reads_the_same_rows_from_both_sources(spark):
     assert result["jetstream_rows_per_s"] > 0 and result["file_rows_per_s"] > 0
     assert result["ratio"] == pytest.approx(result["jetstream_rows_per_s"] / result["file_rows_per_s"], rel=1e-3)
     assert result["goal_met"] == (result["ratio"] >= 1.0)
+    assert 0 < result["jetstream_batch_rows_per_s"] and result["jetstream_rows_per_s"] < result["jetstream_batch_rows_per_s"], "a run is its start and its batches"
+    assert result["batch_ratio"] == pytest.approx(result["jetstream_batch_rows_per_s"] / result["file_batch_rows_per_s"], rel=1e-3)
 
 
 def test_bpm_bench_overhead_runs_both_variants_over_the_broker_stream(spark):
