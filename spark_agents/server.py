@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hmac
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from typing import Annotated
@@ -70,6 +72,18 @@ class _AgentCollector:
         yield from (load, threshold, marginal, task_load, steps, errors, running)
 
 
+@contextmanager
+def _refusals(*statuses: tuple[type[Exception], int]) -> Iterator[None]:
+    """A call between agents refused: a credential the registry did not issue for it (the
+    token's own 401 or 403), or one of `statuses`' exceptions (as its status), with the reason."""
+    try:
+        yield
+    except TokenRefused as exc:
+        raise HTTPException(exc.status, str(exc)) from exc
+    except tuple(kind for kind, _ in statuses) as exc:
+        raise HTTPException(next(status for kind, status in statuses if isinstance(exc, kind)), str(exc)) from exc
+
+
 def create_agent_app(agent: Agent) -> FastAPI:
     app = FastAPI(title=f"BPM agent {agent.config.name}")
     harden(app, paths={"/ha/": MAX_ARCHIVE_BYTES})
@@ -119,15 +133,8 @@ def create_agent_app(agent: Agent) -> FastAPI:
     def handover(task_key: TaskKey, epoch: int = Query(ge=0, le=2**63 - 1), authorization: Annotated[str | None, Header()] = None):
         """Stop the task here at a batch boundary and return its checkpoint (tar.gz) to its new
         host: the caller shows the registry's token for this handover (task, epoch, both parties)."""
-        with handover_lock:
-            try:
-                data = agent.release_to_caller(bearer(authorization), task_key, epoch)
-            except TokenRefused as exc:
-                raise HTTPException(exc.status, str(exc)) from exc
-            except PermissionError as exc:
-                raise HTTPException(409, str(exc)) from exc
-            except HandoverNotReady as exc:
-                raise HTTPException(503, str(exc)) from exc
+        with handover_lock, _refusals((PermissionError, 409), (HandoverNotReady, 503)):
+            data = agent.release_to_caller(bearer(authorization), task_key, epoch)
         return Response(data, media_type="application/gzip")
 
     @app.get("/broker/{task_key}", responses=_REFUSED)
@@ -135,14 +142,8 @@ def create_agent_app(agent: Agent) -> FastAPI:
         """The credentials with which the host of this participant's task reads the task's key
         groups of its broker stream and writes its results there: the caller shows the
         registry's token for this call (purpose `stream`, the task and its epoch)."""
-        try:
+        with _refusals((PermissionError, 409), (LookupError, 404)):
             return agent.stream_credentials_to_caller(bearer(authorization), task_key, epoch)
-        except TokenRefused as exc:
-            raise HTTPException(exc.status, str(exc)) from exc
-        except PermissionError as exc:
-            raise HTTPException(409, str(exc)) from exc
-        except LookupError as exc:
-            raise HTTPException(404, str(exc)) from exc
 
     @app.post("/ha/{task_key}/delta", responses=_REFUSED)
     async def delta(task_key: TaskKey, request: Request, epoch: int = Query(ge=0, le=2**63 - 1), authorization: Annotated[str | None, Header()] = None):
@@ -151,11 +152,7 @@ def create_agent_app(agent: Agent) -> FastAPI:
         if agent.ha is None:
             raise HTTPException(404, "this agent keeps no HA copies")
         data = await request.body()
-        try:
+        with _refusals((NotHolder, 409), (DeltaRefused, 409)):
             return await run_in_threadpool(agent.ha.receive_delta_from_caller, bearer(authorization), task_key, epoch, data)
-        except TokenRefused as exc:
-            raise HTTPException(exc.status, str(exc)) from exc
-        except (NotHolder, DeltaRefused) as exc:
-            raise HTTPException(409, str(exc)) from exc
 
     return app
