@@ -33,11 +33,17 @@ def own_broker(name: str, workdir: Path, host: str, port: int, http_port: int, a
 
     from bpm.keygroups import PASSWORD_ENV
     from spark_agents.broker.access import OwnBroker
+    from spark_agents.broker.server import BrokerError, check_password
     from spark_agents.credentials import write_private
 
     folder = workdir / "broker"
     password = os.environ.get(PASSWORD_ENV)
-    if not password:
+    if password:
+        try:
+            check_password(password)
+        except BrokerError as exc:
+            raise typer.BadParameter(f"{PASSWORD_ENV}: {exc}") from None
+    else:
         kept = folder / "owner.password"
         if not kept.exists():
             write_private(kept, secrets.token_urlsafe(24))

@@ -44,7 +44,7 @@ class OwnBroker:
         self.url = f"nats://{advertise or host}:{port}"
         self.server = NatsServer(name, self.folder / "store", port=port, http_port=http_port, users=[self._owner()], host=host)
         self._grants: dict[str, frozenset[tuple[str, str]]] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # over the grants and the partners' passwords
 
     def _owner(self) -> User:
         return User(self.name, self.password)
@@ -101,14 +101,15 @@ class OwnBroker:
     def _password(self, partner: str) -> str:
         """`partner`'s password, made up the first time and kept in `partners.json` (owner-only)."""
         path = self.folder / "partners.json"
-        try:
-            known = json.loads(path.read_text())
-        except FileNotFoundError:
-            known = {}
-        if partner not in known:
-            known[partner] = secrets.token_urlsafe(24)
-            write_private(path, json.dumps(known))
-        return known[partner]
+        with self._lock:
+            try:
+                known = json.loads(path.read_text())
+            except FileNotFoundError:
+                known = {}
+            if partner not in known:
+                known[partner] = secrets.token_urlsafe(24)
+                write_private(path, json.dumps(known))
+            return known[partner]
 
 
 _PASSWORD = re.compile(r"^[A-Za-z0-9_-]{8,200}$")

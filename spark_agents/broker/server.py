@@ -59,6 +59,13 @@ def _subjects(subjects: Sequence[str]) -> str:
     return "[" + ", ".join(f'"{s}"' for s in subjects) + "]"
 
 
+def check_password(password: str) -> str:
+    """`password` if a server's configuration can hold it as it is, else BrokerError."""
+    if not password.replace("-", "").replace("_", "").isalnum():
+        raise BrokerError("a broker password is letters, digits, '-' and '_'")
+    return password
+
+
 @dataclass(frozen=True)
 class User:
     """A user of the server and what it may publish and subscribe to (NATS subjects, wildcards allowed)."""
@@ -70,8 +77,7 @@ class User:
 
     def conf(self) -> str:
         check_name(self.name, "user name")
-        if not self.password.replace("-", "").replace("_", "").isalnum():
-            raise BrokerError("a password is letters, digits, '-' and '_'")
+        check_password(self.password)
         return (f'{{user: "{self.name}", password: "{self.password}", permissions: '
                 f"{{publish: {{allow: {_subjects(self.publish)}}}, subscribe: {{allow: {_subjects(self.subscribe)}}}}}}}")
 

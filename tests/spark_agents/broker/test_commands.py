@@ -101,3 +101,11 @@ def test_agent_run_refuses_tasks_it_cannot_have(args, message, tmp_path):
     out = CliRunner().invoke(app, ["agent", "run", "--name", "a", "--workdir", str(tmp_path / "a"), *args])
     assert out.exit_code == 2, out.output
     assert message in " ".join(out.output.split()), out.output
+
+
+def test_agent_run_refuses_a_broker_password_its_server_cannot_hold(tmp_path):
+    out = CliRunner().invoke(app, ["agent", "run", "--name", "a", "--workdir", str(tmp_path / "a"), "--broker-port", "4222"],
+                             env={"BPM_NATS_PASSWORD": 'pass"word'})
+    assert out.exit_code == 2, out.output
+    assert "letters, digits" in " ".join(out.output.split()), out.output
+    assert not (tmp_path / "a").exists(), "nothing written"
