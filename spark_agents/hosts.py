@@ -14,6 +14,12 @@ call it on the way out, on errors and on Ctrl-C alike. Both cgroup layouts are h
 v1 (a `cpu` hierarchy: `cpu.cfs_quota_us` / `cpu.cfs_period_us`) and v2 (`cpu.max`).
 Creating cgroups needs root; without it `CpuHosts.available()` says why, and the
 launchers run the same processes without a quota, saying so once.
+
+Inside a participant's cgroup, its processes start in `main`; `python` beside it, weighted
+far above `main` within the participant's one quota, is for Spark's Python processes
+(`python_first`): a query over a Python data source starts a Python process that must
+connect back to Spark within 10 s, which it misses on a small quota when it competes
+evenly with a busy JVM.
 """
 
 from __future__ import annotations
@@ -35,6 +41,11 @@ PERIOD_US = 100_000
 # CPU it asks for, so its capacity is what it is told.
 PARENT_SHARES_V1 = 8192
 PARENT_WEIGHT_V2 = 800
+# Within a participant: its Python processes against the rest (weights, not quotas: the
+# participant's quota bounds both together).
+PYTHON_SHARES_V1, MAIN_SHARES_V1 = 8192, 1024
+PYTHON_WEIGHT_V2, MAIN_WEIGHT_V2 = 800, 100
+MAIN, PYTHON = "main", "python"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
 
@@ -190,13 +201,20 @@ class CpuHosts:
             (folder / "cpu.cfs_quota_us").write_text(str(quota))
         else:
             (folder / "cpu.max").write_text(f"{quota} {PERIOD_US}")
+            _enable_cpu(folder)
+        for child, v1, v2 in ((MAIN, MAIN_SHARES_V1, MAIN_WEIGHT_V2), (PYTHON, PYTHON_SHARES_V1, PYTHON_WEIGHT_V2)):
+            (folder / child).mkdir(exist_ok=True)
+            if self.layout.version == 1:
+                (folder / child / "cpu.shares").write_text(str(v1))
+            else:
+                (folder / child / "cpu.weight").write_text(str(v2))
         self.quotas[name] = cpus
         return folder
 
     def popen_kwargs(self, name: str) -> dict:
         """`subprocess.Popen` arguments that start the process inside `name`'s cgroup, before it
         runs anything: every process it starts (the Spark JVM) is inside too."""
-        procs = str(self.folder(name) / "cgroup.procs")
+        procs = str(self.folder(name) / MAIN / "cgroup.procs")
 
         def enter() -> None:
             with open(procs, "w") as handle:
@@ -205,24 +223,21 @@ class CpuHosts:
         return {"preexec_fn": enter}
 
     def pids(self, name: str) -> list[int]:
-        try:
-            return [int(p) for p in (self.folder(name) / "cgroup.procs").read_text().split()]
-        except (OSError, ValueError):
-            return []
+        """Every process in `name`'s cgroup and the cgroups under it."""
+        return _pids(self.folder(name))
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Kill what is left in the run's cgroups and remove them; safe to call twice."""
         if not self.parent.exists():
             return
-        children = [c for c in self.parent.iterdir() if c.is_dir()]
-        for child in children:
-            for pid in self.pids(child.name):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        for pid in _pids(self.parent):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         deadline = time.monotonic() + timeout_s
-        for folder in [*children, self.parent]:
+        # Deepest first: a cgroup goes only once it has no children.
+        for folder in sorted((Path(f) for f, _, _ in os.walk(self.parent)), key=lambda f: len(f.parts), reverse=True):
             while True:
                 try:
                     folder.rmdir()
@@ -258,6 +273,42 @@ def remove_stale(layout: CgroupLayout, older_than_s: float = 60.0) -> list[Path]
         hosts.close()
         removed.append(parent)
     return removed
+
+
+def _pids(folder: Path) -> list[int]:
+    found = []
+    for here, _, _ in os.walk(folder):
+        try:
+            found += [int(p) for p in (Path(here) / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def python_first(workdir: Path, python: str) -> str | None:
+    """Where this process runs in `main` of a participant's cgroup (`CpuHosts`) that it may
+    write to: an executable in `workdir` that moves itself into `python` beside it and runs
+    `python`, for PYSPARK_PYTHON, so that Spark's Python processes come first within the
+    participant's quota. None elsewhere (no cgroups, another layout, not writable): Spark
+    then runs `python` itself."""
+    import shlex
+    import stat
+
+    layout = cpu_layout()
+    if layout is None:
+        return None
+    try:
+        here = own_cgroup(layout)
+    except OSError:
+        return None
+    target = here.parent / PYTHON / "cgroup.procs"
+    if here.name != MAIN or not os.access(target, os.W_OK):
+        return None
+    wrapper = workdir / "python-first"
+    wrapper.parent.mkdir(parents=True, exist_ok=True)
+    wrapper.write_text(f"#!/bin/sh\necho $$ > {shlex.quote(str(target))} 2>/dev/null\nexec {shlex.quote(python)} \"$@\"\n")
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return str(wrapper)
 
 
 def _enable_cpu(folder: Path) -> None:

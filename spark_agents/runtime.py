@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
+import sys
 import threading
 import time
 from dataclasses import fields
@@ -221,6 +223,7 @@ def run_agent(
     import uvicorn
 
     from spark_agents.host import TaskHost
+    from spark_agents.hosts import python_first
     from spark_agents.server import create_agent_app
     from spark_agents.session import make_session
 
@@ -230,6 +233,9 @@ def run_agent(
     # A participant may host many moved tasks at once, each with its state store versions
     # cached in the driver; the default 1 GB heap leaves a local driver little room for that.
     conf = {"spark.driver.memory": "2g"} if spark_master.startswith("local") else None
+    wrapper = python_first(config.workdir, sys.executable)
+    if wrapper is not None:
+        os.environ["PYSPARK_PYTHON"] = wrapper  # Spark's Python processes first within the participant's CPU quota
     with contextlib.ExitStack() as cleanup:  # undone in reverse, also when a start fails
         if broker is not None:
             broker.start()

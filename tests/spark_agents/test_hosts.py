@@ -96,6 +96,7 @@ def test_a_participant_runs_under_its_quota_and_reads_it_as_its_capacity():
         assert float(capacity) == pytest.approx(0.3)
         assert float(cpu) == pytest.approx(0.6, abs=0.2), "the quota holds the process to 0.3 CPU"
         assert set(hosts.pids("a")) == {process.pid, int(child)}
+        assert set(_procs(hosts.folder("a") / "main")) == {process.pid, int(child)}, "its processes start in main"
         parent = hosts.parent
     finally:
         hosts.close()
@@ -124,3 +125,34 @@ def test_cgroups_left_by_a_killed_run_are_removed_by_the_next():
         assert not left.parent.exists()
     finally:
         left.close()
+
+
+def _procs(folder: Path) -> list[int]:
+    return [int(p) for p in (folder / "cgroup.procs").read_text().split()]
+
+
+@needs_cgroups
+def test_spark_s_python_processes_of_a_participant_run_first_within_its_quota(tmp_path):
+    """`python_first` in a participant's host gives an interpreter that runs in the host's
+    `python` cgroup, weighted above `main`; elsewhere it gives nothing."""
+    probe = ("import sys\n"
+             "from pathlib import Path\n"
+             "from spark_agents.hosts import python_first\n"
+             "print(python_first(Path(sys.argv[1]), sys.executable), flush=True)\n")
+    root = Path(__file__).parents[2]
+    assert subprocess.run([sys.executable, "-c", probe, str(tmp_path / "outside")], capture_output=True, text=True, cwd=root).stdout.strip() == "None"
+    hosts = CpuHosts.create("test")
+    try:
+        folder = hosts.add("a", 0.3)
+        weights = [int((folder / child / "cpu.shares").read_text()) for child in ("python", "main")] if hosts.layout.version == 1 else \
+                  [int((folder / child / "cpu.weight").read_text()) for child in ("python", "main")]
+        assert weights[0] > 4 * weights[1]
+        found = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "a")], capture_output=True, text=True, cwd=root, **hosts.popen_kwargs("a"))
+        wrapper = found.stdout.strip()
+        assert wrapper == str(tmp_path / "a" / "python-first"), found.stderr
+        where = "from spark_agents.hosts import cpu_layout, own_cgroup; print(own_cgroup(cpu_layout()))"
+        shown = subprocess.run([wrapper, "-c", where], capture_output=True, text=True, cwd=root, **hosts.popen_kwargs("a"))
+        assert shown.returncode == 0, shown.stderr
+        assert Path(shown.stdout.strip()) == folder / "python", "the interpreter moved itself into python"
+    finally:
+        hosts.close()
