@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 # The secrets the compose file asks for, none with a default.
-SECRETS = {"BPM_ADMIN_KEY": "op-key", "BPM_DB_PASSWORD": "db-password", **{f"BPM_KEY_{n.upper()}": f"key-{n}" for n in "abcd"}}
+SECRETS = {"BPM_ADMIN_KEY": "op-key", "BPM_DB_PASSWORD": "db-password", **{f"BPM_KEY_{n.upper()}": f"key-{n}" for n in "abcd"},
+           **{f"BPM_NATS_PASSWORD_{n.upper()}": f"nats-{n}" for n in "abc"}}
 
 
 def _compose_config(env: dict) -> subprocess.CompletedProcess:
@@ -37,12 +38,20 @@ def test_compose_supplies_no_default_secret(secret):
     assert result.returncode != 0 and secret in result.stderr, result.stderr
 
 
-def test_each_agent_gets_only_its_own_key_and_nothing_runs_as_root():
+def test_each_agent_gets_only_its_own_secrets_and_volume_and_nothing_runs_as_root():
     services = _services()
     for name in "abcd":
         env = services[name]["environment"]
-        assert set(env) == {"BPM_REGISTRY_URL", "BPM_KEY"}, env
+        assert set(env) == {"BPM_REGISTRY_URL", "BPM_KEY"} | ({"BPM_NATS_PASSWORD"} if name != "d" else set()), env
         assert env["BPM_KEY"].startswith(f"${{BPM_KEY_{name.upper()}:?"), env
+        if name != "d":
+            assert env["BPM_NATS_PASSWORD"].startswith(f"${{BPM_NATS_PASSWORD_{name.upper()}:?"), env
+    # Every participant has a volume of its own, which only its replayer shares.
+    owners: dict[str, set[str]] = {}
+    for service_name, service in services.items():
+        for volume in service.get("volumes") or []:
+            owners.setdefault(volume.split(":")[0], set()).add(service_name.removeprefix("replay-"))
+    assert {name: users for name, users in owners.items() if name != "pgdata"} == {f"{n}-data": {n} for n in "abcd"}, owners
     for name, service in services.items():
         if service.get("image", "").startswith("bpm-federation"):
             user = str(service.get("user", "0"))
@@ -100,8 +109,7 @@ def test_participants_run_the_demos_agent_command_and_options():
     """The compose participants are the demo's agents: same command, same options and contracts."""
     from bpm_app.demo.run import MEMBERS, Demo, DemoSettings
 
-    demo = Demo.__new__(Demo)
-    demo.s = DemoSettings(workdir=Path("/data"))
+    demo = Demo(DemoSettings(workdir=Path("/data")), say=lambda _: None)
     services = _services()
     for member in MEMBERS:
         command = services[member.name]["command"]
@@ -109,16 +117,18 @@ def test_participants_run_the_demos_agent_command_and_options():
         expected = _option_pairs(demo._agent_options(member))
         if member.initial:
             expected.append(("--partitions", f"0-{member.initial - 1}"))
+        inputs, _ = demo.inputs.agent(member.name, "127.0.0.2", member.shares)
+        expected += [pair for pair in _option_pairs(inputs) if pair[0] != "--broker-port"]
         assert sorted(set(expected)) == sorted(set(_option_pairs(command)) - {
-            (k, v) for k, v in _option_pairs(command) if k in ("--name", "--host", "--port", "--endpoint", "--workdir", "--output", "--stream")
+            (k, v) for k, v in _option_pairs(command) if k in ("--name", "--host", "--port", "--endpoint", "--workdir", "--broker-port", "--broker-address")
         }), member.name
     assert services["d"].get("profiles") == ["join"], "d joins later"
     for member in MEMBERS:
         assert float(services[member.name]["cpus"]) == demo.s.cpus, f"{member.name} has the demo's CPU capacity"
     for member in MEMBERS:
-        if member.partitions:
+        if member.shares:
             script = services[f"replay-{member.name}"]["command"][-1]
-            assert f"--seed {member.seed}" in script and f"--partitions {member.partitions}" in script
+            assert f"--seed {member.seed}" in script and f"--stream nats://{member.name}:4222/{member.name} " in script
 
 
 @pytest.mark.slow
@@ -131,6 +141,7 @@ def test_the_federation_services_run_as_local_processes_and_move_load(tmp_path):
 
     import httpx
 
+    from bpm.keygroups import StreamLocation, parse_location, shares
     from bpm_http.client import RegistryClient
     from bpm_app.processes import wait_http
     from spark_agents.hosts import open_hosts
@@ -146,14 +157,18 @@ def test_the_federation_services_run_as_local_processes_and_move_load(tmp_path):
     registry_url = f"http://127.0.0.1:{registry_port}"
     addresses = {"a": "127.0.0.2", "b": "127.0.0.3", "c": "127.0.0.4"}
     ports = {name: free_port(address) for name, address in addresses.items()}
+    brokers = {name: (free_port(address), free_port(address)) for name, address in addresses.items()}
 
-    def local(argument: str) -> str:
-        argument = argument.replace("/data", str(data)).replace("http://registry:8000", registry_url)
+    def local(argument: str, participant: str | None = None) -> str:
+        """A compose argument on this machine: each participant's own folder, loopback addresses."""
+        argument = argument.replace("/data", str(data / participant) if participant else str(data)).replace("http://registry:8000", registry_url)
         for name, address in addresses.items():
             argument = argument.replace(f"http://{name}:9000", f"http://{address}:{ports[name]}")
+            argument = argument.replace(f"nats://{name}:4222", f"nats://{address}:{brokers[name][0]}")
         return argument
 
-    secrets = {"BPM_ADMIN_KEY": admin_key, "BPM_DB_PASSWORD": "unused"}  # the local server trusts loopback
+    secrets = {"BPM_ADMIN_KEY": admin_key, "BPM_DB_PASSWORD": "unused",  # the local server trusts loopback
+               **{f"BPM_NATS_PASSWORD_{name.upper()}": f"nats-{name}-password" for name in addresses}}
 
     def environment(service: dict) -> dict:
         """The service's environment with the secrets the operator sets (`${VAR:?...}`) filled in."""
@@ -188,18 +203,22 @@ def test_the_federation_services_run_as_local_processes_and_move_load(tmp_path):
         with RegistryClient(registry_url, admin_key) as operator:
             for name in addresses:
                 secrets[f"BPM_KEY_{name.upper()}"] = operator.add_participant(name, local(f"http://{name}:9000"))["api_key"]
-        bin_dir = str(Path(BPM).parent)
-        for name in addresses:
-            service = services[f"replay-{name}"]
-            script = local(service["command"][-1]).replace("bpm ", f"{bin_dir}/bpm ")
-            start(f"replay-{name}", [*service["command"][:-1], script], service)
         for name, address in addresses.items():
             service = services[name]
-            command = [BPM, *(local(a) for a in service["command"][1:])]
+            command = [BPM, *(local(a, name) for a in service["command"][1:])]
             command[command.index("--host") + 1] = address
             command[command.index("--port") + 1] = str(ports[name])
+            command[command.index("--broker-port") + 1] = str(brokers[name][0])
+            command[command.index("--broker-http-port") + 1] = str(brokers[name][1])
+            command[command.index("--broker-address") + 1] = address
             assert "BPM_ADMIN_KEY" not in environment(service), "an agent gets no operator key"
             start(name, command, service)
+        bin_dir = str(Path(BPM).parent)
+        for name, address in addresses.items():  # once its participant's broker is up, as compose's depends_on says
+            wait_http(f"http://{address}:{ports[name]}/healthz", processes[name], tmp_path / f"{name}.log", 180)
+            service = services[f"replay-{name}"]
+            script = local(service["command"][-1], name).replace("bpm ", f"{bin_dir}/bpm ")
+            start(f"replay-{name}", [*service["command"][:-1], script], service)
         moved = []
         deadline = time.monotonic() + 420
         added_at = time.monotonic()
@@ -214,9 +233,10 @@ def test_the_federation_services_run_as_local_processes_and_move_load(tmp_path):
                 if not moved and a["load"] and a["threshold"] and a["load"] < 1.15 * a["threshold"] and time.monotonic() - added_at > 30:
                     tasks = operator.tasks(origin="a")
                     k = len(tasks)
-                    if k < 12:
-                        uri = tasks[0]["input_uri"].replace("partition=0", f"partition={k}")
-                        added = httpx.post(f"http://{addresses['a']}:{ports['a']}/tasks", json={"name": f"p{k}", "input_uri": uri, "params": tasks[0]["params"]},
+                    if k < 16:
+                        prefix = shares(16)[k]
+                        uri = str(StreamLocation(parse_location(tasks[0]["input_uri"]).url, "a", prefix))
+                        added = httpx.post(f"http://{addresses['a']}:{ports['a']}/tasks", json={"name": f"g{prefix}", "input_uri": uri, "params": tasks[0]["params"]},
                                            headers={"Authorization": f"Bearer {secrets['BPM_KEY_A']}"}, timeout=30)
                         assert added.status_code == 201, added.text
                         added_at = time.monotonic()

@@ -50,7 +50,7 @@ class FailoverDemo(Demo):
     def __init__(self, settings: DemoSettings, view: Callable[[dict], None] | None = None, say: Callable[[str], None] = print,
                  ha_mode: str = "passive_standby", recover_timeout_s: float = 120.0) -> None:
         super().__init__(dataclasses.replace(settings, trigger_s=FAILOVER_TRIGGER_S, mm1_scale=FAILOVER_MM1_SCALE,
-                                             spread=FAILOVER_SPREAD, cpus=None), view, say)
+                                             spread=FAILOVER_SPREAD, cpus=None, broker=False), view, say)  # HA still reads folder streams
         self._members = {m.name: m for m in FAILOVER_MEMBERS}
         self.ha_mode = ha_mode
         self.recover_timeout_s = recover_timeout_s

@@ -80,18 +80,18 @@ class Federation:
         """The registry as participant `name`, with the key its agent got when it registered itself."""
         return RegistryClient(self.registry_url, (self._agent_workdir(name) / KEY_FILE).read_text().strip())
 
-    def start_agent(self, name: str, address: str, port: int, stream: Path | None, partitions: str, options: list[str],
+    def start_agent(self, name: str, address: str, port: int, options: list[str], env: dict[str, str] | None = None,
                     cpus: float | None = None) -> None:
-        """`bpm agent run`: the agent registers itself with the operator key on its first run; with
-        `cpus`, it runs (its Spark too) under that CPU quota and measures its load against it."""
+        """`bpm agent run` with `options` (its input, tasks, contracts, ...): the agent registers
+        itself with the operator key on its first run; with `cpus`, it runs (its Spark and its
+        broker too) under that CPU quota and measures its load against it."""
         _require_free(address, port)
         args = [
             BPM, "agent", "run", "--name", name, "--registry", self.registry_url, "--host", address, "--port", str(port),
-            "--workdir", str(self._agent_workdir(name)), "--output", str(self.workdir / "output"),
-            *(["--stream", str(stream), "--partitions", partitions] if partitions else []), *options,
+            "--workdir", str(self._agent_workdir(name)), *options,
         ]
         self.endpoints[name] = f"http://{address}:{port}"
-        self._spawn(name, args, {"BPM_ADMIN_KEY": self.admin_key}, cpus=cpus)
+        self._spawn(name, args, {"BPM_ADMIN_KEY": self.admin_key, **(env or {})}, cpus=cpus)
 
     def wait_agent(self, name: str, timeout_s: float = 180, on_wait: Callable[[], None] | None = None) -> None:
         log = self.workdir / "logs" / f"{name}.log"
@@ -108,13 +108,15 @@ class Federation:
         )
         return log
 
-    def start_replay(self, name: str, log: Path, stream: Path, partitions: int, window_s: int, lateness_s: int, speedup: float) -> Path:
-        """`bpm replay` into the participant's stream at recorded time x speedup; returns where the fed log will be."""
+    def start_replay(self, name: str, log: Path, target: list[str], env: dict[str, str], window_s: int, lateness_s: int, speedup: float) -> Path:
+        """`bpm replay` into the participant's stream (`target`: its options) at recorded time x
+        speedup; returns where the fed log will be."""
         fed = log.with_name(f"{name}.fed.log")
         self._spawn(
             f"replay-{name}",
-            [BPM, "replay", str(log), "--stream", str(stream), "--partitions", str(partitions), "--rate", "0", "--speedup", str(speedup),
+            [BPM, "replay", str(log), *target, "--rate", "0", "--speedup", str(speedup),
              "--window", str(window_s), "--lateness", str(lateness_s), "--fed-log", str(fed)],
+            env,
         )
         return fed
 

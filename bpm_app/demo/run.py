@@ -12,9 +12,10 @@ federation in phase 4, when it accepts C's proposal of the terms they agreed off
 through the registry's API with its own key; until then no one trades with it.
 
 Loads are measured by each agent on its Spark; the decisions are `bpm.negotiation`'s.
-At the end the input is closed, every task drains, and the federation's alerts are
-compared with `bpm pipeline run` over exactly what was fed to the partitions its tasks
-query: lost and duplicate results.
+Each participant's stream and results are on its own broker, which its agent runs
+(`bpm_app.demo.inputs`). At the end the input is closed, every task drains, and the
+federation's alerts are compared with `bpm pipeline run` over exactly what was fed to the
+shares of the streams its tasks query: lost and duplicate results.
 """
 
 from __future__ import annotations
@@ -34,10 +35,9 @@ from bpm_app.demo.federation import BPM, Federation
 from bpm.federation.views import AgreedTerms
 from bpm.names import task_key
 from bpm.negotiation import is_acceptable
-from spark_agents.streams.feed import end_watermark_ms
-from spark_agents.streams.partitioned import PartitionedStream
+from bpm_app.demo.inputs import BrokerInputs, FolderInputs
+from spark_agents.streams.feed import end_mark_us, end_watermark_ms
 from bpm.zeek.definitions import QueryParams, ResultRow
-from bpm.zeek.results import read_outputs
 from spark_agents.hosts import open_hosts
 
 
@@ -45,17 +45,17 @@ from spark_agents.hosts import open_hosts
 class Member:
     name: str
     address: str
-    partitions: int  # partitions of its input stream
+    shares: int  # equal shares of its input stream (a power of two on a broker)
     initial: int  # how many of them are its tasks from the start
     seed: int
 
 
 MEMBERS = (
     # What a query costs varies from run to run (0.06 to 0.2 of a participant's capacity
-    # measured here), so phases 1 and 3 start as many more as it takes, over partitions that
-    # have none yet; partitions left without a query are no task's input.
-    Member("a", "127.0.0.2", 12, 5, 11),  # phase 1 starts queries over other partitions if A is not overloaded yet
-    Member("b", "127.0.0.3", 12, 1, 12),  # phase 3 starts queries over the other partitions, as many as it takes
+    # measured here), so phases 1 and 3 start as many more as it takes, over shares that
+    # have none yet; shares left without a query are no task's input.
+    Member("a", "127.0.0.2", 16, 5, 11),  # phase 1 starts queries over other shares if A is not overloaded yet
+    Member("b", "127.0.0.3", 16, 1, 12),  # phase 3 starts queries over the other shares, as many as it takes
     Member("c", "127.0.0.4", 4, 1, 13),
     Member("d", "127.0.0.5", 0, 0, 14),
 )
@@ -121,6 +121,8 @@ class DemoSettings:
         fill: phase 3 starts queries at B until the tasks of A, B and C add up to this share
             of the sum of their thresholds: a federation near its capacity (three tasks each,
             one over at B or C), with room for the whole load once D joins.
+        broker: each participant's input and results on its own broker (`bpm_app.demo.inputs`);
+            false: the folder streams and the shared output folder, which the HA layer still needs.
         cpus: each participant's capacity, a CPU quota of its own (`spark_agents.hosts`; needs
             root, else the participants share the machine's CPUs): what one participant does
             then cannot raise the load another measures. Four quotas of 0.4 leave a 2-core
@@ -158,6 +160,7 @@ class DemoSettings:
     top_up_s: float = 20.0
     load_step: int = 3
     fill: float = 0.9
+    broker: bool = True
     cpus: float | None = 0.4
 
 
@@ -198,11 +201,10 @@ class Demo:
         self.state: dict = {}
         self._members = {m.name: m for m in MEMBERS}
         self._up_at: dict[str, float] = {}  # monotonic time each agent first answered
+        self.inputs = BrokerInputs(settings.workdir) if settings.broker else FolderInputs(settings.workdir)
+        self._end_us: dict[str, int | None] = {}  # per participant, the end-of-input mark its replayer wrote
 
     # Setup
-
-    def _stream(self, member: Member) -> Path:
-        return self.s.workdir / "streams" / member.name
 
     def _contracts(self, member: Member) -> list[AgreedTerms]:
         """The terms `member` agreed offline."""
@@ -229,12 +231,10 @@ class Demo:
     def _join(self, member: Member, sign: bool = True) -> None:
         """Start the participant's agent: it registers itself and, unless `sign` is false,
         signs the contracts it agreed offline (otherwise `_sign` does, later)."""
-        stream = self._stream(member) if member.partitions else None
-        if stream is not None:
-            PartitionedStream.create(stream, member.partitions)  # the replayer reopens it
-        initial = f"0-{member.initial - 1}" if member.initial else ""
-        self.fed.start_agent(member.name, member.address, self.s.agent_port, stream, initial, self._agent_options(member, contracts=sign),
-                             cpus=self.s.cpus)
+        options, env = self.inputs.agent(member.name, member.address, member.shares)
+        initial = ["--partitions", f"0-{member.initial - 1}"] if member.initial else []
+        self.fed.start_agent(member.name, member.address, self.s.agent_port, [*options, *initial, *self._agent_options(member, contracts=sign)],
+                             env, cpus=self.s.cpus)
 
     def _sign(self, member: Member, timeout_s: float = 60.0) -> None:
         """`member` joins: it accepts, with its own key through the registry's API, the
@@ -261,9 +261,8 @@ class Demo:
         """`bpm generate-traffic`, then `bpm replay` into the participant's stream."""
         s = self.s
         log = self.fed.generate_traffic(member.name, s.traffic_s, s.rate, s.sources, s.scanners, member.seed)
-        self.fed_logs[member.name] = self.fed.start_replay(
-            member.name, log, self._stream(member), member.partitions, s.window_s, s.lateness_s, s.speedup
-        )
+        target, env = self.inputs.replay(member.name, member.shares)
+        self.fed_logs[member.name] = self.fed.start_replay(member.name, log, target, env, s.window_s, s.lateness_s, s.speedup)
 
     # Observation
 
@@ -322,9 +321,9 @@ class Demo:
         return phase
 
     def _raise_load(self, name: str, names: list[str], share: float, first_step: int = 0) -> None:
-        """`name` starts queries over its partitions that have none until, with the new queries
+        """`name` starts queries over its stream's shares that have none until, with the new queries
         measured, the tasks of `names`, wherever they run, add up to `share` of the sum of
-        their thresholds (or no partition is left).
+        their thresholds (or no share is left).
 
         The first step starts at least `first_step` queries (so that the load rises at `name`
         however full the federation already is). Each step starts as many as the missing load
@@ -334,12 +333,12 @@ class Demo:
         and a busy one alike. Counting tasks wherever they run, not participants' loads, keeps
         the count right while agents shed the new load."""
         count = max(first_step, self._queries_to_fill(name, names, share))
-        free = self._idle_partitions(name)
+        free = self._idle_tasks(name)
         while free and count > 0:
             new, free = free[:count], free[count:]
             for task in new:
                 self._add_query(name, task)
-            self.say(f"  {name} starts queries over partitions {', '.join(new)}")
+            self.say(f"  {name} starts queries {', '.join(new)}")
             if not self._wait_tasks_measured(name, {f"{name}.{task}" for task in new}):
                 return
             count = self._queries_to_fill(name, names, share)
@@ -354,11 +353,11 @@ class Demo:
             time.sleep(self.s.poll_s)
         self._raise_load(name, [name], self.s.overload)
 
-    def _idle_partitions(self, name: str) -> list[str]:
-        """`name`'s partitions that no task of its processes yet (p<k>)."""
+    def _idle_tasks(self, name: str) -> list[str]:
+        """The tasks over `name`'s stream shares that no task of its processes yet."""
         with self.fed.operator() as operator:
             known = {task_key(t) for t in operator.tasks(origin=name)}
-        return [f"p{k}" for k in range(self._members[name].partitions) if f"{name}.p{k}" not in known]
+        return [task for task in self.inputs.tasks(self._members[name].shares) if f"{name}.{task}" not in known]
 
     def _queries_to_fill(self, name: str, names: list[str], share: float) -> int:
         """How many more of `name`'s queries take the tasks of `names` to `share` of their thresholds (see `_raise_load`)."""
@@ -441,7 +440,7 @@ class Demo:
             self.fed.wait_agent(m.name, on_wait=self.poll)  # the view and the timeline go on while the JVMs start
             self._up_at[m.name] = time.monotonic()
         for m in members:
-            if m.partitions:
+            if m.shares:
                 self._start_input(m)
         self.say("agents up; input flowing")
         self._wait_measured(measured or [m.name for m in members], 180)
@@ -453,12 +452,13 @@ class Demo:
         self.stage = "draining: the input is closed, every task completes its last batch (phase 4 is over)"
         for name in self.fed_logs:
             self.fed.stop_replay(name)
-        queried = {name: self._queried_partitions(name) for name in self.fed_logs}
+        queried = {name: self._queried_tasks(name) for name in self.fed_logs}
         logs = {name: self._queried_input(name, log, queried[name]) for name, log in self.fed_logs.items()}
         runs = self._start_reference(logs)  # it runs while the federation drains
         try:
             self._drain(queried, timeout_s=180)
             state = self.poll()
+            outputs = {name: self.inputs.outputs(name, tasks) for name, tasks in queried.items()}  # while the brokers run
             self.say("stopping the federation")
             self.fed.close()
             expected = self._reference(logs, runs)
@@ -467,11 +467,10 @@ class Demo:
                 if process.poll() is None:
                     process.kill()
                     process.wait()
-        tasks = {name: [f"{name}.p{k}" for k in partitions] for name, partitions in queried.items()}
         lost = duplicate = 0
         output_rows = 0
         for name, rows in expected.items():
-            out = read_outputs(self.s.workdir / "output", tasks[name])
+            out = outputs[name]
             lost += len(out.lost(rows))
             duplicate += len(out.duplicates)
             output_rows += len(out.rows)
@@ -486,47 +485,48 @@ class Demo:
             "duplicate_results": duplicate,
             "fed_connections": {name: _connections(log) for name, log in self.fed_logs.items()},
             "queried_connections": {name: _connections(log) for name, log in logs.items()},
-            "queried_partitions": {name: [f"p{k}" for k in partitions] for name, partitions in queried.items()},
+            "queried_tasks": queried,
             "timeline": self.timeline,
             "hosts": self.hosts_report(),
             "elapsed_s": round(time.time() - self.t0, 1),
             "workdir": str(self.s.workdir),
         }
 
-    def _queried_partitions(self, name: str) -> list[int]:
-        """The partitions of `name`'s stream that a task of its processes (from their start)."""
-        idle = set(self._idle_partitions(name))
-        return [k for k in range(self._members[name].partitions) if f"p{k}" not in idle]
+    def _queried_tasks(self, name: str) -> list[str]:
+        """The tasks over `name`'s stream shares that its processes have started (from their start)."""
+        idle = set(self._idle_tasks(name))
+        return [task for task in self.inputs.tasks(self._members[name].shares) if task not in idle]
 
-    def _queried_input(self, name: str, fed: Path, partitions: list[int]) -> Path:
+    def _queried_input(self, name: str, fed: Path, tasks: list[str]) -> Path:
         """What `name`'s tasks were fed: the connections of the fed log (after the lateness rule
-        the stream applied to all of it) that fall in `partitions`, as a Zeek log beside it.
-        Phases 1 and 3 leave some partitions without a query; their rows are no task's input."""
+        the stream applied to all of it) that fall in the shares of `tasks`, as a Zeek log beside
+        it; and the end-of-input mark the replayer wrote after the newest of them all. Phases 1
+        and 3 leave some shares without a query; their rows are no task's input."""
         from bpm.zeek.conn import read_logs, write_tsv
-        from bpm.zeek.definitions import Admission, admitted, partition_of, source_prefix
+        from bpm.zeek.definitions import Admission, admitted, source_prefix
 
-        count, keep = self._members[name].partitions, set(partitions)
+        selects = self.inputs.selects(tasks, self._members[name].shares)
+        admission = Admission(self.s.lateness_s)
         out = fed.with_name(f"{name}.queried.log")
         with out.open("w", encoding="utf-8") as handle:
-            write_tsv((c for c in admitted(read_logs([fed]), Admission(self.s.lateness_s))
-                       if partition_of(source_prefix(c.orig_h), count) in keep), handle)
+            write_tsv((c for c in admitted(read_logs([fed]), admission) if selects(source_prefix(c.orig_h))), handle)
+        newest = admission.newest_us
+        self._end_us[name] = None if newest is None else end_mark_us(newest, self.params)
         return out
 
     def _add_query(self, name: str, task: str) -> None:
-        """A new task of `name`'s: the query over its stream's partition `task` (p<k>)."""
-        partition = self._stream(self._members[name]) / f"partition={task[1:]}"
-        self.fed.add_task(name, task, str(partition.resolve()), self._task_params())
+        """A new task of `name`'s: the query over its stream's share `task`."""
+        self.fed.add_task(name, task, self.inputs.input_uri(name, task), self._task_params())
 
-    def _drain(self, queried: dict[str, list[int]], timeout_s: float) -> None:
+    def _drain(self, queried: dict[str, list[str]], timeout_s: float) -> None:
         """Wait until every task, where it runs now, has completed a batch with the watermark
-        that the end mark of its closed partition brings: that batch emits the last windows.
+        that the end mark of its closed stream brings: that batch emits the last windows.
         A task moved after it has drained shows the same watermark in its handed-over checkpoint."""
         needed = {}
-        for name, partitions in queried.items():
-            stream = PartitionedStream(self._stream(self._members[name]))
-            for k in partitions:
-                end_us = stream.tick_us(k, stream.next_position(k) - 1)
-                needed[f"{name}.p{k}"] = end_watermark_ms(end_us, self.params) if end_us is not None else None
+        for name, tasks in queried.items():
+            end_us = self._end_us.get(name)
+            for task in tasks:
+                needed[f"{name}.{task}"] = end_watermark_ms(end_us, self.params) if end_us is not None else None
         deadline, done = time.monotonic() + timeout_s, set()
         while time.monotonic() < deadline:
             done = set()
