@@ -19,7 +19,6 @@ from __future__ import annotations
 import re
 import zlib
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from bpm.names import PARTICIPANT_MAX, check_name
 
@@ -115,25 +114,26 @@ def is_location(uri: str) -> bool:
     return uri.startswith(SCHEME)
 
 
+_LOCATION = re.compile(r"^nats://(?P<host>[A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\]):(?P<port>[0-9]{1,5})(?:/(?P<path>[^?#@]*))?$")
+
+
 def parse_location(location: str) -> StreamLocation:
     """`nats://host:port/participant[/prefix]` as a StreamLocation; ValueError when it is not one.
 
     Credentials never ride in a location (it shows in records and process lists): a
     participant's own password comes from `BPM_NATS_PASSWORD`, a partner's from the origin.
     """
-    parsed = urlsplit(location)
-    try:
-        port = parsed.port
-    except ValueError:
-        port = None
-    if parsed.scheme != "nats" or not parsed.hostname or port is None:
-        raise ValueError(f"bad broker location {location!r}: nats://HOST:PORT/PARTICIPANT[/KEY_GROUP_PREFIX]")
-    if parsed.username or parsed.password or parsed.query or parsed.fragment:
+    if not isinstance(location, str):
+        raise ValueError(f"bad broker location {location!r}")
+    if location.startswith(SCHEME) and any(c in location for c in "@?#"):
         raise ValueError(f"bad broker location {location!r}: no credentials or query in it (a password comes from {PASSWORD_ENV})")
-    participant, _, prefix = parsed.path.strip("/").partition("/")
+    m = _LOCATION.match(location)
+    if m is None or not 1 <= int(m.group("port")) <= 65535:
+        raise ValueError(f"bad broker location {location!r}: nats://HOST:PORT/PARTICIPANT[/KEY_GROUP_PREFIX]")
+    participant, _, prefix = (m.group("path") or "").strip("/").partition("/")
     try:
         check_name(participant, "participant name", PARTICIPANT_MAX)
         check_prefix(prefix)
     except ValueError as exc:
         raise ValueError(f"bad broker location {location!r}: {exc}") from None
-    return StreamLocation(f"nats://{parsed.hostname}:{port}", participant, prefix)
+    return StreamLocation(f"nats://{m.group('host')}:{int(m.group('port'))}", participant, prefix)
