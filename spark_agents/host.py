@@ -352,17 +352,25 @@ class TaskHost:
         own = task_loads(self.recorder.samples(now - window), now - window, now, self.cpus, self.running())
         return {task: load * self.factor for task, load in own.items()}
 
-    def backlog(self, task: HostedTask) -> dict[str, float | str | None]:
+    def backlog(self, task: HostedTask, newest: dict[tuple[str, str], int | None] | None = None) -> dict[str, float | str | None]:
         """What the task has not taken yet: stream files (`pending`, with the age of the oldest
-        in seconds), or messages of its broker stream (any key group's: an upper bound; no age)."""
+        in seconds), or messages of its broker stream (any key group's: an upper bound; no age).
+        `newest` keeps each broker stream's last sequence across the calls of one status, so
+        that tasks over one stream ask its broker once."""
         if task.on_broker:
             if task.state != "running":  # its host may no longer be let in to read the stream
                 return {"pending": None, "unit": "messages", "age_s": None}
-            try:
-                newest = task.input_path.last_seq()
-            except Exception:  # the broker unreachable: the status says so rather than failing
+            newest = {} if newest is None else newest
+            stream = (task.input_path.url, task.input_path.participant)
+            if stream not in newest:
+                try:
+                    newest[stream] = task.input_path.last_seq()
+                except Exception:  # the broker unreachable: the status says so rather than failing
+                    newest[stream] = None
+            last = newest[stream]
+            if last is None:
                 return {"pending": None, "unit": "messages", "age_s": None}
-            return {"pending": max(0, newest - (task.position or task.input_path.start_seq)), "unit": "messages", "age_s": None}
+            return {"pending": max(0, last - (task.position or task.input_path.start_seq)), "unit": "messages", "age_s": None}
         pending = []
         for entry in os.scandir(task.input_path):
             m = _STREAM_FILE.match(entry.name)
@@ -402,6 +410,7 @@ class TaskHost:
         last = self.intervals[-1] if self.intervals else None
         model = self.cost_function()
         tasks = []
+        newest: dict[tuple[str, str], int | None] = {}  # per broker stream, for `backlog`
         for task in self.tasks():
             batch = task.last_batch
             tasks.append({
@@ -411,7 +420,7 @@ class TaskHost:
                 "watermark_ms": committed_watermark_ms(task.checkpoint_dir),
                 "last_batch_id": batch.batch_id if batch else None,
                 "last_batch_duration_s": batch.duration_s if batch else None,
-                "load": loads.get(task.task_id, 0.0), "backlog": self.backlog(task), "error": task.error,
+                "load": loads.get(task.task_id, 0.0), "backlog": self.backlog(task, newest), "error": task.error,
             })
         return {
             "master": self.spark.sparkContext.master, "cpus": self.cpus, "interval_s": self.interval_s,
