@@ -23,6 +23,7 @@ registry as an event, and the loop goes on.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -30,7 +31,9 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+import httpx
 
 from bpm_http.client import RegistryClient, RegistryError
 from bpm.costs.base import CostFunction
@@ -43,6 +46,7 @@ from bpm.federation.views import (
     offerable_tasks,
     reconcile,
     seconds,
+    stream_partition,
 )
 from bpm.ha import with_live_partners
 from bpm.keygroups import is_location, parse_location
@@ -70,6 +74,9 @@ from spark_agents.broker.access import OwnBroker, ask_credentials
 from spark_agents.broker.source import JetStreamInput
 from spark_agents.credentials import Credentials, write_private
 from spark_agents.ha_agent import HADuties
+
+if TYPE_CHECKING:
+    from spark_agents.ha.inputs import TaskInput
 
 log = logging.getLogger("bpm.agent")
 
@@ -222,8 +229,8 @@ class Agent:
         self._released: dict[str, int | None] = {}  # task key -> epoch at which it was handed over (None: the task left my view)
         self._endpoints: dict[str, str] = {}
         # Partners the origin's agent let into its broker on the registry's token, before its
-        # next read of its tasks says so: (partner, task key, key-group prefix) -> when.
-        self._stream_grants: dict[tuple[str, str, str], float] = {}
+        # next read of its tasks says so: (partner, task key, key-group prefix, writes results) -> when.
+        self._stream_grants: dict[tuple[str, str, str, bool], float] = {}
         self._view_read_at = float("-inf")
         self.machine = Mechanism(config.name, started_s=clock(), period_s=config.period_s, warmup_s=config.warmup_s,
                                  settle_s=config.settle_s, margin=config.margin, hysteresis=config.hysteresis)
@@ -419,6 +426,7 @@ class Agent:
             self.ha.observe(self.seen)
         if self.broker is not None:
             self.broker.grant(self.broker_grants())
+            self.guarded("broker.consumers", self._keep_consumers)
         plan = reconcile(me, tasks, self.hosting(), movements, failovers)
         by_key = {task_key(t): t for t in tasks}
         self._reported = {key: t["load"] for key, t in by_key.items() if t.get("load") is not None}
@@ -517,24 +525,113 @@ class Agent:
         user, password = self.ask_stream(self.endpoint(origin), key, task["epoch"], token)
         return JetStreamInput(where.url, user, password, origin, where.prefix)
 
-    def broker_grants(self) -> dict[str, set[tuple[str, str]]]:
+    def broker_grants(self) -> dict[str, set[tuple[str, str, bool]]]:
         """Who may read what of my broker: each partner the tasks of mine the registry says it
-        hosts, and those it showed a token for since my last read of my tasks."""
-        me, hosted = self.config.name, {}
-        for t in self.seen.tasks:
-            if t["origin"] == me and t["host"] != me and is_location(t.get("input_uri") or ""):
-                hosted.setdefault(t["host"], set()).add((task_key(t), parse_location(t["input_uri"]).prefix))
+        hosts (reading their key groups and writing their results) or holds an active-standby
+        replica of (reading only), and those it showed a token for since my last read of my tasks."""
+        me, grants = self.config.name, {}
+        mine = {t["id"]: t for t in self.seen.tasks if t["origin"] == me and is_location(t.get("input_uri") or "")}
+        for t in mine.values():
+            if t["host"] != me:
+                grants.setdefault(t["host"], set()).add((task_key(t), parse_location(t["input_uri"]).prefix, True))
+        for r in self.seen.replicas:
+            t = mine.get(r["task_id"])
+            if t is not None and r["state"] == "active" and r["role"] == "active_standby" and r["participant"] not in (me, t["host"]):
+                grants.setdefault(r["participant"], set()).add((task_key(t), parse_location(t["input_uri"]).prefix, False))
         with self._lock:
             self._stream_grants = {g: at for g, at in self._stream_grants.items() if at >= self._view_read_at}
-            for partner, key, prefix in self._stream_grants:
-                hosted.setdefault(partner, set()).add((key, prefix))
-        return hosted
+            for partner, key, prefix, writes in self._stream_grants:
+                grants.setdefault(partner, set()).add((key, prefix, writes))
+        return grants
+
+    def retained(self) -> dict[str, str]:
+        """The consumers my broker stream keeps input for (`spark_agents.broker.retention`), by
+        name (`consumer_name`): for each task of mine under an HA mode, its host's and each
+        active-standby replica holder's (a replica acknowledges nothing: what it reads stays)."""
+        from spark_agents.ha.roles import consumer_name
+
+        me, wanted = self.config.name, {}
+        modes = self.ha.modes if self.ha is not None else {}
+        mine = {t["id"]: t for t in self.seen.tasks
+                if t["origin"] == me and is_location(t.get("input_uri") or "") and modes.get(task_key(t), "none") != "none"}
+        for t in mine.values():
+            wanted[consumer_name(task_key(t), t["host"])] = parse_location(t["input_uri"]).prefix
+        for r in self.seen.replicas:
+            t = mine.get(r["task_id"])
+            if t is not None and r["state"] == "active" and r["role"] == "active_standby":
+                wanted[consumer_name(task_key(t), r["participant"])] = parse_location(t["input_uri"]).prefix
+        return wanted
+
+    def _keep_consumers(self) -> None:
+        """Register the consumers my stream must keep input for, and release those of my tasks'
+        former hosts and replicas, except while a failover of the task is open (its new host
+        replays from the failed host's acknowledgement, then releases it)."""
+        if self.broker is None or self.ha is None:
+            return
+        wanted = self.retained()
+        retention = self.broker.retention()
+        held = retention.acks()
+        mine = {task_key(t) for t in self.seen.tasks if t["origin"] == self.config.name}
+        open_failovers = {f["task"] for f in self.seen.failovers if f.get("completed_at") is None}
+        for consumer, prefix in wanted.items():
+            if consumer not in held:
+                retention.register(consumer, prefix)
+        for consumer in held:
+            key = consumer.rpartition(".")[0]
+            if consumer not in wanted and key in mine and key not in open_failovers:
+                retention.release(consumer)
+
+    def ack_from_caller(self, token: str | None, key: str, epoch: int, seq: int) -> None:
+        """A partner's acknowledgement of my stream for task `key` (`spark_agents.ha.inputs.SentAcks`):
+        taken from whoever the registry's token says hosts the task at `epoch`, if my last read
+        of the registry agrees (PermissionError otherwise), for a sequence my stream has (ValueError otherwise)."""
+        from spark_agents.ha.roles import consumer_name
+
+        if self.broker is None:
+            raise LookupError(f"{self.config.name} runs no broker")
+        caller = self.credentials.verify(token, "stream", key, epoch).caller
+        task = next((t for t in self.seen.tasks if task_key(t) == key and t["origin"] == self.config.name), None)
+        if task is None or not is_location(task.get("input_uri") or ""):
+            raise LookupError(f"{key} is not a task of {self.config.name}'s on its broker")
+        if task["host"] != caller or task["epoch"] != epoch:
+            raise PermissionError(f"{key} runs at {task['host']} at epoch {task['epoch']}, not at {caller} at {epoch}")
+        retention = self.broker.retention()
+        if seq > retention.broker.last_seq():
+            raise ValueError(f"sequence {seq} is past the end of {self.config.name}'s stream")
+        retention.ack(consumer_name(key, caller), parse_location(task["input_uri"]).prefix, seq)
+
+    def send_ack(self, task: Mapping, seq: int) -> None:
+        """Acknowledge task `task`'s share of its origin's stream up to `seq`, at the origin's agent."""
+        key, epoch = task_key(task), task["epoch"]
+        token = self.credentials.token(task["id"], "stream", task["origin"], epoch)
+        response = httpx.post(f"{self.endpoint(task['origin']).rstrip('/')}/broker/{key}/ack", params={"epoch": epoch, "seq": seq},
+                              headers={"Authorization": f"Bearer {token}"}, timeout=10.0)
+        if response.status_code != 204:
+            raise RuntimeError(f"{task['origin']} refuses the acknowledgement of {key} up to {seq}: {response.status_code} {response.text[:200]}")
+
+    def task_input(self, task: Mapping) -> TaskInput:
+        """The task's input as the HA roles use it (`spark_agents.ha.inputs`)."""
+        from spark_agents.ha.inputs import KeyGroupsInput, OwnAcks, PartitionInput, SentAcks
+
+        uri = task.get("input_uri") or ""
+        if is_location(uri):
+            source = self.stream_input(task)
+            assert isinstance(source, JetStreamInput)
+            if task["origin"] == self.config.name:
+                assert self.broker is not None
+                return KeyGroupsInput(source, OwnAcks(self.broker.retention(), source.prefix))
+            return KeyGroupsInput(source, SentAcks(functools.partial(self.send_ack, dict(task))))
+        located = stream_partition(uri)
+        if located is None:
+            raise ValueError(f"{task_key(task)} reads {uri!r}, not a partition of a stream nor a broker stream: it cannot be replayed")
+        return PartitionInput(located[0], located[1])
 
     def stream_credentials_to_caller(self, token: str | None, key: str, epoch: int) -> dict[str, str]:
         """The credentials of my broker for whoever the registry's token says hosts my task
-        `key` at `epoch` (TokenRefused if nobody it vouches for): its user, now allowed to read
-        the task's key groups and write its results. PermissionError when the registry places
-        the task elsewhere now; LookupError when I run no broker or the task is not mine."""
+        `key` at `epoch`, or holds an active-standby replica of it (TokenRefused if nobody it
+        vouches for): its user, now allowed to read the task's key groups and, for the host,
+        write its results. PermissionError when the registry places the task elsewhere now
+        and the caller holds no replica; LookupError when I run no broker or the task is not mine."""
         if self.broker is None:
             raise LookupError(f"{self.config.name} runs no broker")
         caller = self.credentials.verify(token, "stream", key, epoch).caller
@@ -542,14 +639,18 @@ class Agent:
         if task_id is None:
             raise LookupError(f"{key} is not a task of {self.config.name}'s")
         current = self.client.request("GET", f"/tasks/{task_id}")
-        if current["host"] != caller or current["epoch"] != epoch:
-            raise PermissionError(f"the registry gives {key} to {current['host']} at epoch {current['epoch']}, not to {caller} at {epoch}")
+        hosts = current["host"] == caller and current["epoch"] == epoch
+        if not hosts and not any(r["participant"] == caller and r["state"] == "active" and r["role"] == "active_standby"
+                                 for r in self.client.replicas(task_id=task_id)):
+            raise PermissionError(f"the registry gives {key} to {current['host']} at epoch {current['epoch']}, not to {caller} at {epoch}, "
+                                  f"and {caller} holds no active-standby replica of it")
         if not is_location(current.get("input_uri") or ""):
             raise LookupError(f"{key} reads no broker stream")
         with self._lock:
-            self._stream_grants[(caller, key, parse_location(current["input_uri"]).prefix)] = self.clock()
+            self._stream_grants[(caller, key, parse_location(current["input_uri"]).prefix, hosts)] = self.clock()
         self.broker.grant(self.broker_grants())
-        self.note("broker.granted", f"let {caller} read {key}'s key groups of {self.config.name}'s stream (epoch {epoch})")
+        self.note("broker.granted", f"let {caller} read {key}'s key groups of {self.config.name}'s stream (epoch {epoch}"
+                  f"{'' if hosts else ', as its replica'})")
         return self.broker.credentials(caller)
 
     def endpoint(self, participant: str) -> str:

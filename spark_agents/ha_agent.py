@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from bpm_http.client import RegistryError
-from bpm.federation.views import seconds, stream_partition, task_ha_mode
+from bpm.federation.views import seconds, task_ha_mode
 from bpm.names import inside, task_key
 from bpm.ha import is_failed, recovery
 from bpm.ha.machine import (
@@ -234,15 +234,15 @@ class HADuties:
                     return
                 self._mark(self._view["replicas"], replica_id, state="dropped")
                 self.note("replica.dropped", f"dropped replica #{replica_id} of {key} at {at}: {why}")
-            case Trim(key, input_uri):
-                self._trim(input_uri)
+            case Trim(key, _):
+                self._trim(key)
             case StopDuties(key, release):
                 self.host.ha_stop_duties(key, release=release)
                 self.duties.pop(key, None)
             case StartDuties(key, duty, task):
                 self._start_duties(key, duty, task)
             case StartStandby(key, replica_id, task):
-                self.host.ha_start_replica(key, task["input_uri"], self._replica_copy(task, replica_id), task.get("params") or {})
+                self.host.ha_start_replica(key, self.agent.task_input(task), self._replica_copy(task, replica_id), task.get("params") or {})
                 with self._lock:
                     self.standby[key] = replica_id
                 self.note("replica.started", f"{key}: active-standby replica #{replica_id} runs here, its output held back")
@@ -266,30 +266,24 @@ class HADuties:
                 if r["id"] == record_id:
                     r.update(values)
 
-    def _trim(self, input_uri: str) -> None:
-        """Delete stream files below every consumer's acknowledgement."""
-        located = stream_partition(input_uri)
-        if located is None:
+    def _trim(self, key: str) -> None:
+        """Drop the input below every consumer's acknowledgement from the task's stream."""
+        task = next((t for t in self._view["tasks"] if task_key(t) == key), None)
+        if task is None:
             return
-        from spark_agents.streams import PartitionedStream, StreamError
-
         try:
-            PartitionedStream(located[0]).trim()
-        except (StreamError, OSError) as exc:
-            self.note("stream.trim_error", f"{located[0]}: {exc}")
+            self.agent.task_input(task).trim()
+        except (OSError, RuntimeError, ValueError) as exc:  # a stream folder's StreamError is a RuntimeError
+            self.note("stream.trim_error", f"{key}: {exc}")
 
     def _start_duties(self, key: str, duty: Duty, task: Mapping) -> None:
-        located = stream_partition(task.get("input_uri") or "")
-        if located is None:
-            return
         ship = None
         if duty.holder is not None:
             endpoint = self.agent.endpoint(duty.holder)
             grant = functools.partial(self.agent.credentials.token, task["id"], "delta", duty.holder, duty.epoch)
             ship = ship_over_http(self.http, endpoint, key, duty.epoch, grant)
-        window_s = int((task.get("params") or {}).get("window_s", 60))
-        self.host.ha_start_duties(key, duty.mode, located[0], located[1], consumer_name(key, self.me),
-                                  window_s=window_s, interval_s=self.interval_s, ship=ship)
+        self.host.ha_start_duties(key, duty.mode, self.agent.task_input(task), consumer_name(key, self.me),
+                                  params=dict(task.get("params") or {}), interval_s=self.interval_s, ship=ship)
         self.duties[key] = duty
         where = f", deltas to {duty.holder} every {self.interval_s:g} s" if duty.holder else ""
         self.note("ha.duties", f"{key}: host duties under {duty.mode} at epoch {duty.epoch}{where}")
@@ -368,9 +362,7 @@ class HADuties:
     def take_over(self, task: Mapping, record: Mapping) -> None:
         """Start a task a failover gave me, per its mode; the failover completes at its first output."""
         key, epoch, mode = task_key(task), task["epoch"], record["mode"]
-        located = stream_partition(task.get("input_uri") or "")
-        if located is None:
-            raise ValueError(f"{key} reads {task.get('input_uri')!r}, not a partition of a stream: it cannot be replayed")
+        stream = self.agent.task_input(task)
         failed = record.get("failed") or record["from_host"]
         checkpoint = self.agent.checkpoint_dir(key)
         how = recovery(mode, standby_here=key in self.standby_keys())
@@ -381,11 +373,11 @@ class HADuties:
             backup = self._promote_copy(key, checkpoint)
         elif mode == "active_standby" and how == mode:
             checkpoint = self.checkpoints[key] = self.replica_dir(key, self.standby[key])
-        took = self.host.ha_take_over(key, how, epoch=epoch, stream_root=located[0], partition=located[1],
-                                      consumer=consumer_name(key, self.me), failed_consumer=failed_consumer,
-                                      params=dict(task.get("params") or {}), checkpoint_dir=checkpoint, backup=backup)
+        took = self.host.ha_take_over(key, how, epoch=epoch, stream=stream, consumer=consumer_name(key, self.me),
+                                      failed_consumer=failed_consumer, params=dict(task.get("params") or {}),
+                                      checkpoint_dir=checkpoint, backup=backup)
         if failed_consumer is None:
-            self._release(located[0], consumer_name(key, failed))
+            stream.release(consumer_name(key, failed))
         with self._lock:
             self.standby.pop(key, None)
         handover.mark_epoch(checkpoint, epoch)
@@ -419,12 +411,6 @@ class HADuties:
             else:
                 checkpoint.mkdir()
             return PassiveBackup(checkpoint)
-
-    @staticmethod
-    def _release(stream_root: str, consumer: str) -> None:
-        from spark_agents.streams import PartitionedStream
-
-        PartitionedStream(stream_root).release(consumer)
 
     def _complete(self) -> None:
         now = self.agent.clock()

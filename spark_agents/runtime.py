@@ -22,6 +22,7 @@ from spark_agents.metrics import demand, scaled_to_process, steady_window_start
 if TYPE_CHECKING:
     from spark_agents.broker.access import OwnBroker
     from spark_agents.broker.source import JetStreamInput
+    from spark_agents.ha.inputs import TaskInput
 
 log = logging.getLogger("bpm.agent")
 
@@ -72,13 +73,11 @@ class SparkTasks:
 
     # High availability (spark_agents.ha_agent)
 
-    def ha_start_duties(self, task_id: str, mode: str, stream_root: str, partition: int, consumer: str, *,
-                        window_s: int, interval_s: float, ship) -> None:
-        from spark_agents.streams import PartitionedStream
+    def ha_start_duties(self, task_id: str, mode: str, stream: TaskInput, consumer: str, *,
+                        params: dict[str, Any], interval_s: float, ship) -> None:
         from spark_agents.ha.roles import PrimaryDuties
 
-        duties = PrimaryDuties(self.host, task_id, mode, PartitionedStream(stream_root), partition, consumer,
-                               window_s=window_s, interval_s=interval_s, ship=ship)
+        duties = PrimaryDuties(self.host, task_id, mode, stream, consumer, params=_query(params), interval_s=interval_s, ship=ship)
         self._duties[task_id] = duties.start()
 
     def ha_stop_duties(self, task_id: str, release: bool) -> None:
@@ -95,25 +94,23 @@ class SparkTasks:
             return {}
         return {"acked": d.acked, "rounds": d.rounds, "failures": d.failures, "shipped_bytes": d.shipped_bytes, "last_error": d.last_error}
 
-    def ha_start_replica(self, task_id: str, input_path: str, checkpoint_dir: Path, params: dict[str, Any]) -> None:
+    def ha_start_replica(self, task_id: str, stream: TaskInput, checkpoint_dir: Path, params: dict[str, Any]) -> None:
         from spark_agents.ha.roles import start_replica
 
-        self._replicas[task_id] = start_replica(self.host, task_id, input_path, _query(params),
+        self._replicas[task_id] = start_replica(self.host, task_id, stream, _query(params),
                                                 trigger_s=params.get("trigger_s", self.trigger_s), checkpoint_dir=checkpoint_dir)
 
     def ha_stop_replica(self, task_id: str) -> None:
         if self._replicas.pop(task_id, None) is not None:
             self.host.stop_task(task_id, timeout_s=self.STOP_WAIT_S)
 
-    def ha_take_over(self, task_id: str, mode: str, *, epoch: int, stream_root: str, partition: int, consumer: str,
+    def ha_take_over(self, task_id: str, mode: str, *, epoch: int, stream: TaskInput, consumer: str,
                      failed_consumer: str | None, params: dict[str, Any], checkpoint_dir: Path, backup) -> dict[str, Any]:
-        from spark_agents.streams import PartitionedStream
         from spark_agents.ha.roles import take_over
 
-        took = take_over(self.host, task_id, mode, epoch=epoch, stream=PartitionedStream(stream_root), partition=partition,
-                         consumer=consumer, failed_consumer=failed_consumer, params=_query(params),
-                         trigger_s=params.get("trigger_s", self.trigger_s), checkpoint_dir=checkpoint_dir, backup=backup,
-                         replica=self._replicas.pop(task_id, None))
+        took = take_over(self.host, task_id, mode, epoch=epoch, stream=stream, consumer=consumer, failed_consumer=failed_consumer,
+                         params=_query(params), trigger_s=params.get("trigger_s", self.trigger_s), checkpoint_dir=checkpoint_dir,
+                         backup=backup, replica=self._replicas.pop(task_id, None))
         self._sinks[task_id] = took.sink
         return {"start_position": took.start_position, "promoted_rows": took.promoted_rows, "takeover_s": round(took.started_s, 3)}
 
@@ -122,10 +119,11 @@ class SparkTasks:
         times = [s.end_s for s in self.host.recorder.samples(since_s=since) if s.task_id == task_id]
         sink = self._sinks.get(task_id)
         for path in list(getattr(sink, "files", ()))[:1]:
-            try:
-                times.append(path.stat().st_mtime)
-            except OSError:
-                pass
+            if isinstance(path, Path):  # a batch file; on the broker, the batch's sequence (its batch is sampled)
+                try:
+                    times.append(path.stat().st_mtime)
+                except OSError:
+                    pass
         times = [t for t in times if t >= since]
         return min(times) if times else None
 

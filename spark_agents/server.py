@@ -145,6 +145,16 @@ def create_agent_app(agent: Agent) -> FastAPI:
         with _refusals((PermissionError, 409), (LookupError, 404)):
             return agent.stream_credentials_to_caller(bearer(authorization), task_key, epoch)
 
+    @app.post("/broker/{task_key}/ack", status_code=204, responses=_REFUSED)
+    def broker_ack(task_key: TaskKey, epoch: int = Query(ge=0, le=2**63 - 1), seq: int = Query(ge=0, le=2**63 - 1),
+                   authorization: Annotated[str | None, Header()] = None):
+        """The task's host acknowledges this participant's stream up to sequence `seq` for the
+        task (its input before that is no longer needed for the task's HA mode): the caller
+        shows the registry's token for the task's stream (purpose `stream`, the task and its epoch)."""
+        with _refusals((PermissionError, 409), (LookupError, 404), (ValueError, 422)):
+            agent.ack_from_caller(bearer(authorization), task_key, epoch, seq)
+        return Response(status_code=204)
+
     @app.post("/ha/{task_key}/delta", responses=_REFUSED)
     async def delta(task_key: TaskKey, request: Request, epoch: int = Query(ge=0, le=2**63 - 1), authorization: Annotated[str | None, Header()] = None):
         """Apply a delta checkpoint from the task's host (this participant holds its

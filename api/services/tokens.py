@@ -21,14 +21,20 @@ def issue(session: Session, caller: Principal, body: schemas.TokenCreate, now: d
     Only the task's host at that epoch gets one: for a handover it fetches the checkpoint
     from the task's previous host; for a delta it sends an HA delta to a holder of an
     active replica of the task; for a stream it asks the task's origin for the credentials
-    that read the task's share of the origin's broker stream.
+    that read the task's share of the origin's broker stream, or acknowledges that stream.
+    A holder of an active active-standby replica of the task, which reads the same input,
+    gets one for a stream too.
     """
     me = caller.require_participant()
     task = tasks.get(session, body.task_id)
     audience = participants.get(session, body.audience)
     if audience.id == me.id:
         raise Invalid("a token is for a call to another participant")
-    if task.host_id != me.id or task.epoch != body.epoch:
+    replicates = body.purpose == "stream" and session.scalar(
+        select(Replica.id).where(Replica.task_id == task.id, Replica.participant_id == me.id, Replica.state == "active",
+                                 Replica.role == "active_standby")
+    ) is not None
+    if (task.host_id != me.id and not replicates) or task.epoch != body.epoch:
         raise Conflict(
             f"task #{task.id} {task_label(task)} runs at {task.host.name} at epoch {task.epoch}; only its host at an epoch calls others about it",
             host=task.host.name, epoch=task.epoch,

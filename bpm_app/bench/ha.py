@@ -214,17 +214,17 @@ class HASide(Side):
             query.stop()
             shutil.rmtree(scratch, ignore_errors=True)
 
-    def _stream(self, stream_root: str):
-        from spark_agents.streams import PartitionedStream
+    def _stream(self, stream_root: str, partition: int):
+        from spark_agents.ha.inputs import PartitionInput
 
-        return PartitionedStream(stream_root)
+        return PartitionInput(stream_root, partition)
 
-    def _start_duties(self, task_id: str, mode: str, stream_root: str, partition: int, window_s: int,
+    def _start_duties(self, task_id: str, mode: str, stream_root: str, partition: int, params: QueryParams,
                       interval_s: float, ship: Callable[[bytes], Any] | None = None) -> None:
         from spark_agents.ha.roles import PrimaryDuties, consumer_name
 
-        duties = PrimaryDuties(self.host, task_id, mode, self._stream(stream_root), partition, consumer_name(task_id, self.name),
-                               window_s=window_s, interval_s=interval_s, ship=ship)
+        duties = PrimaryDuties(self.host, task_id, mode, self._stream(stream_root, partition), consumer_name(task_id, self.name),
+                               params=params, interval_s=interval_s, ship=ship)
         self._duties[task_id] = duties.start()
 
     def beat(self, path: str, interval_s: float) -> None:
@@ -266,11 +266,10 @@ class HASide(Side):
         from spark_agents.ha.roles import start_primary
 
         query = QueryParams(**params)
-        stream = self._stream(stream_root)
         ship = None if inbox is None else _delta_shipper(inbox)
-        self._sinks[task_id] = start_primary(self.host, task_id, stream.partition_path(partition), epoch, query,
+        self._sinks[task_id] = start_primary(self.host, task_id, self._stream(stream_root, partition), epoch, query,
                                              trigger_s=trigger_s, checkpoint_dir=self.checkpoint_dir(task_id))
-        self._start_duties(task_id, mode, stream_root, partition, query.window_s, interval_s, ship)
+        self._start_duties(task_id, mode, stream_root, partition, query, interval_s, ship)
 
     def start_replica(self, task_id: str, stream_root: str, partition: int, params: dict[str, int], trigger_s: float,
                       interval_s: float) -> None:
@@ -278,10 +277,9 @@ class HASide(Side):
         from spark_agents.ha.roles import start_replica
 
         query = QueryParams(**params)
-        stream = self._stream(stream_root)
-        self._sinks[task_id] = start_replica(self.host, task_id, stream.partition_path(partition), query,
+        self._sinks[task_id] = start_replica(self.host, task_id, self._stream(stream_root, partition), query,
                                              trigger_s=trigger_s, checkpoint_dir=self.checkpoint_dir(task_id))
-        self._start_duties(task_id, "active_standby", stream_root, partition, query.window_s, interval_s)
+        self._start_duties(task_id, "active_standby", stream_root, partition, query, interval_s)
 
     def take_over(self, mode: str, task_id: str, stream_root: str, partition: int, params: dict[str, int],
                   trigger_s: float, epoch: int, failed: str, interval_s: float) -> dict[str, Any]:
@@ -290,15 +288,15 @@ class HASide(Side):
 
         began = time.perf_counter()
         query = QueryParams(**params)
-        stream = self._stream(stream_root)
-        next_position = stream.next_position(partition)
-        took = take_over(self.host, task_id, mode, epoch=epoch, stream=stream, partition=partition,
+        stream = self._stream(stream_root, partition)
+        next_position = stream.newest()
+        took = take_over(self.host, task_id, mode, epoch=epoch, stream=stream,
                          consumer=consumer_name(task_id, self.name), failed_consumer=consumer_name(task_id, failed),
                          params=query, trigger_s=trigger_s, checkpoint_dir=self.checkpoint_dir(task_id),
                          backup=self._backups.get(task_id), replica=self._sinks.get(task_id))
         self._sinks[task_id] = took.sink
         if mode in ("none", "upstream_backup"):
-            self._start_duties(task_id, mode, stream_root, partition, query.window_s, interval_s)
+            self._start_duties(task_id, mode, stream_root, partition, query, interval_s)
         return {"takeover_s": time.perf_counter() - began, "returned_at": time.time(), "start_position": took.start_position,
                 "replayed_files": None if took.start_position is None else next_position - took.start_position,
                 "promoted_rows": took.promoted_rows}

@@ -584,7 +584,7 @@ def run_move_bench(settings: MoveSettings, work_dir: str | Path, progress: Calla
     step_limit = step_limits(settings.timeout_s, settings.step_timeout_s, MoveBenchError)
     load_before = load_average()
 
-    origin, partner = User("a", secrets.token_urlsafe(16)), partner_user("b", secrets.token_urlsafe(16), [(TASK_ID, "")])
+    origin, partner = User("a", secrets.token_urlsafe(16)), partner_user("b", secrets.token_urlsafe(16), [(TASK_ID, "", True)])
     params = asdict(settings.params)
     profile = TrafficProfile(rate=settings.rate)
     server: NatsServer | None = None

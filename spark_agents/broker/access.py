@@ -4,7 +4,8 @@ The agent starts its participant's NATS server (`NatsServer`, storage in the age
 work folder) with one user for itself. A partner gets a user of its own, with a password
 this participant makes up and keeps (`partners.json`, readable by its owner only), and
 permissions for exactly the tasks of this participant it hosts (`partner_user`): read their
-key groups, write their results. The agent derives those grants from what the registry
+key groups, write their results; or, for a partner holding an active-standby replica of a
+task, read its key groups only. The agent derives those grants from what the registry
 says (`grant`), and the partner asks for its password over HTTP with a token the registry
 issued to the task's host (`GET /broker/{task}`, `spark_agents.server`): nobody reads this
 participant's stream but as a user the registry vouched for.
@@ -25,7 +26,8 @@ from spark_agents.broker.server import NatsServer, User, partner_user
 from spark_agents.broker.source import JetStreamInput
 from spark_agents.credentials import write_private
 
-Grants = Mapping[str, Iterable[tuple[str, str]]]  # partner -> (task key, key-group prefix) it hosts
+# partner -> (task key, key-group prefix, whether it writes the task's results: it hosts it) it may read
+Grants = Mapping[str, Iterable[tuple[str, str, bool]]]
 
 
 class OwnBroker:
@@ -43,8 +45,10 @@ class OwnBroker:
         self.password = password
         self.url = f"nats://{advertise or host}:{port}"
         self.server = NatsServer(name, self.folder / "store", port=port, http_port=http_port, users=[self._owner()], host=host)
-        self._grants: dict[str, frozenset[tuple[str, str]]] = {}
-        self._lock = threading.RLock()  # over the grants and the partners' passwords
+        self._grants: dict[str, frozenset[tuple[str, str, bool]]] = {}
+        self._lock = threading.RLock()  # over the grants, the partners' passwords and the owner's connection
+        self._owner_connection = None
+        self._retention = None
 
     def _owner(self) -> User:
         return User(self.name, self.password)
@@ -67,7 +71,22 @@ class OwnBroker:
         return self
 
     def stop(self) -> None:
+        with self._lock:
+            if self._owner_connection is not None:
+                self._owner_connection.close()
+                self._owner_connection = self._retention = None
         self.server.stop()
+
+    def retention(self):
+        """The acknowledgements of this participant's stream (`spark_agents.broker.retention.Retention`), as its owner."""
+        from spark_agents.broker.retention import Retention
+        from spark_agents.broker.stream import Broker
+
+        with self._lock:
+            if self._owner_connection is None or self._owner_connection.nc.is_closed:
+                self._owner_connection = Broker(self.server.url, self.name, self.password)
+                self._retention = Retention(self._owner_connection, self.name)
+            return self._retention
 
     def location(self, prefix: str = "") -> str:
         """The location of key groups `prefix` of this participant's stream, as a task record holds it."""
@@ -79,7 +98,8 @@ class OwnBroker:
 
     def grant(self, hosted: Grants) -> bool:
         """Let each partner read the key groups and write the results of exactly the tasks it
-        hosts (nobody else anything); reloads the server only when that changed. Returns whether it did."""
+        hosts, and read the key groups of the tasks it replicates (nobody else anything);
+        reloads the server only when that changed. Returns whether it did."""
         wanted = {check_name(p, "participant name"): frozenset(tasks) for p, tasks in hosted.items() if p != self.name}
         wanted = {p: tasks for p, tasks in wanted.items() if tasks}
         with self._lock:
@@ -90,7 +110,7 @@ class OwnBroker:
             self._grants = wanted
             return True
 
-    def granted(self) -> dict[str, frozenset[tuple[str, str]]]:
+    def granted(self) -> dict[str, frozenset[tuple[str, str, bool]]]:
         with self._lock:
             return dict(self._grants)
 

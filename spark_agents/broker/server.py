@@ -82,9 +82,10 @@ class User:
                 f"{{publish: {{allow: {_subjects(self.publish)}}}, subscribe: {{allow: {_subjects(self.subscribe)}}}}}}}")
 
 
-def partner_user(name: str, password: str, hosted: Iterable[tuple[str, str]]) -> User:
+def partner_user(name: str, password: str, granted: Iterable[tuple[str, str, bool]]) -> User:
     """The user a contract partner connects as: it reads only the key groups of the tasks it
-    hosts and writes only their results. `hosted` holds (task key, key-group prefix) pairs.
+    hosts or replicates and writes only the results of those it hosts. `granted` holds
+    (task key, key-group prefix, whether it writes the results) triples.
 
     Reading is creating a consumer on the input stream, which JetStream's API subject names
     with its filter (`$JS.API.CONSUMER.CREATE.INPUT.<consumer>.<filter>`), so a filter
@@ -100,9 +101,9 @@ def partner_user(name: str, password: str, hosted: Iterable[tuple[str, str]]) ->
     publish = [f"$JS.API.STREAM.INFO.{INPUT}", f"$JS.API.CONSUMER.MSG.NEXT.{INPUT}.*", f"$JS.API.CONSUMER.DELETE.{INPUT}.*",
                f"$JS.API.CONSUMER.INFO.{INPUT}.*",
                f"$JS.API.STREAM.INFO.{RESULTS}", f"$JS.API.STREAM.MSG.GET.{RESULTS}"]
-    for task, prefix in hosted:
+    for task, prefix, writes in granted:
         origin = task.partition(".")[0]
-        publish += [f"$JS.API.CONSUMER.CREATE.{INPUT}.*.{subject_filter(origin, prefix)}", results_subject(task)]
+        publish += [f"$JS.API.CONSUMER.CREATE.{INPUT}.*.{subject_filter(origin, prefix)}"] + ([results_subject(task)] if writes else [])
     return User(name, password, publish=tuple(publish), subscribe=(f"{inbox_prefix(name)}.>",))
 
 

@@ -33,7 +33,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spark_agents.checkpoint import processed_position
+from spark_agents.checkpoint import processed_position, processed_seq
 from spark_agents.ha.logs import batch_offsets, committed_batch
 from spark_agents.handover import EPOCH_FILE, PACK_ATTEMPTS, ArchiveRefused, open_archive
 from spark_agents.query import START_FILE
@@ -87,11 +87,15 @@ class Cut:
         committed: the newest committed batch (None: no batch committed yet).
         position: the highest stream position the committed batches took (None: none).
         files: the files of the copy.
+        resume: where a restart from the copy reads its stream from (None: before any batch):
+            the file after `position` for a stream folder; for a broker stream, after sequence
+            `position` (the JetStream source's offset, `spark_agents.broker.source`).
     """
 
     committed: int | None
     position: int | None
     files: dict[str, tuple[int, int]]
+    resume: int | None = None
 
 
 def _list(root: Path, folder: str) -> list[Path]:
@@ -108,11 +112,14 @@ def checkpoint_cut(checkpoint_dir: str | Path) -> Cut:
     root = Path(checkpoint_dir)
     committed = committed_batch(root)  # listed first: everything it needs exists by now
     log_offsets: tuple[int | None, ...] = ()
-    position = None
+    position = resume = None
     if committed is not None:
         log_offsets = batch_offsets(root, committed).log_offsets
         if log_offsets and log_offsets[0] is not None:
             position = processed_position(root, log_offsets[0])
+            resume = 0 if position is None else position + 1
+        else:
+            position = resume = processed_seq(root, committed)
     files: dict[str, tuple[int, int]] = {}
     for folder in ("commits", "offsets", "sources", "state", ""):
         for path in _list(root, folder):
@@ -126,7 +133,7 @@ def checkpoint_cut(checkpoint_dir: str | Path) -> Cut:
             except FileNotFoundError:  # removed by Spark's maintenance since the listing
                 continue
             files[str(rel)] = (st.st_size, st.st_mtime_ns)
-    return Cut(committed, position, files)
+    return Cut(committed, position, files, resume)
 
 
 @dataclass(frozen=True)
@@ -137,7 +144,8 @@ class Delta:
         data: the tar.gz bytes (a manifest and the files new since the last confirmed copy).
         seq: its sequence number.
         committed: the batch the copy is cut at.
-        position: the highest stream position that batch took: the backup needs the stream from position + 1.
+        position: the highest stream position that batch took.
+        resume: where the backup's restart reads the stream from (`Cut.resume`).
         carried: files carried; total: files in the cut.
         cut: the files of the cut (what the sender counts as copied once confirmed).
     """
@@ -146,14 +154,15 @@ class Delta:
     seq: int
     committed: int | None
     position: int | None
+    resume: int | None
     carried: int
     total: int
     cut: dict[str, tuple[int, int]] = field(repr=False)
 
     @property
     def ack_position(self) -> int | None:
-        """Where the backup's restart reads the stream from: the position after the cut's, None before any batch."""
-        return None if self.committed is None else (0 if self.position is None else self.position + 1)
+        """Where the backup's restart reads the stream from (None before any batch): what the host acknowledges."""
+        return None if self.committed is None else self.resume
 
 
 class DeltaShipper:
@@ -190,7 +199,7 @@ class DeltaShipper:
         cut = checkpoint_cut(self.checkpoint_dir)
         new = sorted((rel for rel, sig in cut.files.items() if self.copied.get(rel) != sig), key=lambda r: (_ORDER[_kind(Path(r))], r))
         seq = self.seq + 1
-        manifest = {"seq": seq, "committed": cut.committed, "position": cut.position, "files": sorted(cut.files)}
+        manifest = {"seq": seq, "committed": cut.committed, "position": cut.position, "resume": cut.resume, "files": sorted(cut.files)}
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as tar:
             body = json.dumps(manifest).encode()
@@ -200,7 +209,7 @@ class DeltaShipper:
             for rel in new:
                 tar.add(self.checkpoint_dir / rel, arcname=rel, recursive=False)
         self.seq = seq
-        return Delta(buffer.getvalue(), seq, cut.committed, cut.position, len(new), len(cut.files), cut.files)
+        return Delta(buffer.getvalue(), seq, cut.committed, cut.position, cut.resume, len(new), len(cut.files), cut.files)
 
     def confirm(self, delta: Delta) -> None:
         """The backup applied `delta`: its files count as copied from now on."""
@@ -221,18 +230,20 @@ class Applied:
         seq: the delta's sequence number.
         committed: the batch its copy is cut at.
         position: the highest stream position that batch took.
+        resume: where a restart from the copy reads the stream from (`Cut.resume`).
         written: files written; removed: files deleted (gone at the primary).
     """
 
     seq: int
     committed: int | None
     position: int | None
+    resume: int | None
     written: int = field(default=0, compare=False)
     removed: int = field(default=0, compare=False)
 
     @property
     def ack_position(self) -> int | None:
-        return None if self.committed is None else (0 if self.position is None else self.position + 1)
+        return None if self.committed is None else self.resume
 
 
 def _write_atomic(target: Path, data: bytes) -> None:
@@ -248,7 +259,7 @@ def applied_copy(backup_dir: str | Path) -> Applied | None:
         data = json.loads((Path(backup_dir) / COPY_FILE).read_text())
     except (OSError, ValueError):
         return None
-    return Applied(data["seq"], data["committed"], data["position"])
+    return Applied(data["seq"], data["committed"], data["position"], data.get("resume"))
 
 
 def _manifest(tar: tarfile.TarFile, members: dict) -> dict:
@@ -257,7 +268,7 @@ def _manifest(tar: tarfile.TarFile, members: dict) -> dict:
         manifest = json.loads(tar.extractfile(members.pop(MANIFEST)).read())
         ok = (isinstance(manifest, dict) and isinstance(manifest.get("seq"), int) and isinstance(manifest.get("files"), list)
               and all(isinstance(f, str) for f in manifest["files"])
-              and all(manifest.get(k) is None or isinstance(manifest[k], int) for k in ("committed", "position")))
+              and all(manifest.get(k) is None or isinstance(manifest[k], int) for k in ("committed", "position", "resume")))
     except (KeyError, ValueError, tarfile.TarError) as exc:
         raise DeltaRefused(f"a delta without a readable manifest: {exc}") from exc
     if not ok:
@@ -291,6 +302,7 @@ def apply_delta(data: bytes, backup_dir: str | Path) -> Applied:
             if not _skipped(rel) and str(rel) not in wanted:
                 path.unlink(missing_ok=True)
                 removed += 1
-    applied = Applied(manifest["seq"], manifest["committed"], manifest["position"], len(members), removed)
-    _write_atomic(root / COPY_FILE, json.dumps({"seq": applied.seq, "committed": applied.committed, "position": applied.position}).encode())
+    applied = Applied(manifest["seq"], manifest["committed"], manifest["position"], manifest.get("resume"), len(members), removed)
+    _write_atomic(root / COPY_FILE, json.dumps({"seq": applied.seq, "committed": applied.committed, "position": applied.position,
+                                                 "resume": applied.resume}).encode())
     return applied

@@ -14,6 +14,9 @@ The stream's acknowledgements are per consumer (a task at a participant,
 `consumer_name`): the new host first acknowledges where it starts, then releases the failed
 host's consumer, so no file it needs is trimmed in between.
 
+The stream is a `TaskInput` (`spark_agents.ha.inputs`): a stream folder's partition or a
+task's key groups of its origin's broker stream; the roles are the same on both.
+
 These are building blocks: who fails over, to whom and at which epoch is the registry's
 and `bpm.ha.decisions`' business; how bytes travel (HTTP between agents, a socket in the
 benchmark) is the caller's (`ship`).
@@ -31,11 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from bpm.ha.decisions import HA_MODES
-from spark_agents.streams import PartitionedStream
 from bpm.zeek.definitions import QueryParams
 from spark_agents.ha.delta import Applied, DeltaRefused, DeltaShipper, applied_copy, apply_delta
 from spark_agents.ha.fence import FencedSink
-from spark_agents.ha.upstream import processed_ack_position, upstream_ack_position
+from spark_agents.ha.inputs import TaskInput
 
 log = logging.getLogger("bpm.ha")
 
@@ -67,11 +69,11 @@ class PrimaryDuties:
         paused: while set, the thread skips its rounds (a benchmark compares the host with and without them).
     """
 
-    def __init__(self, host: Any, task_id: str, mode: str, stream: PartitionedStream, partition: int, consumer: str, *,
-                 window_s: int, interval_s: float = 2.0, ship: Callable[[bytes], Any] | None = None) -> None:
+    def __init__(self, host: Any, task_id: str, mode: str, stream: TaskInput, consumer: str, *,
+                 params: QueryParams, interval_s: float = 2.0, ship: Callable[[bytes], Any] | None = None) -> None:
         self.host, self.task_id, self.mode = host, task_id, check_mode(mode)
-        self.stream, self.partition, self.consumer = stream, partition, consumer
-        self.window_s, self.interval_s, self.ship = window_s, interval_s, ship
+        self.stream, self.consumer = stream, consumer
+        self.params, self.interval_s, self.ship = params, interval_s, ship
         if mode == "passive_standby" and ship is None:
             raise ValueError("passive standby needs a way to ship deltas to the backup")
         self.shipper = DeltaShipper(self.checkpoint_dir) if mode == "passive_standby" else None
@@ -105,17 +107,17 @@ class PrimaryDuties:
             self.shipped_bytes += len(delta.data)
             position = delta.ack_position
         elif self.mode == "upstream_backup":
-            position = upstream_ack_position(self.stream, self.partition, checkpoint, self.window_s)
+            position = self.stream.replay_from(checkpoint, self.params)
         else:
-            position = processed_ack_position(checkpoint)
+            position = self.stream.processed(checkpoint)
         if position is not None and position != self.acked:
-            self.stream.ack(self.consumer, self.partition, position)
+            self.stream.ack(self.consumer, position)
             self.acked = position
         self.rounds += 1
         return position
 
     def start(self) -> PrimaryDuties:
-        self.stream.register(self.consumer, [self.partition])
+        self.stream.register(self.consumer)
 
         def loop() -> None:
             while not self._stop.wait(self.interval_s):
@@ -175,16 +177,16 @@ class PassiveBackup:
             return self.backup_dir
 
 
-def start_primary(host: Any, task_id: str, input_path: str | Path, epoch: int, params: QueryParams, *,
+def start_primary(host: Any, task_id: str, stream: TaskInput, epoch: int, params: QueryParams, *,
                   trigger_s: float | None = 1.0, checkpoint_dir: str | Path | None = None,
                   start_position: int | None = None) -> FencedSink:
     """Start the task as its host at `epoch`, writing through the output fence; returns its sink."""
-    sink = FencedSink(host.output_dir, task_id, epoch)
-    host.start_task(task_id, input_path, checkpoint_dir, params, trigger_s, sink=sink, start_position=start_position)
+    sink = stream.sink(host.output_dir, task_id, epoch)
+    stream.start(host, task_id, checkpoint_dir, params, trigger_s, sink, start_position)
     return sink
 
 
-def start_replica(host: Any, task_id: str, input_path: str | Path, params: QueryParams, *,
+def start_replica(host: Any, task_id: str, stream: TaskInput, params: QueryParams, *,
                   trigger_s: float | None = 1.0, checkpoint_dir: str | Path | None = None) -> FencedSink:
     """Start an active-standby replica: the same query on the same input, its output held back.
 
@@ -193,8 +195,8 @@ def start_replica(host: Any, task_id: str, input_path: str | Path, params: Query
     handover pack) in `checkpoint_dir`, and its consumer must be registered before that
     copy is taken, so that the stream keeps what the copy has not read.
     """
-    sink = FencedSink(host.output_dir, task_id, None)
-    host.start_task(task_id, input_path, checkpoint_dir, params, trigger_s, sink=sink)
+    sink = stream.sink(host.output_dir, task_id, None)
+    stream.start(host, task_id, checkpoint_dir, params, trigger_s, sink)
     return sink
 
 
@@ -221,21 +223,20 @@ class Takeover:
     started_s: float
 
 
-def take_over(host: Any, task_id: str, mode: str, *, epoch: int, stream: PartitionedStream, partition: int,
-              consumer: str, failed_consumer: str | None, params: QueryParams, trigger_s: float | None = 1.0,
+def take_over(host: Any, task_id: str, mode: str, *, epoch: int, stream: TaskInput, consumer: str, failed_consumer: str | None, params: QueryParams, trigger_s: float | None = 1.0,
               checkpoint_dir: str | Path | None = None, backup: PassiveBackup | None = None,
               replica: FencedSink | None = None) -> Takeover:
     """Take the task over from its failed host, at the new `epoch` (see the module table).
 
     - none: a fresh checkpoint (the folder `checkpoint_dir` is emptied) reading from the
       stream's next position: what was in flight is lost;
-    - upstream_backup: a fresh checkpoint reading from the failed host's acknowledged position;
+    - upstream_backup: a fresh checkpoint reading from the failed host's acknowledged position
+      (the whole retained stream where that is not known here: the fence drops what was written);
     - passive_standby: `backup`'s copy becomes the checkpoint; the stream since its cut is replayed;
     - active_standby: `replica` (the running replica's sink) takes the output over at once.
     """
     check_mode(mode)
     began = time.perf_counter()
-    input_path = stream.partition_path(partition)
     start: int | None = None
     promoted = 0
     folder: Path | None = None
@@ -252,20 +253,19 @@ def take_over(host: Any, task_id: str, mode: str, *, epoch: int, stream: Partiti
             applied = backup.applied
             start = applied.ack_position if applied is not None else None
             if start is None:  # no copy of any batch: the copy is an empty checkpoint, replay what the failed host kept
-                start = stream.acks().get(failed_consumer or "", {}).get(partition, 0)
+                start = stream.acked(failed_consumer or "") or 0
         else:
             folder = Path(checkpoint_dir) if checkpoint_dir is not None else host.work_dir / "checkpoints" / task_id
             shutil.rmtree(folder, ignore_errors=True)
             if mode == "none":
-                start = stream.next_position(partition)
+                start = stream.newest()
             else:
-                start = stream.acks().get(failed_consumer or "", {}).get(partition, 0)
-        stream.ack(consumer, partition, start)
-        sink = FencedSink(host.output_dir, task_id, epoch)
+                start = stream.acked(failed_consumer or "") or 0
+        stream.ack(consumer, start)
+        sink = stream.sink(host.output_dir, task_id, epoch)
         sink.fence.claim(epoch)  # fence the failed host before anything else runs
         restart_from_copy = mode == "passive_standby" and backup is not None and backup.applied is not None
-        host.start_task(task_id, input_path, folder, params, trigger_s, sink=sink,
-                        start_position=None if restart_from_copy else start)
+        stream.start(host, task_id, folder, params, trigger_s, sink, None if restart_from_copy else start)
     if failed_consumer is not None and failed_consumer != consumer:
         stream.release(failed_consumer)
     return Takeover(mode, epoch, start, folder, sink, promoted, time.perf_counter() - began)

@@ -10,6 +10,12 @@ before the first one that may hold a row that new are no longer needed: each fil
 with a mark carrying the newest timestamp so far, so all its rows are older than its mark
 (`PartitionedStream.first_position_from`).
 
+A broker stream has no marks; there the checkpoint's own offset log bounds the rows
+instead (`replay_seq`): batch B+1 runs under the watermark of everything batches up to B
+read, minus the watermark delay, so none of their rows is newer than that watermark plus
+the delay. The sequence batch B read up to is acknowledged once that bound is before the
+oldest open window.
+
 The other modes acknowledge what their own restart needs: a task that keeps its checkpoint
 (none, and each copy of an active standby) needs the stream after its committed batches;
 passive standby needs it after the batch its backup's copy is cut at
@@ -22,6 +28,7 @@ from pathlib import Path
 
 from spark_agents.streams import PartitionedStream
 from bpm.zeek.definitions import MICROS
+from spark_agents.checkpoint import processed_seq
 from spark_agents.ha.logs import batch_offsets, committed_batch, committed_position
 
 
@@ -53,3 +60,26 @@ def upstream_ack_position(stream: PartitionedStream, partition: int, checkpoint_
     processed = processed_ack_position(checkpoint_dir)
     needed = stream.first_position_from(partition, oldest_open_window_us(batch_offsets(checkpoint_dir, batch).watermark_ms, window_s))
     return needed if processed is None else min(needed, processed)
+
+
+def processed_ack_seq(checkpoint_dir: str | Path) -> int | None:
+    """For a broker stream: the sequence the task's committed batches have read up to (None: nothing committed)."""
+    batch = committed_batch(checkpoint_dir)
+    return None if batch is None else processed_seq(checkpoint_dir, batch)
+
+
+def replay_seq(checkpoint_dir: str | Path, window_s: int, delay_s: float) -> int | None:
+    """For a broker stream: the sequence after which a replay with a fresh checkpoint rebuilds
+    every open window (None: no committed batch shows one yet; see the module text)."""
+    batch = committed_batch(checkpoint_dir)
+    if batch is None:
+        return None
+    oldest_ms = oldest_open_window_us(batch_offsets(checkpoint_dir, batch).watermark_ms, window_s) // 1000
+    for b in range(batch - 1, -1, -1):  # the watermark never moves back: the first that qualifies is the newest
+        try:
+            newest_row_ms = batch_offsets(checkpoint_dir, b + 1).watermark_ms + delay_s * 1000
+        except FileNotFoundError:  # removed by Spark's log maintenance: older batches qualify no better
+            return None
+        if newest_row_ms < oldest_ms:
+            return processed_seq(checkpoint_dir, b)
+    return None

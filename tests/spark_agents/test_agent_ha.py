@@ -93,7 +93,7 @@ class SteppedHAHost:
 
     # HA
 
-    def ha_start_duties(self, task_id, mode, stream_root, partition, consumer, *, window_s, interval_s, ship):
+    def ha_start_duties(self, task_id, mode, stream, consumer, *, params, interval_s, ship):
         shipper = DeltaShipper(self._running[task_id]) if mode == "passive_standby" else None
         self.duties[task_id] = (mode, consumer, ship, shipper)
 
@@ -114,13 +114,13 @@ class SteppedHAHost:
     def ha_duties_status(self, task_id):
         return {}
 
-    def ha_start_replica(self, task_id, input_path, checkpoint_dir, params):
+    def ha_start_replica(self, task_id, stream, checkpoint_dir, params):
         self.replicas[task_id] = checkpoint_dir
 
     def ha_stop_replica(self, task_id):
         self.replicas.pop(task_id, None)
 
-    def ha_take_over(self, task_id, mode, *, epoch, stream_root, partition, consumer, failed_consumer, params, checkpoint_dir, backup):
+    def ha_take_over(self, task_id, mode, *, epoch, stream, consumer, failed_consumer, params, checkpoint_dir, backup):
         replica = self.replicas.pop(task_id, None)
         self.takeovers.append({"task": task_id, "mode": mode, "epoch": epoch, "backup": backup, "replica": replica,
                                "failed_consumer": failed_consumer, "checkpoint": checkpoint_dir})

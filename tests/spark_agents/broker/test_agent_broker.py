@@ -85,7 +85,21 @@ def test_the_origin_lets_in_only_its_task_s_host_and_only_for_that_task(tmp_path
             assert granted.status_code == 200, granted.text
             body = granted.json()
             assert body["user"] == "b" and body["url"] == broker.url
-        assert broker.granted() == {"b": frozenset({("a.g", "")})}
+
+            # The host acknowledges a's stream at a's agent, with the same kind of token.
+            a._stale.add("task")
+            a.sync()
+            stream_token = clients["b"].call_token(task["id"], "stream", "a", 1)["token"]
+
+            def ack(token, seq, epoch=1):
+                return http.post("/broker/a.g/ack", params={"epoch": epoch, "seq": seq}, headers={"Authorization": f"Bearer {token}"})
+
+            assert ack(stream_token, 3).status_code == 204
+            assert broker.retention().acks()["a.g.b"].seq == 3
+            assert ack(stream_token, 10**9).status_code == 422  # past the stream's end
+            assert ack(stream_token, 3, epoch=2).status_code in (401, 403)  # the token is for epoch 1
+            assert ack(clients["b"].call_token(task["id"], "handover", "a", 1)["token"], 3).status_code == 403
+        assert broker.granted() == {"b": frozenset({("a.g", "", True)})}
         assert _reads(broker, "b", body["password"]) > 0
         with pytest.raises(BrokerError, match="(?i)permissions violation"):
             _reads(broker, "b", body["password"], "in.z.>")

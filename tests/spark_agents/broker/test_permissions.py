@@ -25,7 +25,7 @@ def test_a_partner_reads_its_share_and_writes_its_results_only(nats_server):
         Feeder(BrokerStream(mine, "a"), QueryParams()).feed(_conns(300))
         ensure_results(mine)
         last = mine.last_seq()
-    b = partner_user("b", secrets.token_urlsafe(12), [("a.t0", "0")])
+    b = partner_user("b", secrets.token_urlsafe(12), [("a.t0", "0", True)])
     server.reload([owner, b])
     with Broker(server.url, b.name, b.password, timeout_s=2) as theirs:
         assert theirs.last_seq() == last
@@ -44,10 +44,13 @@ def test_a_partner_reads_its_share_and_writes_its_results_only(nats_server):
 
 def test_a_partner_user_s_subjects_come_from_checked_names():
     with pytest.raises(ValueError):
-        partner_user("b", "pw", [("a.t0", "2")])
+        partner_user("b", "pw", [("a.t0", "2", True)])
     with pytest.raises(ValueError):
-        partner_user("b", "pw", [("a>.t0", "")])
-    user = partner_user("b", "pw", [("a.t0", "")])
+        partner_user("b", "pw", [("a>.t0", "", True)])
+    user = partner_user("b", "pw", [("a.t0", "", True)])
     assert "$JS.API.CONSUMER.CREATE.INPUT.*.in.a.>" in user.publish and "out.a.t0" in user.publish
     assert user.subscribe == ("_INBOX.b.>",)
     assert isinstance(user, User)
+    replica = partner_user("b", "pw", [("a.t0", "", False)])
+    assert "$JS.API.CONSUMER.CREATE.INPUT.*.in.a.>" in replica.publish and "out.a.t0" not in replica.publish, \
+        "a replica holder reads the task's key groups and writes no results"

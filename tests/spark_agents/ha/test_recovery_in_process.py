@@ -12,6 +12,7 @@ from bpm.zeek.reference import compute
 from bpm.zeek.results import read_outputs
 from spark_agents.ha.delta import DeltaShipper
 from spark_agents.ha.fence import FencedError, FencedSink
+from spark_agents.ha.inputs import PartitionInput
 from spark_agents.ha.roles import PassiveBackup, take_over
 from spark_agents.ha.upstream import upstream_ack_position
 from spark_agents.host import TaskHost
@@ -69,7 +70,7 @@ def test_a_takeover_from_what_the_mode_keeps_is_exact(spark, tmp_path, traffic, 
 
     host = TaskHost(spark, tmp_path / "work-b", output, interval_s=60)
     try:
-        took = take_over(host, "t", mode, epoch=2, stream=stream, partition=0, consumer="t.b", failed_consumer="t.a",
+        took = take_over(host, "t", mode, epoch=2, stream=PartitionInput(stream.root, 0), consumer="t.b", failed_consumer="t.a",
                          params=PARAMS, trigger_s=None, backup=backup if mode == "passive_standby" else None)
         assert took.start_position == ack and stream.acks() == {"t.b": {0: ack}}
         feed(feeder, traffic[2 * third:])
