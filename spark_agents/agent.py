@@ -111,6 +111,14 @@ class OwnTask:
 KEY_FILE = "participant.key"  # in the agent's work folder: the key it registered with, or rotated to
 
 
+def send_stream_ack(endpoint: str, key: str, epoch: int, seq: int, token: str) -> None:
+    """POST an acknowledgement of task `key`'s share of its origin's stream to the origin's agent at `endpoint`."""
+    response = httpx.post(f"{endpoint.rstrip('/')}/broker/{key}/ack", params={"epoch": epoch, "seq": seq},
+                          headers={"Authorization": f"Bearer {token}"}, timeout=10.0)
+    if response.status_code != 204:
+        raise RuntimeError(f"{endpoint} refuses the acknowledgement of {key} up to {seq}: {response.status_code} {response.text[:200]}")
+
+
 def write_key(path: Path, key: str) -> None:
     """Keep the participant's key readable by its owner only, replaced in one step."""
     write_private(path, key + "\n")
@@ -214,6 +222,7 @@ class Agent:
         fetch: Callable[[str, str, int, str], bytes] | None = None,  # (endpoint, task key, epoch, token)
         broker: OwnBroker | None = None,
         ask_stream: Callable[[str, str, int, str], tuple[str, str]] | None = None,  # (endpoint, task key, epoch, token) -> (user, password)
+        send_ack: Callable[[str, str, int, int, str], None] | None = None,  # (endpoint, task key, epoch, sequence, token)
     ) -> None:
         self.config = config
         self.broker = broker
@@ -249,6 +258,7 @@ class Agent:
         self.fetch = fetch or (lambda endpoint, key, epoch, token: handover.fetch(endpoint, key, epoch, token, timeout_s=config.fetch_timeout_s))
         self.credentials = Credentials(client, config.name, clock)
         self.ask_stream = ask_stream or (lambda endpoint, key, epoch, token: ask_credentials(endpoint, key, epoch, token, config.name))
+        self.send_ack_to = send_ack or send_stream_ack
         self._beat_lock = threading.Lock()
         self._last_beat = 0.0
         self.ha = HADuties(self, interval_s=config.ha_interval_s) if config.ha and hasattr(host, "ha_take_over") else None
@@ -602,12 +612,8 @@ class Agent:
 
     def send_ack(self, task: Mapping, seq: int) -> None:
         """Acknowledge task `task`'s share of its origin's stream up to `seq`, at the origin's agent."""
-        key, epoch = task_key(task), task["epoch"]
-        token = self.credentials.token(task["id"], "stream", task["origin"], epoch)
-        response = httpx.post(f"{self.endpoint(task['origin']).rstrip('/')}/broker/{key}/ack", params={"epoch": epoch, "seq": seq},
-                              headers={"Authorization": f"Bearer {token}"}, timeout=10.0)
-        if response.status_code != 204:
-            raise RuntimeError(f"{task['origin']} refuses the acknowledgement of {key} up to {seq}: {response.status_code} {response.text[:200]}")
+        token = self.credentials.token(task["id"], "stream", task["origin"], task["epoch"])
+        self.send_ack_to(self.endpoint(task["origin"]), task_key(task), task["epoch"], seq, token)
 
     def task_input(self, task: Mapping) -> TaskInput:
         """The task's input as the HA roles use it (`spark_agents.ha.inputs`)."""

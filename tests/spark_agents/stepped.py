@@ -47,6 +47,9 @@ def stepped_federation(
             granted = agents[endpoint.rsplit("/", 1)[-1]].stream_credentials_to_caller(token, key, epoch)
             return granted["user"], granted["password"]
 
+        def send_ack(endpoint, key, epoch, seq, token):
+            agents[endpoint.rsplit("/", 1)[-1]].ack_from_caller(token, key, epoch, seq)
+
         keys: dict[str, str] = {}
 
         def add(name: str, tasks: int) -> Agent:
@@ -66,7 +69,7 @@ def stepped_federation(
                 period_s=0.0,
                 reference_price=1.0,
             )
-            agent = Agent(config, client, make_host(now), clock=now, fetch=fetch, ask_stream=ask_stream, broker=brokers.get(name))
+            agent = Agent(config, client, make_host(now), clock=now, fetch=fetch, ask_stream=ask_stream, send_ack=send_ack, broker=brokers.get(name))
             agents[name] = agent
             agent.connect()
             return agent

@@ -38,6 +38,7 @@ class SteppedHAHost:
         starts: (task, epoch or None, batches in its checkpoint) per start.
         takeovers: the arguments of every takeover.
         duties: the running host duties per task: (mode, consumer, ship, shipper).
+        streams: the input each duty acknowledges.
         replicas: active-standby replicas running here.
     """
 
@@ -50,6 +51,7 @@ class SteppedHAHost:
         self.starts: list[tuple[str, int | None, int]] = []
         self.takeovers: list[dict] = []
         self.duties: dict[str, tuple] = {}
+        self.streams: dict[str, object] = {}  # the input each duty acknowledges (`spark_agents.ha.inputs`)
         self.replicas: dict[str, Path] = {}
         self.batch_times: dict[str, list[float]] = {}
 
@@ -96,6 +98,7 @@ class SteppedHAHost:
     def ha_start_duties(self, task_id, mode, stream, consumer, *, params, interval_s, ship):
         shipper = DeltaShipper(self._running[task_id]) if mode == "passive_standby" else None
         self.duties[task_id] = (mode, consumer, ship, shipper)
+        self.streams[task_id] = stream
 
     def ship_deltas(self) -> int:
         """One round of every passive-standby duty: pack, ship, confirm."""

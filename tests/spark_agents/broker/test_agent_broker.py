@@ -24,6 +24,7 @@ from spark_agents.server import create_agent_app
 from spark_agents.streams.feed import Feeder
 from tests.spark_agents.stepped import stepped_federation
 from tests.spark_agents.test_agent import SteppedHost
+from tests.spark_agents.test_agent_ha import SteppedHAHost
 
 pytestmark = pytest.mark.slow
 
@@ -38,9 +39,9 @@ def own_brokers(tmp_path):
         broker.stop()
 
 
-def _move(clients, task, to="b"):
+def _move(clients, task, to="b", **terms):
     """An offer of `task` from a to `to`, accepted: the registry moves it (the next epoch)."""
-    contract = clients["a"].propose(to, 1.0, 2.0, 5.0)
+    contract = clients["a"].propose(to, 1.0, 2.0, 5.0, **terms)
     clients[to].contract_action(contract["id"], "accept")
     clients[to].accept_offer(clients["a"].offer(contract["id"], [task["id"]], 1.5)["id"])
     return clients["a"].tasks(origin="a")[0]
@@ -194,3 +195,30 @@ def test_an_agent_starts_one_query_over_a_broker_stream_at_a_time(tmp_path, own_
         a.host.started = True
         a.sync()
         assert a.host.running() == {"a.g0", "a.g1"}
+
+
+def test_the_origin_keeps_its_stream_for_the_host_of_a_replicated_task_and_takes_its_acknowledgements(tmp_path, own_brokers):
+    broker = own_brokers["a"]
+    with stepped_federation(tmp_path, lambda now: SteppedHAHost(tmp_path / "output", now), brokers=own_brokers) as (operator, agents, add, clock):
+        a = add("a", 1)
+        b = add("b", 0)
+        with Broker(broker.url, "a", broker.password) as mine:
+            Feeder(BrokerStream(mine, "a"), QueryParams()).feed(generate(TrafficProfile(duration_s=20, rate=20), 1))
+            last = mine.last_seq()
+        task = _move({"a": a.client, "b": b.client}, a.client.tasks(origin="a")[0], ha_mode="upstream_backup")
+        assert task["host"] == "b"
+        b.sync()  # b starts the task,
+        b.sync()  # then its duties: its acknowledgements go to a's agent
+        a._stale.add("task")
+        a.sync()
+        retention = broker.retention()
+        assert {c: ack.seq for c, ack in retention.acks().items()} == {"a.g.b": 0}, "the host's consumer holds everything until it acknowledges"
+        b.host.streams["a.g"].ack("a.g.b", last - 1)
+        assert retention.acks()["a.g.b"].seq == last - 1
+        assert set(retention.trim().values()) == {last - 1}
+        # The task comes home, where its own mode is none: a's next read releases b's consumer.
+        clock.advance(6.0)
+        a.client.end_movement(a.client.movements(state="active")[0]["id"])
+        a._stale.add("task")
+        a.sync()
+        assert retention.acks() == {}
