@@ -4,8 +4,12 @@ For each mode in turn (one after another, so two Spark processes at a time fit t
 the command starts two worker processes, each with its own SparkSession (`local[1]`) and
 `TaskHost`: the host `a` and the second participant `b` (`python -m bpm_app.bench.ha --worker`,
 orders over an authenticated loopback socket as in `bpm_app.bench.move`). A paced feeder in
-the command appends generated Zeek traffic to a one-partition stream. `a` runs the task
-at epoch 1 through the output fence and does its mode's duties (`spark_agents.ha.roles`);
+the command publishes generated Zeek traffic into the task's origin's stream on a NATS
+server the command runs (the origin `o`, which neither worker is: it outlives the kill),
+and both workers read it and acknowledge it over the network (`spark_agents.ha.inputs`;
+as the stream's owner user: who may read what is the agents' business, tested on its own).
+`a` runs the task at epoch 1 through the output fence on the origin's broker and does its
+mode's duties (`spark_agents.ha.roles`);
 `b` is a warm participant that, per mode, does nothing (none, upstream backup), applies the
 deltas `a` sends it straight over a socket (passive standby), or runs the replica with its
 output held back (active standby). `a` beats into a file; the command watches it.
@@ -14,8 +18,8 @@ After a warm-up, the CPU time of both processes (Python and Spark's JVM, from /p
 the rows `a` processed are measured over an interval; then the command kills `a`'s whole
 process group with SIGKILL. The watcher sees the heartbeat silent past the timeout and at
 once tells `b` to take the task over at epoch 2. The feed goes on for a while, then closes
-(end mark); `b` drains the stream; the output folder is compared with the plain
-computation over exactly what was fed.
+(end mark); `b` drains the stream; the results on the origin's broker are compared with
+the plain computation over exactly what was fed.
 
 Figures per mode:
 
@@ -30,12 +34,12 @@ Figures per mode:
   `ha_cpu_s_per_1000_rows` the CPU the HA work itself took (the host's duty rounds and the
   backup's applying of deltas, each on its own thread's clock);
 * `detection_s`: from the kill to the detection;
-* `recovery_s`: from the kill to the first output written after it (a batch file's
-  modification time), and `recovery_after_detection_s`, the part after the detection;
+* `recovery_s`: from the kill to the first output written after it (when the origin's
+  broker stored the batch), and `recovery_after_detection_s`, the part after the detection;
 * `lost_results`, `duplicate_results`, `unexpected_results` against the plain computation;
 * `delays`: per window written, when (relative to the kill) and its delay, the time it was
-  written minus the time the stream reached the window's end (the modification time of
-  the first stream file whose mark passes it); the plot shows them per mode.
+  written minus the time the stream reached the window's end (the first flush of the
+  feeder that admitted an event at or past it); the plot shows them per mode.
 """
 
 from __future__ import annotations
@@ -48,19 +52,23 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Client, Listener
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bpm_app.bench.move import PacedFeed, RemoteSide, Side, load_average, step_limits, traffic
 from bpm.ha.decisions import HA_MODES, PRECISE_MODES
 from bpm.zeek.definitions import MICROS, QueryParams
 from bpm.zeek.generator import TrafficProfile
 
-TASK_ID = "ha-0"
+if TYPE_CHECKING:
+    from spark_agents.broker.source import JetStreamInput
+
+ORIGIN = "o"
+TASK_ID = f"{ORIGIN}.ha-0"
 DETECTION_GOAL_S = 3.0
 RECOVERY_GOALS_S = {"active_standby": 1.0, "passive_standby": 5.0}
 OVERHEAD_GOALS = {"upstream_backup": 1.05, "passive_standby": 1.15}
 BENCH_PARAMS = QueryParams(window_s=10, min_connections=40, min_ports=6, lateness_s=5)
-CAUGHT_UP_FILES = 4
+CAUGHT_UP_MESSAGES = 256  # about four flushes of the feeder: one message per key group that got rows
 
 
 class HABenchError(RuntimeError):
@@ -214,16 +222,19 @@ class HASide(Side):
             query.stop()
             shutil.rmtree(scratch, ignore_errors=True)
 
-    def _stream(self, stream_root: str, partition: int):
-        from spark_agents.ha.inputs import PartitionInput
+    @staticmethod
+    def _stream(source: JetStreamInput):
+        """The task's key groups of the origin's stream, acknowledged on the origin's `Retention`."""
+        from spark_agents.broker.retention import Retention
+        from spark_agents.ha.inputs import KeyGroupsInput, OwnAcks
 
-        return PartitionInput(stream_root, partition)
+        return KeyGroupsInput(source, OwnAcks(Retention(source.connection(), source.participant), source.prefix))
 
-    def _start_duties(self, task_id: str, mode: str, stream_root: str, partition: int, params: QueryParams,
+    def _start_duties(self, task_id: str, mode: str, source: JetStreamInput, params: QueryParams,
                       interval_s: float, ship: Callable[[bytes], Any] | None = None) -> None:
         from spark_agents.ha.roles import PrimaryDuties, consumer_name
 
-        duties = PrimaryDuties(self.host, task_id, mode, self._stream(stream_root, partition), consumer_name(task_id, self.name),
+        duties = PrimaryDuties(self.host, task_id, mode, self._stream(source), consumer_name(task_id, self.name),
                                params=params, interval_s=interval_s, ship=ship)
         self._duties[task_id] = duties.start()
 
@@ -260,45 +271,45 @@ class HASide(Side):
         threading.Thread(target=serve, name="bpm-ha-inbox", daemon=True).start()
         return listener.address[1], key.hex()
 
-    def start_primary(self, mode: str, task_id: str, stream_root: str, partition: int, params: dict[str, int],
+    def start_primary(self, mode: str, task_id: str, source: JetStreamInput, params: dict[str, int],
                       trigger_s: float, epoch: int, interval_s: float, inbox: tuple[int, str] | None) -> None:
         """Host the task at `epoch` with its mode's duties (`inbox`: the passive backup's socket)."""
         from spark_agents.ha.roles import start_primary
 
         query = QueryParams(**params)
         ship = None if inbox is None else _delta_shipper(inbox)
-        self._sinks[task_id] = start_primary(self.host, task_id, self._stream(stream_root, partition), epoch, query,
+        self._sinks[task_id] = start_primary(self.host, task_id, self._stream(source), epoch, query,
                                              trigger_s=trigger_s, checkpoint_dir=self.checkpoint_dir(task_id))
-        self._start_duties(task_id, mode, stream_root, partition, query, interval_s, ship)
+        self._start_duties(task_id, mode, source, query, interval_s, ship)
 
-    def start_replica(self, task_id: str, stream_root: str, partition: int, params: dict[str, int], trigger_s: float,
+    def start_replica(self, task_id: str, source: JetStreamInput, params: dict[str, int], trigger_s: float,
                       interval_s: float) -> None:
         """Run the active-standby replica: output held back, the stream acknowledged after its own batches."""
         from spark_agents.ha.roles import start_replica
 
         query = QueryParams(**params)
-        self._sinks[task_id] = start_replica(self.host, task_id, self._stream(stream_root, partition), query,
+        self._sinks[task_id] = start_replica(self.host, task_id, self._stream(source), query,
                                              trigger_s=trigger_s, checkpoint_dir=self.checkpoint_dir(task_id))
-        self._start_duties(task_id, "active_standby", stream_root, partition, query, interval_s)
+        self._start_duties(task_id, "active_standby", source, query, interval_s)
 
-    def take_over(self, mode: str, task_id: str, stream_root: str, partition: int, params: dict[str, int],
+    def take_over(self, mode: str, task_id: str, source: JetStreamInput, params: dict[str, int],
                   trigger_s: float, epoch: int, failed: str, interval_s: float) -> dict[str, Any]:
         """Take the task over from the failed participant `failed` at `epoch`."""
         from spark_agents.ha.roles import consumer_name, take_over
 
         began = time.perf_counter()
         query = QueryParams(**params)
-        stream = self._stream(stream_root, partition)
-        next_position = stream.newest()
+        stream = self._stream(source)
+        newest = stream.newest()
         took = take_over(self.host, task_id, mode, epoch=epoch, stream=stream,
                          consumer=consumer_name(task_id, self.name), failed_consumer=consumer_name(task_id, failed),
                          params=query, trigger_s=trigger_s, checkpoint_dir=self.checkpoint_dir(task_id),
                          backup=self._backups.get(task_id), replica=self._sinks.get(task_id))
         self._sinks[task_id] = took.sink
         if mode in ("none", "upstream_backup"):
-            self._start_duties(task_id, mode, stream_root, partition, query, interval_s)
+            self._start_duties(task_id, mode, source, query, interval_s)
         return {"takeover_s": time.perf_counter() - began, "returned_at": time.time(), "start_position": took.start_position,
-                "replayed_files": None if took.start_position is None else next_position - took.start_position,
+                "replayed_messages": None if took.start_position is None else newest - took.start_position,
                 "promoted_rows": took.promoted_rows}
 
     def set_duties(self, task_id: str, running: bool) -> None:
@@ -306,8 +317,8 @@ class HASide(Side):
         paused = self._duties[task_id].paused
         paused.clear() if running else paused.set()
 
-    def backlog_files(self, task_id: str) -> int:
-        """Stream files the task has not taken yet."""
+    def backlog_messages(self, task_id: str) -> int:
+        """Messages of the stream the task has not taken yet."""
         task = next(t for t in self.host.tasks() if t.task_id == task_id)
         return int(self.host.backlog(task)["pending"])
 
@@ -401,32 +412,27 @@ def goals(mode: dict[str, Any]) -> dict[str, bool | None]:
     }
 
 
-def _emissions(output_dir: Path, stream_root: Path, kill_at: float) -> tuple[list[dict[str, Any]], float | None]:
-    """Per window written: when (relative to the kill), by which epoch, its delay; and the first write after the kill."""
-    from spark_agents.streams import PartitionedStream
-    from bpm.zeek.results import batch_files, read_batch
+def _emissions(batches: list, reached: list[tuple[float, int]], kill_at: float) -> tuple[list[dict[str, Any]], float | None]:
+    """Per window written (`batches`: the task's result batches on the origin's broker): when
+    (relative to the kill), by which epoch, its delay after the feeder's flush that reached
+    its end (`reached`: `PacedFeed.reached`); and the first write after the kill."""
+    import bisect
 
-    stream = PartitionedStream(stream_root)
-    reached: dict[int, float | None] = {}
+    times, newest = [t for t, _ in reached], [us for _, us in reached]
 
     def stream_reached(window_end: int) -> float | None:
-        if window_end not in reached:
-            position = stream.first_position_from(0, window_end * MICROS)
-            path = stream.partition_path(0) / f"{position:012d}.csv"
-            reached[window_end] = path.stat().st_mtime if path.exists() else None
-        return reached[window_end]
+        i = bisect.bisect_left(newest, window_end * MICROS)  # the newest event time never moves back
+        return times[i] if i < len(times) else None
 
     points = []
     first_after = None
-    for path in batch_files(output_dir / TASK_ID):
-        written = path.stat().st_mtime
-        epoch = int(path.name.split(".e")[1].split(".")[0]) if ".e" in path.name else None
-        if written > kill_at and (first_after is None or written < first_after):
-            first_after = written
-        for window_end in sorted({r.window_end for r in read_batch(path)}):
+    for batch in batches:
+        if batch.at > kill_at and (first_after is None or batch.at < first_after):
+            first_after = batch.at
+        for window_end in sorted({r.window_end for r in batch.rows}):
             at = stream_reached(window_end)
-            points.append({"t": round(written - kill_at, 3), "delay_s": None if at is None else round(written - at, 3),
-                           "window_end": window_end, "epoch": epoch})
+            points.append({"t": round(batch.at - kill_at, 3), "delay_s": None if at is None else round(batch.at - at, 3),
+                           "window_end": window_end, "epoch": batch.epoch})
     points.sort(key=lambda p: p["t"])
     return points, first_after
 
@@ -435,10 +441,13 @@ def _emissions(output_dir: Path, stream_root: Path, kill_at: float) -> tuple[lis
 
 
 def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Callable[[str], None] = lambda what: None) -> dict[str, Any]:
-    """One mode: start both participants, feed, measure, kill the host, fail over, drain, check the output."""
-    from spark_agents.streams import PartitionedStream
+    """One mode: start the origin's broker and both participants, feed, measure, kill the host,
+    fail over, drain, check the results."""
     from bpm.zeek.reference import compute
-    from bpm.zeek.results import read_outputs
+    from spark_agents.broker.results import broker_outputs, read_results
+    from spark_agents.broker.server import NatsServer, User
+    from spark_agents.broker.source import JetStreamInput
+    from spark_agents.broker.stream import Broker, BrokerStream
     from spark_agents.ha.heartbeat import HeartbeatWatcher, read_heartbeat
 
     root = Path(work_dir) / mode
@@ -446,38 +455,40 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
     load_before = load_average()
     limit = step_limits(settings.timeout_s, settings.step_timeout_s, lambda message: HABenchError(f"{mode}: {message}"))
 
-    output = root / "output"
-    stream = PartitionedStream.create(root / "stream", 1)
-    stream_root = str(stream.root)
+    output = root / "output"  # each worker's TaskHost's; the results go to the origin's broker
     params = asdict(settings.params)
     heartbeat = root / "heartbeat-a"
     profile = settings.profile()
-    a = b = feed = watcher = None
+    owner = User(ORIGIN, secrets.token_urlsafe(16))
+    a = b = feed = watcher = server = broker = None
     takeover: dict[str, Any] = {}
     try:
-        progress(f"{mode}: starting two Spark processes")
+        progress(f"{mode}: starting the origin's broker and two Spark processes")
+        server = NatsServer.on_free_ports(ORIGIN, root / ORIGIN / "broker", [owner]).start()
+        broker = Broker(server.url, owner.name, owner.password)
+        source = JetStreamInput(server.url, owner.name, owner.password, ORIGIN)
         b = RemoteSide("b", root, output, settings.master, settings.spark_conf(), limit(), module="bpm_app.bench.ha")
         a = RemoteSide("a", root, output, settings.master, settings.spark_conf(), limit(), module="bpm_app.bench.ha")
         b.wait_ready(limit())
         a.wait_ready(limit())
         inbox = b.call("delta_inbox", TASK_ID, timeout_s=limit()) if mode == "passive_standby" else None
         if mode == "active_standby":
-            b.call("start_replica", TASK_ID, stream_root, 0, params, settings.trigger_s, settings.ack_interval_s, timeout_s=limit())
+            b.call("start_replica", TASK_ID, source, params, settings.trigger_s, settings.ack_interval_s, timeout_s=limit())
         interval = settings.copy_interval_s if mode == "passive_standby" else settings.ack_interval_s
-        a.call("start_primary", mode, TASK_ID, stream_root, 0, params, settings.trigger_s, 1, interval, inbox, timeout_s=limit())
+        a.call("start_primary", mode, TASK_ID, source, params, settings.trigger_s, 1, interval, inbox, timeout_s=limit())
         a.call("beat", str(heartbeat), settings.heartbeat_s, timeout_s=limit())
-        feed = PacedFeed(stream, settings, profile)  # reads flush_s, speedup, seed and params from the settings
+        feed = PacedFeed(BrokerStream(broker, ORIGIN), settings, profile)  # reads flush_s, speedup, seed and params from the settings
         feed.start()
         a.call("wait_new_batch", TASK_ID, -1, limit(), timeout_s=limit() + 30)
         progress(f"{mode}: warming up")
         time.sleep(settings.warmup_s)
         # Measure a task that keeps up with its input, not one still catching up on a backlog.
-        while a.call("backlog_files", TASK_ID, timeout_s=limit()) > CAUGHT_UP_FILES:
+        while a.call("backlog_messages", TASK_ID, timeout_s=limit()) > CAUGHT_UP_MESSAGES:
             time.sleep(0.5)
 
         def fail_over(detected_at: float, last_beat: float | None) -> None:
             takeover["detected_at"] = detected_at
-            takeover.update(b.call("take_over", mode, TASK_ID, stream_root, 0, params, settings.trigger_s, 2, "a",
+            takeover.update(b.call("take_over", mode, TASK_ID, source, params, settings.trigger_s, 2, "a",
                                    settings.ack_interval_s, timeout_s=limit()))
 
         watcher = HeartbeatWatcher(lambda: read_heartbeat(heartbeat), settings.detect_timeout_s, fail_over).start()
@@ -512,6 +523,8 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
         drain_began = time.monotonic()
         b.call("drain", TASK_ID, limit(), timeout_s=limit() + 30)
         drain_s = time.monotonic() - drain_began
+        out = broker_outputs(broker, [TASK_ID])
+        batches = read_results(broker, TASK_ID)
     finally:
         if watcher is not None:
             watcher.stop()
@@ -520,10 +533,13 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
         for side in (a, b):
             if side is not None:
                 side.close()
+        if broker is not None:
+            broker.close()
+        if server is not None:
+            server.stop()
 
     expected = compute(itertools.islice(traffic(profile, settings.seed), fed), settings.params)
-    out = read_outputs(output, [TASK_ID])
-    delays, first_after = _emissions(output, stream.root, kill_at)
+    delays, first_after = _emissions(batches, feed.reached, kill_at)
     before, after = marks[0], marks[-1]
     cpu = {name: after[name]["cpu_s"] - before[name]["cpu_s"] for name in after}
     rows = after["a"]["rows"] - before["a"]["rows"]
@@ -554,12 +570,12 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
         "measured_s": round(after["a"]["time"] - before["a"]["time"], 3),
         "takeover_s": round(takeover["takeover_s"], 3),
         "takeover_returned_s": round(takeover["returned_at"] - kill_at, 3),
-        "replayed_files": takeover["replayed_files"],
+        "replayed_messages": takeover["replayed_messages"],
         "promoted_rows": takeover["promoted_rows"],
         "host": status_a,
         "new_host": status_b,
         "connections_fed": fed,
-        "stream_files": feed.feeder.files,
+        "stream_messages": feed.feeder.files,
         "drain_s": round(drain_s, 3),
         "elapsed_s": round(time.monotonic() - began, 3),
         "load_average_before": load_before,

@@ -498,6 +498,8 @@ class PacedFeed:
     Attributes:
         fed: connections handed to the feeder so far (the first `fed` of `traffic(...)`).
         feeder: the stream's `Feeder` (lateness rule, files written).
+        reached: per flush, when it returned (seconds since the epoch) and the newest event
+            time admitted by then (microseconds): when the stream reached an event time.
     """
 
     def __init__(self, stream, settings: MoveSettings, profile: TrafficProfile) -> None:
@@ -506,6 +508,7 @@ class PacedFeed:
         self.feeder = Feeder(stream, settings.params)
         self.settings, self.profile = settings, profile
         self.fed = 0
+        self.reached: list[tuple[float, int]] = []
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bpm-move-feed", daemon=True)
@@ -525,6 +528,8 @@ class PacedFeed:
                     self.fed += 1
                     pending = next(conns)
                 self.feeder.flush()
+                if self.feeder.admission.newest_us is not None:
+                    self.reached.append((time.time(), self.feeder.admission.newest_us))
         except BaseException as exc:  # noqa: BLE001 - reported by close()
             self.error = exc
 

@@ -139,6 +139,7 @@ class ResultBatch:
     epoch: int
     batch_id: int
     rows: list[ResultRow]
+    at: float = 0.0  # when the broker stored it (seconds since the epoch)
 
 
 def read_results(broker: Broker, task_id: str, after: int = 0) -> list[ResultBatch]:
@@ -148,30 +149,30 @@ def read_results(broker: Broker, task_id: str, after: int = 0) -> list[ResultBat
     subject = results_subject(task_id)
     start = {"deliver_policy": DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": after + 1} if after else {"deliver_policy": DeliverPolicy.ALL}
 
-    async def fetch_all() -> list[tuple[int, bytes]]:
+    async def fetch_all() -> list[tuple[int, bytes, float]]:
         js = broker.js
         try:
             info = await js.add_consumer(STREAM, ConsumerConfig(filter_subject=subject, ack_policy=AckPolicy.NONE, inactive_threshold=30.0,
                                                                 mem_storage=True, **start))
         except nats.js.errors.NotFoundError:
             return []
-        out: list[tuple[int, bytes]] = []
+        out: list[tuple[int, bytes, float]] = []
         pending = info.num_pending
         if pending:
             sub = await js.pull_subscribe_bind(info.name, stream=STREAM)
             while pending:
                 for msg in await sub.fetch(min(256, pending), timeout=10):
-                    out.append((msg.metadata.sequence.stream, msg.data))
+                    out.append((msg.metadata.sequence.stream, msg.data, msg.metadata.timestamp.timestamp()))
                     pending = msg.metadata.num_pending
             await sub.unsubscribe()
         await js.delete_consumer(STREAM, info.name)
         return out
 
     batches = []
-    for seq, data in broker.call(fetch_all()):
+    for seq, data, at in broker.call(fetch_all()):
         body = json.loads(data)
         if body["kind"] == "batch":
-            batches.append(ResultBatch(seq, body["epoch"], body["batch_id"], [ResultRow.from_json(r) for r in body["rows"]]))
+            batches.append(ResultBatch(seq, body["epoch"], body["batch_id"], [ResultRow.from_json(r) for r in body["rows"]], at))
     return batches
 
 
