@@ -466,6 +466,7 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
         progress(f"{mode}: starting the origin's broker and two Spark processes")
         server = NatsServer.on_free_ports(ORIGIN, root / ORIGIN / "broker", [owner]).start()
         broker = Broker(server.url, owner.name, owner.password)
+        broker.ensure_stream(ORIGIN)  # before any reader: a query's first plan asks for the stream
         source = JetStreamInput(server.url, owner.name, owner.password, ORIGIN)
         b = RemoteSide("b", root, output, settings.master, settings.spark_conf(), limit(), module="bpm_app.bench.ha")
         a = RemoteSide("a", root, output, settings.master, settings.spark_conf(), limit(), module="bpm_app.bench.ha")
