@@ -260,3 +260,17 @@ def test_fenced_host_cannot_sync(registry, moved):
     fresh = registry.call("POST", f"/replicas/{standby['id']}/sync", keys["c"], json={"epoch": 1, "position": 4})
     assert fresh.status_code == 409 and fresh.json()["epoch"] == 2 and fresh.json()["host"] == "a"
     assert registry.ok("POST", f"/replicas/{standby['id']}/sync", keys["a"], json={"epoch": 2, "position": 4})["position"] == 4
+
+
+def test_a_stream_token_goes_to_the_host_and_to_holders_of_an_active_standby_replica(registry, moved):
+    keys, task, _ = moved
+    add_replica(registry, keys["a"], task["id"], "c")  # the contract's mode: active standby
+
+    def token(who, purpose="stream"):
+        return registry.call("POST", "/tokens", keys[who], json={"task_id": task["id"], "purpose": purpose, "audience": "a", "epoch": task["epoch"]})
+
+    assert token("b").status_code == 201
+    assert token("c").status_code == 201, "the replica reads the task's input at its origin"
+    assert token("c", "handover").status_code == 409, "only the host fetches a checkpoint"
+    refused = token("d")
+    assert refused.status_code == 409 and "only its host" in refused.json()["detail"]
