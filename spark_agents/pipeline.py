@@ -1,27 +1,32 @@
 """Running the monitoring query over finite input to completion (every window emitted).
 
-The input is fed into a fresh partitioned stream, closed with an end-of-input mark, and one
-task per partition runs the very same streaming query as a hosted task until it has
-processed everything. The result is the union of the tasks' outputs.
+The input is published into a participant's stream on a NATS server started for the run
+(its own storage in a temporary folder), closed with an end-of-input mark, and one task
+per share of the stream's key groups runs the very same streaming query as a hosted
+task, through the same source, until it has processed everything; its results go to the
+run's results stream through the output fence, as a hosted task's do. The result is the
+union of the tasks' results.
 """
 
 from __future__ import annotations
 
+import secrets
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spark_agents.streams import PartitionedStream
-from spark_agents.streams.feed import feed_all
+from bpm.keygroups import shares
 from bpm.zeek.conn import Conn
 from bpm.zeek.definitions import QueryParams, ResultRow
-from bpm.zeek.results import read_outputs
 from spark_agents.query import start_query
+from spark_agents.streams.feed import feed_all
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+PARTICIPANT = "pipeline"  # whose stream the run's input is
 
 
 @dataclass
@@ -49,18 +54,30 @@ def run_pipeline(
     work_dir: str | Path | None = None,
     on_task: Callable[[int], None] | None = None,
 ) -> PipelineResult:
-    """Run the query over `conns` with one task per partition and return the merged rows."""
+    """Run the query over `conns` with one task per share of the stream (`partitions`: a power
+    of two up to 64, `bpm.keygroups.shares`; KeyGroupError otherwise) and return the merged rows."""
+    from spark_agents.broker.results import BrokerFence, broker_outputs
+    from spark_agents.broker.server import NatsServer, User
+    from spark_agents.broker.source import JetStreamInput
+    from spark_agents.broker.stream import Broker, BrokerStream
+    from spark_agents.ha.fence import FencedSink
+
+    prefixes = shares(partitions)
+    owner = User(PARTICIPANT, secrets.token_urlsafe(16))
     with tempfile.TemporaryDirectory(prefix="bpm-pipeline-", dir=work_dir) as tmp:
         root = Path(tmp)
-        stream = PartitionedStream.create(root / "stream", partitions)
-        feeder = feed_all(stream, conns, params)
-        for k in range(partitions):
-            query = start_query(spark, f"task-{k}", stream.partition_path(k), root / "checkpoints" / str(k), root / "output", params)
-            try:
-                query.processAllAvailable()
-            finally:
-                query.stop()
-            if on_task:
-                on_task(k)
-        output = read_outputs(root / "output")
+        with NatsServer.on_free_ports(PARTICIPANT, root / "broker", [owner]) as server, Broker(server.url, owner.name, owner.password) as broker:
+            feeder = feed_all(BrokerStream(broker, PARTICIPANT), conns, params)
+            tasks = [f"{PARTICIPANT}.task-{k}" for k in range(len(prefixes))]
+            for k, (task, prefix) in enumerate(zip(tasks, prefixes)):
+                source = JetStreamInput(server.url, owner.name, owner.password, PARTICIPANT, prefix)
+                sink = FencedSink(None, task, 0, fence=BrokerFence(broker, task))
+                query = start_query(spark, task, source, root / "checkpoints" / str(k), root / "output", params, sink=sink)
+                try:
+                    query.processAllAvailable()
+                finally:
+                    query.stop()
+                if on_task:
+                    on_task(k)
+            output = broker_outputs(broker, tasks)
         return PipelineResult(sorted(output.rows), sum(feeder.written), feeder.admission.late, output.duplicates)

@@ -39,14 +39,20 @@ def run(
     min_connections: int = typer.Option(100, "--min-connections", min=0, help="Alert when a source has more connections than this."),
     min_ports: int = typer.Option(10, "--min-ports", min=0, help="Alert when a source touches more distinct ports than this."),
     lateness: int = typer.Option(60, "--lateness", min=0, help="Seconds a row may lag the newest one seen and still count."),
-    partitions: int = typer.Option(1, "--partitions", min=1, help="Stream partitions, one task each."),
+    partitions: int = typer.Option(1, "--partitions", min=1, max=64, help="Equal shares of the stream's key groups, one task each: 1, 2, 4, ... or 64."),
     master: str = typer.Option("local[*]", "--master", help="Spark master URL."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per result row."),
 ) -> None:
     """Run the monitoring query over finite input to completion and print every result row."""
     from bpm.zeek.definitions import QueryParams
 
+    from bpm.keygroups import KeyGroupError, shares
+
     err = Console(stderr=True)
+    try:
+        shares(partitions)
+    except KeyGroupError as exc:
+        fail(str(exc))
     params = QueryParams(window_s=window, min_connections=min_connections, min_ports=min_ports, lateness_s=lateness)
     conns, stats = read_input(files, err)
     if not conns:

@@ -7,7 +7,8 @@
 3. While B hosts moved tasks whose copies are up to date, the demo kills B's process group
    with SIGKILL (its agent and its Spark JVM). A sees B silent past the registry's heartbeat
    timeout and fails B's tasks over at once; the new host (A, the backup) restarts each
-   from its copy and replays the stream since; the replication level is repaired at C.
+   from its copy and replays its stream since, on A's own broker; the replication level is
+   repaired at C.
 4. The federation runs on without B; then the input closes, every task drains, and the
    alerts are compared with `bpm pipeline run` over exactly what was fed.
 
@@ -34,7 +35,7 @@ from bpm.federation.views import AgreedTerms, seconds
 
 # A owns every task; B and C only take load, so killing B loses no input of its own.
 FAILOVER_MEMBERS = (
-    Member("a", "127.0.0.2", 6, 6, 11),
+    Member("a", "127.0.0.2", 8, 6, 11),
     Member("b", "127.0.0.3", 0, 0, 12),
     Member("c", "127.0.0.4", 0, 0, 13),
 )
@@ -50,7 +51,7 @@ class FailoverDemo(Demo):
     def __init__(self, settings: DemoSettings, view: Callable[[dict], None] | None = None, say: Callable[[str], None] = print,
                  ha_mode: str = "passive_standby", recover_timeout_s: float = 120.0) -> None:
         super().__init__(dataclasses.replace(settings, trigger_s=FAILOVER_TRIGGER_S, mm1_scale=FAILOVER_MM1_SCALE,
-                                             spread=FAILOVER_SPREAD, cpus=None, broker=False), view, say)  # HA still reads folder streams
+                                             spread=FAILOVER_SPREAD, cpus=None), view, say)
         self._members = {m.name: m for m in FAILOVER_MEMBERS}
         self.ha_mode = ha_mode
         self.recover_timeout_s = recover_timeout_s

@@ -27,7 +27,7 @@ def test_fixture_through_spark_equals_the_plain_computation(spark):
     assert len(result.rows) == 7 and result.late == 1 and result.duplicates == []
 
 
-@pytest.mark.parametrize("partitions", [1, 3])
+@pytest.mark.parametrize("partitions", [1, 4])
 def test_generated_traffic_through_spark_equals_the_plain_computation(spark, partitions):
     conns = generate(TrafficProfile(duration_s=240, rate=80, sources=150, late_fraction=0.01), seed=11)
     params = QueryParams(window_s=30, min_connections=40, min_ports=10, lateness_s=20)
