@@ -285,30 +285,23 @@ def _pids(folder: Path) -> list[int]:
     return found
 
 
-def python_first(workdir: Path, python: str) -> str | None:
-    """Where this process runs in `main` of a participant's cgroup (`CpuHosts`) that it may
-    write to: an executable in `workdir` that moves itself into `python` beside it and runs
-    `python`, for PYSPARK_PYTHON, so that Spark's Python processes come first within the
-    participant's quota. None elsewhere (no cgroups, another layout, not writable): Spark
-    then runs `python` itself."""
-    import shlex
-    import stat
+def python_first(workdir: Path, python: str) -> str:
+    """`spark_agents.session.spark_python`'s executable in `workdir`, for PYSPARK_PYTHON:
+    where this process runs in `main` of a participant's cgroup (`CpuHosts`) that it may
+    write to, it moves itself into `python` beside it first, so that Spark's Python
+    processes come first within the participant's quota."""
+    from spark_agents.session import spark_python
 
+    target = None
     layout = cpu_layout()
-    if layout is None:
-        return None
-    try:
-        here = own_cgroup(layout)
-    except OSError:
-        return None
-    target = here.parent / PYTHON / "cgroup.procs"
-    if here.name != MAIN or not os.access(target, os.W_OK):
-        return None
-    wrapper = workdir / "python-first"
-    wrapper.parent.mkdir(parents=True, exist_ok=True)
-    wrapper.write_text(f"#!/bin/sh\necho $$ > {shlex.quote(str(target))} 2>/dev/null\nexec {shlex.quote(python)} \"$@\"\n")
-    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return str(wrapper)
+    if layout is not None:
+        try:
+            here = own_cgroup(layout)
+        except OSError:
+            here = None
+        if here is not None and here.name == MAIN and os.access(here.parent / PYTHON / "cgroup.procs", os.W_OK):
+            target = here.parent / PYTHON / "cgroup.procs"
+    return spark_python(workdir, python, cgroup_procs=target)
 
 
 def _enable_cpu(folder: Path) -> None:

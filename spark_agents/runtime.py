@@ -231,9 +231,8 @@ def run_agent(
     # A participant may host many moved tasks at once, each with its state store versions
     # cached in the driver; the default 1 GB heap leaves a local driver little room for that.
     conf = {"spark.driver.memory": "2g"} if spark_master.startswith("local") else None
-    wrapper = python_first(config.workdir, sys.executable)
-    if wrapper is not None:
-        os.environ["PYSPARK_PYTHON"] = wrapper  # Spark's Python processes first within the participant's CPU quota
+    # Spark's Python processes first within the participant's CPU quota, importing the installed pyspark.
+    os.environ["PYSPARK_PYTHON"] = python_first(config.workdir, sys.executable)
     with contextlib.ExitStack() as cleanup:  # undone in reverse, also when a start fails
         if broker is not None:
             broker.start()

@@ -54,13 +54,53 @@ def _log_config() -> Path:
 LEAN_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
+def _own_pyspark() -> bool:
+    """Whether Spark's bundled Python libraries (`$SPARK_HOME/python/lib/*.zip`) are the very
+    pyspark this interpreter imports: a pip installation, whose package folder is Spark's home."""
+    import pyspark
+
+    package = Path(pyspark.__file__).resolve().parent
+    home = os.environ.get("SPARK_HOME")
+    return package.is_dir() and (home is None or Path(home).resolve() == package)
+
+
+def spark_python(folder: Path, python: str = sys.executable, *, cgroup_procs: Path | None = None) -> str:
+    """An executable `folder/python-first` that runs `python` for Spark's Python processes (for PYSPARK_PYTHON).
+
+    Spark puts its bundled copies of pyspark and py4j (zip files) first on its Python
+    processes' path. Python keeps no compiled bytecode for a module imported from a zip, so
+    every Python process Spark starts without forking it from its worker daemon pays about
+    a second more to import pyspark: among them the planner of every query over a Python
+    data source, started with the query. When the zips are this interpreter's own pyspark,
+    the executable leaves them off the path (the installed package, with its bytecode,
+    is imported instead). With `cgroup_procs`, it first moves itself into that cgroup
+    (`spark_agents.hosts.python_first`).
+    """
+    import shlex
+    import stat
+
+    lines = ["#!/bin/sh"]
+    if cgroup_procs is not None:
+        lines.append(f"echo $$ > {shlex.quote(str(cgroup_procs))} 2>/dev/null")
+    if _own_pyspark():
+        lines += ["PYTHONPATH=$(printf '%s' \"$PYTHONPATH\" | tr ':' '\\n' | grep -v '/python/lib/[^/]*\\.zip$' | paste -sd: -)",
+                  "export PYTHONPATH"]
+    lines.append(f"exec {shlex.quote(python)} \"$@\"")
+    wrapper = Path(folder) / "python-first"
+    wrapper.parent.mkdir(parents=True, exist_ok=True)
+    wrapper.write_text("\n".join(lines) + "\n")
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return str(wrapper)
+
+
 def make_session(master: str = "local[*]", app_name: str = "bpm", conf: dict[str, str] | None = None, *, lean: bool = False) -> SparkSession:
     """A SparkSession on `master` (`local[*]`, `local[N]`, `spark://host:port`, ...) with the project's defaults;
     `lean` adds LEAN_JVM_OPTIONS to the driver (a local master's driver runs the tasks too)."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    # Python workers (the JetStream source runs in them) use this interpreter and its packages.
+    # Python workers (the JetStream source runs in them) use this interpreter and its packages
+    # (an agent or a benchmark sets `spark_python`'s executable first).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
     java = f"-Dlog4j2.configurationFile=file:{_log_config()}" + (f" {LEAN_JVM_OPTIONS}" if lean else "")

@@ -193,34 +193,17 @@ class HASide(Side):
         self._inbox: Listener | None = None
         self._warm_up()
 
-    def _warm_up(self, files: int = 6) -> None:
-        """Run the query over a small stream of its own first, as a participant's JVM that hosts
-        other tasks has: a cold JVM's first batches are many times slower (class loading, code
-        generation, JIT), which would be measured as the cost of a takeover or of a mode."""
-        import shutil
-
-        from spark_agents.streams import PartitionedStream
-        from spark_agents.streams.feed import Feeder
+    def _warm_up(self) -> None:
+        """Run the query through the broker source over a small input first, as a participant's
+        JVM and Python workers that host other tasks have: a cold JVM's first batches are many
+        times slower (class loading, code generation, JIT), and so is the first read of a
+        Python data source (its worker processes start and import pyarrow and nats), which
+        would be measured as the cost of a takeover or of a mode. `bpm pipeline run`'s
+        function does it, on a NATS server of the run's own."""
         from bpm.zeek.generator import generate
-        from spark_agents.query import start_query
+        from spark_agents.pipeline import run_pipeline
 
-        scratch = self.root / "warm-up"
-        shutil.rmtree(scratch, ignore_errors=True)
-        stream = PartitionedStream.create(scratch / "stream", 1)
-        feeder = Feeder(stream, BENCH_PARAMS)
-        conns = generate(TrafficProfile(duration_s=40.0, rate=100.0), seed=99)
-        for i, conn in enumerate(conns):
-            feeder.add(conn)
-            if (i + 1) % (len(conns) // files + 1) == 0:
-                feeder.flush()
-        feeder.close()
-        query = start_query(self.spark, "warm-up", stream.partition_path(0), scratch / "checkpoint", scratch / "output",
-                            BENCH_PARAMS, None, 1)
-        try:
-            query.processAllAvailable()
-        finally:
-            query.stop()
-            shutil.rmtree(scratch, ignore_errors=True)
+        run_pipeline(self.spark, generate(TrafficProfile(duration_s=40.0, rate=100.0), seed=99), BENCH_PARAMS, work_dir=self.root)
 
     @staticmethod
     def _stream(source: JetStreamInput):

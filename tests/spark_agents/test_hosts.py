@@ -134,13 +134,14 @@ def _procs(folder: Path) -> list[int]:
 @needs_cgroups
 def test_spark_s_python_processes_of_a_participant_run_first_within_its_quota(tmp_path):
     """`python_first` in a participant's host gives an interpreter that runs in the host's
-    `python` cgroup, weighted above `main`; elsewhere it gives nothing."""
+    `python` cgroup, weighted above `main`; elsewhere one that stays where it is."""
     probe = ("import sys\n"
              "from pathlib import Path\n"
              "from spark_agents.hosts import python_first\n"
              "print(python_first(Path(sys.argv[1]), sys.executable), flush=True)\n")
     root = Path(__file__).parents[2]
-    assert subprocess.run([sys.executable, "-c", probe, str(tmp_path / "outside")], capture_output=True, text=True, cwd=root).stdout.strip() == "None"
+    outside = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "outside")], capture_output=True, text=True, cwd=root).stdout.strip()
+    assert outside == str(tmp_path / "outside" / "python-first") and "cgroup.procs" not in Path(outside).read_text()
     hosts = CpuHosts.create("test")
     try:
         folder = hosts.add("a", 0.3)
@@ -156,3 +157,20 @@ def test_spark_s_python_processes_of_a_participant_run_first_within_its_quota(tm
         assert Path(shown.stdout.strip()) == folder / "python", "the interpreter moved itself into python"
     finally:
         hosts.close()
+
+
+def test_spark_s_python_imports_the_installed_pyspark_not_spark_s_zips(tmp_path):
+    """Spark puts its bundled zips of pyspark and py4j first on its Python processes' path;
+    `spark_python` leaves them off, so pyspark comes with its compiled bytecode."""
+    import pyspark
+
+    from spark_agents.session import spark_python
+
+    zips = sorted(str(p) for p in (Path(pyspark.__file__).parent / "python" / "lib").glob("*.zip"))
+    assert zips, "a pip installation bundles them"
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_HOME"}
+    shown = subprocess.run([spark_python(tmp_path), "-c", "import os, pyspark; print(pyspark.__file__); print(os.environ['PYTHONPATH'])"],
+                           env={**env, "PYTHONPATH": ":".join([*zips, "/elsewhere"])}, capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    imported, path = shown.stdout.splitlines()
+    assert ".zip" not in imported and path == "/elsewhere"
