@@ -35,7 +35,7 @@ from bpm_app.demo.federation import BPM, Federation
 from bpm.federation.views import AgreedTerms
 from bpm.names import task_key
 from bpm.negotiation import is_acceptable
-from bpm_app.demo.inputs import BrokerInputs, FolderInputs
+from bpm_app.demo.inputs import BrokerInputs
 from spark_agents.streams.feed import end_mark_us, end_watermark_ms
 from bpm.zeek.definitions import QueryParams, ResultRow
 from spark_agents.hosts import open_hosts
@@ -45,7 +45,7 @@ from spark_agents.hosts import open_hosts
 class Member:
     name: str
     address: str
-    shares: int  # equal shares of its input stream (a power of two on a broker)
+    shares: int  # equal shares of its input stream (a power of two)
     initial: int  # how many of them are its tasks from the start
     seed: int
 
@@ -121,8 +121,6 @@ class DemoSettings:
         fill: phase 3 starts queries at B until the tasks of A, B and C add up to this share
             of the sum of their thresholds: a federation near its capacity (three tasks each,
             one over at B or C), with room for the whole load once D joins.
-        broker: each participant's input and results on its own broker (`bpm_app.demo.inputs`);
-            false: the folder streams and the shared output folder, which the HA layer still needs.
         cpus: each participant's capacity, a CPU quota of its own (`spark_agents.hosts`; needs
             root, else the participants share the machine's CPUs): what one participant does
             then cannot raise the load another measures. Four quotas of 0.4 leave a 2-core
@@ -160,7 +158,6 @@ class DemoSettings:
     top_up_s: float = 20.0
     load_step: int = 3
     fill: float = 0.9
-    broker: bool = True
     cpus: float | None = 0.4
 
 
@@ -201,7 +198,7 @@ class Demo:
         self.state: dict = {}
         self._members = {m.name: m for m in MEMBERS}
         self._up_at: dict[str, float] = {}  # monotonic time each agent first answered
-        self.inputs = BrokerInputs(settings.workdir) if settings.broker else FolderInputs(settings.workdir)
+        self.inputs = BrokerInputs(settings.workdir)
         self._end_us: dict[str, int | None] = {}  # per participant, the end-of-input mark its replayer wrote
 
     # Setup
@@ -261,7 +258,7 @@ class Demo:
         """`bpm generate-traffic`, then `bpm replay` into the participant's stream."""
         s = self.s
         log = self.fed.generate_traffic(member.name, s.traffic_s, s.rate, s.sources, s.scanners, member.seed)
-        target, env = self.inputs.replay(member.name, member.shares)
+        target, env = self.inputs.replay(member.name)
         self.fed_logs[member.name] = self.fed.start_replay(member.name, log, target, env, s.window_s, s.lateness_s, s.speedup)
 
     # Observation
@@ -505,7 +502,7 @@ class Demo:
         from bpm.zeek.conn import read_logs, write_tsv
         from bpm.zeek.definitions import Admission, admitted, source_prefix
 
-        selects = self.inputs.selects(tasks, self._members[name].shares)
+        selects = self.inputs.selects(tasks)
         admission = Admission(self.s.lateness_s)
         out = fed.with_name(f"{name}.queried.log")
         with out.open("w", encoding="utf-8") as handle:
