@@ -62,9 +62,7 @@ def run(
     key: Annotated[str | None, typer.Option(envvar="BPM_KEY", help="This participant's API key.")] = None,
     admin_key: Annotated[str | None, typer.Option(envvar="BPM_ADMIN_KEY", help="Operator key, to register the participant on first run.")] = None,
     workdir: Annotated[Path | None, typer.Option(help="Checkpoints and key file (default ./bpm-agents/NAME).")] = None,
-    output: Annotated[Path, typer.Option(help="Shared output folder of the federation's tasks.")] = Path("bpm-output"),
-    stream: Annotated[Path | None, typer.Option(help="This participant's input stream (a partitioned stream folder).")] = None,
-    partitions: Annotated[str, typer.Option(help="Partitions of --stream, or shares of the broker stream (--shares), that are this participant's own tasks, e.g. 0-3.")] = "",
+    partitions: Annotated[str, typer.Option(help="Shares of the participant's broker stream (--shares) that are its own tasks, e.g. 0-3.")] = "",
     window: Annotated[int, typer.Option(help="Window of the query, seconds.")] = 60,
     min_connections: Annotated[int, typer.Option(help="Connections alert threshold (strictly more).")] = 100,
     min_ports: Annotated[int, typer.Option(help="Distinct ports alert threshold (strictly more).")] = 10,
@@ -103,15 +101,11 @@ def run(
     workdir = (workdir or Path("bpm-agents") / name).resolve()
     endpoint = endpoint or f"http://{host}:{port}"
     params = {**QueryParams(window, min_connections, min_ports, lateness).to_dict(), "trigger_s": trigger}
-    if stream is not None and (broker_port is not None or shares is not None):
-        raise typer.BadParameter("--stream (a folder stream) goes without --broker-port and --shares")
     if shares is not None and broker_port is None:
         raise typer.BadParameter("--shares needs --broker-port")
     broker = own_broker(name, workdir, host, broker_port, broker_http_port or broker_port + 1, broker_address) if broker_port else None
     own = []
-    if partitions and stream is not None:
-        own = [OwnTask(f"p{k}", str((stream / f"partition={k}").resolve()), params) for k in parse_partitions(partitions)]
-    elif partitions and broker is not None:
+    if partitions and broker is not None:
         try:
             prefixes = key_shares(shares or 1)
             own = [OwnTask(f"g{prefixes[k]}", broker.location(prefixes[k]), params) for k in parse_partitions(partitions)]
@@ -120,7 +114,7 @@ def run(
         except IndexError:
             raise typer.BadParameter(f"--partitions {partitions} names shares beyond the {shares or 1} of --shares") from None
     elif partitions:
-        raise typer.BadParameter("--partitions needs --stream or --broker-port")
+        raise typer.BadParameter("--partitions needs --broker-port: a participant's own tasks read its own broker's stream")
     try:
         agreed = [AgreedTerms.parse(spec) for spec in contract or []]
     except ValueError as exc:
@@ -128,7 +122,7 @@ def run(
     config = AgentConfig(
         name=name,
         workdir=workdir,
-        output_dir=output.resolve(),
+        output_dir=workdir / "output",  # the plain writer's, for tasks outside the fence (every broker task writes through it)
         endpoint=endpoint,
         tasks=own,
         period_s=period,

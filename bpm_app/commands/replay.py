@@ -1,4 +1,4 @@
-"""`bpm replay`: feed Zeek logs into a partitioned stream at a paced rate; `bpm generate-traffic`: write realistic logs."""
+"""`bpm replay`: publish Zeek logs into a participant's stream at a paced rate; `bpm generate-traffic`: write realistic logs."""
 
 from __future__ import annotations
 
@@ -14,59 +14,50 @@ from bpm_app.commands import app, fail
 @app.command("replay")
 def replay_command(
     files: list[Path] = typer.Argument(..., help="Zeek conn.log files (TSV or JSON lines, optionally .gz), replayed in order."),
-    stream: str = typer.Option(..., "--stream", help="Stream folder (a local path or file:// URI, created if absent), or a participant's broker: nats://HOST:PORT/PARTICIPANT (password in BPM_NATS_PASSWORD)."),
-    partitions: int | None = typer.Option(None, "--partitions", min=1, help="Number of partitions of a stream folder (by source /24); a broker's stream has 64 key groups."),
+    stream: str = typer.Option(..., "--stream", help="The participant's stream on its broker: nats://HOST:PORT/PARTICIPANT (password in BPM_NATS_PASSWORD)."),
     user: str | None = typer.Option(None, "--user", help="The broker's user (default: the participant)."),
     rate: float = typer.Option(..., "--rate", min=0, help="Rows per second at most; 0 for no limit."),
     speedup: float | None = typer.Option(None, "--speedup", min=0.001, help="Also follow recorded time, X times faster."),
     amplify: int = typer.Option(1, "--amplify", min=1, help="Replay each connection N times from distinct sources."),
     window: int = typer.Option(60, "--window", min=1, help="Query window in seconds (sizes the end-of-input mark)."),
     lateness: int = typer.Option(60, "--lateness", min=0, help="Rows further behind the newest are late and not written."),
-    flush_interval: float = typer.Option(1.0, "--flush-interval", min=0.01, help="Seconds between stream files."),
+    flush_interval: float = typer.Option(1.0, "--flush-interval", min=0.01, help="Seconds between flushes (one message per key group that got rows)."),
     fed_log: Path | None = typer.Option(None, "--fed-log", help="Write the connections fed so far as a Zeek log here at the end (also when stopped)."),
 ) -> None:
-    """Feed recorded or generated conn.logs into a replayable, partitioned input stream.
+    """Publish recorded or generated conn.logs into a participant's stream (its 64 key groups).
 
     SIGTERM or Ctrl-C stops the replay early: what was read so far is written, the stream is
     closed (every window ends), and `--fed-log` receives exactly the connections fed, so a
     reference run (`bpm pipeline run`) sees the same input as the stream's readers.
     """
+    import os
     import signal
     import threading
-    from bpm_app.commands.pipeline import read_input
-    from spark_agents.streams import PartitionedStream, StreamError
-    from spark_agents.streams.feed import Feeder, amplified, replay
+
+    from bpm.keygroups import PASSWORD_ENV, parse_location
     from bpm.zeek.definitions import QueryParams
+    from bpm_app.commands.pipeline import read_input
+    from spark_agents.broker.server import BrokerError
+    from spark_agents.broker.stream import Broker, BrokerStream
+    from spark_agents.streams.feed import Feeder, amplified, replay
 
     err = Console(stderr=True)
-    broker = None
     try:
-        if stream.startswith("nats://"):
-            import os
-
-            from spark_agents.broker.server import BrokerError
-            from bpm.keygroups import PASSWORD_ENV, parse_location
-            from spark_agents.broker.stream import Broker, BrokerStream
-
-            located = parse_location(stream)
-            if located.prefix:
-                raise ValueError(f"{stream}: a replay publishes to a participant's whole stream, not to key groups {located.prefix!r}")
-            url, participant = located.url, located.participant
-            password = os.environ.get(PASSWORD_ENV)
-            if not password:
-                raise ValueError(f"set {PASSWORD_ENV} to the broker user's password")
-            try:
-                broker = Broker(url, user or participant, password)
-            except BrokerError as exc:
-                raise ValueError(str(exc)) from None
-            target, where = BrokerStream(broker, participant), f"{participant}'s stream at {url}"
-        else:
-            if partitions is None:
-                raise ValueError("a stream folder needs --partitions")
-            target = PartitionedStream.create(stream, partitions)
-            where = str(target.root)
-    except (StreamError, ValueError) as exc:
+        if not stream.startswith("nats://"):
+            raise ValueError(f"{stream}: a participant's stream is on its broker, nats://HOST:PORT/PARTICIPANT")
+        located = parse_location(stream)
+        if located.prefix:
+            raise ValueError(f"{stream}: a replay publishes to a participant's whole stream, not to key groups {located.prefix!r}")
+        password = os.environ.get(PASSWORD_ENV)
+        if not password:
+            raise ValueError(f"set {PASSWORD_ENV} to the broker user's password")
+        try:
+            broker = Broker(located.url, user or located.participant, password)
+        except BrokerError as exc:
+            raise ValueError(str(exc)) from None
+    except ValueError as exc:
         fail(exc)
+    target, where = BrokerStream(broker, located.participant), f"{located.participant}'s stream at {located.url}"
     recorded, stats = read_input(files, err)
     conns = list(amplified(recorded, amplify))
     params = QueryParams(window_s=window, lateness_s=lateness)
@@ -90,13 +81,9 @@ def replay_command(
         err.print(f"[yellow]warning:[/] {stats.summary()}")
     if feeder.admission.late:
         err.print(f"[yellow]warning:[/] {feeder.admission.late} rows more than {lateness} s behind the newest were not written")
-    if broker is not None:
-        broker.close()
-        err.print(f"wrote {sum(feeder.written)} rows in {feeder.files} messages to {where} "
-                  f"({sum(1 for n in feeder.written if n)} of {len(feeder.written)} key groups)")
-    else:
-        err.print(f"wrote {sum(feeder.written)} rows in {feeder.files} files to {where} "
-                  f"({', '.join(f'p{k}: {n}' for k, n in enumerate(feeder.written))})")
+    broker.close()
+    err.print(f"wrote {sum(feeder.written)} rows in {feeder.files} messages to {where} "
+              f"({sum(1 for n in feeder.written if n)} of {len(feeder.written)} key groups)")
 
 
 @app.command("generate-traffic")

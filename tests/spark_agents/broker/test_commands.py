@@ -3,14 +3,75 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from bpm_app.cli import app
-from spark_agents.broker.results import BrokerFence
-from spark_agents.broker.stream import Broker
+from bpm.zeek.conn import read_logs
 from bpm.zeek.definitions import ResultRow
+from spark_agents.broker.results import BrokerFence
+from spark_agents.broker.source import _fetch
+from spark_agents.broker.stream import STREAM, Broker
+from spark_agents.streams.partitioned import MARK_DATA, MARK_END, StreamRecord
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "zeek"
+
+
+def _records(server, owner):
+    """Every record of participant a's stream, in order."""
+    with Broker(server.url, owner.name, owner.password) as broker:
+        chunks = broker.call(_fetch(broker.js, STREAM, "in.a.>", 0, broker.last_seq()))
+    return [StreamRecord.from_line(line) for chunk in chunks for line in chunk.decode().splitlines()]
+
+
+def test_replay_publishes_every_admitted_row_and_counts_bad_and_late_ones(nats_server):
+    server, owner = nats_server
+    out = CliRunner().invoke(app, ["replay", str(FIXTURES / "conn-corrupt.log"), "--stream", f"{server.url}/a", "--rate", "0", "--amplify", "2"],
+                             env={"BPM_NATS_PASSWORD": owner.password})
+    assert out.exit_code == 0, out.output
+    stderr = " ".join(out.stderr.split())
+    assert "skipped 7 of 31 lines" in stderr and "2 rows more than 60 s behind" in stderr, "the late row and its copy"
+    rows = [r for r in _records(server, owner) if r.mark == MARK_DATA]
+    assert len(rows) == 2 * (len(list(read_logs([FIXTURES / "conn.log"]))) - 1)
+
+
+def test_a_stopped_replay_closes_the_stream_and_logs_exactly_what_it_fed(nats_server, tmp_path):
+    """SIGTERM mid-replay: every key group ends with an end mark and --fed-log holds the rows published."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    server, owner = nats_server
+    source = tmp_path / "traffic.log"
+    bpm = str(Path(sys.executable).with_name("bpm"))
+    subprocess.run([bpm, "generate-traffic", str(source), "--duration", "600", "--rate", "20", "--seed", "3"], check=True, capture_output=True, timeout=120)
+    fed = tmp_path / "fed.log"
+    with Broker(server.url, owner.name, owner.password) as broker:
+        broker.ensure_stream("a")  # as the participant's agent makes it at its start
+    process = subprocess.Popen([bpm, "replay", str(source), "--stream", f"{server.url}/a", "--rate", "50", "--flush-interval", "0.2",
+                                "--fed-log", str(fed)], stderr=subprocess.PIPE, text=True, env={**os.environ, "BPM_NATS_PASSWORD": owner.password})
+    try:
+        with Broker(server.url, owner.name, owner.password) as broker:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and broker.last_seq() == 0:
+                time.sleep(0.2)
+        time.sleep(1.0)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill() if process.poll() is None else None
+    assert process.returncode == 0, err
+    assert "stopped after" in err
+    records = _records(server, owner)
+    data = [r for r in records if r.mark == MARK_DATA]
+    assert sum(r.mark == MARK_END for r in records) == 64, "each key group ends with an end mark"
+    logged = list(read_logs([fed]))
+    assert 0 < len(logged) == len(data) < 600 * 20
+    assert sorted((round(c.ts * 1e6), c.orig_h) for c in logged) == sorted((r.ts_us, r.src) for r in data)
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +101,7 @@ def test_replay_publishes_a_log_into_the_broker_and_results_prints_a_task_s_rows
     (["replay", "x.log", "--stream", "nats://127.0.0.1/a", "--rate", "0"], "nats://HOST:PORT/PARTICIPANT"),
     (["replay", "x.log", "--stream", "nats://u:p@127.0.0.1:4222/a", "--rate", "0"], "no credentials"),
     (["replay", "x.log", "--stream", "nats://127.0.0.1:4222/../etc", "--rate", "0"], "bad participant name"),
-    (["replay", "x.log", "--stream", "folder", "--rate", "0"], "needs --partitions"),
+    (["replay", "x.log", "--stream", "folder", "--rate", "0"], "nats://HOST:PORT/PARTICIPANT"),
     (["results", "b.t0", "--broker", "nats://127.0.0.1:4222/a"], "not a's"),
     (["results", "a.t0", "--broker", "nats://127.0.0.1:4222/a"], "BPM_NATS_PASSWORD"),
 ])
@@ -94,8 +155,7 @@ def test_broker_serve_runs_a_participant_s_server_until_stopped(tmp_path):
     (["--shares", "4", "--partitions", "0"], "--shares needs --broker-port"),
     (["--broker-port", "4222", "--shares", "3", "--partitions", "0"], "power of two"),
     (["--broker-port", "4222", "--shares", "4", "--partitions", "2-5"], "beyond the 4"),
-    (["--broker-port", "4222", "--stream", "folder"], "goes without --broker-port"),
-    (["--partitions", "0"], "needs --stream or --broker-port"),
+    (["--partitions", "0"], "needs --broker-port"),
 ])
 def test_agent_run_refuses_tasks_it_cannot_have(args, message, tmp_path):
     out = CliRunner().invoke(app, ["agent", "run", "--name", "a", "--workdir", str(tmp_path / "a"), *args])
