@@ -273,7 +273,7 @@ class HADuties:
             return
         try:
             self.agent.task_input(task).trim()
-        except (OSError, RuntimeError, ValueError) as exc:  # a stream folder's StreamError is a RuntimeError
+        except (OSError, RuntimeError, ValueError) as exc:  # a stream folder's StreamError is a ValueError, a broker's error a RuntimeError
             self.note("stream.trim_error", f"{key}: {exc}")
 
     def _start_duties(self, key: str, duty: Duty, task: Mapping) -> None:

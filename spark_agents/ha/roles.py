@@ -223,7 +223,8 @@ class Takeover:
     started_s: float
 
 
-def take_over(host: Any, task_id: str, mode: str, *, epoch: int, stream: TaskInput, consumer: str, failed_consumer: str | None, params: QueryParams, trigger_s: float | None = 1.0,
+def take_over(host: Any, task_id: str, mode: str, *, epoch: int, stream: TaskInput, consumer: str,
+              failed_consumer: str | None, params: QueryParams, trigger_s: float | None = 1.0,
               checkpoint_dir: str | Path | None = None, backup: PassiveBackup | None = None,
               replica: FencedSink | None = None) -> Takeover:
     """Take the task over from its failed host, at the new `epoch` (see the module table).
