@@ -176,7 +176,7 @@ def run(url: str, admin_key: str, s: Settings, workdir: Path, progress: Callable
         config = AgentConfig(
             name=name, workdir=workdir / name, output_dir=workdir / "output", endpoint=f"http://127.0.0.1:1/{name}",
             # Inputs that name no stream partition: there is no stream to trim or replay.
-            tasks=[OwnTask(f"t{k}", f"/streams/{name}/t{k}") for k in range(s.tasks)],
+            tasks=[OwnTask(f"t{k}", f"/streams/{name}/partition={k}") for k in range(s.tasks)],  # never read: the hosts are simulated
             period_s=s.period_s, tick_s=s.tick_s, heartbeat_s=s.heartbeat_s, reference_price=1.0, ha=s.ha_mode != "none",
         )
         agent = Agent(config, RegistryClient(url, keys[name], transport=transport, timeout=60.0), host, fetch=fetch)
