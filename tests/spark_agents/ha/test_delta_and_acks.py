@@ -10,7 +10,13 @@ from spark_agents.streams import PartitionedStream, StreamRecord
 from spark_agents.streams.partitioned import MARK_TICK
 from spark_agents.ha.delta import DeltaRefused, DeltaShipper, apply_delta, applied_copy, checkpoint_cut
 from spark_agents.ha.heartbeat import HeartbeatFile, HeartbeatWatcher, read_heartbeat, silent
-from spark_agents.ha.upstream import oldest_open_window_us, processed_ack_position, upstream_ack_position
+from spark_agents.ha.upstream import (
+    oldest_open_window_us,
+    processed_ack_position,
+    processed_ack_seq,
+    replay_seq,
+    upstream_ack_position,
+)
 
 
 def write(path, text="x"):
@@ -140,3 +146,28 @@ def test_a_watcher_reports_a_host_that_stopped_beating(tmp_path):
     finally:
         beats.stop()
         watcher.stop()
+
+
+def broker_batch(ck, batch, seq, watermark_ms, commit=True):
+    """What Spark leaves for one batch of the JetStream source: its offset is the sequence read up to."""
+    write(ck / "offsets" / str(batch), f'v1\n{{"batchWatermarkMs":{watermark_ms},"batchTimestampMs":1,"conf":{{}}}}\n{{"seq":{seq}}}\n')
+    for part in (0, 1):
+        write(ck / "state" / "0" / str(part) / f"{batch + 1}.delta", f"state {batch}")
+    if commit:
+        write(ck / "commits" / str(batch), "v1\n{}\n")
+
+
+def test_on_the_broker_upstream_backup_acknowledges_what_the_watermarks_prove_unneeded(checkpoint):
+    # 10 s windows, a 5 s watermark delay. Batch B + 1 runs under the watermark of everything
+    # up to B minus the delay, so no row of batches up to B is newer than that watermark + 5 s.
+    assert replay_seq(checkpoint, 10, 5) is None and processed_ack_seq(checkpoint) is None
+    broker_batch(checkpoint, 0, 100, 0)
+    broker_batch(checkpoint, 1, 200, 10_000)  # batch 0's rows are at most 15 s
+    broker_batch(checkpoint, 2, 300, 21_000)  # batch 1's at most 26 s
+    broker_batch(checkpoint, 3, 400, 33_000)  # batch 2's at most 38 s; under it, [30 s, 40 s) may be open
+    assert replay_seq(checkpoint, 10, 5) == 200, "batches 0 and 1 hold nothing at or past 30 s; batch 2 may"
+    assert processed_ack_seq(checkpoint) == 400
+    broker_batch(checkpoint, 4, 500, 60_000, commit=False)  # planned, not committed: not counted
+    assert replay_seq(checkpoint, 10, 5) == 200 and processed_ack_seq(checkpoint) == 400
+    cut = checkpoint_cut(checkpoint)
+    assert (cut.committed, cut.position, cut.resume) == (3, 400, 400), "a restart from the copy reads after sequence 400"
