@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -99,9 +101,13 @@ def make_session(master: str = "local[*]", app_name: str = "bpm", conf: dict[str
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    # Python workers (the JetStream source runs in them) use this interpreter and its packages
-    # (an agent or a benchmark sets `spark_python`'s executable first).
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if "PYSPARK_PYTHON" not in os.environ:
+        # Python workers (the JetStream source runs in them) use this interpreter and its
+        # packages, through `spark_python` in a folder of this process's own (an agent sets
+        # its own, in its work folder, that also joins its participant's `python` cgroup).
+        folder = tempfile.mkdtemp(prefix="bpm-python-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        os.environ["PYSPARK_PYTHON"] = spark_python(Path(folder))
     builder = SparkSession.builder.master(master).appName(app_name)
     java = f"-Dlog4j2.configurationFile=file:{_log_config()}" + (f" {LEAN_JVM_OPTIONS}" if lean else "")
     defaults = {**DEFAULT_CONF, "spark.driver.extraJavaOptions": java}

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import atexit
-import os
-import shutil
-import tempfile
 from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spark_agents.session import make_session, spark_python
+from spark_agents.session import make_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -20,9 +15,5 @@ TEST_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", "
 
 @lru_cache(maxsize=1)
 def shared_test_session() -> SparkSession:
-    """The test process's SparkSession, created on first use and kept until the process ends;
-    its Python processes import the installed pyspark (`spark_python`, in a folder of the process's own)."""
-    folder = tempfile.mkdtemp(prefix="bpm-test-python-")
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    os.environ.setdefault("PYSPARK_PYTHON", spark_python(Path(folder)))
+    """The test process's SparkSession, created on first use and kept until the process ends."""
     return make_session("local[2]", "bpm-tests", TEST_CONF)

@@ -258,7 +258,7 @@ class Side:
 
     def __init__(self, name: str, root: str | Path, output_dir: str | Path, master: str, conf: dict[str, str]) -> None:
         from spark_agents.host import TaskHost
-        from spark_agents.session import make_session, spark_python
+        from spark_agents.session import make_session
 
         self.name = name
         self.root = Path(root)
@@ -267,8 +267,6 @@ class Side:
 
         # A caller that already has a session (a test process) keeps it: it is reused, never stopped here.
         self._owns_session = SparkContext._active_spark_context is None
-        if self._owns_session:  # as an agent's: Spark's Python processes import the installed pyspark
-            os.environ["PYSPARK_PYTHON"] = spark_python(self.root / "python")
         self.spark = make_session(master, f"bpm-bench-move-{name}", conf)
         self.host = TaskHost(self.spark, self.root, output_dir)
 
