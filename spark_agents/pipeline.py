@@ -56,11 +56,10 @@ def run_pipeline(
 ) -> PipelineResult:
     """Run the query over `conns` with one task per share of the stream (`partitions`: a power
     of two up to 64, `bpm.keygroups.shares`; KeyGroupError otherwise) and return the merged rows."""
-    from spark_agents.broker.results import BrokerFence, broker_outputs
+    from spark_agents.broker.results import broker_outputs, broker_sink
     from spark_agents.broker.server import NatsServer, User
     from spark_agents.broker.source import JetStreamInput
     from spark_agents.broker.stream import Broker, BrokerStream
-    from spark_agents.ha.fence import FencedSink
 
     prefixes = shares(partitions)
     owner = User(PARTICIPANT, secrets.token_urlsafe(16))
@@ -71,7 +70,7 @@ def run_pipeline(
             tasks = [f"{PARTICIPANT}.task-{k}" for k in range(len(prefixes))]
             for k, (task, prefix) in enumerate(zip(tasks, prefixes)):
                 source = JetStreamInput(server.url, owner.name, owner.password, PARTICIPANT, prefix)
-                sink = FencedSink(None, task, 0, fence=BrokerFence(broker, task))
+                sink = broker_sink(broker, task, 0)
                 query = start_query(spark, task, source, root / "checkpoints" / str(k), root / "output", params, sink=sink)
                 try:
                     query.processAllAvailable()

@@ -60,12 +60,12 @@ class SparkTasks:
         """Start (resume) a task over a stream folder or its share of a broker stream; with
         `epoch` its output goes through the output fence at that epoch: for a broker stream,
         the fence on the origin's broker."""
-        from spark_agents.broker.results import BrokerFence
+        from spark_agents.broker.results import broker_sink
         from spark_agents.broker.source import JetStreamInput
         from spark_agents.ha.fence import FencedSink
 
         if isinstance(source, JetStreamInput):
-            sink = FencedSink(None, task_id, epoch or 0, fence=BrokerFence(source.connection(), task_id))
+            sink = broker_sink(source.connection(), task_id, epoch or 0)
         else:
             sink = FencedSink(self.host.output_dir, task_id, epoch) if epoch is not None else None
         self.host.start_task(task_id, source, checkpoint_dir, _query(params), trigger_s=params.get("trigger_s", self.trigger_s), sink=sink)

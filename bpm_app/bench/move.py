@@ -295,11 +295,10 @@ class Side:
     def start(self, task_id: str, source: JetStreamInput, params: dict[str, int], trigger_s: float, epoch: int) -> dict[str, float]:
         """Start (or resume from this side's checkpoint) the task at `epoch`, its results through
         the fence on the origin's broker; returns the seconds the start took and when it returned."""
-        from spark_agents.broker.results import BrokerFence
-        from spark_agents.ha.fence import FencedSink
+        from spark_agents.broker.results import broker_sink
 
         began = time.perf_counter()
-        sink = FencedSink(None, task_id, epoch, fence=BrokerFence(source.connection(), task_id))
+        sink = broker_sink(source.connection(), task_id, epoch)
         self.host.start_task(task_id, source, self.checkpoint_dir(task_id), QueryParams(**params), trigger_s, sink=sink)
         return {"start_s": time.perf_counter() - began, "started_at": time.time()}
 

@@ -29,7 +29,7 @@ from bpm.names import check_name
 from bpm.zeek.definitions import ResultRow
 from bpm.zeek.results import OutputSet
 from spark_agents.broker.stream import Broker
-from spark_agents.ha.fence import FencedError, FenceState, unwritten
+from spark_agents.ha.fence import FencedError, FencedSink, FenceState, unwritten
 
 STREAM = "RESULTS"
 _WRONG_LAST_SEQUENCE = 10071
@@ -129,6 +129,12 @@ class BrokerFence:
                 return published, len(rows) - len(fresh)
             # Something was published first: a newer claim (fenced, at the next check) or our own
             # publish whose acknowledgement was lost (then its rows are written and drop out).
+
+
+def broker_sink(broker: Broker, task_id: str, epoch: int | None) -> FencedSink:
+    """Task `task_id`'s sink writing through its fence on its origin's broker (`broker`: a
+    connection to it) at `epoch`; None: an active-standby replica's, its rows held back."""
+    return FencedSink(None, task_id, epoch, fence=BrokerFence(broker, task_id))
 
 
 @dataclass(frozen=True)

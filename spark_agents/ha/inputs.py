@@ -183,9 +183,9 @@ class KeyGroupsInput:
         return replay_seq(checkpoint_dir, params.window_s, params.lateness_s)
 
     def sink(self, output_dir: Path, task_id: str, epoch: int | None) -> FencedSink:
-        from spark_agents.broker.results import BrokerFence
+        from spark_agents.broker.results import broker_sink
 
-        return FencedSink(None, task_id, epoch, fence=BrokerFence(self.source.connection(), task_id))
+        return broker_sink(self.source.connection(), task_id, epoch)
 
     def start(self, host: Any, task_id: str, checkpoint_dir: Path | None, params: QueryParams, trigger_s: float | None,
               sink: FencedSink, position: int | None = None) -> None:
