@@ -156,7 +156,7 @@ class ContractOut(Out):
 class TaskCreate(In):
     name: str = TaskName
     load: Load = 0.0
-    input_uri: str | None = Field(default=None, max_length=1024)
+    input_uri: str | None = Field(default=None, max_length=1024, description="the origin's broker stream, nats://HOST:PORT/PARTICIPANT/KEY_GROUP_PREFIX (none: a task without input)")
     params: dict = Field(default_factory=dict)
     ha_mode: HaMode = "none"
 

@@ -110,7 +110,7 @@ class StreamLocation:
 
 
 def is_location(uri: str) -> bool:
-    """Whether a task's input names a broker stream (else it is a stream folder's path)."""
+    """Whether a task's input names a broker stream (parsed by `parse_location`)."""
     return uri.startswith(SCHEME)
 
 

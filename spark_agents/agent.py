@@ -46,7 +46,6 @@ from bpm.federation.views import (
     offerable_tasks,
     reconcile,
     seconds,
-    stream_partition,
 )
 from bpm.ha import with_live_partners
 from bpm.keygroups import is_location, parse_location
@@ -84,8 +83,8 @@ log = logging.getLogger("bpm.agent")
 class TaskHost(Protocol):
     """What the agent needs of the Spark side (`spark_agents.host.TaskHost`)."""
 
-    def start_task(self, task_id: str, input_path: str, checkpoint_dir: Path, params: Mapping[str, Any]) -> None:
-        """Start (resume) a task; the agent passes `epoch=E` too when the task writes through the output fence."""
+    def start_task(self, task_id: str, source: JetStreamInput | None, checkpoint_dir: Path, params: Mapping[str, Any], epoch: int) -> None:
+        """Start (resume) a task over `source` (None: the task names no input), writing through its output fence at `epoch`."""
 
     def stop_task(self, task_id: str) -> Path: ...
 
@@ -158,7 +157,6 @@ class AgentConfig:
 
     name: str
     workdir: Path
-    output_dir: Path
     endpoint: str
     tasks: list[OwnTask] = field(default_factory=list)
     period_s: float = 7.0
@@ -506,25 +504,26 @@ class Agent:
         else:
             handover.mark_epoch(checkpoint, epoch)
         source = self.stream_input(task)
-        on_broker = isinstance(source, JetStreamInput)  # its results go through the fence on its origin's broker
-        fenced = {"epoch": epoch} if on_broker or (self.ha is not None and self.ha.fenced(task)) else {}
         with self._lock:
-            self.host.start_task(key, source, checkpoint, task.get("params") or {}, **fenced)
+            self.host.start_task(key, source, checkpoint, task.get("params") or {}, epoch=epoch)
             self._changed()
             self._released.pop(key, None)
             self._task_ids[key] = task["id"]
-        self.note("task.started", f"started {key} (epoch {epoch}{', fenced output' if fenced else ''})")
+        self.note("task.started", f"started {key} (epoch {epoch})")
 
     # The broker
 
-    def stream_input(self, task: Mapping) -> str | JetStreamInput:
-        """What a task reads: a stream folder's path, or its share of its origin's broker stream
-        with the credentials to read it (this participant's own for its own tasks; for another's,
-        those its origin's agent grants on the registry's token)."""
-        uri = task.get("input_uri") or ""
+    def stream_input(self, task: Mapping) -> JetStreamInput | None:
+        """What a task reads: its share of its origin's broker stream with the credentials to
+        read it (this participant's own for its own tasks; for another's, those its origin's
+        agent grants on the registry's token). None for a task that names no input (a
+        simulated host's); ValueError for anything but a broker location."""
+        uri, origin, key = task.get("input_uri") or "", task["origin"], task_key(task)
+        if not uri:
+            return None
         if not is_location(uri):
-            return uri
-        where, origin, key = parse_location(uri), task["origin"], task_key(task)
+            raise ValueError(f"{key} reads {uri!r}, not a broker stream (nats://host:port/participant/key-groups)")
+        where = parse_location(uri)
         if where.participant != origin:
             raise ValueError(f"{key} names {where.participant}'s stream, not its origin {origin}'s: {uri}")
         if origin == self.config.name:
@@ -615,22 +614,17 @@ class Agent:
         token = self.credentials.token(task["id"], "stream", task["origin"], task["epoch"])
         self.send_ack_to(self.endpoint(task["origin"]), task_key(task), task["epoch"], seq, token)
 
-    def task_input(self, task: Mapping) -> TaskInput:
-        """The task's input as the HA roles use it (`spark_agents.ha.inputs`)."""
-        from spark_agents.ha.inputs import KeyGroupsInput, OwnAcks, PartitionInput, SentAcks
+    def task_input(self, task: Mapping) -> TaskInput | None:
+        """The task's input as the HA roles use it (`spark_agents.ha.inputs`; None: it names none)."""
+        from spark_agents.ha.inputs import OwnAcks, SentAcks, TaskInput
 
-        uri = task.get("input_uri") or ""
-        if is_location(uri):
-            source = self.stream_input(task)
-            assert isinstance(source, JetStreamInput)
-            if task["origin"] == self.config.name:
-                assert self.broker is not None
-                return KeyGroupsInput(source, OwnAcks(self.broker.retention(), source.prefix))
-            return KeyGroupsInput(source, SentAcks(functools.partial(self.send_ack, dict(task))))
-        located = stream_partition(uri)
-        if located is None:
-            raise ValueError(f"{task_key(task)} reads {uri!r}, not a partition of a stream nor a broker stream: it cannot be replayed")
-        return PartitionInput(located[0], located[1])
+        source = self.stream_input(task)
+        if source is None:
+            return None
+        if task["origin"] == self.config.name:
+            assert self.broker is not None
+            return TaskInput(source, OwnAcks(self.broker.retention(), source.prefix))
+        return TaskInput(source, SentAcks(functools.partial(self.send_ack, dict(task))))
 
     def stream_credentials_to_caller(self, token: str | None, key: str, epoch: int) -> dict[str, str]:
         """The credentials of my broker for whoever the registry's token says hosts my task

@@ -1,9 +1,10 @@
 """Benchmarks of the data plane: the cost of the host's instrumentation, and how well the
 measured loads and the fitted cost model explain what Spark really does.
 
-Both read streams written before the measurement starts, so no feeder competes for the CPU,
-and bound each micro-batch (`maxMessagesPerTrigger` on a broker stream, `maxFilesPerTrigger`
-on a folder) so a run has many batches.
+They read a participant's broker stream written before the measurement starts, so no
+feeder competes for the CPU, and bound each micro-batch (`maxMessagesPerTrigger`) so a run
+has many batches. The source benchmark reads the same rows from CSV files too, through
+Spark's own file source (`maxFilesPerTrigger`), as the baseline.
 """
 
 from __future__ import annotations
@@ -11,20 +12,19 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_agents.streams import PartitionedStream
-from spark_agents.streams.feed import feed_all
 from bpm.zeek.definitions import QueryParams
 from bpm.zeek.generator import TrafficProfile, generate
 from spark_agents.host import TaskHost
 from spark_agents.metrics import IntervalSample
-from spark_agents.query import start_query
+from spark_agents.query import BatchWriter, per_source, start_query
 from spark_agents.status import StatusServer
+from spark_agents.streams.records import STREAM_SCHEMA_DDL, StreamRecord
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -35,23 +35,37 @@ PARAMS = QueryParams()
 Progress = Callable[[str], None]
 
 
-def write_input(root: Path, files: int, rows_per_file: int, seed: int = 0) -> tuple[PartitionedStream, int]:
-    """A one-partition stream of `files` files of generated traffic; returns it and its connection count."""
-    rate = 300.0
-    conns = generate(TrafficProfile(duration_s=files * rows_per_file / rate * 1.05, rate=rate), seed)
-    stream = PartitionedStream.create(root, 1)
-    feeder = feed_all(stream, conns, PARAMS, rows_per_file=rows_per_file)
-    return stream, sum(feeder.written)
+class CsvFiles:
+    """A folder of CSV files of stream rows, one file per chunk, named in order: the input of
+    Spark's own file source, the source benchmark's baseline (a `Feeder` writes it)."""
+
+    partitions = 1
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.count = 0
+        root.mkdir(parents=True, exist_ok=True)
+
+    def append(self, k: int, records: Iterable[StreamRecord]) -> int:
+        temp = self.root / f".{self.count:012d}.csv.tmp"  # the file source skips hidden names
+        temp.write_text("".join(r.to_line() for r in records))
+        temp.rename(self.root / f"{self.count:012d}.csv")
+        self.count += 1
+        return self.count
+
+
+def discard(batch_id: int, rows: list) -> None:
+    """A benchmark's sink: the rows are computed (`batch_results`) and dropped."""
 
 
 @contextmanager
 def broker_input(work_dir: Path, flushes: int, rows_per_flush: int, batch_flushes: int,
-                 folder: bool = False) -> Iterator[tuple[JetStreamInput, PartitionedStream | None, int]]:
+                 files: bool = False, seed: int = 0) -> Iterator[tuple[JetStreamInput, CsvFiles | None, int]]:
     """A participant's broker started for a benchmark, its stream holding generated traffic
     flushed `flushes` times (`rows_per_flush` rows, 64 messages, one per key group, each time)
     and closed; yields the input a task reads it through (`batch_flushes` flushes per
-    micro-batch), with `folder`, the same rows in a one-partition folder stream (a file per
-    flush), and the row count. The server stops on the way out."""
+    micro-batch), with `files`, the same rows as CSV files (a file per flush), and the row
+    count. The server stops on the way out."""
     import secrets
 
     from bpm.keygroups import KEY_GROUPS
@@ -61,20 +75,20 @@ def broker_input(work_dir: Path, flushes: int, rows_per_flush: int, batch_flushe
     from spark_agents.streams.feed import Feeder
 
     rate = 300.0
-    conns = list(generate(TrafficProfile(duration_s=flushes * rows_per_flush / rate * 1.05, rate=rate), 0))
+    conns = list(generate(TrafficProfile(duration_s=flushes * rows_per_flush / rate * 1.05, rate=rate), seed))
     owner = User("bench", secrets.token_urlsafe(16))
     with NatsServer.on_free_ports("bench", work_dir / "nats", [owner]) as server:
         with Broker(server.url, owner.name, owner.password) as broker:
             feeders = [Feeder(BrokerStream(broker, "bench"), PARAMS)]
-            stream = PartitionedStream.create(work_dir / "stream", 1) if folder else None
-            if stream is not None:
-                feeders.append(Feeder(stream, PARAMS))
+            csv = CsvFiles(work_dir / "files") if files else None
+            if csv is not None:
+                feeders.append(Feeder(csv, PARAMS))
             for feeder in feeders:
                 feeder.feed(conns, rows_per_flush)
                 feeder.close()
         rows = sum(feeders[0].written)
         assert all(sum(f.written) == rows for f in feeders), "both inputs hold the same rows"
-        yield JetStreamInput(server.url, owner.name, owner.password, "bench", max_messages=batch_flushes * KEY_GROUPS), stream, rows
+        yield JetStreamInput(server.url, owner.name, owner.password, "bench", max_messages=batch_flushes * KEY_GROUPS), csv, rows
 
 
 def overhead(
@@ -98,7 +112,7 @@ def _overhead(spark: SparkSession, work_dir: Path, source: JetStreamInput, rows:
     def bare() -> float:
         n = next(counter)
         started = time.perf_counter()
-        query = start_query(spark, f"bare-{n}", source, work_dir / f"ck-{n}", work_dir / f"out-{n}", PARAMS)
+        query = start_query(spark, f"bare-{n}", source, work_dir / f"ck-{n}", PARAMS, discard)
         try:
             query.processAllAvailable()
             return time.perf_counter() - started
@@ -109,7 +123,7 @@ def _overhead(spark: SparkSession, work_dir: Path, source: JetStreamInput, rows:
         # The host, its sampler, its HTTP server and a scraper are up before the clock starts,
         # as on a running agent; the clock covers the same span as for the bare query.
         n = next(counter)
-        host = TaskHost(spark, work_dir / f"host-{n}", work_dir / f"out-{n}", interval_s=1.0)
+        host = TaskHost(spark, work_dir / f"host-{n}", interval_s=1.0)
         host.start_sampling()
         server = StatusServer(host)
         url = server.start()
@@ -124,7 +138,7 @@ def _overhead(spark: SparkSession, work_dir: Path, source: JetStreamInput, rows:
         scraper.start()
         try:
             started = time.perf_counter()
-            task = host.start_task(f"task-{n}", source, work_dir / f"ck-{n}", PARAMS, None)
+            task = host.start_task(f"task-{n}", source, work_dir / f"ck-{n}", PARAMS, None, sink=discard)
             task.query.processAllAvailable()
             return time.perf_counter() - started
         finally:
@@ -195,30 +209,16 @@ def _prediction(levels: list[dict[str, Any]], samples: list[list[IntervalSample]
     }
 
 
-def load_model(
-    spark: SparkSession, work_dir: Path, tasks: int = 4, level_s: float = 30.0, interval_s: float = 5.0,
-    trigger_s: float = 2.0, rows_per_file: int = 3000, warmup_s: float = 30.0, plot: Path | None = None,
-    progress: Progress = lambda _: None,
-) -> dict[str, Any]:
-    """Do measured loads explain the measured utilisation, and does the fitted cost model predict batch duration?
-
-    After a warm-up with every task running, `tasks`..1 tasks run together (one fewer per
-    level), then each other task runs alone. Per level, the sum of the task loads, and the sum
-    of the loads the same tasks had alone, are compared with the process CPU / CPUs; the cost
-    model fitted to the other levels' intervals predicts the batch duration at a held-out level
-    (interpolation: a middle level; extrapolation: the top one).
-    """
-    settle = interval_s
-    files = int((warmup_s + (2 * tasks) * (level_s + settle)) / trigger_s) + 20
-    progress("writing input")
-    streams = [write_input(work_dir / f"stream-{k}", files, rows_per_file, seed=k)[0] for k in range(tasks)]
-    host = TaskHost(spark, work_dir / "host", work_dir / "output", interval_s=interval_s)
+def _load_levels(host: TaskHost, sources: list[JetStreamInput], level_s: float, interval_s: float, trigger_s: float,
+                 warmup_s: float, progress: Progress) -> tuple[list[list[IntervalSample]], list[float]]:
+    """The intervals of each level (1..N tasks together), and each task's task-CPU utilisation alone."""
+    tasks, settle = len(sources), interval_s
 
     def run(active: range | list[int], seconds: float) -> list[IntervalSample]:
         for k in range(tasks):
             name = f"task-{k}"
             if k in active and name not in host.running():
-                host.start_task(name, streams[k].partition_path(0), params=PARAMS, trigger_s=trigger_s, max_files_per_trigger=1)
+                host.start_task(name, sources[k], params=PARAMS, trigger_s=trigger_s, sink=discard)
             elif k not in active and name in host.running():
                 host.stop_task(name)
         time.sleep(settle)  # a started task's first batches catch up; not measured
@@ -229,19 +229,47 @@ def load_model(
             intervals.append(host.sample())
         return intervals
 
-    try:
-        progress("warm-up: every task")
-        run(range(tasks), warmup_s)
-        samples: list[list[IntervalSample]] = []
-        for n in range(tasks, 0, -1):  # one task fewer per level: no restarts while levels are measured
-            progress(f"level {tasks - n + 1}/{tasks}: {n} task(s) together")
-            samples.insert(0, run(range(n), level_s))
-        alone = [statistics.fmean(i.task_cpu_utilisation for i in samples[0])]
-        for k in range(1, tasks):
-            progress(f"task {k + 1}/{tasks} alone")
-            alone.append(statistics.fmean(i.task_cpu_utilisation for i in run([k], level_s)))
-    finally:
-        host.close()
+    progress("warm-up: every task")
+    run(range(tasks), warmup_s)
+    samples: list[list[IntervalSample]] = []
+    for n in range(tasks, 0, -1):  # one task fewer per level: no restarts while levels are measured
+        progress(f"level {tasks - n + 1}/{tasks}: {n} task(s) together")
+        samples.insert(0, run(range(n), level_s))
+    alone = [statistics.fmean(i.task_cpu_utilisation for i in samples[0])]
+    for k in range(1, tasks):
+        progress(f"task {k + 1}/{tasks} alone")
+        alone.append(statistics.fmean(i.task_cpu_utilisation for i in run([k], level_s)))
+    return samples, alone
+
+
+def load_model(
+    spark: SparkSession, work_dir: Path, tasks: int = 4, level_s: float = 30.0, interval_s: float = 5.0,
+    trigger_s: float = 2.0, rows_per_batch: int = 3000, warmup_s: float = 30.0, plot: Path | None = None,
+    progress: Progress = lambda _: None,
+) -> dict[str, Any]:
+    """Do measured loads explain the measured utilisation, and does the fitted cost model predict batch duration?
+
+    `tasks` (a power of two) tasks read a share each of one broker stream, about
+    `rows_per_batch` rows per batch each. After a warm-up with every task running, `tasks`..1 tasks run together (one fewer per
+    level), then each other task runs alone. Per level, the sum of the task loads, and the sum
+    of the loads the same tasks had alone, are compared with the process CPU / CPUs; the cost
+    model fitted to the other levels' intervals predicts the batch duration at a held-out level
+    (interpolation: a middle level; extrapolation: the top one).
+    """
+    from bpm.keygroups import KEY_GROUPS, shares
+
+    prefixes = shares(tasks)
+    settle = interval_s
+    flushes = int((warmup_s + (2 * tasks) * (level_s + settle)) / trigger_s) + 20
+    progress("writing input")
+    with broker_input(work_dir, flushes, rows_per_batch * tasks, 1) as (source, _, _):
+        sources = [replace(source, prefix=p, max_messages=KEY_GROUPS // tasks) for p in prefixes]  # a flush's share per batch
+        host = TaskHost(spark, work_dir / "host", interval_s=interval_s)
+        try:
+            samples, alone = _load_levels(host, sources, level_s, interval_s, trigger_s, warmup_s, progress)
+        finally:
+            host.close()
+
     # One overhead factor for the whole run, as the host settles on one: loads are k x task CPU.
     k = host.factor
     levels = []
@@ -256,7 +284,7 @@ def load_model(
     interpolation = _prediction(levels, rescaled, held_out=len(levels) // 2)
     extrapolation = _prediction(levels, rescaled, held_out=len(levels) - 1)
     result = {
-        "benchmark": "load-model", "cpus": host.cpus, "trigger_s": trigger_s, "rows_per_batch": rows_per_file,
+        "benchmark": "load-model", "cpus": host.cpus, "trigger_s": trigger_s, "rows_per_batch": rows_per_batch,
         "overhead_factor": round(k, 4), "loads_alone": [round(k * x, 4) for x in alone],
         "levels": [{key: (round(v, 4) if isinstance(v, float) else v) for key, v in lv.items()} for lv in levels],
         "sum_of_loads_vs_measured_error": [round(e, 4) for e in together],
@@ -312,24 +340,26 @@ def source(
     progress: Progress = lambda _: None,
 ) -> dict[str, Any]:
     """Rows per second of the monitoring query reading the same rows from a participant's
-    JetStream input (a NATS server started for the run, 64 key groups) and from the folder
-    stream through Spark's file source, in interleaved runs (ABBA order). Both are written
-    before the clock starts, flushed alike (a file of `rows_per_flush` rows; 64 messages, one
-    per key group), and read `flushes_per_batch` flushes per micro-batch."""
+    JetStream input (a NATS server started for the run, 64 key groups) and from CSV files
+    through Spark's file source, in interleaved runs (ABBA order). Both are written before
+    the clock starts, flushed alike (a file of `rows_per_flush` rows; 64 messages, one per
+    key group), and read `flushes_per_batch` flushes per micro-batch; both runs' rows go to
+    the same sink."""
     progress("writing the input")
-    with broker_input(work_dir, flushes, rows_per_flush, flushes_per_batch, folder=True) as (source, folder, rows):
+    with broker_input(work_dir, flushes, rows_per_flush, flushes_per_batch, files=True) as (source, files, rows):
         counter = iter(range(1_000_000))
 
         def run(variant: str) -> tuple[float, float]:
             """The run's seconds from the query's start to all rows processed, and of those the
             seconds its micro-batches took (Spark's `triggerExecution`): the rest is its start."""
             n = next(counter)
-            if variant == "jetstream":
-                where, files = source, None
-            else:
-                where, files = folder.partition_path(0), flushes_per_batch
             started = time.perf_counter()
-            query = start_query(spark, f"{variant}-{n}", where, work_dir / f"ck-{n}", work_dir / f"out-{n}", PARAMS, None, files)
+            if variant == "jetstream":
+                query = start_query(spark, f"{variant}-{n}", source, work_dir / f"ck-{n}", PARAMS, discard)
+            else:
+                raw = spark.readStream.schema(STREAM_SCHEMA_DDL).option("maxFilesPerTrigger", flushes_per_batch).csv(str(files.root))
+                query = (per_source(raw, PARAMS).writeStream.queryName(f"{variant}-{n}").outputMode("append")
+                         .option("checkpointLocation", str(work_dir / f"ck-{n}")).foreachBatch(BatchWriter(f"{variant}-{n}", PARAMS, discard)).start())
             try:
                 query.processAllAvailable()
                 elapsed = time.perf_counter() - started

@@ -1,12 +1,8 @@
-"""Reading a task's position and watermark from its checkpoint, and handing a checkpoint over.
-
-Spark's file source logs, per source batch, the files it took (`<checkpoint>/sources/0/<n>`,
-compacted every few batches into `<n>.compact`). Stream files are named by position, so the
-highest position in the log is the last file the task has taken.
+"""Reading a task's position and watermark from its checkpoint, and what of it a restart reads.
 
 The offset log (`<checkpoint>/offsets/<n>`) records the event-time watermark batch n ran
-with and the source's offset (for the broker source, the stream sequence it reads up to);
-batch n has completed when `<checkpoint>/commits/<n>` exists.
+with and the source's offset (the broker stream sequence it reads up to,
+`spark_agents.broker.source`); batch n has completed when `<checkpoint>/commits/<n>` exists.
 """
 
 from __future__ import annotations
@@ -14,45 +10,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 
-_STREAM_FILE = re.compile(r"/(\d{12})\.csv$")
-_LOG = re.compile(r"^(\d+)(\.compact)?$")
-
-
-def _log_files(checkpoint_dir: Path) -> dict[int, Path]:
-    folder = checkpoint_dir / "sources" / "0"
-    if not folder.is_dir():
-        return {}
-    found = {}
-    for path in folder.iterdir():
-        m = _LOG.match(path.name)
-        if m:
-            found[int(m.group(1))] = path
-    return found
-
-
-def processed_position(checkpoint_dir: str | Path, log_offset: int | None = None) -> int | None:
-    """The highest stream position the task's file source has taken (up to `log_offset`, default the newest)."""
-    logs = _log_files(Path(checkpoint_dir))
-    if log_offset is not None:
-        logs = {n: p for n, p in logs.items() if n <= log_offset}
-    if not logs:
-        return None
-    newest = logs[max(logs)]
-    best = None
-    with newest.open(encoding="utf-8") as handle:
-        for line in handle:
-            if line.startswith("{"):
-                m = _STREAM_FILE.search(json.loads(line).get("path", ""))
-                if m:
-                    best = max(best or 0, int(m.group(1)))
-    return best
-
-
 def processed_seq(checkpoint_dir: str | Path, batch_id: int | None = None) -> int | None:
-    """The broker stream sequence up to which the task's JetStream source has planned its
+    """The stream sequence up to which the task's JetStream source has planned its
     reads, as of batch `batch_id` (default the newest planned batch): its offset-log entry's
     source offset (`{"seq": n}`, `spark_agents.broker.source`)."""
     log = Path(checkpoint_dir) / "offsets"
@@ -114,15 +75,6 @@ def owes_watermark_batch(checkpoint_dir: str | Path) -> bool:
     return commit.get("nextBatchWatermarkMs", 0) > offsets.get("batchWatermarkMs", 0)
 
 
-def hand_over(checkpoint_dir: str | Path, destination: str | Path) -> Path:
-    """Copy a stopped task's checkpoint to `destination` (which must not exist yet), where another host resumes it."""
-    destination = Path(destination)
-    if destination.exists():
-        raise FileExistsError(f"{destination} exists; a checkpoint is handed over into a new folder")
-    shutil.copytree(checkpoint_dir, destination)
-    return destination
-
-
 _VERSIONED = re.compile(r"^(\d+)\.(delta|snapshot)$")
 
 
@@ -130,8 +82,7 @@ def restart_files(checkpoint_dir: str | Path) -> list[Path]:
     """The files of a stopped task's checkpoint that a restart from it reads, relative to it.
 
     What a restart needs: the newest two offset-log entries (Spark reads the one before the
-    newest too) and the newest commit; the file-source log from its newest compaction on
-    (a compaction holds every batch before it); per state-store partition, the newest
+    newest too) and the newest commit; per state-store partition, the newest
     snapshot of a version up to the one after the last completed batch, and the versions
     after it (all of them when there is no such snapshot); every other file (query id,
     state schema). Hadoop's checksum files (`.<name>.crc`, verified only where they exist)
@@ -150,11 +101,6 @@ def restart_files(checkpoint_dir: str | Path) -> list[Path]:
         if relative.parts in (("offsets",), ("commits",)):
             newest = _batch_ids(here)[-2 if relative.parts == ("offsets",) else -1:]
             files = [n for n in files if not n.isdigit()] + [str(k) for k in newest]
-        elif len(relative.parts) == 2 and relative.parts[0] == "sources":
-            logs = {n: _LOG.match(n) for n in files}
-            compactions = [int(m.group(1)) for m in logs.values() if m and m.group(2)]
-            if compactions:
-                files = [n for n, m in logs.items() if not m or int(m.group(1)) >= max(compactions)]
         elif len(relative.parts) == 3 and relative.parts[0] == "state":
             versions = {n: _VERSIONED.match(n) for n in files}
             snapshots = [int(m.group(1)) for m in versions.values()

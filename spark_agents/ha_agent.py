@@ -54,7 +54,6 @@ from bpm.ha.machine import (
     Trim,
 )
 from spark_agents import handover
-from spark_agents.ha.fence import OutputFence
 from spark_agents.ha.roles import PassiveBackup, consumer_name
 
 if TYPE_CHECKING:
@@ -155,12 +154,6 @@ class HADuties:
     def standby_keys(self) -> set[str]:
         with self._lock:
             return set(self.standby)
-
-    def fenced(self, task: Mapping) -> bool:
-        """Whether the task writes through the output fence: under an HA mode, and forever once
-        its output was fenced (a plain writer after a fenced one could replace its files)."""
-        key = task_key(task)
-        return self.modes.get(key, task.get("ha_mode", "none")) != "none" or OutputFence(self.agent.config.output_dir, key).state().epoch is not None
 
     # -- the tick --------------------------------------------------------------------------
 
@@ -272,8 +265,10 @@ class HADuties:
         if task is None:
             return
         try:
-            self.agent.task_input(task).trim()
-        except (OSError, RuntimeError, ValueError) as exc:  # a stream folder's StreamError is a ValueError, a broker's error a RuntimeError
+            stream = self.agent.task_input(task)
+            if stream is not None:
+                stream.trim()
+        except (OSError, RuntimeError, ValueError) as exc:  # a broker's error is a RuntimeError
             self.note("stream.trim_error", f"{key}: {exc}")
 
     def _start_duties(self, key: str, duty: Duty, task: Mapping) -> None:
@@ -376,7 +371,7 @@ class HADuties:
         took = self.host.ha_take_over(key, how, epoch=epoch, stream=stream, consumer=consumer_name(key, self.me),
                                       failed_consumer=failed_consumer, params=dict(task.get("params") or {}),
                                       checkpoint_dir=checkpoint, backup=backup)
-        if failed_consumer is None:
+        if failed_consumer is None and stream is not None:
             stream.release(consumer_name(key, failed))
         with self._lock:
             self.standby.pop(key, None)

@@ -1,14 +1,15 @@
-"""The task host: runs tasks (the monitoring query over one stream partition) on one SparkSession,
-starts and stops them at batch boundaries with their own checkpoint folders, and measures them.
+"""The task host: runs tasks (the monitoring query over a share of a participant's stream) on
+one SparkSession, starts and stops them at batch boundaries with their own checkpoint
+folders, and measures them.
 
 Typical use::
 
-    host = TaskHost(spark, work_dir, output_dir)
-    host.start_task("p0", stream.partition_path(0))
+    host = TaskHost(spark, work_dir)
+    host.start_task("a.g0", source, sink=broker_sink(broker, "a.g0", epoch))
     ...
-    checkpoint = host.stop_task("p0")          # after the current batch
-    hand_over(checkpoint, elsewhere)           # copy, then another host:
-    other.start_task("p0", stream.partition_path(0), elsewhere)   # resumes at the next batch
+    checkpoint = host.stop_task("a.g0")       # after the current batch
+    pack(checkpoint) ... unpack(data, elsewhere)   # the checkpoint travels, then another host:
+    other.start_task("a.g0", source, elsewhere, sink=...)   # resumes at the next batch
 
 Measurements come from a `StreamingQueryListener` (`BatchRecorder`); `sample()` closes one
 measuring interval (the sampler thread started by `start_sampling` calls it periodically),
@@ -17,8 +18,6 @@ and the cost model is fitted to the intervals recorded so far.
 
 from __future__ import annotations
 
-import os
-import re
 import threading
 import time
 from collections import deque
@@ -29,8 +28,7 @@ from typing import TYPE_CHECKING, Any
 from bpm.costs import CostFunction, MM1Cost, fit_cost_function
 from bpm.names import UnsafeName, check_name
 from bpm.zeek.definitions import QueryParams
-from spark_agents.streams.partitioned import MARK_END, closing_mark
-from spark_agents.checkpoint import committed_watermark_ms, owes_watermark_batch, processed_position, processed_seq
+from spark_agents.checkpoint import committed_watermark_ms, owes_watermark_batch, processed_seq
 from spark_agents.hosts import cpu_capacity
 from spark_agents.listener import BatchRecorder, TaskCpuMeter
 from spark_agents.metrics import (
@@ -50,9 +48,6 @@ if TYPE_CHECKING:
     from spark_agents.broker.source import JetStreamInput
     from pyspark.sql.streaming import StreamingQuery
 
-_STREAM_FILE = re.compile(r"^(\d{12})\.csv$")
-
-
 class TaskError(RuntimeError):
     """A task operation that cannot be done (unknown task, already running, bad id)."""
 
@@ -62,20 +57,20 @@ class HostedTask:
     """A task on this host.
 
     Attributes:
-        task_id: the task's name (also the streaming query's name and its output folder).
-        input_path: the stream partition folder it reads, or its share of a broker stream.
+        task_id: the task's name (also the streaming query's name).
+        source: its share of a participant's broker stream.
         checkpoint_dir: its own checkpoint folder (offsets and state).
         params: the query's parameters.
         trigger_s: its processing-time trigger interval (`spark_agents.query.staggered_trigger_s`).
         query: the running Spark query (None once stopped).
         started_s: when it was started here.
         stopped_s: when it was stopped here (None while it runs).
-        position: highest stream position (a file's, or a broker stream's sequence) it has taken, as of its last batch.
+        position: the stream sequence it has read up to, as of its last batch.
         error: the query's failure, if it failed.
     """
 
     task_id: str
-    input_path: Path | JetStreamInput
+    source: JetStreamInput
     checkpoint_dir: Path
     params: QueryParams
     trigger_s: float | None
@@ -91,19 +86,13 @@ class HostedTask:
     output_done: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
-    def on_broker(self) -> bool:
-        return not isinstance(self.input_path, Path)
-
-    @property
     def input(self) -> str:
         """What it reads, as a person reads it (a broker location carries no credential)."""
-        return self.input_path.location if self.on_broker else str(self.input_path)
+        return self.source.location
 
     def read_position(self, batch_id: int | None = None) -> int | None:
-        """The position its checkpoint has reached, as of batch `batch_id` (default the newest planned)."""
-        if self.on_broker:
-            return processed_seq(self.checkpoint_dir, batch_id)
-        return processed_position(self.checkpoint_dir, batch_id)
+        """The sequence its checkpoint has reached, as of batch `batch_id` (default the newest planned)."""
+        return processed_seq(self.checkpoint_dir, batch_id)
 
     @property
     def state(self) -> str:
@@ -124,7 +113,6 @@ class TaskHost:
     Attributes:
         spark: the session (its master decides where tasks run).
         work_dir: default parent of the tasks' checkpoint folders.
-        output_dir: where tasks write `<task>/batch-<id>.jsonl`.
         cpus: the participant's capacity in CPUs, the denominator of load: what it was told,
             else its cgroup CPU quota where it has one, else Spark's parallelism.
         intervals: recent measuring intervals (bounded).
@@ -135,14 +123,12 @@ class TaskHost:
         self,
         spark: SparkSession,
         work_dir: str | Path,
-        output_dir: str | Path,
         cpus: float | None = None,
         interval_s: float = 5.0,
         history: int = 720,
     ) -> None:
         self.spark = spark
         self.work_dir = Path(work_dir)
-        self.output_dir = Path(output_dir)
         self.cpus = float(cpus or cpu_capacity(default=spark.sparkContext.defaultParallelism))
         self.interval_s = interval_s
         self.intervals: deque[IntervalSample] = deque(maxlen=history)
@@ -168,22 +154,18 @@ class TaskHost:
     def start_task(
         self,
         task_id: str,
-        input_path: str | Path | JetStreamInput,
+        source: JetStreamInput,
         checkpoint_dir: str | Path | None = None,
         params: QueryParams | None = None,
         trigger_s: float | None = 1.0,
-        max_files_per_trigger: int | None = None,
-        sink: Sink | None = None,
-        start_position: int | None = None,
+        *,
+        sink: Sink,
     ) -> HostedTask:
-        """Start (or resume, when `checkpoint_dir` holds a checkpoint) a task over one stream
-        partition folder or a share of a participant's broker stream (`JetStreamInput`).
+        """Start (or resume, when `checkpoint_dir` holds a checkpoint) a task over its share of
+        a participant's broker stream (`JetStreamInput`: its start and batch bound apply to a
+        fresh checkpoint), its rows to `sink` (the output fence, or a standby's held-back output).
 
         The trigger interval is `trigger_s` staggered per task (`spark_agents.query.staggered_trigger_s`).
-        `max_files_per_trigger` bounds a batch, e.g. while a moved task catches up on its backlog.
-        `sink` takes the task's result rows instead of the plain writer (an output fence, a
-        standby's held-back output); `start_position` makes a fresh task skip the stream files
-        before it (see `spark_agents.query`).
         """
         from spark_agents.broker.source import JetStreamInput
 
@@ -191,10 +173,8 @@ class TaskHost:
             check_name(task_id, "task id")
         except UnsafeName as exc:
             raise TaskError(str(exc)) from exc
-        if not isinstance(input_path, JetStreamInput):
-            input_path = Path(input_path)
-            if not input_path.is_dir():
-                raise TaskError(f"input {input_path} is not a stream partition folder")
+        if not isinstance(source, JetStreamInput):
+            raise TaskError(f"task {task_id} reads {source!r}, not a share of a broker stream")
         with self._lock:
             current = self._tasks.get(task_id)
             if current is not None and current.state == "running":
@@ -203,10 +183,9 @@ class TaskHost:
             params = params or QueryParams()
             if trigger_s is not None:
                 trigger_s = staggered_trigger_s(task_id, trigger_s)
-            query = start_query(self.spark, task_id, input_path, checkpoint, self.output_dir, params, trigger_s,
-                                max_files_per_trigger, self._output_done, sink, start_position)
+            query = start_query(self.spark, task_id, source, checkpoint, params, sink, trigger_s, self._output_done)
             self._run_ids.add(str(query.runId))
-            task = HostedTask(task_id, input_path, checkpoint, params, trigger_s, query, time.time())
+            task = HostedTask(task_id, source, checkpoint, params, trigger_s, query, time.time())
             task.position = task.read_position()
             self._tasks[task_id] = task
             return task
@@ -218,7 +197,7 @@ class TaskHost:
         back, the moment a batch's output function returns: never inside that function, where
         an interrupt breaks the Python callback (and with it, later batches of the driver).
         Should a new trigger begin before the stop lands, Spark abandons that batch
-        uncommitted; the next start runs it again and rewrites the same output file.
+        uncommitted; the next start runs it again, and the fence drops what was written.
         A task that has read the end of its input stops only after the batch that emits its
         last windows (`owes_watermark_batch`): resumed elsewhere, it would never run it.
         """
@@ -239,25 +218,15 @@ class TaskHost:
 
     @staticmethod
     def _owes_last_windows(task: HostedTask) -> bool:
-        if task.on_broker:
-            # A broker stream has no end mark to look at; what matters is the same: a task that
-            # has read all there is and owes the batch of its new watermark would, resumed
-            # elsewhere, wait for input that may never come. While input flows, the next
-            # batch wherever it resumes applies the watermark.
-            if not owes_watermark_batch(task.checkpoint_dir):
-                return False
-            try:
-                return (task.read_position() or 0) >= task.input_path.last_seq()
-            except Exception:  # the broker unreachable: nothing to wait for
-                return False
-        position = task.read_position()  # of the newest planned batch, which may still run
-        if position is None:
+        """A task that has read all there is and owes the batch of its new watermark would,
+        resumed elsewhere, wait for input that may never come (at the end of a finite input,
+        its last windows). While input flows, the next batch wherever it resumes applies the watermark."""
+        if not owes_watermark_batch(task.checkpoint_dir):
             return False
         try:
-            mark = closing_mark(task.input_path / f"{position:012d}.csv")
-        except FileNotFoundError:  # trimmed: an end mark is never trimmed while a task still reads it
+            return (task.read_position() or 0) >= task.source.last_seq()
+        except Exception:  # the broker unreachable: nothing to wait for
             return False
-        return mark is not None and mark.mark == MARK_END and owes_watermark_batch(task.checkpoint_dir)
 
     def _output_done(self, task_id: str, batch_id: int, cpu_s: float) -> None:
         """Called by a task's output function as it returns, with the CPU it used here."""
@@ -287,12 +256,12 @@ class TaskHost:
         return [t.task_id for t in self.tasks() if t.state == "running"]
 
     def starting(self, within_s: float = 5.0) -> list[str]:
-        """Tasks over a broker stream started in the last `within_s` seconds that have not
+        """Tasks started in the last `within_s` seconds that have not
         finished a batch yet. Each such start launches a Python process that plans the
         source's batches and must connect back to Spark within 10 s (Spark's limit), which a
         participant with a small CPU quota misses when several start at once."""
         now = time.time()
-        return [t.task_id for t in self.tasks() if t.on_broker and t.state == "running" and t.batches == 0 and now - t.started_s < within_s]
+        return [t.task_id for t in self.tasks() if t.state == "running" and t.batches == 0 and now - t.started_s < within_s]
 
     def _on_batch(self, sample: BatchSample, end_offset: dict | None) -> None:
         task = self._tasks.get(sample.task_id)
@@ -303,10 +272,6 @@ class TaskHost:
         task.last_batch = sample
         if end_offset and "seq" in end_offset:
             task.position = int(end_offset["seq"])
-        elif end_offset and "logOffset" in end_offset:
-            position = task.read_position(int(end_offset["logOffset"]))
-            if position is not None:
-                task.position = position
 
     # -- measurements ------------------------------------------------------------------
 
@@ -353,30 +318,23 @@ class TaskHost:
         return {task: load * self.factor for task, load in own.items()}
 
     def backlog(self, task: HostedTask, newest: dict[tuple[str, str], int | None] | None = None) -> dict[str, float | str | None]:
-        """What the task has not taken yet: stream files (`pending`, with the age of the oldest
-        in seconds), or messages of its broker stream (any key group's: an upper bound; no age).
-        `newest` keeps each broker stream's last sequence across the calls of one status, so
-        that tasks over one stream ask its broker once."""
-        if task.on_broker:
-            if task.state != "running":  # its host may no longer be let in to read the stream
-                return {"pending": None, "unit": "messages", "age_s": None}
-            newest = {} if newest is None else newest
-            stream = (task.input_path.url, task.input_path.participant)
-            if stream not in newest:
-                try:
-                    newest[stream] = task.input_path.last_seq()
-                except Exception:  # the broker unreachable: the status says so rather than failing
-                    newest[stream] = None
-            last = newest[stream]
-            if last is None:
-                return {"pending": None, "unit": "messages", "age_s": None}
-            return {"pending": max(0, last - (task.position or task.input_path.start_seq)), "unit": "messages", "age_s": None}
-        pending = []
-        for entry in os.scandir(task.input_path):
-            m = _STREAM_FILE.match(entry.name)
-            if m and (task.position is None or int(m.group(1)) > task.position):
-                pending.append(entry.stat().st_mtime)
-        return {"pending": len(pending), "unit": "files", "age_s": max(0.0, time.time() - min(pending)) if pending else 0.0}
+        """What the task has not taken yet: messages of its broker stream (any key group's: an
+        upper bound; no age). `newest` keeps each stream's last sequence across the calls of
+        one status, so that tasks over one stream ask its broker once."""
+        unknown = {"pending": None, "unit": "messages"}
+        if task.state != "running":  # its host may no longer be let in to read the stream
+            return unknown
+        newest = {} if newest is None else newest
+        stream = (task.source.url, task.source.participant)
+        if stream not in newest:
+            try:
+                newest[stream] = task.source.last_seq()
+            except Exception:  # the broker unreachable: the status says so rather than failing
+                newest[stream] = None
+        last = newest[stream]
+        if last is None:
+            return unknown
+        return {"pending": max(0, last - (task.position or task.source.start_seq)), "unit": "messages"}
 
     def cost_function(self) -> CostFunction:
         """The convex cost model fitted to (utilisation, mean batch duration) of the recorded

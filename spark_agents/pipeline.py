@@ -71,7 +71,7 @@ def run_pipeline(
             for k, (task, prefix) in enumerate(zip(tasks, prefixes)):
                 source = JetStreamInput(server.url, owner.name, owner.password, PARTICIPANT, prefix)
                 sink = broker_sink(broker, task, 0)
-                query = start_query(spark, task, source, root / "checkpoints" / str(k), root / "output", params, sink=sink)
+                query = start_query(spark, task, source, root / "checkpoints" / str(k), params, sink)
                 try:
                     query.processAllAvailable()
                 finally:

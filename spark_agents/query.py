@@ -1,20 +1,15 @@
-"""The network-monitoring query in Structured Streaming, as a task over one stream partition.
+"""The network-monitoring query in Structured Streaming, as a task over its key groups of a stream.
 
-Per task, the streaming part reads the partition's CSV files, sets the watermark on the
-event time (delay = the query's lateness), removes punctuation rows *after* the watermark
-(they only move event time), and aggregates per tumbling window and source: connection
-count and the set of distinct TCP/UDP destination ports. In append mode a window's rows are
-emitted once, in the micro-batch where the watermark passes its end, all sources of the
-window together. Each micro-batch then derives the alerts and the per-prefix counts of port
-alerts (complete, since a closed window's sources all arrive in one batch) and writes them to `<output>/<task>/batch-<id>.jsonl` (temp file, rename),
-so a replayed batch overwrites its own file and never duplicates a result.
-
-Two hooks serve high availability (`spark_agents.ha`): a `sink` takes each batch's rows
-instead of the plain file writer (the output fence, or a standby that holds them back), and
-a `start_position` makes a fresh query skip the stream files before it (a task restarted
-from the newest input, or replayed from an acknowledged position). The start position is
-kept in the checkpoint (`.bpm-start`), so the task keeps skipping those files wherever its
-checkpoint goes.
+Per task, the streaming part reads its share of a participant's JetStream stream
+(`spark_agents.broker.source.JetStreamInput`, which carries its own start and batch bound),
+sets the watermark on the event time (delay = the query's lateness), removes punctuation rows
+*after* the watermark (they only move event time), and aggregates per tumbling window and
+source: connection count and the set of distinct TCP/UDP destination ports. In append mode
+a window's rows are emitted once, in the micro-batch where the watermark passes its end, all
+sources of the window together. Each micro-batch then derives the alerts and the per-prefix
+counts of port alerts (complete, since a closed window's sources all arrive in one batch)
+and hands them to the task's sink: the output fence on the origin's broker
+(`spark_agents.ha.fence`), which takes each window once, or a standby's, which holds them back.
 """
 
 from __future__ import annotations
@@ -26,9 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spark_agents.streams.partitioned import positions_glob
 from bpm.zeek.definitions import PORT_PROTOCOLS, QueryParams, ResultRow
-from bpm.zeek.results import write_batch
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -36,35 +29,13 @@ if TYPE_CHECKING:
     from spark_agents.broker.source import JetStreamInput
     from pyspark.sql.streaming import StreamingQuery
 
-STREAM_SCHEMA_DDL = "ts_us BIGINT, src STRING, prefix STRING, dst STRING, dport INT, proto STRING, mark INT"
-START_FILE = ".bpm-start"
-
 Sink = Callable[[int, list[ResultRow]], None]
 
 
-def per_source(spark: SparkSession, input_path: str | Path | JetStreamInput, params: QueryParams, max_files_per_trigger: int | None = None,
-               start_position: int | None = None) -> DataFrame:
-    """The streaming aggregate: one row per (window, source) once the window closes.
-
-    The input is a folder of the stream's files, or a share of a participant's JetStream
-    input (`JetStreamInput`, which carries its own start and batch bound).
-
-    `max_files_per_trigger` bounds how many stream files one micro-batch takes (None: all new files);
-    `start_position` leaves out the stream files before that position.
-    """
+def per_source(raw: DataFrame, params: QueryParams) -> DataFrame:
+    """The streaming aggregate of the stream rows `raw`: one row per (window, source) once the window closes."""
     from pyspark.sql import functions as F
 
-    from spark_agents.broker.source import JetStreamInput
-
-    if isinstance(input_path, JetStreamInput):
-        raw = input_path.read(spark)
-    else:
-        reader = spark.readStream.schema(STREAM_SCHEMA_DDL)
-        if max_files_per_trigger is not None:
-            reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
-        if start_position is not None:
-            reader = reader.option("pathGlobFilter", positions_glob(start_position))
-        raw = reader.csv(str(input_path))
     events = raw.withColumn("event_time", F.timestamp_micros("ts_us")).withWatermark(
         "event_time", f"{params.lateness_s} seconds"
     )
@@ -104,25 +75,19 @@ def batch_results(batch: DataFrame, params: QueryParams) -> list[ResultRow]:
 
 
 class BatchWriter:
-    """The foreachBatch function of a task: writes each batch's rows to its own file.
+    """The foreachBatch function of a task: hands each batch's rows (also an empty list) to
+    `sink(batch_id, rows)`; an exception it raises fails the query.
 
     `on_cpu(task_id, batch_id, seconds)`, when given, receives the CPU time the function used
     in this process (Spark calls it on a callback thread, so the thread's CPU clock is its own).
-    `sink(batch_id, rows)`, when given, takes every batch's rows (also an empty list) instead
-    of the plain file writer; an exception it raises fails the query.
     """
 
-    def __init__(self, output_dir: str | Path, task_id: str, params: QueryParams,
-                 on_cpu: Callable[[str, int, float], None] | None = None, sink: Sink | None = None) -> None:
-        self.output_dir, self.task_id, self.params, self.on_cpu, self.sink = Path(output_dir), task_id, params, on_cpu, sink
+    def __init__(self, task_id: str, params: QueryParams, sink: Sink, on_cpu: Callable[[str, int, float], None] | None = None) -> None:
+        self.task_id, self.params, self.sink, self.on_cpu = task_id, params, sink, on_cpu
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.thread_time()
-        rows = batch_results(batch, self.params)
-        if self.sink is not None:
-            self.sink(batch_id, rows)
-        elif rows:
-            write_batch(self.output_dir, self.task_id, batch_id, rows)
+        self.sink(batch_id, batch_results(batch, self.params))
         if self.on_cpu is not None:
             self.on_cpu(self.task_id, batch_id, time.thread_time() - started)
 
@@ -130,29 +95,24 @@ class BatchWriter:
 def start_query(
     spark: SparkSession,
     task_id: str,
-    input_path: str | Path | JetStreamInput,
+    source: JetStreamInput,
     checkpoint_dir: str | Path,
-    output_dir: str | Path,
     params: QueryParams,
+    sink: Sink,
     trigger_s: float | None = None,
-    max_files_per_trigger: int | None = None,
     on_cpu: Callable[[str, int, float], None] | None = None,
-    sink: Sink | None = None,
-    start_position: int | None = None,
 ) -> StreamingQuery:
-    """Start the task's streaming query, resuming from `checkpoint_dir` when it holds a checkpoint.
+    """Start the task's streaming query over `source`, its rows to `sink`, resuming from
+    `checkpoint_dir` when it holds a checkpoint (the source's start applies only to a fresh one).
 
     `trigger_s` sets a processing-time trigger; None runs micro-batches back to back.
-    `sink` and `start_position`: see the module text. Without `start_position`, the one kept
-    in the checkpoint (if any) applies.
     """
-    start_position = _start_position(Path(checkpoint_dir), start_position)
     writer = (
-        per_source(spark, input_path, params, max_files_per_trigger, start_position)
+        per_source(source.read(spark), params)
         .writeStream.queryName(task_id)
         .outputMode("append")
         .option("checkpointLocation", str(checkpoint_dir))
-        .foreachBatch(BatchWriter(output_dir, task_id, params, on_cpu, sink))
+        .foreachBatch(BatchWriter(task_id, params, sink, on_cpu))
     )
     if trigger_s is not None:
         writer = writer.trigger(processingTime=f"{round(trigger_s * 1000)} milliseconds")
@@ -171,16 +131,3 @@ def staggered_trigger_s(task_id: str, trigger_s: float) -> float:
     """
     base = round(trigger_s * 1000)
     return (base + zlib.crc32(task_id.encode()) % max(1, base // 10)) / 1000
-
-
-def _start_position(checkpoint_dir: Path, given: int | None) -> int | None:
-    """The start position to apply: the one given (then kept in the checkpoint), else the one kept there."""
-    marker = checkpoint_dir / START_FILE
-    if given is None:
-        try:
-            return int(marker.read_text())
-        except (OSError, ValueError):
-            return None
-    checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    marker.write_text(str(given))
-    return given

@@ -52,24 +52,16 @@ class SparkTasks:
         self.startup_s = 2 * trigger_s if startup_s is None else startup_s
         self.min_window_s = self.load_window_s / 2
         self._steady: dict[str, float] = {}  # the loads of the last window that saw one set of tasks
-        self._sinks: dict[str, Any] = {}  # task -> its FencedSink, when it writes through the fence
         self._duties: dict[str, Any] = {}  # task -> PrimaryDuties
         self._replicas: dict[str, Any] = {}  # task -> the held-back sink of an active-standby replica
 
-    def start_task(self, task_id: str, source: str | JetStreamInput, checkpoint_dir: Path, params: dict[str, Any], epoch: int | None = None) -> None:
-        """Start (resume) a task over a stream folder or its share of a broker stream; with
-        `epoch` its output goes through the output fence at that epoch: for a broker stream,
-        the fence on the origin's broker."""
+    def start_task(self, task_id: str, source: JetStreamInput, checkpoint_dir: Path, params: dict[str, Any], epoch: int) -> None:
+        """Start (resume) a task over its share of a broker stream, its output through the
+        output fence on the origin's broker at `epoch`."""
         from spark_agents.broker.results import broker_sink
-        from spark_agents.broker.source import JetStreamInput
-        from spark_agents.ha.fence import FencedSink
 
-        if isinstance(source, JetStreamInput):
-            sink = broker_sink(source.connection(), task_id, epoch or 0)
-        else:
-            sink = FencedSink(self.host.output_dir, task_id, epoch) if epoch is not None else None
+        sink = broker_sink(source.connection(), task_id, epoch)
         self.host.start_task(task_id, source, checkpoint_dir, _query(params), trigger_s=params.get("trigger_s", self.trigger_s), sink=sink)
-        self._sinks[task_id] = sink
 
     # High availability (spark_agents.ha_agent)
 
@@ -111,21 +103,12 @@ class SparkTasks:
         took = take_over(self.host, task_id, mode, epoch=epoch, stream=stream, consumer=consumer, failed_consumer=failed_consumer,
                          params=_query(params), trigger_s=params.get("trigger_s", self.trigger_s), checkpoint_dir=checkpoint_dir,
                          backup=backup, replica=self._replicas.pop(task_id, None))
-        self._sinks[task_id] = took.sink
         return {"start_position": took.start_position, "promoted_rows": took.promoted_rows, "takeover_s": round(took.started_s, 3)}
 
     def ha_first_output(self, task_id: str, since: float) -> float | None:
-        """When the task first produced output at or after `since`: a fenced file written, or a batch finished."""
-        times = [s.end_s for s in self.host.recorder.samples(since_s=since) if s.task_id == task_id]
-        sink = self._sinks.get(task_id)
-        for path in list(getattr(sink, "files", ()))[:1]:
-            if isinstance(path, Path):  # a batch file; on the broker, the batch's sequence (its batch is sampled)
-                try:
-                    times.append(path.stat().st_mtime)
-                except OSError:
-                    pass
-        times = [t for t in times if t >= since]
-        return min(times) if times else None
+        """When the task first finished a batch at or after `since` (its output is written by then)."""
+        times = [s.end_s for s in self.host.recorder.samples(since_s=since) if s.task_id == task_id and s.end_s >= since]
+        return min(times, default=None)
 
     # How long a stop waits for the running batch to finish (see TaskHost.stop_task); after
     # that the batch is abandoned uncommitted, and its new host runs it again from the
@@ -240,7 +223,7 @@ def run_agent(
             log.info("%s: broker %s (storage %s)", config.name, broker.url, broker.folder)
         spark = make_session(spark_master, app_name=f"bpm-{config.name}", conf=conf, lean=spark_master.startswith("local"))
         cleanup.callback(spark.stop)
-        host = TaskHost(spark, config.workdir, config.output_dir, cpus=cpus, interval_s=sample_s)
+        host = TaskHost(spark, config.workdir, cpus=cpus, interval_s=sample_s)
         host.start_sampling()
         client = cleanup.enter_context(RegistryClient(registry_url, key))
         agent = Agent(config, client, SparkTasks(host, trigger_s, cost_model), broker=broker)

@@ -39,8 +39,7 @@ class HostCollector:
         load = GaugeMetricFamily("bpm_task_load", "Task load: busy seconds per second / the participant's CPUs.", labels=["task"])
         running = GaugeMetricFamily("bpm_task_running", "1 while the task runs here.", labels=["task"])
         duration = GaugeMetricFamily("bpm_task_last_batch_seconds", "Wall time of the task's last batch.", labels=["task"])
-        backlog = GaugeMetricFamily("bpm_task_backlog", "Stream files, or broker messages, the task has not taken yet.", labels=["task"])
-        lag = GaugeMetricFamily("bpm_task_backlog_age_seconds", "Age of the oldest stream file not taken yet (folder streams).", labels=["task"])
+        backlog = GaugeMetricFamily("bpm_task_backlog", "Broker messages the task has not taken yet (any key group's: an upper bound).", labels=["task"])
         batches = CounterMetricFamily("bpm_task_batches", "Micro-batches finished here.", labels=["task"])
         rows = CounterMetricFamily("bpm_task_input_rows", "Input rows processed here.", labels=["task"])
         for task in status["tasks"]:
@@ -51,11 +50,9 @@ class HostCollector:
                 duration.add_metric(label, task["last_batch_duration_s"])
             if task["backlog"]["pending"] is not None:
                 backlog.add_metric(label, task["backlog"]["pending"])
-            if task["backlog"]["age_s"] is not None:
-                lag.add_metric(label, task["backlog"]["age_s"])
             batches.add_metric(label, task["batches"])
             rows.add_metric(label, task["rows"])
-        yield from (load, running, duration, backlog, lag, batches, rows)
+        yield from (load, running, duration, backlog, batches, rows)
 
 
 def status_router(host: TaskHost) -> APIRouter:

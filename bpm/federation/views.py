@@ -184,15 +184,6 @@ def task_ha_mode(task: Mapping, movements: Iterable[Mapping], contracts: Iterabl
                      failover_mode=None if took is None else took["mode"], ended_too=ended_too)
 
 
-def stream_partition(input_uri: str) -> tuple[str, int] | None:
-    """(stream root, partition) of a task reading `<root>/partition=<k>`; None for any other input."""
-    path = input_uri.rstrip("/")
-    root, _, name = path.rpartition("/")
-    if not root or not name.startswith("partition=") or not name[len("partition="):].isdigit():
-        return None
-    return root, int(name[len("partition="):])
-
-
 @dataclass(frozen=True)
 class AgreedTerms:
     """Terms a participant agreed with a partner offline (its agent's `--contract` option).

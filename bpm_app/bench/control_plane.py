@@ -75,7 +75,7 @@ class SimulatedHost:
     _running: dict[str, Path] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def start_task(self, task_id: str, input_path: str, checkpoint_dir: Path, params: Mapping[str, Any], **_: Any) -> None:
+    def start_task(self, task_id: str, source: Any, checkpoint_dir: Path, params: Mapping[str, Any], epoch: int = 0) -> None:
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         (checkpoint_dir / "offsets").write_text(task_id)
         with self._lock:
@@ -117,7 +117,7 @@ class SimulatedHost:
         pass
 
     def ha_take_over(self, task_id: str, mode: str, *, checkpoint_dir: Path, params: Mapping[str, Any], **_: Any) -> dict[str, Any]:
-        self.start_task(task_id, "", checkpoint_dir, params)
+        self.start_task(task_id, None, checkpoint_dir, params)
         return {"start_position": None, "promoted_rows": 0}
 
     def ha_first_output(self, task_id: str, since: float) -> float | None:
@@ -174,9 +174,8 @@ def run(url: str, admin_key: str, s: Settings, workdir: Path, progress: Callable
         base = {f"{name}.t{k}": share * rng.uniform(0.5, 1.5) for k in range(s.tasks)}
         host = SimulatedHost(cost, base, rng.uniform(0, 2 * math.pi), s.wave_s, s.amplitude, clock=lambda: time.monotonic() - t0)
         config = AgentConfig(
-            name=name, workdir=workdir / name, output_dir=workdir / "output", endpoint=f"http://127.0.0.1:1/{name}",
-            # Inputs that name no stream partition: there is no stream to trim or replay.
-            tasks=[OwnTask(f"t{k}", f"/streams/{name}/partition={k}") for k in range(s.tasks)],  # never read: the hosts are simulated
+            name=name, workdir=workdir / name, endpoint=f"http://127.0.0.1:1/{name}",
+            tasks=[OwnTask(f"t{k}", "") for k in range(s.tasks)],  # no input: the hosts are simulated
             period_s=s.period_s, tick_s=s.tick_s, heartbeat_s=s.heartbeat_s, reference_price=1.0, ha=s.ha_mode != "none",
         )
         agent = Agent(config, RegistryClient(url, keys[name], transport=transport, timeout=60.0), host, fetch=fetch)

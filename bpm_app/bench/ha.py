@@ -181,8 +181,8 @@ class HASide(Side):
     Every method takes and returns plain data, so the command calls them across the socket.
     """
 
-    def __init__(self, name: str, root: str | Path, output_dir: str | Path, master: str, conf: dict[str, str]) -> None:
-        super().__init__(name, root, output_dir, master, conf)
+    def __init__(self, name: str, root: str | Path, master: str, conf: dict[str, str]) -> None:
+        super().__init__(name, root, master, conf)
         gateway = getattr(self.spark.sparkContext, "_gateway", None)
         proc = getattr(gateway, "proc", None)
         self._jvm_pid = proc.pid if proc is not None else None
@@ -209,9 +209,9 @@ class HASide(Side):
     def _stream(source: JetStreamInput):
         """The task's key groups of the origin's stream, acknowledged on the origin's `Retention`."""
         from spark_agents.broker.retention import Retention
-        from spark_agents.ha.inputs import KeyGroupsInput, OwnAcks
+        from spark_agents.ha.inputs import OwnAcks, TaskInput
 
-        return KeyGroupsInput(source, OwnAcks(Retention(source.connection(), source.participant), source.prefix))
+        return TaskInput(source, OwnAcks(Retention(source.connection(), source.participant), source.prefix))
 
     def _start_duties(self, task_id: str, mode: str, source: JetStreamInput, params: QueryParams,
                       interval_s: float, ship: Callable[[bytes], Any] | None = None) -> None:
@@ -438,7 +438,6 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
     load_before = load_average()
     limit = step_limits(settings.timeout_s, settings.step_timeout_s, lambda message: HABenchError(f"{mode}: {message}"))
 
-    output = root / "output"  # each worker's TaskHost's; the results go to the origin's broker
     params = asdict(settings.params)
     heartbeat = root / "heartbeat-a"
     profile = settings.profile()
@@ -451,8 +450,8 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
         broker = Broker(server.url, owner.name, owner.password)
         broker.ensure_stream(ORIGIN)  # before any reader: a query's first plan asks for the stream
         source = JetStreamInput(server.url, owner.name, owner.password, ORIGIN)
-        b = RemoteSide("b", root, output, settings.master, settings.spark_conf(), limit(), module="bpm_app.bench.ha")
-        a = RemoteSide("a", root, output, settings.master, settings.spark_conf(), limit(), module="bpm_app.bench.ha")
+        b = RemoteSide("b", root, settings.master, settings.spark_conf(), limit(), module="bpm_app.bench.ha")
+        a = RemoteSide("a", root, settings.master, settings.spark_conf(), limit(), module="bpm_app.bench.ha")
         b.wait_ready(limit())
         a.wait_ready(limit())
         inbox = b.call("delta_inbox", TASK_ID, timeout_s=limit()) if mode == "passive_standby" else None
@@ -638,7 +637,7 @@ def plot_delays(result: dict[str, Any], path: str | Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of a worker process (`python -m bpm_app.bench.ha --worker NAME ROOT OUTPUT MASTER CONF_JSON`)."""
+    """Entry point of a worker process (`python -m bpm_app.bench.ha --worker NAME ROOT MASTER CONF_JSON`)."""
     from bpm_app.bench.move import main as worker_main
 
     worker_main(argv, side_class=HASide, description=__doc__.splitlines()[0])

@@ -256,7 +256,7 @@ class Side:
         host: the TaskHost.
     """
 
-    def __init__(self, name: str, root: str | Path, output_dir: str | Path, master: str, conf: dict[str, str]) -> None:
+    def __init__(self, name: str, root: str | Path, master: str, conf: dict[str, str]) -> None:
         from spark_agents.host import TaskHost
         from spark_agents.session import make_session
 
@@ -268,7 +268,7 @@ class Side:
         # A caller that already has a session (a test process) keeps it: it is reused, never stopped here.
         self._owns_session = SparkContext._active_spark_context is None
         self.spark = make_session(master, f"bpm-bench-move-{name}", conf)
-        self.host = TaskHost(self.spark, self.root, output_dir)
+        self.host = TaskHost(self.spark, self.root)
 
     def checkpoint_dir(self, task_id: str) -> Path:
         return self.root / "checkpoints" / task_id
@@ -383,14 +383,14 @@ class RemoteSide:
         log_path: the worker's stderr, quoted when it fails.
     """
 
-    def __init__(self, name: str, root: Path, output_dir: Path, master: str, conf: dict[str, str], timeout_s: float,
+    def __init__(self, name: str, root: Path, master: str, conf: dict[str, str], timeout_s: float,
                  module: str = "bpm_app.bench.move") -> None:
         self.name = name
         self.log_path = root / f"{name}.log"
         root.mkdir(parents=True, exist_ok=True)
         key = secrets.token_bytes(32)
         # `module` runs the worker: its `main` serves a side class of its own through `_serve`.
-        args = [sys.executable, "-m", module, "--worker", name, str(root / name), str(output_dir), master, json.dumps(conf)]
+        args = [sys.executable, "-m", module, "--worker", name, str(root / name), master, json.dumps(conf)]
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
@@ -464,7 +464,7 @@ class RemoteSide:
             self.process.stdout.close()
 
 
-def _serve(name: str, root: str, output_dir: str, master: str, conf: str, side_class: type = Side) -> None:
+def _serve(name: str, root: str, master: str, conf: str, side_class: type = Side) -> None:
     """The worker: report a port on stdout, take one authenticated connection, run `side_class` methods for it."""
     key = bytes.fromhex(os.environ.pop(_KEY_ENV))
     with Listener(("127.0.0.1", 0), authkey=key) as listener:
@@ -472,7 +472,7 @@ def _serve(name: str, root: str, output_dir: str, master: str, conf: str, side_c
         # Everything after the port (Spark's JVM inherits stdout) goes to the log, never into the pipe.
         os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
         conn = listener.accept()
-    side = side_class(name, root, output_dir, master, json.loads(conf))
+    side = side_class(name, root, master, json.loads(conf))
     conn.send(("ok", "ready"))
     while True:
         try:
@@ -602,8 +602,8 @@ def run_move_bench(settings: MoveSettings, work_dir: str | Path, progress: Calla
         server = NatsServer.on_free_ports("a", root / "a" / "broker", [origin, partner]).start()
         sources = {user.name: JetStreamInput(server.url, user.name, user.password, "a") for user in (origin, partner)}
         broker = Broker(server.url, origin.name, origin.password)
-        remote = RemoteSide("b", root, root / "b" / "output", settings.master, settings.spark_conf(), step_limit())
-        local = Side("a", root / "a", root / "a" / "output", settings.master, settings.spark_conf())
+        remote = RemoteSide("b", root, settings.master, settings.spark_conf(), step_limit())
+        local = Side("a", root / "a", settings.master, settings.spark_conf())
         remote.wait_ready(step_limit())
         feed = PacedFeed(BrokerStream(broker, "a"), settings, profile)
         feed.start()
@@ -719,10 +719,10 @@ def plot_rounds(result: dict[str, Any], path: str | Path) -> Path:
 
 
 def main(argv: list[str] | None = None, side_class: type = Side, description: str | None = None) -> None:
-    """Entry point of a worker process (`python -m bpm_app.bench.move --worker NAME ROOT OUTPUT MASTER CONF_JSON`);
+    """Entry point of a worker process (`python -m bpm_app.bench.move --worker NAME ROOT MASTER CONF_JSON`);
     other benchmarks pass their own `side_class`."""
     parser = argparse.ArgumentParser(description=description or __doc__.splitlines()[0])
-    parser.add_argument("--worker", nargs=5, metavar=("NAME", "ROOT", "OUTPUT", "MASTER", "CONF_JSON"), required=True)
+    parser.add_argument("--worker", nargs=4, metavar=("NAME", "ROOT", "MASTER", "CONF_JSON"), required=True)
     args = parser.parse_args(argv)
     _serve(*args.worker, side_class=side_class)
 

@@ -122,7 +122,6 @@ def run(
     config = AgentConfig(
         name=name,
         workdir=workdir,
-        output_dir=workdir / "output",  # the plain writer's, for tasks outside the fence (every broker task writes through it)
         endpoint=endpoint,
         tasks=own,
         period_s=period,

@@ -47,7 +47,7 @@ def overhead_command(
 @bench_app.command("source")
 def source_command(
     rounds: int = typer.Option(4, "--rounds", min=1, help="Interleaved pairs of runs (file source, JetStream source)."),
-    flushes: int = typer.Option(30, "--flushes", min=2, help="Flushes of the feeder: files of the folder stream, 64 messages each of the JetStream input."),
+    flushes: int = typer.Option(30, "--flushes", min=2, help="Flushes of the feeder: a CSV file each for the file source, 64 messages each of the JetStream input."),
     rows_per_flush: int = typer.Option(4000, "--rows-per-flush", min=100),
     flushes_per_batch: int = typer.Option(2, "--flushes-per-batch", min=1, help="Flushes each micro-batch reads, in both sources."),
     master: str = typer.Option("local[*]", "--master", help="Spark master URL."),
@@ -62,7 +62,7 @@ def source_command(
 
 @bench_app.command("load-model")
 def load_model_command(
-    tasks: int = typer.Option(4, "--tasks", min=3, help="Load levels: 1..N concurrent tasks."),
+    tasks: int = typer.Option(4, "--tasks", min=4, max=64, help="Load levels: 1..N concurrent tasks, each over a share of one stream (a power of two)."),
     level_seconds: float = typer.Option(40.0, "--level-seconds", min=5, help="Measured seconds per level."),
     warmup: float = typer.Option(30.0, "--warmup", min=0, help="Seconds of warm-up with every task, not measured."),
     interval: float = typer.Option(10.0, "--interval", min=1, help="Measuring interval in seconds (longer: more batches per sample, less noise)."),
@@ -74,9 +74,14 @@ def load_model_command(
 ) -> None:
     """Do task loads measured alone add up to the utilisation measured together, and does the fitted
     cost model predict batch duration at a new load level? (goal: both within 15%)"""
+    from bpm.keygroups import KeyGroupError, shares
     from spark_agents import benchmarks
     from spark_agents.session import make_session
 
+    try:
+        shares(tasks)
+    except KeyGroupError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--tasks") from None
     err = Console(stderr=True)
     with tempfile.TemporaryDirectory(prefix="bpm-bench-load-") as tmp, err.status("starting Spark") as status:
         spark = make_session(master, "bpm-bench-load-model")

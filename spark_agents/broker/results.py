@@ -134,7 +134,7 @@ class BrokerFence:
 def broker_sink(broker: Broker, task_id: str, epoch: int | None) -> FencedSink:
     """Task `task_id`'s sink writing through its fence on its origin's broker (`broker`: a
     connection to it) at `epoch`; None: an active-standby replica's, its rows held back."""
-    return FencedSink(None, task_id, epoch, fence=BrokerFence(broker, task_id))
+    return FencedSink(BrokerFence(broker, task_id), epoch)
 
 
 @dataclass(frozen=True)
@@ -183,11 +183,9 @@ def read_results(broker: Broker, task_id: str, after: int = 0) -> list[ResultBat
 
 
 def broker_outputs(broker: Broker, tasks: Iterable[str]) -> OutputSet:
-    """Every batch the given tasks have written on this broker, merged as `bpm.zeek.results.read_outputs` merges batch files."""
+    """Every batch the given tasks have written on this broker, merged (`bpm.zeek.results.OutputSet`)."""
     merged = OutputSet()
     for task in tasks:
         for batch in read_results(broker, task):
-            for row in batch.rows:
-                merged.rows.add(row)
-                merged.copies[row] += 1
+            merged.add(batch.rows)
     return merged

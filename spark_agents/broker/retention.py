@@ -1,13 +1,12 @@
 """Retention of a participant's input stream: kept while a consumer still needs it, trimmed on acknowledgement.
 
-As the folder stream's `_acks` (`spark_agents.streams.partitioned`), on the broker: the
-key-value bucket `ACKS` on the participant's own server holds, per consumer (a task at a
+The key-value bucket `ACKS` on the participant's own server holds, per consumer (a task at a
 participant: a task, its passive replica, the origin keeping what upstream backup may
 replay), the key groups it reads (a prefix, `bpm.keygroups`) and the stream sequence up
 to which it needs nothing more. An acknowledgement never moves back (compare-and-set on
 the entry's revision). `trim` purges, per key group, the messages at or below the
 smallest acknowledgement of the consumers that read that group, and nothing of a group
-no consumer reads: what nobody has claimed yet stays, as in the folder stream.
+no consumer reads: what nobody has claimed yet stays.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from bpm.keygroups import StreamLocation, subject_filter
 from spark_agents.broker.stream import Broker
-from spark_agents.query import STREAM_SCHEMA_DDL
+from spark_agents.streams.records import STREAM_SCHEMA_DDL
 
 NAME = "bpm_jetstream"
 FETCH = 256  # messages per pull request

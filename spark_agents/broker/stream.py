@@ -3,9 +3,9 @@
 The stream `INPUT` on the participant's server holds every key group's subject
 (`bpm.keygroups`). A message is a chunk of rows of one key group — CSV lines of
 `StreamRecord`, the last a punctuation mark that moves the key group's event time — so a
-reader takes thousands of rows per message. `BrokerStream` has the `append(k, records)`
-of the folder stream, with key groups for partitions, so `spark_agents.streams.feed.Feeder`
-writes either (the same partitioning rule: crc32 of the source prefix).
+reader takes thousands of rows per message. `BrokerStream.append(k, records)` publishes one
+such chunk to key group k, which is what `spark_agents.streams.feed.Feeder` writes through
+(partitioning rule: crc32 of the source prefix).
 
 nats-py is asynchronous; `Broker` runs its connection on a loop in a thread of its own so
 that agents, feeders and tests call it from ordinary code.
@@ -25,7 +25,7 @@ from bpm.keygroups import KEY_GROUPS, stream_subjects, subject
 from spark_agents.broker.server import BrokerError, inbox_prefix
 
 if TYPE_CHECKING:
-    from spark_agents.streams.partitioned import StreamRecord
+    from spark_agents.streams.records import StreamRecord
 
 STREAM = "INPUT"
 T = TypeVar("T")

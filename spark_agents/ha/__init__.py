@@ -2,7 +2,7 @@
 stream acknowledgements, heartbeats, and the roles of each mode (docs/ha.md)."""
 
 from spark_agents.ha.delta import Applied, Delta, DeltaRefused, DeltaShipper, apply_delta, checkpoint_cut
-from spark_agents.ha.fence import FencedError, FencedSink, FenceState, OutputFence
+from spark_agents.ha.fence import FencedError, FencedSink, FenceState
 from spark_agents.ha.heartbeat import HeartbeatFile, HeartbeatWatcher, read_heartbeat, silent
 from spark_agents.ha.roles import (
     PassiveBackup,
@@ -13,11 +13,11 @@ from spark_agents.ha.roles import (
     start_replica,
     take_over,
 )
-from spark_agents.ha.upstream import oldest_open_window_us, processed_ack_position, upstream_ack_position
+from spark_agents.ha.upstream import oldest_open_window_us, processed_ack_seq, replay_seq
 
 __all__ = [
     "Applied", "Delta", "DeltaRefused", "DeltaShipper", "FenceState", "FencedError", "FencedSink", "HeartbeatFile",
-    "HeartbeatWatcher", "OutputFence", "PassiveBackup", "PrimaryDuties", "Takeover", "apply_delta", "checkpoint_cut",
-    "consumer_name", "oldest_open_window_us", "processed_ack_position", "read_heartbeat", "silent", "start_primary",
-    "start_replica", "take_over", "upstream_ack_position",
+    "HeartbeatWatcher", "PassiveBackup", "PrimaryDuties", "Takeover", "apply_delta", "checkpoint_cut",
+    "consumer_name", "oldest_open_window_us", "processed_ack_seq", "read_heartbeat", "silent", "start_primary",
+    "replay_seq", "start_replica", "take_over",
 ]

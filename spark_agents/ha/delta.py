@@ -2,11 +2,10 @@
 since the last copy travel to the backup, and the backup's copy is always one a task can restart from.
 
 A copy is a *cut* at the task's newest committed batch C: the commit and offset logs up to
-C, the file-source log up to the entry batch C read, the state versions up to C + 1 (batch
-N writes version N + 1), and the files that belong to no batch (`metadata`, state schemas,
-the task's start position). Files of a batch still running are left out, so restarting
-from the copy is restarting a task that stopped right after batch C: Spark plans batch
-C + 1 again from the stream files it has not taken. Hadoop's `.crc` side files are left
+C, the state versions up to C + 1 (batch N writes version N + 1), and the files that belong
+to no batch (`metadata`, state schemas). Files of a batch still running are left out, so
+restarting from the copy is restarting a task that stopped right after batch C: Spark plans
+batch C + 1 again, reading the stream after the sequence batch C read up to. Hadoop's `.crc` side files are left
 out too (they only let Hadoop verify a read; a file without one is read unverified), as
 are hidden temporary files and the receiver's epoch mark.
 
@@ -33,17 +32,15 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spark_agents.checkpoint import processed_position, processed_seq
-from spark_agents.ha.logs import batch_offsets, committed_batch
+from spark_agents.checkpoint import processed_seq
+from spark_agents.ha.logs import committed_batch
 from spark_agents.handover import EPOCH_FILE, PACK_ATTEMPTS, ArchiveRefused, open_archive
-from spark_agents.query import START_FILE
 
 MANIFEST = "_delta.json"
 COPY_FILE = ".bpm-copy.json"
 _STATE_FILE = re.compile(r"^(\d+)(?:_[^.]*)?\.(delta|snapshot|changelog|zip)$")
-_SOURCE_LOG = re.compile(r"^(\d+)(\.compact)?$")
 # The order in which the backup writes a delta's files: as Spark does, commits last.
-_ORDER = {"other": 0, "state": 1, "sources": 2, "offsets": 3, "commits": 4}
+_ORDER = {"other": 0, "state": 1, "offsets": 2, "commits": 3}
 
 
 class DeltaRefused(RuntimeError):
@@ -54,7 +51,7 @@ def _skipped(rel: Path) -> bool:
     name = rel.name
     if name in (EPOCH_FILE, COPY_FILE):
         return True
-    return name.endswith(".crc") or (name.startswith(".") and name != START_FILE)
+    return name.endswith(".crc") or name.startswith(".")
 
 
 def _kind(rel: Path) -> str:
@@ -62,17 +59,10 @@ def _kind(rel: Path) -> str:
     return top if top in _ORDER else "other"
 
 
-def _in_cut(rel: Path, committed: int, log_offsets: tuple[int | None, ...]) -> bool:
+def _in_cut(rel: Path, committed: int) -> bool:
     kind = _kind(rel)
     if kind in ("commits", "offsets"):
         return rel.name.isdigit() and int(rel.name) <= committed
-    if kind == "sources":
-        m = _SOURCE_LOG.match(rel.name)
-        if not m or len(rel.parts) != 3 or not rel.parts[1].isdigit():
-            return False
-        source = int(rel.parts[1])
-        bound = log_offsets[source] if source < len(log_offsets) else None
-        return bound is not None and int(m.group(1)) <= bound
     if kind == "state":
         m = _STATE_FILE.match(rel.name)
         return m is None or int(m.group(1)) <= committed + 1
@@ -85,17 +75,14 @@ class Cut:
 
     Attributes:
         committed: the newest committed batch (None: no batch committed yet).
-        position: the highest stream position the committed batches took (None: none).
+        position: the stream sequence the committed batches read up to (None: none), after
+            which a restart from the copy reads (the JetStream source's offset, `spark_agents.broker.source`).
         files: the files of the copy.
-        resume: where a restart from the copy reads its stream from (None: before any batch):
-            the file after `position` for a stream folder; for a broker stream, after sequence
-            `position` (the JetStream source's offset, `spark_agents.broker.source`).
     """
 
     committed: int | None
     position: int | None
     files: dict[str, tuple[int, int]]
-    resume: int | None = None
 
 
 def _list(root: Path, folder: str) -> list[Path]:
@@ -111,29 +98,21 @@ def checkpoint_cut(checkpoint_dir: str | Path) -> Cut:
     """The cut of a running task's checkpoint at its newest committed batch (see the module text)."""
     root = Path(checkpoint_dir)
     committed = committed_batch(root)  # listed first: everything it needs exists by now
-    log_offsets: tuple[int | None, ...] = ()
-    position = resume = None
-    if committed is not None:
-        log_offsets = batch_offsets(root, committed).log_offsets
-        if log_offsets and log_offsets[0] is not None:
-            position = processed_position(root, log_offsets[0])
-            resume = 0 if position is None else position + 1
-        else:
-            position = resume = processed_seq(root, committed)
+    position = None if committed is None else processed_seq(root, committed)
     files: dict[str, tuple[int, int]] = {}
-    for folder in ("commits", "offsets", "sources", "state", ""):
+    for folder in ("commits", "offsets", "state", ""):
         for path in _list(root, folder):
             rel = path.relative_to(root)
             if _skipped(rel) or (committed is None and _kind(rel) != "other"):
                 continue
-            if committed is not None and not _in_cut(rel, committed, log_offsets):
+            if committed is not None and not _in_cut(rel, committed):
                 continue
             try:
                 st = path.stat()
             except FileNotFoundError:  # removed by Spark's maintenance since the listing
                 continue
             files[str(rel)] = (st.st_size, st.st_mtime_ns)
-    return Cut(committed, position, files, resume)
+    return Cut(committed, position, files)
 
 
 @dataclass(frozen=True)
@@ -144,8 +123,7 @@ class Delta:
         data: the tar.gz bytes (a manifest and the files new since the last confirmed copy).
         seq: its sequence number.
         committed: the batch the copy is cut at.
-        position: the highest stream position that batch took.
-        resume: where the backup's restart reads the stream from (`Cut.resume`).
+        position: the stream sequence that batch read up to.
         carried: files carried; total: files in the cut.
         cut: the files of the cut (what the sender counts as copied once confirmed).
     """
@@ -154,7 +132,6 @@ class Delta:
     seq: int
     committed: int | None
     position: int | None
-    resume: int | None
     carried: int
     total: int
     cut: dict[str, tuple[int, int]] = field(repr=False)
@@ -162,7 +139,7 @@ class Delta:
     @property
     def ack_position(self) -> int | None:
         """Where the backup's restart reads the stream from (None before any batch): what the host acknowledges."""
-        return None if self.committed is None else self.resume
+        return None if self.committed is None else self.position
 
 
 class DeltaShipper:
@@ -199,7 +176,7 @@ class DeltaShipper:
         cut = checkpoint_cut(self.checkpoint_dir)
         new = sorted((rel for rel, sig in cut.files.items() if self.copied.get(rel) != sig), key=lambda r: (_ORDER[_kind(Path(r))], r))
         seq = self.seq + 1
-        manifest = {"seq": seq, "committed": cut.committed, "position": cut.position, "resume": cut.resume, "files": sorted(cut.files)}
+        manifest = {"seq": seq, "committed": cut.committed, "position": cut.position, "files": sorted(cut.files)}
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as tar:
             body = json.dumps(manifest).encode()
@@ -209,7 +186,7 @@ class DeltaShipper:
             for rel in new:
                 tar.add(self.checkpoint_dir / rel, arcname=rel, recursive=False)
         self.seq = seq
-        return Delta(buffer.getvalue(), seq, cut.committed, cut.position, cut.resume, len(new), len(cut.files), cut.files)
+        return Delta(buffer.getvalue(), seq, cut.committed, cut.position, len(new), len(cut.files), cut.files)
 
     def confirm(self, delta: Delta) -> None:
         """The backup applied `delta`: its files count as copied from now on."""
@@ -229,21 +206,19 @@ class Applied:
     Attributes:
         seq: the delta's sequence number.
         committed: the batch its copy is cut at.
-        position: the highest stream position that batch took.
-        resume: where a restart from the copy reads the stream from (`Cut.resume`).
+        position: the stream sequence that batch read up to.
         written: files written; removed: files deleted (gone at the primary).
     """
 
     seq: int
     committed: int | None
     position: int | None
-    resume: int | None
     written: int = field(default=0, compare=False)
     removed: int = field(default=0, compare=False)
 
     @property
     def ack_position(self) -> int | None:
-        return None if self.committed is None else self.resume
+        return None if self.committed is None else self.position
 
 
 def _write_atomic(target: Path, data: bytes) -> None:
@@ -259,7 +234,7 @@ def applied_copy(backup_dir: str | Path) -> Applied | None:
         data = json.loads((Path(backup_dir) / COPY_FILE).read_text())
     except (OSError, ValueError):
         return None
-    return Applied(data["seq"], data["committed"], data["position"], data.get("resume"))
+    return Applied(data["seq"], data["committed"], data["position"])
 
 
 def _manifest(tar: tarfile.TarFile, members: dict) -> dict:
@@ -268,7 +243,7 @@ def _manifest(tar: tarfile.TarFile, members: dict) -> dict:
         manifest = json.loads(tar.extractfile(members.pop(MANIFEST)).read())
         ok = (isinstance(manifest, dict) and isinstance(manifest.get("seq"), int) and isinstance(manifest.get("files"), list)
               and all(isinstance(f, str) for f in manifest["files"])
-              and all(manifest.get(k) is None or isinstance(manifest[k], int) for k in ("committed", "position", "resume")))
+              and all(manifest.get(k) is None or isinstance(manifest[k], int) for k in ("committed", "position")))
     except (KeyError, ValueError, tarfile.TarError) as exc:
         raise DeltaRefused(f"a delta without a readable manifest: {exc}") from exc
     if not ok:
@@ -302,7 +277,6 @@ def apply_delta(data: bytes, backup_dir: str | Path) -> Applied:
             if not _skipped(rel) and str(rel) not in wanted:
                 path.unlink(missing_ok=True)
                 removed += 1
-    applied = Applied(manifest["seq"], manifest["committed"], manifest["position"], manifest.get("resume"), len(members), removed)
-    _write_atomic(root / COPY_FILE, json.dumps({"seq": applied.seq, "committed": applied.committed, "position": applied.position,
-                                                 "resume": applied.resume}).encode())
+    applied = Applied(manifest["seq"], manifest["committed"], manifest["position"], len(members), removed)
+    _write_atomic(root / COPY_FILE, json.dumps({"seq": applied.seq, "committed": applied.committed, "position": applied.position}).encode())
     return applied

@@ -1,97 +1,31 @@
-"""A task's input as the HA roles see it: what a query reads, where a restart may start, the
-stream's acknowledgements, and the task's output fence. One interface, two data planes.
+"""A task's input as the HA roles see it: its key groups of its origin's JetStream stream
+(`JetStreamInput`), where a restart may start (a position is the stream sequence read up to:
+a restart reads after it), the stream's acknowledgements (the origin's `ACKS` bucket,
+`spark_agents.broker.retention`), and the task's output fence (the results subject on the
+origin's broker, `spark_agents.broker.results.BrokerFence`).
 
-| | stream folder (`PartitionInput`) | broker stream (`KeyGroupsInput`) |
-|---|---|---|
-| what the query reads | one partition folder | key groups of the origin's JetStream stream (`JetStreamInput`) |
-| a position | the first file still needed | the sequence read up to: a restart reads after it |
-| acknowledgements | the folder's `_acks` | the origin's `ACKS` bucket (`spark_agents.broker.retention`) |
-| output fence | `_fence.json` in the output folder | the results subject on the origin's broker (`BrokerFence`) |
-
-On the broker, only the origin writes its acknowledgements: a task at the origin acks
-through its own `Retention`; a partner hosting the task sends its acknowledgement to the
-origin's agent (`POST /broker/{task}/ack`, on the registry's `stream` token) and reads no
-acknowledgement back (`acked` is None: a takeover there replays what the stream retains,
-and the fence drops what was written). Which consumers the origin keeps is the origin's
-business (`spark_agents.agent.Agent.retained`).
+Only the origin writes its acknowledgements: a task at the origin acks through its own
+`Retention` (`OwnAcks`); a partner hosting the task sends its acknowledgement to the
+origin's agent (`SentAcks`: `POST /broker/{task}/ack`, on the registry's `stream` token) and
+reads no acknowledgement back (`acked` is None: a takeover there replays what the stream
+retains, and the fence drops what was written). Which consumers the origin keeps is the
+origin's business (`spark_agents.agent.Agent.retained`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bpm.zeek.definitions import QueryParams
 from spark_agents.ha.fence import FencedSink
-from spark_agents.ha.upstream import processed_ack_position, processed_ack_seq, replay_seq, upstream_ack_position
+from spark_agents.ha.upstream import processed_ack_seq, replay_seq
 
 if TYPE_CHECKING:
     from spark_agents.broker.retention import Retention
     from spark_agents.broker.source import JetStreamInput
-    from spark_agents.streams import PartitionedStream
-
-
-class TaskInput(Protocol):
-    def register(self, consumer: str) -> None: ...
-    def ack(self, consumer: str, position: int) -> None: ...
-    def acked(self, consumer: str) -> int | None: ...
-    def release(self, consumer: str) -> None: ...
-    def trim(self) -> None: ...
-    def newest(self) -> int: ...
-    def processed(self, checkpoint_dir: Path) -> int | None: ...
-    def replay_from(self, checkpoint_dir: Path, params: QueryParams) -> int | None: ...
-    def sink(self, output_dir: Path, task_id: str, epoch: int | None) -> FencedSink: ...
-    def start(self, host: Any, task_id: str, checkpoint_dir: Path | None, params: QueryParams, trigger_s: float | None,
-              sink: FencedSink, position: int | None = None) -> None: ...
-
-
-@dataclasses.dataclass
-class PartitionInput:
-    """Partition `partition` of the stream folder `root` (opened at first use)."""
-
-    root: str | Path
-    partition: int
-
-    @functools.cached_property
-    def stream(self) -> PartitionedStream:
-        from spark_agents.streams import PartitionedStream
-
-        return PartitionedStream(self.root)
-
-    def register(self, consumer: str) -> None:
-        self.stream.register(consumer, [self.partition])
-
-    def ack(self, consumer: str, position: int) -> None:
-        self.stream.ack(consumer, self.partition, position)
-
-    def acked(self, consumer: str) -> int | None:
-        return self.stream.acks().get(consumer, {}).get(self.partition)
-
-    def release(self, consumer: str) -> None:
-        self.stream.release(consumer)
-
-    def trim(self) -> None:
-        self.stream.trim()
-
-    def newest(self) -> int:
-        return self.stream.next_position(self.partition)
-
-    def processed(self, checkpoint_dir: Path) -> int | None:
-        return processed_ack_position(checkpoint_dir)
-
-    def replay_from(self, checkpoint_dir: Path, params: QueryParams) -> int | None:
-        return upstream_ack_position(self.stream, self.partition, checkpoint_dir, params.window_s)
-
-    def sink(self, output_dir: Path, task_id: str, epoch: int | None) -> FencedSink:
-        return FencedSink(output_dir, task_id, epoch)
-
-    def start(self, host: Any, task_id: str, checkpoint_dir: Path | None, params: QueryParams, trigger_s: float | None,
-              sink: FencedSink, position: int | None = None) -> None:
-        host.start_task(task_id, self.stream.partition_path(self.partition), checkpoint_dir, params, trigger_s, sink=sink,
-                        start_position=position)
 
 
 class Acks(Protocol):
@@ -152,8 +86,8 @@ class SentAcks:
 
 
 @dataclasses.dataclass
-class KeyGroupsInput:
-    """A task's key groups of its origin's broker stream, read as `source` says."""
+class TaskInput:
+    """A task's key groups of its origin's broker stream, read as `source` says, acknowledged through `acks`."""
 
     source: JetStreamInput
     acks: Acks
@@ -182,7 +116,8 @@ class KeyGroupsInput:
     def replay_from(self, checkpoint_dir: Path, params: QueryParams) -> int | None:
         return replay_seq(checkpoint_dir, params.window_s, params.lateness_s)
 
-    def sink(self, output_dir: Path, task_id: str, epoch: int | None) -> FencedSink:
+    def sink(self, task_id: str, epoch: int | None) -> FencedSink:
+        """The task's sink through the fence on its origin's broker (None: a standby's, held back)."""
         from spark_agents.broker.results import broker_sink
 
         return broker_sink(self.source.connection(), task_id, epoch)

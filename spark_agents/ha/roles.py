@@ -12,10 +12,10 @@ Every writer goes through the task's output fence (`spark_agents.ha.fence`), so 
 replica never writes a window twice and the failed host, should it come back, is refused.
 The stream's acknowledgements are per consumer (a task at a participant,
 `consumer_name`): the new host first acknowledges where it starts, then releases the failed
-host's consumer, so no file it needs is trimmed in between.
+host's consumer, so nothing it needs is trimmed in between.
 
-The stream is a `TaskInput` (`spark_agents.ha.inputs`): a stream folder's partition or a
-task's key groups of its origin's broker stream; the roles are the same on both.
+The stream is a `TaskInput` (`spark_agents.ha.inputs`): a task's key groups of its origin's
+broker stream; a position is a stream sequence, read after.
 
 These are building blocks: who fails over, to whom and at which epoch is the registry's
 and `bpm.ha.decisions`' business; how bytes travel (HTTP between agents, a socket in the
@@ -181,7 +181,7 @@ def start_primary(host: Any, task_id: str, stream: TaskInput, epoch: int, params
                   trigger_s: float | None = 1.0, checkpoint_dir: str | Path | None = None,
                   start_position: int | None = None) -> FencedSink:
     """Start the task as its host at `epoch`, writing through the output fence; returns its sink."""
-    sink = stream.sink(host.output_dir, task_id, epoch)
+    sink = stream.sink(task_id, epoch)
     stream.start(host, task_id, checkpoint_dir, params, trigger_s, sink, start_position)
     return sink
 
@@ -195,7 +195,7 @@ def start_replica(host: Any, task_id: str, stream: TaskInput, params: QueryParam
     handover pack) in `checkpoint_dir`, and its consumer must be registered before that
     copy is taken, so that the stream keeps what the copy has not read.
     """
-    sink = stream.sink(host.output_dir, task_id, None)
+    sink = stream.sink(task_id, None)
     stream.start(host, task_id, checkpoint_dir, params, trigger_s, sink)
     return sink
 
@@ -263,7 +263,7 @@ def take_over(host: Any, task_id: str, mode: str, *, epoch: int, stream: TaskInp
             else:
                 start = stream.acked(failed_consumer or "") or 0
         stream.ack(consumer, start)
-        sink = stream.sink(host.output_dir, task_id, epoch)
+        sink = stream.sink(task_id, epoch)
         sink.fence.claim(epoch)  # fence the failed host before anything else runs
         restart_from_copy = mode == "passive_standby" and backup is not None and backup.applied is not None
         stream.start(host, task_id, folder, params, trigger_s, sink, None if restart_from_copy else start)

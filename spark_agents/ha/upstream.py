@@ -5,31 +5,25 @@ by replaying the input from the acknowledged position with a fresh checkpoint. S
 host may acknowledge a position only when no window still open needs the input before it.
 After committed batch C, whose watermark was w, every window ending at or before w is
 closed and its rows are in the output; a window still open ends after w, so it starts after
-w minus one window length, at the oldest at `oldest_open_window_us(w)`. The stream files
-before the first one that may hold a row that new are no longer needed: each file ends
-with a mark carrying the newest timestamp so far, so all its rows are older than its mark
-(`PartitionedStream.first_position_from`).
-
-A broker stream has no marks; there the checkpoint's own offset log bounds the rows
-instead (`replay_seq`): batch B+1 runs under the watermark of everything batches up to B
-read, minus the watermark delay, so none of their rows is newer than that watermark plus
-the delay. The sequence batch B read up to is acknowledged once that bound is before the
-oldest open window.
+w minus one window length, at the oldest at `oldest_open_window_us(w)`. The checkpoint's
+own offset log bounds the rows each batch read (`replay_seq`): batch B+1 runs under the
+watermark of everything batches up to B read, minus the watermark delay, so none of their
+rows is newer than that watermark plus the delay. The sequence batch B read up to is
+acknowledged once that bound is before the oldest open window.
 
 The other modes acknowledge what their own restart needs: a task that keeps its checkpoint
 (none, and each copy of an active standby) needs the stream after its committed batches;
 passive standby needs it after the batch its backup's copy is cut at
-(`spark_agents.ha.delta.Delta.ack_position`).
+(`spark_agents.ha.delta.Cut.resume`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from spark_agents.streams import PartitionedStream
 from bpm.zeek.definitions import MICROS
 from spark_agents.checkpoint import processed_seq
-from spark_agents.ha.logs import batch_offsets, committed_batch, committed_position
+from spark_agents.ha.logs import batch_offsets, committed_batch
 
 
 def oldest_open_window_us(watermark_ms: int, window_s: int) -> int:
@@ -44,32 +38,14 @@ def oldest_open_window_us(watermark_ms: int, window_s: int) -> int:
     return -(-lower // window_us) * window_us  # the first window start at or after `lower`
 
 
-def processed_ack_position(checkpoint_dir: str | Path) -> int | None:
-    """The position after the stream files the task's committed batches took (None: nothing committed)."""
-    if committed_batch(checkpoint_dir) is None:
-        return None
-    position = committed_position(checkpoint_dir)
-    return 0 if position is None else position + 1
-
-
-def upstream_ack_position(stream: PartitionedStream, partition: int, checkpoint_dir: str | Path, window_s: int) -> int | None:
-    """The position from which a replay with a fresh checkpoint rebuilds every open window (None: nothing committed)."""
-    batch = committed_batch(checkpoint_dir)
-    if batch is None:
-        return None
-    processed = processed_ack_position(checkpoint_dir)
-    needed = stream.first_position_from(partition, oldest_open_window_us(batch_offsets(checkpoint_dir, batch).watermark_ms, window_s))
-    return needed if processed is None else min(needed, processed)
-
-
 def processed_ack_seq(checkpoint_dir: str | Path) -> int | None:
-    """For a broker stream: the sequence the task's committed batches have read up to (None: nothing committed)."""
+    """The sequence the task's committed batches have read up to (None: nothing committed)."""
     batch = committed_batch(checkpoint_dir)
     return None if batch is None else processed_seq(checkpoint_dir, batch)
 
 
 def replay_seq(checkpoint_dir: str | Path, window_s: int, delay_s: float) -> int | None:
-    """For a broker stream: the sequence after which a replay with a fresh checkpoint rebuilds
+    """The sequence after which a replay with a fresh checkpoint rebuilds
     every open window (None: no committed batch shows one yet; see the module text)."""
     batch = committed_batch(checkpoint_dir)
     if batch is None:

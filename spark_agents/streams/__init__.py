@@ -1,5 +1,5 @@
-"""The replayable, partitioned input stream that tasks read, and the feeder that writes it."""
+"""The rows of a participant's input stream, and the feeder that writes them."""
 
-from spark_agents.streams.partitioned import PartitionedStream, StreamError, StreamRecord, positions_glob, stream_path
+from spark_agents.streams.records import MARK_DATA, MARK_END, MARK_TICK, StreamRecord
 
-__all__ = ["PartitionedStream", "StreamError", "StreamRecord", "positions_glob", "stream_path"]
+__all__ = ["MARK_DATA", "MARK_END", "MARK_TICK", "StreamRecord"]

@@ -1,9 +1,9 @@
-"""Feeding connection summaries into a partitioned stream.
+"""Feeding connection summaries into a participant's stream (`spark_agents.broker.stream.BrokerStream`).
 
 The feeder applies the lateness rule in input order (before partitioning, so the result does
-not depend on the number of partitions), routes each connection by its source prefix, and
-ends every file with a time-advance tick carrying the newest timestamp admitted so far: a
-partition that receives no connections for a while still sees event time move, so its
+not depend on the number of key groups), routes each connection by its source prefix to its
+key group, and ends every chunk with a time-advance tick carrying the newest timestamp admitted so far: a
+key group that receives no connections for a while still sees event time move, so its
 windows close. `close()` writes an end-of-input mark that moves event time past every window.
 """
 
@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Iterator
+from typing import Protocol
 
-from spark_agents.streams.partitioned import MARK_END, MARK_TICK, PartitionedStream, StreamRecord
+from spark_agents.streams.records import MARK_END, MARK_TICK, StreamRecord
 from bpm.zeek.conn import Conn
 from bpm.zeek.definitions import MICROS, Admission, QueryParams, partition_of, source_prefix, ts_micros
 
@@ -46,17 +47,25 @@ def end_watermark_ms(end_us: int, params: QueryParams) -> int:
     return (end_us - params.lateness_s * MICROS) // 1000
 
 
+class Stream(Protocol):
+    """What a feeder writes to: `partitions` parts (key groups), each appended a chunk of rows at a time."""
+
+    partitions: int
+
+    def append(self, k: int, records: Iterable[StreamRecord]) -> int: ...
+
+
 class Feeder:
-    """Buffers connections per partition and writes them as stream files.
+    """Buffers connections per key group and appends them to the stream in chunks.
 
     Attributes:
         admission: the lateness rule (its `late` counts refused rows).
-        written: connections written per partition.
-        files: files written.
+        written: connections written per key group.
+        files: chunks written (messages, on the broker).
         offered: connections given to `add` (admitted or not).
     """
 
-    def __init__(self, stream: PartitionedStream, params: QueryParams) -> None:
+    def __init__(self, stream: Stream, params: QueryParams) -> None:
         self.stream = stream
         self.params = params
         self.admission = Admission(params.lateness_s)
@@ -83,7 +92,7 @@ class Feeder:
         return True
 
     def flush(self) -> int:
-        """Write one file per partition that has rows or whose event time moved; returns files written."""
+        """Append one chunk per key group that has rows or whose event time moved; returns chunks written."""
         newest = self.admission.newest_us
         if newest is None:
             return 0
@@ -109,7 +118,7 @@ class Feeder:
         self.flush()
 
     def close(self) -> None:
-        """Flush and write the end-of-input mark to every partition, closing all windows."""
+        """Flush and write the end-of-input mark to every key group, closing all windows."""
         self.flush()
         if self.admission.newest_us is not None:
             end = StreamRecord(end_mark_us(self.admission.newest_us, self.params), mark=MARK_END)
@@ -119,10 +128,10 @@ class Feeder:
         self.closed = True
 
 
-def feed_all(stream: PartitionedStream, conns: Iterable[Conn], params: QueryParams, rows_per_file: int = 200_000) -> Feeder:
+def feed_all(stream: Stream, conns: Iterable[Conn], params: QueryParams, rows_per_flush: int = 200_000) -> Feeder:
     """Write finite input at once (no pacing), closing the stream at the end."""
     feeder = Feeder(stream, params)
-    feeder.feed(conns, rows_per_file)
+    feeder.feed(conns, rows_per_flush)
     feeder.close()
     return feeder
 
@@ -147,7 +156,7 @@ def replay(
     stop=None,
     on_flush=None,
 ) -> Feeder:
-    """Feed connections at a paced rate, writing one file per partition every `flush_interval_s`.
+    """Feed connections at a paced rate, appending one chunk per key group every `flush_interval_s`.
 
     `clock`/`sleep` default to `time.monotonic`/`time.sleep`; `stop` is an optional
     `threading.Event` that ends the replay early (without an end mark); `on_flush(rows_done)`

@@ -1,8 +1,30 @@
+import secrets
+
 import pytest
 
+from spark_agents.broker.server import NatsServer, User
+from spark_agents.broker.stream import Broker
 from spark_agents.testing import shared_test_session
+from tests.conftest import free_port
 
 
 @pytest.fixture(scope="session")
 def spark():
     return shared_test_session()
+
+
+@pytest.fixture
+def nats_server(tmp_path):
+    """(server, owner user) of participant `a`'s broker: a NATS server of the project's own
+    (its own ports and storage folder), stopped at the end of the test."""
+    owner = User("a", secrets.token_urlsafe(16))
+    with NatsServer("a", tmp_path / "nats-a", port=free_port(), http_port=free_port(), users=[owner]) as server:
+        yield server, owner
+
+
+@pytest.fixture
+def broker(nats_server):
+    """A connection to `nats_server` as its owner."""
+    server, owner = nats_server
+    with Broker(server.url, owner.name, owner.password) as connection:
+        yield connection

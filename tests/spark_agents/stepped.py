@@ -25,7 +25,8 @@ def stepped_federation(
 ) -> Iterator[tuple[RegistryClient, dict[str, Agent], Callable[[str, int], Agent], Clock]]:
     """(operator, agents, add(name, tasks), clock): `add` registers a participant and connects
     its agent, whose host is `make_host(now)`; agents fetch checkpoints from each other directly.
-    A participant with a broker in `brokers` runs it and has its tasks over shares of its stream."""
+    A participant with a broker in `brokers` runs it and has its tasks over shares of its
+    stream; the others' tasks name no input."""
     brokers = brokers or {}
     database_url = f"sqlite:///{tmp_path / 'registry.db'}"
     upgrade(database_url)
@@ -62,10 +63,9 @@ def stepped_federation(
             config = AgentConfig(
                 name=name,
                 workdir=tmp_path / name,
-                output_dir=tmp_path / name / "output" if name in brokers else tmp_path / "output",  # a broker task writes to its origin's broker
                 endpoint=f"http://127.0.0.2:9000/{name}",
                 tasks=[OwnTask(f"g{prefix}", brokers[name].location(prefix), dict(task_params or {})) for prefix in shares(tasks)]
-                if name in brokers else [OwnTask(f"p{i}", f"/streams/{name}/partition={i}", dict(task_params or {})) for i in range(tasks)],
+                if name in brokers else [OwnTask(f"p{i}", "", dict(task_params or {})) for i in range(tasks)],  # no input: the hosts run no query
                 period_s=0.0,
                 reference_price=1.0,
             )

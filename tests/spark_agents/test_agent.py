@@ -29,7 +29,7 @@ class SteppedHost:
         self.starts: list[tuple[str, int]] = []
         self.task_load: dict[str, float] = {}
 
-    def start_task(self, task_id, input_path, checkpoint_dir, params):
+    def start_task(self, task_id, source, checkpoint_dir, params, epoch):
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         state = checkpoint_dir / "batches"
         count = int(state.read_text()) if state.exists() else 0
@@ -209,7 +209,7 @@ def test_agents_killed_mid_handover_start_the_task_once_after_restarting(federat
     operator, agents, add, clock = federation
     add("a", 0)
     for i in range(6):
-        agents["a"].add_task(OwnTask(f"q{i}", f"/streams/a/partition={i}", {}))
+        agents["a"].add_task(OwnTask(f"q{i}", "", {}))
     add("b", 0)
     _contract(agents, "a", "b")
     _cut_after_release(agents["b"])

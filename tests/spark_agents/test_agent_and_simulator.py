@@ -13,7 +13,7 @@ from bpm.negotiation import Task
 from bpm.sim.federation import Federation
 from tests.spark_agents.stepped import stepped_federation
 from tests.spark_agents.test_agent import TASK_LOAD, SteppedHost, _round
-from tests.spark_agents.test_agent_ha import SteppedHAHost
+from tests.spark_agents.test_agent_ha import Fences, SteppedHAHost
 
 COST = dict(a=0.25, c=1.0)  # threshold 0.5 at price 1
 TASKS = {"a": 12, "b": 1, "c": 3, "d": 0}
@@ -65,7 +65,8 @@ def _moves(events) -> list[tuple]:
 def test_live_agents_and_the_simulator_fail_the_same_tasks_over(tmp_path):
     """b fails after the load settled: a fails b's tasks over to itself (upstream backup, the
     contracts' mode), then sheds again; the simulator decides the same."""
-    with stepped_federation(tmp_path, lambda now: SteppedHAHost(tmp_path / "output", now)) as (operator, agents, add, clock):
+    fences = Fences()
+    with stepped_federation(tmp_path, lambda now: SteppedHAHost(fences, now)) as (operator, agents, add, clock):
         for name, count in TASKS.items():
             add(name, count)
         for a, b, low, high in CONTRACTS:

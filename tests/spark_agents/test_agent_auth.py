@@ -92,7 +92,7 @@ def test_a_rotated_registry_key_still_verifies_tokens_it_signed_until_they_lapse
 
 def test_only_the_participant_s_own_key_adds_its_tasks(moved):
     http, clients, _, _ = moved
-    body = {"name": "p9", "input_uri": "/streams/a/partition=9"}
+    body = {"name": "p9", "input_uri": "nats://127.0.0.2:4222/a/1001"}
     assert http.post("/tasks", json=body).status_code == 401
     assert http.post("/tasks", json=body, headers={"Authorization": f"Bearer {clients['b'].key}"}).status_code == 403
     added = http.post("/tasks", json=body, headers={"Authorization": f"Bearer {clients['a'].key}"})

@@ -1,8 +1,8 @@
 """The agents' high availability, stepped in one process against the real registry app.
 
 The Spark side is a host that runs no query: a task's "batch" bumps a counter in its
-checkpoint folder and writes its rows through the real output fence when the task is
-fenced; passive-standby deltas are real delta checkpoints of that folder, shipped through
+checkpoint folder and writes its rows through the real fenced sink over a fence kept in
+memory (the stand-in for the one on the origin's broker); passive-standby deltas are real delta checkpoints of that folder, shipped through
 the backup agent's `receive_delta`. What is tested is who does what: detection, failover,
 the takeover each mode chooses, repair, and the returning host being fenced.
 """
@@ -21,7 +21,7 @@ from bpm.zeek.definitions import ResultRow
 from spark_agents.agent import Agent
 from spark_agents.credentials import bearer
 from spark_agents.ha.delta import DeltaShipper
-from spark_agents.ha.fence import FencedError, FencedSink, OutputFence
+from spark_agents.ha.fence import FencedError, FencedSink, FenceState, unwritten
 from tests.spark_agents.stepped import stepped_federation
 
 TASK_LOAD = 0.12
@@ -29,6 +29,44 @@ TASK_LOAD = 0.12
 
 def _row(window_end: int, src: str = "10.0.0.1") -> ResultRow:
     return ResultRow(kind="connections", window_start=window_end - 10, window_end=window_end, key=src, value=101)
+
+
+class MemoryFence:
+    """A task's output fence kept in memory, with the rules of the one on the origin's broker
+    (`spark_agents.broker.results.BrokerFence`): a newer epoch's claim refuses every older one,
+    and only windows after the newest written are written."""
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id, self.epoch, self.window_end, self.batches = task_id, None, None, []
+
+    def state(self) -> FenceState:
+        return FenceState(self.epoch, self.window_end)
+
+    def check(self, epoch: int) -> None:
+        if self.epoch is not None and self.epoch > epoch:
+            raise FencedError(f"task {self.task_id}: epoch {epoch} is fenced; epoch {self.epoch} holds its output")
+
+    def claim(self, epoch: int) -> FenceState:
+        self.check(epoch)
+        self.epoch = epoch
+        return self.state()
+
+    def write(self, epoch, batch_id, rows, run):
+        self.claim(epoch)
+        fresh = unwritten(rows, self.window_end)
+        if not fresh:
+            return None, len(rows)
+        self.window_end = max([r.window_end for r in fresh] + ([self.window_end] if self.window_end is not None else []))
+        self.batches.append(fresh)
+        return len(self.batches), len(rows) - len(fresh)
+
+
+class Fences(dict):
+    """The fences of a federation's tasks, by task."""
+
+    def __missing__(self, task_id: str) -> MemoryFence:
+        self[task_id] = MemoryFence(task_id)
+        return self[task_id]
 
 
 class SteppedHAHost:
@@ -42,8 +80,8 @@ class SteppedHAHost:
         replicas: active-standby replicas running here.
     """
 
-    def __init__(self, output_dir: Path, clock) -> None:
-        self.output_dir = output_dir
+    def __init__(self, fences: Fences, clock) -> None:
+        self.fences = fences
         self.clock = clock
         self.cost = MM1Cost(a=0.25, c=1.0)
         self._running: dict[str, Path] = {}
@@ -55,12 +93,12 @@ class SteppedHAHost:
         self.replicas: dict[str, Path] = {}
         self.batch_times: dict[str, list[float]] = {}
 
-    def start_task(self, task_id, input_path, checkpoint_dir, params, epoch=None):
+    def start_task(self, task_id, source, checkpoint_dir, params, epoch):
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         count = self._count(checkpoint_dir)
         self.starts.append((task_id, epoch, count))
         self._running[task_id] = checkpoint_dir
-        self.sinks[task_id] = FencedSink(self.output_dir, task_id, epoch) if epoch is not None else None
+        self.sinks[task_id] = FencedSink(self.fences[task_id], epoch)
 
     @staticmethod
     def _count(checkpoint_dir: Path) -> int:
@@ -127,7 +165,7 @@ class SteppedHAHost:
         replica = self.replicas.pop(task_id, None)
         self.takeovers.append({"task": task_id, "mode": mode, "epoch": epoch, "backup": backup, "replica": replica,
                                "failed_consumer": failed_consumer, "checkpoint": checkpoint_dir})
-        OutputFence(self.output_dir, task_id).claim(epoch)  # as take_over does, before anything runs
+        self.fences[task_id].claim(epoch)  # as take_over does, before anything runs
         folder = backup.backup_dir if backup is not None else (replica or checkpoint_dir)
         self.start_task(task_id, None, Path(folder), params, epoch)
         return {"start_position": None, "promoted_rows": 0, "takeover_s": 0.0}
@@ -139,7 +177,8 @@ class SteppedHAHost:
 
 @pytest.fixture
 def federation(tmp_path):
-    with stepped_federation(tmp_path, lambda now: SteppedHAHost(tmp_path / "output", now), {"window_s": 10}) as federation:
+    fences = Fences()
+    with stepped_federation(tmp_path, lambda now: SteppedHAHost(fences, now), {"window_s": 10}) as federation:
         _, agents, add, _ = federation
 
         def deliver(request: httpx.Request) -> httpx.Response:
@@ -269,9 +308,7 @@ def test_each_mode_takes_over_its_own_way(federation, mode):
         assert keys <= a.host.running() and not keys & set(a.host._running), "and does not run the task itself"
     else:
         assert not a.host.replicas and not [r for r in operator.replicas() if r["state"] == "active"]
-    if mode == "none":
-        assert all(epoch is None for key, epoch, _ in b.host.starts if key in keys), "no HA: plain output"
-    else:
+    if mode != "none":
         assert {b.host.duties[k][0] for k in keys} == {mode}
     _kill_b_and_detect(operator, agents, clock)
     took = {t["task"]: t for t in a.host.takeovers}
@@ -281,7 +318,7 @@ def test_each_mode_takes_over_its_own_way(federation, mode):
         assert all(t["replica"] is not None for t in took.values()), "the replica was promoted"
         assert not a.host.replicas
     for key in keys:
-        assert OutputFence(a.config.output_dir, key).state().epoch == took[key]["epoch"], "the new host holds the fence"
+        assert a.host.fences[key].state().epoch == took[key]["epoch"], "the new host holds the fence"
 
 
 def test_a_normal_end_drops_the_replicas(federation):

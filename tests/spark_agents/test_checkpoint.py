@@ -1,31 +1,15 @@
-import pytest
-
-from spark_agents.checkpoint import committed_watermark_ms, hand_over, processed_position
+from spark_agents.checkpoint import committed_watermark_ms, processed_seq
 
 
-def write_log(folder, name, positions):
-    folder.mkdir(parents=True, exist_ok=True)
-    lines = ["v1"] + [f'{{"path":"file:///s/partition=0/{p:012d}.csv","timestamp":1,"batchId":0}}' for p in positions]
-    (folder / name).write_text("\n".join(lines) + "\n")
-
-
-def test_processed_position_reads_the_file_source_log(tmp_path):
-    assert processed_position(tmp_path) is None
-    log = tmp_path / "sources" / "0"
-    write_log(log, "0", [0, 1])
-    write_log(log, "1", [2])
-    write_log(log, "9.compact", [0, 1, 2, 3, 7])
-    assert processed_position(tmp_path) == 7
-    assert processed_position(tmp_path, log_offset=1) == 2
-
-
-def test_hand_over_copies_into_a_new_folder(tmp_path):
-    source = tmp_path / "ck"
-    write_log(source / "sources" / "0", "0", [4])
-    copy = hand_over(source, tmp_path / "elsewhere")
-    assert processed_position(copy) == 4
-    with pytest.raises(FileExistsError):
-        hand_over(source, copy)
+def test_processed_seq_reads_the_source_offset_of_a_batch(tmp_path):
+    assert processed_seq(tmp_path) is None
+    (tmp_path / "offsets").mkdir()
+    for n, seq in enumerate([64, 128]):
+        (tmp_path / "offsets" / str(n)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{{"seq":{seq}}}\n')
+    assert processed_seq(tmp_path) == 128 and processed_seq(tmp_path, 0) == 64
+    (tmp_path / "offsets" / "2").write_text('v1\n{"batchWatermarkMs":0}\n"{\\"seq\\": 192}"\n')  # logged as a JSON string
+    assert processed_seq(tmp_path) == 192
+    assert processed_seq(tmp_path, 7) is None
 
 
 def test_committed_watermark_is_that_of_the_newest_completed_batch(tmp_path):
@@ -50,14 +34,12 @@ def test_a_handover_ships_only_what_a_restart_reads(tmp_path):
 
     touch("metadata", ".metadata.crc", "state/0/_metadata/metadata", "state/0/0/_metadata/schema")
     for n in range(24):
-        touch(f"offsets/{n}", f"offsets/.{n}.crc", f"sources/0/{n}.compact" if n in (9, 19) else f"sources/0/{n}")
+        touch(f"offsets/{n}", f"offsets/.{n}.crc")
         touch(*(f"state/0/{p}/{n + 1}.delta" for p in (0, 1)))
     touch(*(f"commits/{n}" for n in range(23)), "commits/.23.0c5e.tmp")  # batch 23 planned, not completed
     touch("state/0/0/10.snapshot", "state/0/0/20.snapshot", "state/0/0/24.snapshot")  # 24: the uncompleted batch's
     kept = {str(p) for p in restart_files(tmp_path)}
     assert {"offsets/22", "offsets/23", "commits/22"} <= kept and not {"offsets/21", "commits/21"} & kept
-    assert {f"sources/0/{n}" for n in (20, 21, 22, 23)} | {"sources/0/19.compact"} <= kept
-    assert not {"sources/0/18", "sources/0/9.compact"} & kept, "the newest compaction holds them"
     assert {"state/0/0/20.snapshot", "state/0/0/21.delta", "state/0/0/24.delta", "state/0/0/24.snapshot"} <= kept
     assert "state/0/0/19.delta" not in kept, "before the snapshot a restart reads (version 23 after batch 22)"
     assert {f"state/0/1/{v}.delta" for v in range(1, 25)} <= kept, "no snapshot in partition 1: every delta"

@@ -1,4 +1,5 @@
-"""The task host on the shared local session: movement at batch boundaries, measurements, HTTP status."""
+"""The task host on the shared local session: movement at batch boundaries, measurements, HTTP
+status; tasks read a participant's broker stream and write through the fence on it."""
 
 import time
 
@@ -6,13 +7,15 @@ import httpx
 import pytest
 
 from bpm.costs import CostFunction
-from spark_agents.streams import PartitionedStream
-from spark_agents.streams.feed import Feeder, end_watermark_ms, feed_all
+from spark_agents.broker.results import broker_outputs, broker_sink, read_results
+from spark_agents.broker.source import JetStreamInput
+from spark_agents.broker.stream import BrokerStream
+from spark_agents.streams.feed import Feeder, end_mark_us, end_watermark_ms, feed_all
 from bpm.zeek.definitions import QueryParams
 from bpm.zeek.generator import TrafficProfile, generate
 from bpm.zeek.reference import compute
-from bpm.zeek.results import read_outputs
-from spark_agents.checkpoint import committed_watermark_ms, hand_over
+from spark_agents.checkpoint import committed_watermark_ms
+from spark_agents.handover import pack, unpack
 from spark_agents.host import TaskError, TaskHost
 from spark_agents.metrics import IntervalSample
 from spark_agents.query import staggered_trigger_s
@@ -30,72 +33,71 @@ def wait_for(condition, timeout_s=120.0):
 
 @pytest.fixture
 def host(spark, tmp_path):
-    h = TaskHost(spark, tmp_path / "work", tmp_path / "output", interval_s=1.0)
+    h = TaskHost(spark, tmp_path / "work", interval_s=1.0)
     yield h
     h.close()
 
 
-def test_a_task_moved_at_a_batch_boundary_loses_and_duplicates_nothing(spark, host, tmp_path):
+@pytest.fixture
+def source(nats_server):
+    """Participant a's key groups `prefix` of its stream, read as its owner."""
+    server, owner = nats_server
+    return lambda prefix="": JetStreamInput(server.url, owner.name, owner.password, "a", prefix)
+
+
+def sink(broker, task_id, epoch=0):
+    return broker_sink(broker, task_id, epoch)
+
+
+def test_a_task_moved_at_a_batch_boundary_loses_and_duplicates_nothing(spark, host, tmp_path, broker, source):
     conns = generate(TrafficProfile(duration_s=240, rate=60, sources=100), seed=21)
-    stream = PartitionedStream.create(tmp_path / "stream", 1)
-    feeder = Feeder(stream, PARAMS)
+    feeder = Feeder(BrokerStream(broker, "a"), PARAMS)
     half = len(conns) // 2
-    for i, conn in enumerate(conns[:half]):
-        feeder.add(conn)
-        if i % 2000 == 1999:
-            feeder.flush()
-    feeder.flush()
-    task = host.start_task("p0", stream.partition_path(0), params=PARAMS, trigger_s=0.2)
-    last = stream.next_position(0) - 1
+    feeder.feed(conns[:half], 2000)
+    task = host.start_task("a.p0", source(), params=PARAMS, trigger_s=0.2, sink=sink(broker, "a.p0", 1))
+    last = broker.last_seq()
     wait_for(lambda: task.position == last)
     assert task.batches > 0 and task.rows > 0 and host.tasks()[0].state == "running"
 
-    checkpoint = host.stop_task("p0")
+    checkpoint = host.stop_task("a.p0")
     assert host.tasks()[0].state == "stopped" and host.running() == []
-    moved = hand_over(checkpoint, tmp_path / "elsewhere")
-    before = read_outputs(tmp_path / "output")
+    unpack(pack(checkpoint), tmp_path / "elsewhere", epoch=2)  # the checkpoint crosses as bytes
+    before = broker_outputs(broker, ["a.p0"])
 
-    for conn in conns[half:]:
-        feeder.add(conn)
+    feeder.feed(conns[half:], 2000)
     feeder.close()
-    other = TaskHost(spark, tmp_path / "other", tmp_path / "output", interval_s=1.0)
+    other = TaskHost(spark, tmp_path / "other", interval_s=1.0)
     try:
-        resumed = other.start_task("p0", stream.partition_path(0), moved, params=PARAMS, trigger_s=0.2)
-        assert resumed.position == last, "resumes after the files the first host took"
+        resumed = other.start_task("a.p0", source(), tmp_path / "elsewhere", params=PARAMS, trigger_s=0.2, sink=sink(broker, "a.p0", 2))
+        assert resumed.position == last, "resumes after the sequence the first host read up to"
         resumed.query.processAllAvailable()
-        after = read_outputs(tmp_path / "output")
+        after = broker_outputs(broker, ["a.p0"])
         assert after.rows == set(compute(conns, PARAMS))
         assert after.duplicates == [] and before.rows <= after.rows
-        assert min(int(p.stem.split("-")[1]) for p in set(after.files) - set(before.files)) > max(
-            (int(p.stem.split("-")[1]) for p in before.files), default=-1), "batch ids continue after the move"
+        batches = read_results(broker, "a.p0")
+        assert min(b.batch_id for b in batches if b.epoch == 2) > max((b.batch_id for b in batches if b.epoch == 1), default=-1), \
+            "batch ids continue after the move"
     finally:
         other.close()
 
 
-def test_a_checkpoint_packed_for_a_handover_resumes_without_its_history(spark, host, tmp_path):
-    """After a few dozen batches (a compaction of the file-source log), the packed checkpoint
-    leaves out history and checksum files, and the task resumes from it exactly."""
-    from spark_agents.handover import pack, unpack
-
+def test_a_checkpoint_packed_for_a_handover_resumes_without_its_history(spark, host, tmp_path, broker, source):
+    """After a few dozen batches, the packed checkpoint leaves out history and checksum files,
+    and the task resumes from it exactly."""
     conns = generate(TrafficProfile(duration_s=240, rate=60, sources=100), seed=22)
-    stream = PartitionedStream.create(tmp_path / "stream", 1)
-    feeder = Feeder(stream, PARAMS)
+    feeder = Feeder(BrokerStream(broker, "a"), PARAMS)
     half = len(conns) // 2
-    task = host.start_task("p0", stream.partition_path(0), params=PARAMS, trigger_s=0.1)
+    task = host.start_task("a.p0", source(), params=PARAMS, trigger_s=0.1, sink=sink(broker, "a.p0", 1))
     step = half // 24
-    for start in range(0, step * 24, step):  # one stream file, and one batch, at a time
-        for conn in conns[start:start + step]:
-            feeder.add(conn)
-        feeder.flush()
-        last = stream.next_position(0) - 1
+    for start in range(0, step * 24, step):  # one flush, and one batch, at a time
+        feeder.feed(conns[start:start + step], step + 1)
+        last = broker.last_seq()
         wait_for(lambda: task.position == last)
-    for conn in conns[step * 24:half]:
-        feeder.add(conn)
-    feeder.flush()
-    last = stream.next_position(0) - 1
+    feeder.feed(conns[step * 24:half], half)
+    last = broker.last_seq()
     wait_for(lambda: task.position == last)
     assert task.batches >= 24
-    checkpoint = host.stop_task("p0")
+    checkpoint = host.stop_task("a.p0")
     everything = [p for p in checkpoint.rglob("*") if p.is_file()]
     unpack(pack(checkpoint), tmp_path / "elsewhere", epoch=1)
     shipped = [p for p in (tmp_path / "elsewhere").rglob("*") if p.is_file()]
@@ -103,49 +105,46 @@ def test_a_checkpoint_packed_for_a_handover_resumes_without_its_history(spark, h
     assert not [p for p in shipped if p.name.endswith(".crc")]
     assert len(list((tmp_path / "elsewhere" / "offsets").iterdir())) == 2
 
-    for conn in conns[half:]:
-        feeder.add(conn)
+    feeder.feed(conns[half:], 2000)
     feeder.close()
-    other = TaskHost(spark, tmp_path / "other", tmp_path / "output", interval_s=1.0)
+    other = TaskHost(spark, tmp_path / "other", interval_s=1.0)
     try:
-        resumed = other.start_task("p0", stream.partition_path(0), tmp_path / "elsewhere", params=PARAMS, trigger_s=0.2)
+        resumed = other.start_task("a.p0", source(), tmp_path / "elsewhere", params=PARAMS, trigger_s=0.2, sink=sink(broker, "a.p0", 1))
         assert resumed.position == last
         resumed.query.processAllAvailable()
-        after = read_outputs(tmp_path / "output")
+        after = broker_outputs(broker, ["a.p0"])
         assert after.rows == set(compute(conns, PARAMS)) and after.duplicates == []
     finally:
         other.close()
 
 
-def test_a_task_that_read_the_end_of_its_input_stops_only_after_its_last_windows(host, tmp_path):
+def test_a_task_that_read_the_end_of_its_input_stops_only_after_its_last_windows(host, broker, source):
     """Spark runs the batch that the end mark's watermark brings only after a batch of the same
     run: a task stopped before it and resumed elsewhere would never emit its last windows."""
     conns = generate(TrafficProfile(duration_s=120, rate=40, sources=50), seed=23)
-    stream = PartitionedStream.create(tmp_path / "stream", 1)
-    feed_all(stream, conns, PARAMS)
-    last = stream.next_position(0) - 1
-    task = host.start_task("p0", stream.partition_path(0), params=PARAMS, trigger_s=3.0)
-    assert task.trigger_s == staggered_trigger_s("p0", 3.0)
+    feeder = feed_all(BrokerStream(broker, "a"), conns, PARAMS)
+    last = broker.last_seq()
+    task = host.start_task("a.p0", source(), params=PARAMS, trigger_s=3.0, sink=sink(broker, "a.p0"))
+    assert task.trigger_s == staggered_trigger_s("a.p0", 3.0)
     wait_for(lambda: task.position == last)  # the batch that read the end mark; the next trigger is up to 3.3 s away
-    checkpoint = host.stop_task("p0")
-    assert committed_watermark_ms(checkpoint) == end_watermark_ms(stream.tick_us(0, last), PARAMS)
-    assert read_outputs(tmp_path / "output").rows == set(compute(conns, PARAMS))
+    checkpoint = host.stop_task("a.p0")
+    assert committed_watermark_ms(checkpoint) == end_watermark_ms(end_mark_us(feeder.admission.newest_us, PARAMS), PARAMS)
+    assert broker_outputs(broker, ["a.p0"]).rows == set(compute(conns, PARAMS))
 
 
-def test_measurements_status_and_http(host, tmp_path):
-    stream = PartitionedStream.create(tmp_path / "stream", 2)
-    feeder = Feeder(stream, PARAMS)
-    for conn in generate(TrafficProfile(duration_s=120, rate=40, sources=50), seed=22):
-        feeder.add(conn)
-    feeder.close()
+def test_measurements_status_and_http(host, broker, source):
+    feed_all(BrokerStream(broker, "a"), generate(TrafficProfile(duration_s=120, rate=40, sources=50), seed=22), PARAMS)
     host.sample()
     for k in range(2):
-        host.start_task(f"p{k}", stream.partition_path(k), params=PARAMS, trigger_s=0.2)
+        host.start_task(f"p{k}", source(str(k)), params=PARAMS, trigger_s=0.2, sink=sink(broker, f"a.p{k}"))
     with pytest.raises(TaskError, match="already running"):
-        host.start_task("p0", stream.partition_path(0))
+        host.start_task("p0", source("0"), sink=sink(broker, "a.p0"))
     with pytest.raises(TaskError, match="bad task id"):
-        host.start_task("../x", stream.partition_path(0))
-    wait_for(lambda: all(t.position == stream.next_position(0 if t.task_id == "p0" else 1) - 1 for t in host.tasks()))
+        host.start_task("../x", source("0"), sink=sink(broker, "a.p0"))
+    with pytest.raises(TaskError, match="not a share of a broker stream"):
+        host.start_task("p9", "/streams/a/partition=0", sink=sink(broker, "a.p9"))
+    last = broker.last_seq()
+    wait_for(lambda: all(t.position == last for t in host.tasks()))
     interval = host.sample()
     loads = host.loads(window_s=60)
     assert set(loads) == {"p0", "p1"} and all(0 < v <= 1.5 for v in loads.values())
@@ -160,7 +159,7 @@ def test_measurements_status_and_http(host, tmp_path):
     try:
         status = httpx.get(f"{url}/status", timeout=30).json()
         assert {t["task_id"] for t in status["tasks"]} == {"p0", "p1"}
-        assert all(t["backlog"] == {"pending": 0, "unit": "files", "age_s": 0.0} and t["state"] == "running" for t in status["tasks"])
+        assert all(t["backlog"] == {"pending": 0, "unit": "messages"} and t["state"] == "running" for t in status["tasks"])
         assert status["cpus"] == 2 and "marginal" in status["marginal_costs"]
         metrics = httpx.get(f"{url}/metrics", timeout=30).text
         assert 'bpm_task_load{task="p0"}' in metrics and "bpm_task_batches_total" in metrics

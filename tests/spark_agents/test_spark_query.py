@@ -1,17 +1,18 @@
-"""The streaming query against the plain computation, and the idempotence of its output."""
+"""The streaming query against the plain computation, and the idempotence of its output through the fence."""
 
 import shutil
 from pathlib import Path
 
 import pytest
 
-from spark_agents.streams import PartitionedStream
-from spark_agents.streams.feed import end_watermark_ms, feed_all
+from spark_agents.broker.results import broker_outputs, broker_sink
+from spark_agents.broker.source import JetStreamInput
+from spark_agents.broker.stream import BrokerStream
+from spark_agents.streams.feed import end_mark_us, end_watermark_ms, feed_all
 from bpm.zeek.conn import read_logs
 from bpm.zeek.definitions import QueryParams
 from bpm.zeek.generator import TrafficProfile, generate
 from bpm.zeek.reference import compute
-from bpm.zeek.results import read_outputs
 from spark_agents.checkpoint import committed_watermark_ms
 from spark_agents.pipeline import run_pipeline
 from spark_agents.query import staggered_trigger_s, start_query
@@ -37,26 +38,28 @@ def test_generated_traffic_through_spark_equals_the_plain_computation(spark, par
     assert result.rows == expected and result.late > 0
 
 
-def test_a_replayed_batch_overwrites_its_file_instead_of_duplicating(spark, tmp_path):
+def test_a_replayed_batch_writes_nothing_twice(spark, tmp_path, nats_server, broker):
+    server, owner = nats_server
     conns = generate(TrafficProfile(duration_s=120, rate=40, sources=60), seed=12)
     params = QueryParams()
-    stream = PartitionedStream.create(tmp_path / "s", 1)
-    feed_all(stream, conns, params, rows_per_file=1000)
-    checkpoint, output = tmp_path / "ck", tmp_path / "out"
+    feeder = feed_all(BrokerStream(broker, "a"), conns, params, rows_per_flush=1000)
+    source = JetStreamInput(server.url, owner.name, owner.password, "a", max_messages=64)
+    checkpoint = tmp_path / "ck"
 
     def run_to_end():
-        query = start_query(spark, "t0", stream.partition_path(0), checkpoint, output, params)
+        sink = broker_sink(broker, "a.t0", 1)  # a restart of the task at its epoch: a new writer
+        query = start_query(spark, "t0", source, checkpoint, params, sink)
         try:
             query.processAllAvailable()
         finally:
             query.stop()
+        return sink
 
-    run_to_end()
-    end_us = stream.tick_us(0, stream.next_position(0) - 1)
-    assert committed_watermark_ms(checkpoint) == end_watermark_ms(end_us, params), "the last batch ran with the end mark's watermark"
-    first = read_outputs(output)
-    assert first.rows == set(compute(conns, params))
-    written = {p: p.stat().st_mtime_ns for p in first.files}
+    first = run_to_end()
+    end_ms = end_watermark_ms(end_mark_us(feeder.admission.newest_us, params), params)
+    assert committed_watermark_ms(checkpoint) == end_ms, "the last batch ran with the end mark's watermark"
+    written = broker_outputs(broker, ["a.t0"])
+    assert written.rows == set(compute(conns, params)) and first.dropped == 0
     # Forget that the last batches committed: a restart from this checkpoint runs them again.
     commits = sorted((checkpoint / "commits").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1)
     for path in [p for p in commits if p.name.isdigit()][-2:]:
@@ -64,11 +67,11 @@ def test_a_replayed_batch_overwrites_its_file_instead_of_duplicating(spark, tmp_
     shutil.rmtree(checkpoint / "commits" / ".tmp", ignore_errors=True)
     for crc in (checkpoint / "commits").glob(".*.crc"):
         crc.unlink()
-    assert (committed_watermark_ms(checkpoint) or 0) < end_watermark_ms(end_us, params), "no completed batch with it now"
-    run_to_end()
-    again = read_outputs(output)
-    assert again.rows == first.rows and again.duplicates == [] and again.files == first.files
-    assert any(p.stat().st_mtime_ns != t for p, t in written.items()), "the replayed batch rewrote its file"
+    assert (committed_watermark_ms(checkpoint) or 0) < end_ms, "no completed batch with it now"
+    again = run_to_end()
+    assert again.dropped > 0 and again.written == 0, "the replayed batches' windows were written: the fence dropped them"
+    out = broker_outputs(broker, ["a.t0"])
+    assert out.rows == written.rows and out.duplicates == []
 
 
 def test_tasks_trigger_at_intervals_a_few_milliseconds_apart_fixed_by_their_id():

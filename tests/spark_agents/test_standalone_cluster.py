@@ -1,4 +1,5 @@
-"""The task host against a real Spark standalone cluster (master and one worker on loopback)."""
+"""The task host against a real Spark standalone cluster (master and one worker on loopback),
+its tasks reading a participant's broker stream and writing their results to it."""
 
 import json
 import os
@@ -12,11 +13,11 @@ import pyspark
 import pytest
 
 from spark_agents.broker.server import free_port
-from spark_agents.streams import PartitionedStream
-from spark_agents.streams.feed import feed_all
 from bpm.zeek.generator import TrafficProfile, generate
 from bpm.zeek.reference import compute
-from bpm.zeek.results import read_outputs
+from spark_agents.broker.results import broker_outputs
+from spark_agents.broker.stream import BrokerStream
+from spark_agents.streams.feed import feed_all
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cluster_driver import PARAMS  # noqa: E402
@@ -37,10 +38,10 @@ def wait_for_port(port: int, proc: subprocess.Popen, timeout_s: float) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(420)
-def test_host_runs_tasks_on_a_standalone_cluster_unchanged(tmp_path):
+def test_host_runs_tasks_on_a_standalone_cluster_unchanged(tmp_path, nats_server, broker):
+    server, owner = nats_server
     conns = generate(TrafficProfile(duration_s=180, rate=40, sources=80), seed=31)
-    stream = PartitionedStream.create(tmp_path / "stream", 2)
-    feed_all(stream, conns, PARAMS, rows_per_file=1500)
+    feed_all(BrokerStream(broker, "a"), conns, PARAMS, rows_per_flush=1500)
 
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(tmp_path / "logs"),
            "SPARK_WORKER_DIR": str(tmp_path / "worker"), "PYSPARK_PYTHON": sys.executable}
@@ -61,14 +62,13 @@ def test_host_runs_tasks_on_a_standalone_cluster_unchanged(tmp_path):
         wait_for_port(worker_port, procs[1], 90)
 
         driver = subprocess.run(
-            [sys.executable, str(Path(__file__).parent / "cluster_driver.py"), master, str(stream.root),
-             str(tmp_path / "work"), str(tmp_path / "output")],
-            env=env, capture_output=True, text=True, timeout=300)
+            [sys.executable, str(Path(__file__).parent / "cluster_driver.py"), master, server.url, owner.name, str(tmp_path / "work")],
+            env={**env, "BPM_NATS_PASSWORD": owner.password}, capture_output=True, text=True, timeout=300)
         assert driver.returncode == 0, driver.stderr[-3000:]
         report = json.loads(driver.stdout.strip().splitlines()[-1])
         assert report["master"] == master and report["executors"] >= 2, "driver plus the worker's executor"
         assert all(n > 0 for n in report["batches"].values())
-        output = read_outputs(tmp_path / "output")
+        output = broker_outputs(broker, report["batches"])
         assert output.rows == set(compute(conns, PARAMS)) and output.duplicates == []
     finally:
         for proc in reversed(procs):

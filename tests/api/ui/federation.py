@@ -124,7 +124,7 @@ def play(url: str, clock: SteppedClock, duration_s: float = 1800.0) -> dict:
         keys[m.name] = operator.add_participant(m.name, f"http://127.0.0.{2 + len(keys)}:9100")["api_key"]
         m.client = RegistryClient(url, keys[m.name])
         for i, load in enumerate(m.task_loads):
-            task = m.client.register_task(f"{m.name}-conn-p{i}", load=load, input_uri=f"file:///data/{m.name}/conn", params={"partition": i, "partitions": len(m.task_loads)})
+            task = m.client.register_task(f"{m.name}-conn-p{i}", load=load, input_uri=f"nats://127.0.0.1:4222/{m.name}", params={"partition": i, "partitions": len(m.task_loads)})
             m.task_ids.append(task["id"])
             base[task["id"]] = load
             origin_of[task["id"]] = m.name

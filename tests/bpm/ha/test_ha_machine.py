@@ -25,7 +25,7 @@ from bpm.ha.machine import (
 
 
 def task(id=1, origin="a", host="b", epoch=2, name="q", **extra):
-    return {"id": id, "origin": origin, "host": host, "epoch": epoch, "name": name, "input_uri": "/s/partition=0", **extra}
+    return {"id": id, "origin": origin, "host": host, "epoch": epoch, "name": name, "input_uri": "nats://127.0.0.1:4222/a/0", **extra}
 
 
 def replica(id, participant, role="passive_standby", state="active", task_id=1):
@@ -78,7 +78,7 @@ def test_replication_is_kept_repaired_and_dropped_at_the_host():
 def test_a_mode_without_replicas_drops_them_once_the_task_runs_and_trims_upstream():
     machine = HAMachine("a", interval_s=5.0)
     view = seen(tasks=[task()], replicas=[replica(3, "c")], modes={"a.q": "upstream_backup"})
-    assert machine.handle(view) == [DropReplica(3, "a.q", "c", "a.q keeps no replica under mode upstream_backup"), Trim("a.q", "/s/partition=0")]
+    assert machine.handle(view) == [DropReplica(3, "a.q", "c", "a.q keeps no replica under mode upstream_backup"), Trim("a.q", "nats://127.0.0.1:4222/a/0")]
     assert machine.handle(seen(now=103.0, tasks=[task()], modes={"a.q": "upstream_backup"})) == [], "trimmed less than 5 s ago"
     home = seen(tasks=[task(host="a")], replicas=[replica(3, "c")], modes={"a.q": "none"})
     assert machine.handle(home) == [], "back home but not running yet: the copy stays"

@@ -24,7 +24,7 @@ from spark_agents.server import create_agent_app
 from spark_agents.streams.feed import Feeder
 from tests.spark_agents.stepped import stepped_federation
 from tests.spark_agents.test_agent import SteppedHost
-from tests.spark_agents.test_agent_ha import SteppedHAHost
+from tests.spark_agents.test_agent_ha import Fences, SteppedHAHost
 
 pytestmark = pytest.mark.slow
 
@@ -124,7 +124,7 @@ def test_a_task_over_the_broker_moves_between_agents_that_share_no_folder_and_wr
 
     def make_host(now):
         name = "ab"[len(hosts)]
-        hosts[name] = SparkTasks(TaskHost(spark, tmp_path / name, tmp_path / name / "output", interval_s=60), trigger_s=0.2)
+        hosts[name] = SparkTasks(TaskHost(spark, tmp_path / name, interval_s=60), trigger_s=0.2)
         return hosts[name]
 
     conns = list(generate(TrafficProfile(duration_s=120, rate=40, scanners=2), 7))
@@ -146,7 +146,7 @@ def test_a_task_over_the_broker_moves_between_agents_that_share_no_folder_and_wr
                 b._stale.add("task")
                 b.sync()  # fetches the checkpoint from a, asks a for the stream, starts
                 assert b.host.running() == {"a.g"} and a.host.running() == set()
-                running = hosts["b"].host._task("a.g").input_path
+                running = hosts["b"].host._task("a.g").source
                 assert isinstance(running, JetStreamInput) and running.user == "b"
                 feeder.feed(rest, rows_per_flush=500)
                 feeder.close()
@@ -159,8 +159,6 @@ def test_a_task_over_the_broker_moves_between_agents_that_share_no_folder_and_wr
     expected = compute(conns, params)
     assert expected and out.rows == set(expected) and out.duplicates == []
     assert task["epoch"] == 1
-    # Nothing of the task is in any folder but the two agents' own, and no output folder was written.
-    assert not (tmp_path / "output").exists() and not any((tmp_path / name / "output").exists() for name in "ab")
 
 
 def _drain(tasks, key: str, timeout_s: float = 120.0) -> None:
@@ -177,9 +175,9 @@ class _SlowStarts(SteppedHost):
 
     started = False
 
-    def start_task(self, task_id, source, checkpoint_dir, params, epoch=None):
+    def start_task(self, task_id, source, checkpoint_dir, params, epoch):
         assert isinstance(source, JetStreamInput) and epoch == 0, "a broker task reads as the owner and writes through the fence"
-        super().start_task(task_id, source, checkpoint_dir, params)
+        super().start_task(task_id, source, checkpoint_dir, params, epoch)
 
     def starting(self):
         return set() if self.started else set(self._running)
@@ -199,7 +197,8 @@ def test_an_agent_starts_one_query_over_a_broker_stream_at_a_time(tmp_path, own_
 
 def test_the_origin_keeps_its_stream_for_the_host_of_a_replicated_task_and_takes_its_acknowledgements(tmp_path, own_brokers):
     broker = own_brokers["a"]
-    with stepped_federation(tmp_path, lambda now: SteppedHAHost(tmp_path / "output", now), brokers=own_brokers) as (operator, agents, add, clock):
+    fences = Fences()
+    with stepped_federation(tmp_path, lambda now: SteppedHAHost(fences, now), brokers=own_brokers) as (operator, agents, add, clock):
         a = add("a", 1)
         b = add("b", 0)
         with Broker(broker.url, "a", broker.password) as mine:

@@ -16,7 +16,7 @@ from spark_agents.broker.source import JetStreamInput
 from spark_agents.broker.stream import Broker, BrokerStream
 from spark_agents.ha.delta import DeltaShipper
 from spark_agents.ha.fence import FencedError
-from spark_agents.ha.inputs import KeyGroupsInput, OwnAcks
+from spark_agents.ha.inputs import OwnAcks, TaskInput
 from spark_agents.ha.roles import PassiveBackup, take_over
 from spark_agents.host import TaskHost
 from spark_agents.query import start_query
@@ -40,12 +40,12 @@ def test_a_takeover_from_what_the_mode_keeps_is_exact_on_the_broker(spark, tmp_p
         feeder = Feeder(BrokerStream(mine, "a"), PARAMS)
         retention = Retention(mine, "a")
         source = JetStreamInput(server.url, owner.name, owner.password, "a", "", max_messages=150)
-        stream = KeyGroupsInput(source, OwnAcks(retention, ""))
+        stream = TaskInput(source, OwnAcks(retention, ""))
         stream.register("a.t.a")
         third = len(traffic) // 3
         feed(feeder, traffic[:third])
-        primary = stream.sink(None, TASK, 1)
-        query = start_query(spark, TASK, source, tmp_path / "a", tmp_path / "unused", PARAMS, None, sink=primary)
+        primary = stream.sink(TASK, 1)
+        query = start_query(spark, TASK, source, tmp_path / "a", PARAMS, primary)
         try:
             query.processAllAvailable()
             shipper = DeltaShipper(tmp_path / "a")
@@ -66,7 +66,7 @@ def test_a_takeover_from_what_the_mode_keeps_is_exact_on_the_broker(spark, tmp_p
         assert primary.written > 0
         assert set(retention.trim().values()) == {ack}, "every key group trimmed to the acknowledgement"
 
-        host = TaskHost(spark, tmp_path / "work-b", tmp_path / "unused", interval_s=60)
+        host = TaskHost(spark, tmp_path / "work-b", interval_s=60)
         try:
             took = take_over(host, TASK, mode, epoch=2, stream=stream, consumer="a.t.b", failed_consumer="a.t.a",
                              params=PARAMS, trigger_s=None, backup=backup if mode == "passive_standby" else None)
@@ -90,16 +90,16 @@ def test_a_fresh_start_after_a_sequence_reads_nothing_before_it(spark, tmp_path,
     with Broker(server.url, owner.name, owner.password) as mine:
         feeder = Feeder(BrokerStream(mine, "a"), PARAMS)
         feed(feeder, generate(TrafficProfile(duration_s=30, rate=40), seed=2))
-        stream = KeyGroupsInput(JetStreamInput(server.url, owner.name, owner.password, "a", ""), OwnAcks(Retention(mine, "a"), ""))
+        stream = TaskInput(JetStreamInput(server.url, owner.name, owner.password, "a", ""), OwnAcks(Retention(mine, "a"), ""))
         newest = stream.newest()
         assert newest == mine.last_seq() > 0
-        host = TaskHost(spark, tmp_path / "work", tmp_path / "unused", interval_s=60)
+        host = TaskHost(spark, tmp_path / "work", interval_s=60)
         try:
             took = take_over(host, TASK, "none", epoch=1, stream=stream, consumer="a.t.a", failed_consumer=None,
                              params=PARAMS, trigger_s=None, checkpoint_dir=tmp_path / "ck")
             assert took.start_position == newest
             task = host.tasks()[0]
-            assert task.input_path == dataclasses.replace(stream.source, start_seq=newest)
+            assert task.source == dataclasses.replace(stream.source, start_seq=newest)
             task.query.processAllAvailable()
             assert task.rows == 0, "nothing before the newest sequence is read"
         finally:

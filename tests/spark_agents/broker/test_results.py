@@ -12,7 +12,7 @@ from bpm.zeek.reference import compute
 from spark_agents import handover
 from spark_agents.broker.results import BrokerFence, read_results
 from spark_agents.broker.source import JetStreamInput
-from spark_agents.broker.stream import Broker, BrokerStream
+from spark_agents.broker.stream import BrokerStream
 from spark_agents.ha.fence import FencedError, FencedSink
 from spark_agents.query import start_query
 from spark_agents.streams.feed import Feeder
@@ -22,13 +22,6 @@ pytestmark = pytest.mark.slow
 
 def _row(end: int, key: str = "10.0.0.1") -> ResultRow:
     return ResultRow("connections", end - 10, end, key, 101)
-
-
-@pytest.fixture
-def broker(nats_server):
-    server, owner = nats_server
-    with Broker(server.url, owner.name, owner.password) as connection:
-        yield connection
 
 
 def test_the_broker_refuses_a_fenced_host_s_late_write_and_each_window_is_written_once(broker):
@@ -65,8 +58,8 @@ def test_a_task_moved_with_its_checkpoint_gives_the_plain_computation_s_rows(spa
     assert expected, "the traffic raises alerts"
 
     def run(host: str, epoch: int) -> FencedSink:
-        sink = FencedSink(tmp_path / host / "out", "a.t0", epoch, run=host, fence=BrokerFence(broker, "a.t0"))
-        query = start_query(spark, f"t0-{host}", source, tmp_path / host / "checkpoint", tmp_path / host / "out", params, sink=sink)
+        sink = FencedSink(BrokerFence(broker, "a.t0"), epoch, run=host)
+        query = start_query(spark, f"t0-{host}", source, tmp_path / host / "checkpoint", params, sink)
         try:
             query.processAllAvailable()
         finally:

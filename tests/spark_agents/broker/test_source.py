@@ -11,7 +11,7 @@ from spark_agents.broker.source import JetStreamInput
 from spark_agents.broker.server import BrokerError
 from spark_agents.broker.stream import Broker, BrokerStream
 from spark_agents.streams.feed import Feeder
-from spark_agents.streams.partitioned import MARK_DATA, StreamRecord
+from spark_agents.streams.records import MARK_DATA, StreamRecord
 
 pytestmark = pytest.mark.slow
 

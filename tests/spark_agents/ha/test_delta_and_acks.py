@@ -1,22 +1,13 @@
 """Delta checkpoints, acknowledgement positions and heartbeats on hand-made checkpoints (no Spark)."""
 
-import json
 import os
 import time
 
 import pytest
 
-from spark_agents.streams import PartitionedStream, StreamRecord
-from spark_agents.streams.partitioned import MARK_TICK
 from spark_agents.ha.delta import DeltaRefused, DeltaShipper, apply_delta, applied_copy, checkpoint_cut
 from spark_agents.ha.heartbeat import HeartbeatFile, HeartbeatWatcher, read_heartbeat, silent
-from spark_agents.ha.upstream import (
-    oldest_open_window_us,
-    processed_ack_position,
-    processed_ack_seq,
-    replay_seq,
-    upstream_ack_position,
-)
+from spark_agents.ha.upstream import oldest_open_window_us, processed_ack_seq, replay_seq
 
 
 def write(path, text="x"):
@@ -25,12 +16,10 @@ def write(path, text="x"):
     (path.parent / f".{path.name}.crc").write_text("crc")
 
 
-def run_batch(ck, batch, log_offset, positions, watermark_ms=0, commit=True):
-    """What Spark leaves for one batch: source log, offsets, state version batch+1 of 2 partitions, commit."""
-    if positions:
-        lines = ["v1"] + [json.dumps({"path": f"file:///s/partition=0/{p:012d}.csv", "timestamp": 1, "batchId": log_offset}) for p in positions]
-        write(ck / "sources" / "0" / str(log_offset), "\n".join(lines) + "\n")
-    write(ck / "offsets" / str(batch), f'v1\n{{"batchWatermarkMs":{watermark_ms},"batchTimestampMs":1,"conf":{{}}}}\n{{"logOffset":{log_offset}}}\n')
+def run_batch(ck, batch, seq, watermark_ms=0, commit=True):
+    """What Spark leaves for one batch of the JetStream source: offsets (the sequence read up
+    to), state version batch+1 of 2 partitions, commit."""
+    write(ck / "offsets" / str(batch), f'v1\n{{"batchWatermarkMs":{watermark_ms},"batchTimestampMs":1,"conf":{{}}}}\n{{"seq":{seq}}}\n')
     for part in (0, 1):
         write(ck / "state" / "0" / str(part) / f"{batch + 1}.delta", f"state {batch}")
     if commit:
@@ -42,49 +31,47 @@ def checkpoint(tmp_path):
     ck = tmp_path / "ck"
     write(ck / "metadata", '{"id":"q"}')
     write(ck / "state" / "0" / "0" / "_metadata" / "schema", "schema")
-    (ck / ".bpm-start").write_text("0")
     (ck / ".bpm-epoch").write_text("1")
     return ck
 
 
 def test_a_cut_stops_at_the_newest_committed_batch(checkpoint):
-    run_batch(checkpoint, 0, 0, [0, 1])
-    run_batch(checkpoint, 1, 1, [2])
-    run_batch(checkpoint, 2, 1, [])  # a batch that only moved the watermark
-    run_batch(checkpoint, 3, 2, [3], commit=False)  # still running
+    run_batch(checkpoint, 0, 64)
+    run_batch(checkpoint, 1, 128)
+    run_batch(checkpoint, 2, 128)  # a batch that only moved the watermark
+    run_batch(checkpoint, 3, 192, commit=False)  # still running
     (checkpoint / "offsets" / ".3.abc.tmp").write_text("half")
     cut = checkpoint_cut(checkpoint)
-    assert (cut.committed, cut.position) == (2, 2)
+    assert (cut.committed, cut.position) == (2, 128), "a restart from the copy reads after sequence 128"
     assert sorted(cut.files) == sorted([
-        ".bpm-start", "metadata", "commits/0", "commits/1", "commits/2", "offsets/0", "offsets/1", "offsets/2",
-        "sources/0/0", "sources/0/1", "state/0/0/_metadata/schema",
+        "metadata", "commits/0", "commits/1", "commits/2", "offsets/0", "offsets/1", "offsets/2", "state/0/0/_metadata/schema",
         *[f"state/0/{p}/{v}.delta" for p in (0, 1) for v in (1, 2, 3)],
     ])
-    assert processed_ack_position(checkpoint) == 3
+    assert processed_ack_seq(checkpoint) == 128
 
 
 def test_deltas_carry_only_new_files_and_the_backup_restarts_from_a_cut(checkpoint, tmp_path):
     backup = tmp_path / "backup"
     shipper = DeltaShipper(checkpoint)
-    run_batch(checkpoint, 0, 0, [0, 1])
+    run_batch(checkpoint, 0, 64)
     first = shipper.pack()
-    assert (first.committed, first.position, first.ack_position) == (0, 1, 2)
+    assert (first.committed, first.position, first.ack_position) == (0, 64, 64)
     applied = apply_delta(first.data, backup)
     shipper.confirm(first)
-    assert applied.ack_position == 2 and applied_copy(backup) == applied
-    run_batch(checkpoint, 1, 1, [2])
+    assert applied.ack_position == 64 and applied_copy(backup) == applied
+    run_batch(checkpoint, 1, 128)
     lost = shipper.pack()  # never arrives
-    run_batch(checkpoint, 2, 2, [3])
+    run_batch(checkpoint, 2, 192)
     second = shipper.pack()
-    assert second.carried == 2 * 5, "batches 1 and 2: a source log, offsets, two state versions and a commit each"
-    assert second.total == first.total + 10
+    assert second.carried == 2 * 4, "batches 1 and 2: offsets, two state versions and a commit each"
+    assert second.total == first.total + 8
     apply_delta(second.data, backup)
     shipper.confirm(second)
     with pytest.raises(DeltaRefused):
         apply_delta(lost.data, backup)
     assert checkpoint_cut(backup).files.keys() == checkpoint_cut(checkpoint).files.keys()
     assert not list(backup.rglob("*.crc")) and not (backup / ".bpm-epoch").exists()
-    assert (backup / ".bpm-start").read_text() == "0"
+    assert applied_copy(backup).ack_position == 192
     # Spark's maintenance removes old state versions at the primary: the backup follows.
     for part in (0, 1):
         os.unlink(checkpoint / "state" / "0" / str(part) / "1.delta")
@@ -97,10 +84,10 @@ def test_deltas_carry_only_new_files_and_the_backup_restarts_from_a_cut(checkpoi
 
 
 def test_a_delta_before_any_commit_holds_only_the_query_identity(checkpoint, tmp_path):
-    run_batch(checkpoint, 0, 0, [0], commit=False)
+    run_batch(checkpoint, 0, 64, commit=False)
     delta = DeltaShipper(checkpoint).pack()
     assert (delta.committed, delta.ack_position) == (None, None)
-    assert sorted(delta.cut) == [".bpm-start", "metadata"], "state and logs come with the first committed batch"
+    assert sorted(delta.cut) == ["metadata"], "state and logs come with the first committed batch"
 
 
 def test_the_oldest_open_window_is_the_one_that_ends_after_the_watermark():
@@ -109,20 +96,6 @@ def test_the_oldest_open_window_is_the_one_that_ends_after_the_watermark():
     assert oldest_open_window_us(30_000, 10) == 20_000_000, "the window ending at the watermark counts as open"
     assert oldest_open_window_us(30_001, 10) == 30_000_000
     assert oldest_open_window_us(0, 60) == -60_000_000
-
-
-def test_upstream_backup_acknowledges_only_input_that_no_open_window_needs(checkpoint, tmp_path):
-    stream = PartitionedStream.create(tmp_path / "s", 1)
-    for i in range(8):  # file i ends with the mark i * 5 s
-        stream.append(0, [StreamRecord(i * 5_000_000 - 1, "10.0.0.1", "10.0.0.0/24", "1.1.1.1", 80, "tcp"), StreamRecord(i * 5_000_000, mark=MARK_TICK)])
-    assert upstream_ack_position(stream, 0, checkpoint, 10) is None
-    run_batch(checkpoint, 0, 0, [0, 1, 2, 3, 4, 5], watermark_ms=0)
-    assert upstream_ack_position(stream, 0, checkpoint, 10) == 0, "no watermark yet: every window may be open"
-    run_batch(checkpoint, 1, 0, [], watermark_ms=22_000)  # windows up to [10 s, 20 s) are closed and written
-    assert upstream_ack_position(stream, 0, checkpoint, 10) == 4, "files 0..3 end before 20 s, where the oldest open window starts"
-    run_batch(checkpoint, 2, 1, [6], watermark_ms=60_000)
-    assert upstream_ack_position(stream, 0, checkpoint, 10) == 7, "never past what the task has taken"
-    assert processed_ack_position(checkpoint) == 7
 
 
 def test_silence_counts_from_the_last_beat_or_from_the_start_of_the_watch():
@@ -148,26 +121,17 @@ def test_a_watcher_reports_a_host_that_stopped_beating(tmp_path):
         watcher.stop()
 
 
-def broker_batch(ck, batch, seq, watermark_ms, commit=True):
-    """What Spark leaves for one batch of the JetStream source: its offset is the sequence read up to."""
-    write(ck / "offsets" / str(batch), f'v1\n{{"batchWatermarkMs":{watermark_ms},"batchTimestampMs":1,"conf":{{}}}}\n{{"seq":{seq}}}\n')
-    for part in (0, 1):
-        write(ck / "state" / "0" / str(part) / f"{batch + 1}.delta", f"state {batch}")
-    if commit:
-        write(ck / "commits" / str(batch), "v1\n{}\n")
-
-
-def test_on_the_broker_upstream_backup_acknowledges_what_the_watermarks_prove_unneeded(checkpoint):
+def test_upstream_backup_acknowledges_what_the_watermarks_prove_unneeded(checkpoint):
     # 10 s windows, a 5 s watermark delay. Batch B + 1 runs under the watermark of everything
     # up to B minus the delay, so no row of batches up to B is newer than that watermark + 5 s.
     assert replay_seq(checkpoint, 10, 5) is None and processed_ack_seq(checkpoint) is None
-    broker_batch(checkpoint, 0, 100, 0)
-    broker_batch(checkpoint, 1, 200, 10_000)  # batch 0's rows are at most 15 s
-    broker_batch(checkpoint, 2, 300, 21_000)  # batch 1's at most 26 s
-    broker_batch(checkpoint, 3, 400, 33_000)  # batch 2's at most 38 s; under it, [30 s, 40 s) may be open
+    run_batch(checkpoint, 0, 100, 0)
+    run_batch(checkpoint, 1, 200, 10_000)  # batch 0's rows are at most 15 s
+    run_batch(checkpoint, 2, 300, 21_000)  # batch 1's at most 26 s
+    run_batch(checkpoint, 3, 400, 33_000)  # batch 2's at most 38 s; under it, [30 s, 40 s) may be open
     assert replay_seq(checkpoint, 10, 5) == 200, "batches 0 and 1 hold nothing at or past 30 s; batch 2 may"
     assert processed_ack_seq(checkpoint) == 400
-    broker_batch(checkpoint, 4, 500, 60_000, commit=False)  # planned, not committed: not counted
+    run_batch(checkpoint, 4, 500, 60_000, commit=False)  # planned, not committed: not counted
     assert replay_seq(checkpoint, 10, 5) == 200 and processed_ack_seq(checkpoint) == 400
     cut = checkpoint_cut(checkpoint)
-    assert (cut.committed, cut.position, cut.resume) == (3, 400, 400), "a restart from the copy reads after sequence 400"
+    assert (cut.committed, cut.position) == (3, 400), "a restart from the copy reads after sequence 400"

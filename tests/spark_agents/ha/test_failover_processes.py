@@ -73,11 +73,11 @@ def test_the_failed_host_coming_back_at_its_old_epoch_is_refused(failovers, spar
     root, result = failovers("passive_standby")
     with origin_broker(root / "passive_standby") as (source, broker):
         before = [b.seq for b in read_results(broker, TASK_ID)]
-        host = TaskHost(spark, tmp_path, tmp_path / "output", interval_s=60)
+        host = TaskHost(spark, tmp_path, interval_s=60)
         try:
             # The old host restarts its task from its own checkpoint, still at epoch 1.
             task = host.start_task(TASK_ID, source, root / "passive_standby" / "a" / "checkpoints" / TASK_ID, SETTINGS.params,
-                                   trigger_s=None, sink=FencedSink(None, TASK_ID, epoch=1, fence=BrokerFence(broker, TASK_ID)))
+                                   trigger_s=None, sink=FencedSink(BrokerFence(broker, TASK_ID), epoch=1))
             with pytest.raises(Exception, match="epoch 1 is fenced"):
                 task.query.awaitTermination(120)
             assert task.state == "failed" and "FencedError" in task.error

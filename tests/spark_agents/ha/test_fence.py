@@ -1,72 +1,60 @@
-"""The output fence: each window once, only from the current epoch (no Spark)."""
+"""The output fence's sink on the origin's broker: each window once, only from the current
+epoch, and a standby's rows held back until it takes over (no Spark)."""
 
 import pytest
 
 from bpm.zeek.definitions import ResultRow
-from bpm.zeek.results import batch_file, read_outputs, write_batch
-from spark_agents.ha.fence import FencedError, FencedSink, FenceState, OutputFence
+from spark_agents.broker.results import BrokerFence, broker_outputs, read_results
+from spark_agents.ha.fence import FencedError, FencedSink, FenceState
+
+pytestmark = pytest.mark.slow  # a NATS server per test
 
 
 def rows(window_end: int, *keys: str) -> list[ResultRow]:
     return [ResultRow("connections", window_end - 10, window_end, key, 101) for key in keys]
 
 
-def test_a_replay_writes_only_the_windows_after_the_newest_written(tmp_path):
-    first = FencedSink(tmp_path, "t", epoch=1)
+def sink(broker, epoch: int | None) -> FencedSink:
+    return FencedSink(BrokerFence(broker, "a.t"), epoch)
+
+
+def test_a_replay_writes_only_the_windows_after_the_newest_written(broker):
+    first = sink(broker, 1)
     first(0, rows(10, "a", "b"))
     first(1, [])
     first(2, rows(20, "a"))
-    assert OutputFence(tmp_path, "t").state() == FenceState(1, 20)
+    assert BrokerFence(broker, "a.t").state() == FenceState(1, 20)
     # A restart from an older checkpoint copy re-emits window 20, then goes on with window 30.
-    replay = FencedSink(tmp_path, "t", epoch=2)
+    replay = sink(broker, 2)
     replay(1, rows(20, "a"))
     replay(2, rows(30, "c"))
-    out = read_outputs(tmp_path)
+    out = broker_outputs(broker, ["a.t"])
     assert out.duplicates == [] and out.rows == set(rows(10, "a", "b") + rows(20, "a") + rows(30, "c"))
     assert (replay.written, replay.dropped) == (1, 1)
-    # Batch ids restarted below the first writer's: its files are still there, next to the new ones.
-    assert sorted(p.name.split(".")[0] for p in out.files) == ["batch-0", "batch-2", "batch-2"]
+    # Batch ids restarted below the first writer's: both batches 2 stay, told apart by their epoch.
+    assert [(b.batch_id, b.epoch) for b in read_results(broker, "a.t")] == [(0, 1), (2, 1), (2, 2)]
 
 
-def test_an_older_epoch_is_refused_once_a_newer_one_claimed(tmp_path):
-    old = FencedSink(tmp_path, "t", epoch=3)
+def test_an_older_epoch_is_refused_once_a_newer_one_claimed(broker):
+    old = sink(broker, 3)
     old(0, rows(10, "a"))
-    OutputFence(tmp_path, "t").claim(4)
+    BrokerFence(broker, "a.t").claim(4)
     with pytest.raises(FencedError, match="epoch 3 is fenced"):
         old(1, rows(20, "a"))
     with pytest.raises(FencedError):
-        FencedSink(tmp_path, "t", epoch=3)(5, rows(30, "z"))
-    assert read_outputs(tmp_path).rows == set(rows(10, "a"))
+        old(2, [])  # a batch with no rows learns it too
+    with pytest.raises(FencedError):
+        sink(broker, 3)(5, rows(30, "z"))
+    assert broker_outputs(broker, ["a.t"]).rows == set(rows(10, "a"))
 
 
-def test_a_new_writer_looks_at_the_files_when_the_fence_is_behind(tmp_path):
-    # A writer killed after writing its file but before updating the fence.
-    FencedSink(tmp_path, "t", epoch=1)(0, rows(10, "a"))
-    write_batch(tmp_path, "t", 1, rows(20, "b"), epoch=1, run="dead")
-    assert OutputFence(tmp_path, "t").state().window_end == 10
-    again = FencedSink(tmp_path, "t", epoch=1)
-    again(1, rows(20, "b"))
-    again(2, rows(30, "c"))
-    out = read_outputs(tmp_path)
-    assert out.duplicates == [] and len(out.rows) == 3
-
-
-def test_plain_batch_files_count_as_written(tmp_path):
-    write_batch(tmp_path, "t", 0, rows(10, "a"))
-    sink = FencedSink(tmp_path, "t", epoch=1)
-    sink(0, rows(10, "a") + rows(20, "b"))
-    out = read_outputs(tmp_path)
-    assert out.duplicates == [] and batch_file(tmp_path, "t", 0).exists()
-    assert out.rows == set(rows(10, "a") + rows(20, "b"))
-
-
-def test_a_standby_holds_its_rows_back_and_takes_over_exactly_after_the_primary(tmp_path):
-    primary = FencedSink(tmp_path, "t", epoch=1)
-    replica = FencedSink(tmp_path, "t", epoch=None)
+def test_a_standby_holds_its_rows_back_and_takes_over_exactly_after_the_primary(broker):
+    primary = sink(broker, 1)
+    replica = sink(broker, None)
     primary(0, rows(10, "a"))
     replica(0, rows(10, "a"))
     replica(1, rows(20, "b"))  # the replica runs ahead of the primary
-    assert read_outputs(tmp_path).rows == set(rows(10, "a")), "a standby writes nothing"
+    assert broker_outputs(broker, ["a.t"]).rows == set(rows(10, "a")), "a standby writes nothing"
     assert replica.held == {1: rows(20, "b")}, "what the primary wrote is no longer held"
     primary(1, rows(20, "b"))
     replica(2, rows(30, "c"))
@@ -75,11 +63,5 @@ def test_a_standby_holds_its_rows_back_and_takes_over_exactly_after_the_primary(
     replica(3, rows(40, "d"))
     with pytest.raises(FencedError):
         primary(2, rows(30, "c"))
-    out = read_outputs(tmp_path)
+    out = broker_outputs(broker, ["a.t"])
     assert out.duplicates == [] and out.rows == set(rows(10, "a") + rows(20, "b") + rows(30, "c") + rows(40, "d"))
-
-
-def test_fenced_file_names_name_the_epoch_and_the_writer(tmp_path):
-    assert batch_file(tmp_path, "t", 7, 2, "ab12").name == "batch-7.e2.ab12.jsonl"
-    with pytest.raises(ValueError):
-        batch_file(tmp_path, "t", 7, 2, "../x")

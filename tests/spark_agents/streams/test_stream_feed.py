@@ -1,8 +1,7 @@
 import pytest
 
-from spark_agents.streams import PartitionedStream
 from spark_agents.streams.feed import Feeder, amplified, end_mark_us, feed_all
-from spark_agents.streams.partitioned import MARK_DATA, MARK_END, MARK_TICK
+from spark_agents.streams.records import MARK_DATA, MARK_END, MARK_TICK
 from bpm.zeek.conn import Conn
 from bpm.zeek.definitions import QueryParams, partition_of, source_prefix
 from bpm.zeek.generator import TrafficProfile, generate
@@ -15,12 +14,24 @@ def conn(ts, src="10.0.0.1"):
     return Conn(ts, src, 1, "10.9.9.9", 80, "tcp")
 
 
+class Chunks:
+    """A stream that keeps what the feeder appends, per part (`spark_agents.streams.feed.Stream`)."""
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+        self.parts: list[list[list]] = [[] for _ in range(partitions)]
+
+    def append(self, k, records):
+        self.parts[k].append(list(records))
+        return len(self.parts[k])
+
+
 def records(stream, k):
-    return [r for _, rows in stream.read(k) for r in rows]
+    return [r for chunk in stream.parts[k] for r in chunk]
 
 
-def test_rows_go_to_the_partition_of_their_prefix_and_every_file_ends_with_a_tick(tmp_path):
-    stream = PartitionedStream.create(tmp_path / "s", 3)
+def test_rows_go_to_the_key_group_of_their_prefix_and_every_chunk_ends_with_a_tick():
+    stream = Chunks(3)
     feeder = Feeder(stream, PARAMS)
     sources = [f"10.0.{i}.7" for i in range(12)]
     for i, src in enumerate(sources):
@@ -34,8 +45,8 @@ def test_rows_go_to_the_partition_of_their_prefix_and_every_file_ends_with_a_tic
     assert sum(feeder.written) == 12
 
 
-def test_idle_partitions_get_a_tick_only_when_event_time_moved(tmp_path):
-    stream = PartitionedStream.create(tmp_path / "s", 2)
+def test_idle_key_groups_get_a_tick_only_when_event_time_moved():
+    stream = Chunks(2)
     feeder = Feeder(stream, PARAMS)
     feeder.add(conn(100))
     feeder.flush()
@@ -44,8 +55,8 @@ def test_idle_partitions_get_a_tick_only_when_event_time_moved(tmp_path):
     assert feeder.flush() == 2
 
 
-def test_late_rows_are_refused_before_partitioning_and_the_end_mark_closes_every_window(tmp_path):
-    stream = PartitionedStream.create(tmp_path / "s", 2)
+def test_late_rows_are_refused_before_partitioning_and_the_end_mark_closes_every_window():
+    stream = Chunks(2)
     feeder = feed_all(stream, [conn(100), conn(200), conn(190.5), conn(190)], PARAMS)
     assert feeder.admission.late == 1 and sum(feeder.written) == 3
     for k in range(2):
@@ -53,9 +64,9 @@ def test_late_rows_are_refused_before_partitioning_and_the_end_mark_closes_every
         assert last.mark == MARK_END and last.ts_us == end_mark_us(200_000_000, PARAMS) == (200 + 60 + 10 + 1) * 10**6
 
 
-def test_results_do_not_depend_on_the_number_of_partitions(tmp_path):
+def test_results_do_not_depend_on_the_number_of_key_groups():
     conns = generate(TrafficProfile(duration_s=120, rate=50, sources=80), seed=4)
-    late = {feed_all(PartitionedStream.create(tmp_path / str(k), k), conns, QueryParams()).admission.late for k in (1, 2, 5)}
+    late = {feed_all(Chunks(k), conns, QueryParams()).admission.late for k in (1, 2, 5)}
     assert len(late) == 1
 
 

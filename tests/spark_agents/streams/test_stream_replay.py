@@ -1,5 +1,5 @@
 from spark_agents.streams.feed import Feeder, due_time, replay
-from spark_agents.streams.partitioned import MARK_DATA, MARK_END
+from spark_agents.streams.records import MARK_DATA, MARK_END
 from bpm.zeek.conn import Conn
 from bpm.zeek.definitions import QueryParams
 
