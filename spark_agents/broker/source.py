@@ -88,15 +88,17 @@ async def _fetch(js, stream: str, filter_subject: str, after: int, last: int) ->
     out: list[bytes] = []
     sub = None
     try:
-        pending = info.num_pending
+        pending, upto = info.num_pending, after
         sub = await js.pull_subscribe_bind(name, stream=stream) if pending else None
         while pending:
-            for msg in await sub.fetch(min(FETCH, pending), timeout=10):
-                if msg.metadata.sequence.stream > last:
+            # Never more than the range can hold: a bounded batch leaves the rest to the next one.
+            for msg in await sub.fetch(min(FETCH, pending, last - upto), timeout=10):
+                upto = msg.metadata.sequence.stream
+                if upto > last:
                     return out
                 out.append(msg.data)
                 pending = msg.metadata.num_pending
-                if msg.metadata.sequence.stream == last:
+                if upto == last:
                     return out
         return out
     finally:
