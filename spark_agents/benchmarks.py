@@ -60,7 +60,7 @@ def discard(batch_id: int, rows: list) -> None:
 
 @contextmanager
 def broker_input(work_dir: Path, flushes: int, rows_per_flush: int, batch_flushes: int,
-                 files: bool = False, seed: int = 0) -> Iterator[tuple[JetStreamInput, CsvFiles | None, int]]:
+                 files: bool = False) -> Iterator[tuple[JetStreamInput, CsvFiles | None, int]]:
     """A participant's broker started for a benchmark, its stream holding generated traffic
     flushed `flushes` times (`rows_per_flush` rows, 64 messages, one per key group, each time)
     and closed; yields the input a task reads it through (`batch_flushes` flushes per
@@ -75,7 +75,7 @@ def broker_input(work_dir: Path, flushes: int, rows_per_flush: int, batch_flushe
     from spark_agents.streams.feed import Feeder
 
     rate = 300.0
-    conns = list(generate(TrafficProfile(duration_s=flushes * rows_per_flush / rate * 1.05, rate=rate), seed))
+    conns = list(generate(TrafficProfile(duration_s=flushes * rows_per_flush / rate * 1.05, rate=rate), 0))
     owner = User("bench", secrets.token_urlsafe(16))
     with NatsServer.on_free_ports("bench", work_dir / "nats", [owner]) as server:
         with Broker(server.url, owner.name, owner.password) as broker:
