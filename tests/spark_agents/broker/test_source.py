@@ -111,3 +111,22 @@ def test_bpm_bench_overhead_runs_both_variants_over_the_broker_stream(spark):
     assert result["benchmark"] == "overhead" and result["input"] == "broker" and result["rows_per_run"] >= 4 * 500
     assert len(result["bare_run_s"]) == len(result["instrumented_run_s"]) == 1
     assert result["ratio"] == pytest.approx(result["instrumented_rows_per_s"] / result["bare_rows_per_s"], rel=1e-3)
+
+
+def test_bpm_bench_load_model_runs_its_levels_over_shares_of_one_broker_stream(spark):
+    import json
+
+    from typer.testing import CliRunner
+
+    from bpm_app.cli import app
+
+    refused = CliRunner().invoke(app, ["bench", "load-model", "--tasks", "6"])
+    assert refused.exit_code == 2 and "power of two" in " ".join(refused.output.split()), refused.output
+    out = CliRunner().invoke(app, ["bench", "load-model", "--tasks", "4", "--level-seconds", "5", "--warmup", "0", "--interval", "2",
+                                   "--trigger", "0.5", "--rows-per-batch", "200", "--json"])
+    assert out.exit_code == 0, out.output
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["benchmark"] == "load-model" and [lv["tasks"] for lv in result["levels"]] == [1, 2, 3, 4]
+    assert len(result["loads_alone"]) == 4 and all(x > 0 for x in result["loads_alone"]), "each task alone read its share"
+    assert all(lv["utilisation"] > 0 and lv["intervals"] >= 1 for lv in result["levels"])
+    assert result["goal_met"] in (True, False) and "prediction_interpolated" in result
