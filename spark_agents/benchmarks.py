@@ -22,7 +22,7 @@ from bpm.zeek.definitions import QueryParams
 from bpm.zeek.generator import TrafficProfile, generate
 from spark_agents.host import TaskHost
 from spark_agents.metrics import IntervalSample
-from spark_agents.query import BatchWriter, per_source, start_query
+from spark_agents.query import start_query
 from spark_agents.status import StatusServer
 from spark_agents.streams.records import STREAM_SCHEMA_DDL, StreamRecord
 
@@ -37,14 +37,20 @@ Progress = Callable[[str], None]
 
 class CsvFiles:
     """A folder of CSV files of stream rows, one file per chunk, named in order: the input of
-    Spark's own file source, the source benchmark's baseline (a `Feeder` writes it)."""
+    Spark's own file source, the source benchmark's baseline (a `Feeder` writes it; a query
+    reads it as it reads a `JetStreamInput`, `batch_files` files per micro-batch)."""
 
     partitions = 1
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, batch_files: int) -> None:
         self.root = root
+        self.batch_files = batch_files
         self.count = 0
         root.mkdir(parents=True, exist_ok=True)
+
+    def read(self, spark):
+        """The streaming DataFrame of the rows, through Spark's file source."""
+        return spark.readStream.schema(STREAM_SCHEMA_DDL).option("maxFilesPerTrigger", self.batch_files).csv(str(self.root))
 
     def append(self, k: int, records: Iterable[StreamRecord]) -> int:
         temp = self.root / f".{self.count:012d}.csv.tmp"  # the file source skips hidden names
@@ -80,7 +86,7 @@ def broker_input(work_dir: Path, flushes: int, rows_per_flush: int, batch_flushe
     with NatsServer.on_free_ports("bench", work_dir / "nats", [owner]) as server:
         with Broker(server.url, owner.name, owner.password) as broker:
             feeders = [Feeder(BrokerStream(broker, "bench"), PARAMS)]
-            csv = CsvFiles(work_dir / "files") if files else None
+            csv = CsvFiles(work_dir / "files", batch_flushes) if files else None
             if csv is not None:
                 feeders.append(Feeder(csv, PARAMS))
             for feeder in feeders:
@@ -354,12 +360,7 @@ def source(
             seconds its micro-batches took (Spark's `triggerExecution`): the rest is its start."""
             n = next(counter)
             started = time.perf_counter()
-            if variant == "jetstream":
-                query = start_query(spark, f"{variant}-{n}", source, work_dir / f"ck-{n}", PARAMS, discard)
-            else:
-                raw = spark.readStream.schema(STREAM_SCHEMA_DDL).option("maxFilesPerTrigger", flushes_per_batch).csv(str(files.root))
-                query = (per_source(raw, PARAMS).writeStream.queryName(f"{variant}-{n}").outputMode("append")
-                         .option("checkpointLocation", str(work_dir / f"ck-{n}")).foreachBatch(BatchWriter(f"{variant}-{n}", PARAMS, discard)).start())
+            query = start_query(spark, f"{variant}-{n}", source if variant == "jetstream" else files, work_dir / f"ck-{n}", PARAMS, discard)
             try:
                 query.processAllAvailable()
                 elapsed = time.perf_counter() - started

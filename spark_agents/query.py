@@ -102,8 +102,9 @@ def start_query(
     trigger_s: float | None = None,
     on_cpu: Callable[[str, int, float], None] | None = None,
 ) -> StreamingQuery:
-    """Start the task's streaming query over `source`, its rows to `sink`, resuming from
-    `checkpoint_dir` when it holds a checkpoint (the source's start applies only to a fresh one).
+    """Start the task's streaming query over `source` (`source.read(spark)`: the stream's
+    rows), its rows to `sink`, resuming from `checkpoint_dir` when it holds a checkpoint (the
+    source's start applies only to a fresh one).
 
     `trigger_s` sets a processing-time trigger; None runs micro-batches back to back.
     """

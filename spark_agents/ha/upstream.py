@@ -14,7 +14,7 @@ acknowledged once that bound is before the oldest open window.
 The other modes acknowledge what their own restart needs: a task that keeps its checkpoint
 (none, and each copy of an active standby) needs the stream after its committed batches;
 passive standby needs it after the batch its backup's copy is cut at
-(`spark_agents.ha.delta.Cut.resume`).
+(`spark_agents.ha.delta.Cut.position`).
 """
 
 from __future__ import annotations
