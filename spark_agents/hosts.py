@@ -1,9 +1,11 @@
-"""A participant's CPU capacity: a cgroup CPU quota of its own, and the agent reading it.
+"""A participant's host: its CPU capacity (a cgroup quota of its own, which its agent reads),
+its network (`spark_agents.network`) and its storage.
 
-A participant is meant to be a host of its own (docs/hosts.md). On one Linux machine the
-first part of that is CPU: every process of a participant (its agent, the Spark driver
-JVM the agent launches, Python workers) runs in one cgroup whose CPU quota is the
-participant's capacity, so what one participant does cannot raise the load another
+A participant is a host of its own (docs/hosts.md); `Hosts` makes a run's hosts on one
+Linux machine, each with a network namespace, a CPU quota and a folder, and can crash a
+host (every process at once) and cut its links. The CPU part: every process of a
+participant (its agent, the Spark driver JVM the agent launches, Python workers) runs in
+one cgroup whose CPU quota is the participant's capacity, so what one participant does cannot raise the load another
 measures. The agent reads its capacity from its own cgroup (`cpu_capacity`) and measures
 load against it.
 
@@ -32,6 +34,10 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from spark_agents.network import HostNetwork
 
 log = logging.getLogger(__name__)
 
@@ -319,9 +325,186 @@ def open_hosts(label: str, say=None) -> CpuHosts | None:
             return CpuHosts.create(label)
         except OSError as exc:
             reason = str(exc)
-    message = f"participants share this machine's CPUs: no CPU quota per participant ({reason})"
+    _tell(f"participants share this machine's CPUs: no CPU quota per participant ({reason})", say)
+    return None
+
+
+@dataclass(frozen=True)
+class Host:
+    """One participant's (or the registry's) host in a run.
+
+    Attributes:
+        name: the host's name (the participant's).
+        address: where its servers listen and others reach it: its own address on the run's
+            bridge, or a loopback address of its own where namespaces cannot be made.
+        cpus: its CPU quota (None: it shares the machine's CPUs).
+        folder: its own storage; its processes start there.
+        namespace: whether it has a network namespace of its own.
+    """
+
+    name: str
+    address: str
+    cpus: float | None
+    folder: Path
+    namespace: bool
+
+    @property
+    def isolated(self) -> bool:
+        """Whether it has CPU and network of its own: a quota and a namespace."""
+        return self.namespace and self.cpus is not None
+
+    def report(self) -> dict:
+        return {"address": self.address, "cpus": self.cpus, "isolated": self.isolated}
+
+
+class Hosts:
+    """A run's hosts on one Linux machine: per host a network namespace with its own address
+    (`spark_agents.network`), a cgroup CPU quota (`CpuHosts`) and a storage folder of its own.
+
+    What this machine or user cannot make is left out, said once: without root, hosts are
+    loopback addresses (127.0.0.2 on) sharing the machine's CPUs, and links cannot be cut.
+    `close()` kills every process of every host and removes the namespaces, the bridge and the
+    cgroups; launchers call it on the way out, on errors and on Ctrl-C alike.
+    """
+
+    def __init__(self, root: Path, cpu: CpuHosts | None, net: HostNetwork | None) -> None:
+        self.root = root
+        self.cpu = cpu
+        self.net = net
+        self.hosts: dict[str, Host] = {}
+        self._processes: dict[str, list] = {}
+
+    @classmethod
+    def open(cls, label: str, root: Path, *, cpus: bool = True, network: bool = True, say=None) -> Hosts:
+        """Whatever hosts this machine allows: namespaces with `network`, CPU quotas with `cpus`."""
+        from spark_agents.network import HostNetwork, NetworkError
+
+        net = None
+        if network:
+            reason = HostNetwork.available()
+            if reason is None:
+                try:
+                    net = HostNetwork.create()
+                except NetworkError as exc:
+                    reason = str(exc)
+            if net is None:
+                _tell(f"participants share this machine's loopback: no network namespace per participant ({reason})", say)
+        cpu = open_hosts(label, say) if cpus else None
+        return cls(root, cpu, net)
+
+    def add(self, name: str, cpus: float | None = None) -> Host:
+        """The host `name` (made once), with a quota of `cpus` CPUs where quotas can be made."""
+        if name in self.hosts:
+            return self.hosts[name]
+        if self.net is not None:
+            address = self.net.add(name).address
+        else:
+            address = f"127.0.0.{len(self.hosts) + 2}"
+        quota = None
+        if cpus is not None and self.cpu is not None:
+            self.cpu.add(name, cpus)
+            quota = cpus
+        folder = self.root / name
+        folder.mkdir(parents=True, exist_ok=True)
+        folder.chmod(0o700)
+        self.hosts[name] = host = Host(name, address, quota, folder, self.net is not None)
+        return host
+
+    def command(self, name: str, args: list[str]) -> list[str]:
+        """`args` as a command run inside `name`'s network namespace (itself where there is none)."""
+        return self.net.command(name, args) if self.net is not None else list(args)
+
+    def popen(self, name: str, args: list[str], **kwargs):
+        """Start `args` inside host `name` (its namespace and its cgroup, in its own session; in
+        its folder unless `cwd` is given): every process it starts is inside too."""
+        import subprocess
+
+        if self.cpu is not None and name in self.cpu.quotas:
+            kwargs = {**self.cpu.popen_kwargs(name), **kwargs}
+        kwargs.setdefault("cwd", self.hosts[name].folder)
+        process = subprocess.Popen(self.command(name, args), start_new_session=True, **kwargs)
+        self._processes.setdefault(name, []).append(process)
+        return process
+
+    def pids(self, name: str) -> set[int]:
+        """Every process of host `name`: in its cgroup, its namespace, and the sessions it was started in."""
+        found = set(self.cpu.pids(name)) if self.cpu is not None and name in self.cpu.quotas else set()
+        if self.net is not None:
+            found |= set(self.net.pids(name))
+        for process in self._processes.get(name, []):
+            found |= _session(process.pid)
+        return found
+
+    def crash(self, name: str) -> None:
+        """Host `name` fails: every one of its processes is killed at once (SIGKILL), nothing
+        of it is told first."""
+        for _ in range(3):  # a process forked while the first were killed
+            pids = self.pids(name)
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for process in self._processes.pop(name, []):
+            process.wait()
+
+    # Partitions (network namespaces only)
+
+    def cut(self, name: str) -> None:
+        """Cut host `name` off from every other host (and the machine)."""
+        self._network().cut(name)
+
+    def heal(self, name: str) -> None:
+        self._network().heal(name)
+
+    def cut_link(self, a: str, b: str) -> None:
+        """Cut the link between hosts `a` and `b` only."""
+        self._network().cut_link(a, b)
+
+    def heal_link(self, a: str, b: str) -> None:
+        self._network().heal_link(a, b)
+
+    def _network(self) -> HostNetwork:
+        if self.net is None:
+            raise RuntimeError("links can be cut only between hosts with network namespaces of their own (this needs root on Linux)")
+        return self.net
+
+    def report(self) -> dict[str, dict]:
+        return {name: host.report() for name, host in self.hosts.items()}
+
+    def close(self) -> None:
+        """Kill every process of every host, then remove the namespaces, the bridge and the cgroups."""
+        for name in list(self.hosts):
+            self.crash(name)
+        if self.net is not None:
+            self.net.close()
+        if self.cpu is not None:
+            self.cpu.close()
+
+    def __enter__(self) -> Hosts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _session(sid: int) -> set[int]:
+    """The processes of session `sid` (a process started with `start_new_session` leads one)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getsid(int(entry.name)) == sid:
+                    found.add(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+def _tell(message: str, say) -> None:
     if say is not None:
         say(message)
     else:
         log.warning(message)
-    return None
