@@ -193,6 +193,8 @@ def run_agent(
     bind_host: str,
     port: int,
     spark_master: str,
+    driver_host: str,
+    driver_bind: str,
     cpus: float | None,
     trigger_s: float,
     sample_s: float,
@@ -221,7 +223,8 @@ def run_agent(
             broker.start()
             cleanup.callback(broker.stop)
             log.info("%s: broker %s (storage %s)", config.name, broker.url, broker.folder)
-        spark = make_session(spark_master, app_name=f"bpm-{config.name}", conf=conf, lean=spark_master.startswith("local"))
+        spark = make_session(spark_master, app_name=f"bpm-{config.name}", conf=conf, lean=spark_master.startswith("local"),
+                             driver_host=driver_host, bind_address=driver_bind)
         cleanup.callback(spark.stop)
         host = TaskHost(spark, config.workdir, cpus=cpus, interval_s=sample_s)
         host.start_sampling()
@@ -230,7 +233,7 @@ def run_agent(
         server = uvicorn.Server(uvicorn.Config(create_agent_app(agent), host=bind_host, port=port, log_level="warning"))
         server_thread = threading.Thread(target=server.run, name="bpm-agent-http", daemon=True)
         server_thread.start()
-        log.info("%s: agent on %s, Spark %s, registry %s", config.name, config.endpoint, spark_master, registry_url)
+        log.info("%s: agent on %s, Spark %s (driver at %s), registry %s", config.name, config.endpoint, spark_master, driver_host, registry_url)
         try:
             agent.run(stop)
         finally:

@@ -23,10 +23,20 @@ DEFAULT_CONF = {
     # micro-batch schedule 200 state-store tasks. Fixed per checkpoint once a task has started.
     "spark.sql.shuffle.partitions": "2",
     "spark.sql.streaming.stopTimeout": "60s",
-    # Servers of this project bind to loopback addresses only; a real deployment overrides these.
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
 }
+LOOPBACK = "127.0.0.1"
+
+
+def driver_addresses(master: str, host: str | None = None, advertise: str | None = None, bind: str | None = None) -> tuple[str, str]:
+    """Where a driver is reached (`spark.driver.host`) and what it binds (`spark.driver.bindAddress`).
+
+    A local master's executors are in the driver's JVM: loopback by default. On a cluster
+    (`spark://...`) the executors, in other hosts, connect back to the driver: by default it
+    advertises and binds `host`, the address its participant is reached at. `advertise` and
+    `bind` override them (bind 0.0.0.0 behind a NAT, advertising the outer address)."""
+    default = LOOPBACK if master.startswith("local") or not host else host
+    advertise = advertise or default
+    return advertise, bind or advertise
 
 
 _LOG4J2 = """\
@@ -95,12 +105,15 @@ def spark_python(folder: Path, python: str = sys.executable, *, cgroup_procs: Pa
     return str(wrapper)
 
 
-def make_session(master: str = "local[*]", app_name: str = "bpm", conf: dict[str, str] | None = None, *, lean: bool = False) -> SparkSession:
+def make_session(master: str = "local[*]", app_name: str = "bpm", conf: dict[str, str] | None = None, *, lean: bool = False,
+                 driver_host: str = LOOPBACK, bind_address: str | None = None) -> SparkSession:
     """A SparkSession on `master` (`local[*]`, `local[N]`, `spark://host:port`, ...) with the project's defaults;
-    `lean` adds LEAN_JVM_OPTIONS to the driver (a local master's driver runs the tasks too)."""
+    `lean` adds LEAN_JVM_OPTIONS to the driver (a local master's driver runs the tasks too). The
+    driver advertises `driver_host` and binds `bind_address` (default: the same; see `driver_addresses`)."""
     from pyspark.sql import SparkSession
 
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    bind_address = bind_address or driver_host
+    os.environ.setdefault("SPARK_LOCAL_IP", bind_address)
     if "PYSPARK_PYTHON" not in os.environ:
         # Python workers (the JetStream source runs in them) use this interpreter and its
         # packages, through `spark_python` in a folder of this process's own (an agent sets
@@ -110,7 +123,7 @@ def make_session(master: str = "local[*]", app_name: str = "bpm", conf: dict[str
         os.environ["PYSPARK_PYTHON"] = spark_python(Path(folder))
     builder = SparkSession.builder.master(master).appName(app_name)
     java = f"-Dlog4j2.configurationFile=file:{_log_config()}" + (f" {LEAN_JVM_OPTIONS}" if lean else "")
-    defaults = {**DEFAULT_CONF, "spark.driver.extraJavaOptions": java}
+    defaults = {**DEFAULT_CONF, "spark.driver.extraJavaOptions": java, "spark.driver.host": driver_host, "spark.driver.bindAddress": bind_address}
     for key, value in {**defaults, **(conf or {})}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

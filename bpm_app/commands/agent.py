@@ -55,10 +55,12 @@ def own_broker(name: str, workdir: Path, host: str, port: int, http_port: int, a
 def run(
     name: Annotated[str, typer.Option(help="Participant name.")],
     registry: Annotated[str, typer.Option(envvar="BPM_REGISTRY_URL", help="Registry base URL.")] = "http://127.0.0.1:8000",
-    host: Annotated[str, typer.Option(help="Loopback address this agent listens on (127.0.0.x).")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(help="Address this agent listens on: its host's own address (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port of the agent's HTTP endpoint (status, metrics, handover).")] = 9000,
     endpoint: Annotated[str | None, typer.Option(envvar="BPM_ENDPOINT", help="URL partners reach this agent at (default http://HOST:PORT); set it when HOST is 0.0.0.0, as in a container.")] = None,
     spark_master: Annotated[str, typer.Option(envvar="BPM_SPARK_MASTER", help="Spark master URL: local[*], local[N], spark://host:port.")] = "local[*]",
+    spark_driver_host: Annotated[str | None, typer.Option(envvar="BPM_SPARK_DRIVER_HOST", help="Address the Spark driver advertises to its executors (default: 127.0.0.1 on a local master, else HOST).")] = None,
+    spark_bind_address: Annotated[str | None, typer.Option(envvar="BPM_SPARK_BIND_ADDRESS", help="Address the Spark driver binds (default: --spark-driver-host).")] = None,
     key: Annotated[str | None, typer.Option(envvar="BPM_KEY", help="This participant's API key.")] = None,
     admin_key: Annotated[str | None, typer.Option(envvar="BPM_ADMIN_KEY", help="Operator key, to register the participant on first run.")] = None,
     workdir: Annotated[Path | None, typer.Option(help="Checkpoints and key file (default ./bpm-agents/NAME).")] = None,
@@ -94,6 +96,7 @@ def run(
     from bpm.federation.views import AgreedTerms
     from spark_agents.agent import AgentConfig, OwnTask
     from spark_agents.runtime import participant_key, run_agent
+    from spark_agents.session import driver_addresses
 
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s")
     for noisy in ("httpx", "py4j", "py4j.clientserver", "uvicorn.access"):
@@ -142,5 +145,7 @@ def run(
 
     fixed = MM1Cost(a=mm1_scale, c=1.0) if cost_model == "mm1" else None
     api_key = participant_key(registry, name, endpoint, workdir, key, admin_key)
-    run_agent(config, registry_url=registry, key=api_key, bind_host=host, port=port, spark_master=spark_master, cpus=cpus, trigger_s=trigger,
+    driver_host, driver_bind = driver_addresses(spark_master, host, spark_driver_host, spark_bind_address)
+    run_agent(config, registry_url=registry, key=api_key, bind_host=host, port=port, spark_master=spark_master,
+              driver_host=driver_host, driver_bind=driver_bind, cpus=cpus, trigger_s=trigger,
               sample_s=sample, cost_model=fixed, broker=broker)

@@ -1,7 +1,7 @@
 """Driver run in its own process by the standalone-cluster test: the task host, unchanged, on a `spark://` master.
 
-Usage: BPM_NATS_PASSWORD=... python cluster_driver.py MASTER_URL NATS_URL USER WORK_DIR
-Runs one task per half of participant USER's stream, its results through the fence on the
+Usage: BPM_NATS_PASSWORD=... python cluster_driver.py MASTER_URL NATS_URL USER WORK_DIR DRIVER_HOST
+Its driver advertises and binds DRIVER_HOST (the executors connect back to it). Runs one task per half of participant USER's stream, its results through the fence on the
 same broker, and prints one JSON line with what the host measured.
 """
 
@@ -20,8 +20,8 @@ from spark_agents.session import make_session
 PARAMS = QueryParams(window_s=30, min_connections=30, min_ports=10, lateness_s=10)
 
 
-def main(master: str, url: str, user: str, work_dir: str) -> None:
-    spark = make_session(master, "bpm-cluster-test", {"spark.cores.max": "2", "spark.executor.memory": "512m"})
+def main(master: str, url: str, user: str, work_dir: str, driver_host: str) -> None:
+    spark = make_session(master, "bpm-cluster-test", {"spark.cores.max": "2", "spark.executor.memory": "512m"}, driver_host=driver_host)
     host = TaskHost(spark, Path(work_dir), cpus=2, interval_s=1.0)
     try:
         for prefix in shares(2):
@@ -32,6 +32,8 @@ def main(master: str, url: str, user: str, work_dir: str) -> None:
         interval = host.sample()
         print(json.dumps({
             "master": spark.sparkContext.master,
+            "driver_host": spark.conf.get("spark.driver.host"),
+            "hosts": sorted({info.host() for info in spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()}),
             "executors": spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size(),
             "batches": {t.task_id: t.batches for t in host.tasks()},
             "utilisation": interval.utilisation,
@@ -42,4 +44,4 @@ def main(master: str, url: str, user: str, work_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])

@@ -1,8 +1,11 @@
-"""The task host against a real Spark standalone cluster (master and one worker on loopback),
-its tasks reading a participant's broker stream and writing their results to it."""
+"""The task host against a real Spark standalone cluster: master and worker in one host, the
+driver (a participant's agent side) in another, its tasks reading a broker stream and writing
+their results to it. With network namespaces (root) the hosts are namespaces on a bridge; else
+two loopback addresses."""
 
 import json
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -12,72 +15,73 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from spark_agents.broker.server import free_port
 from bpm.zeek.generator import TrafficProfile, generate
 from bpm.zeek.reference import compute
 from spark_agents.broker.results import broker_outputs
-from spark_agents.broker.stream import BrokerStream
+from spark_agents.broker.server import NatsServer, User
+from spark_agents.broker.stream import Broker, BrokerStream
+from spark_agents.hosts import Hosts
 from spark_agents.streams.feed import feed_all
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cluster_driver import PARAMS  # noqa: E402
 
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
+MASTER_PORT, WORKER_PORT, MASTER_UI, WORKER_UI = 7077, 7078, 8080, 8081
 
 
-def wait_for_port(port: int, proc: subprocess.Popen, timeout_s: float) -> None:
+def wait_for_port(address: str, port: int, proc: subprocess.Popen, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         assert proc.poll() is None, "a cluster process exited early"
         with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
+            if s.connect_ex((address, port)) == 0:
                 return
         time.sleep(0.2)
-    raise AssertionError(f"nothing listens on port {port}")
+    raise AssertionError(f"nothing listens on {address}:{port}")
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(420)
-def test_host_runs_tasks_on_a_standalone_cluster_unchanged(tmp_path, nats_server, broker):
-    server, owner = nats_server
-    conns = generate(TrafficProfile(duration_s=180, rate=40, sources=80), seed=31)
-    feed_all(BrokerStream(broker, "a"), conns, PARAMS, rows_per_flush=1500)
-
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(tmp_path / "logs"),
-           "SPARK_WORKER_DIR": str(tmp_path / "worker"), "PYSPARK_PYTHON": sys.executable}
-    master_port, worker_port = free_port(), free_port()
-    logs = (tmp_path / "master.log").open("w"), (tmp_path / "worker.log").open("w")
-    procs = []
+def test_tasks_run_on_a_spark_worker_in_another_host(tmp_path):
+    hosts, server = Hosts.open("cluster", tmp_path / "hosts", cpus=False), None
     try:
-        procs.append(subprocess.Popen(
-            [str(SPARK_CLASS), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-             "--port", str(master_port), "--webui-port", str(free_port())],
-            env=env, stdout=logs[0], stderr=subprocess.STDOUT, start_new_session=True))
-        wait_for_port(master_port, procs[0], 90)
-        master = f"spark://127.0.0.1:{master_port}"
-        procs.append(subprocess.Popen(
-            [str(SPARK_CLASS), "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--port", str(worker_port),
-             "--webui-port", str(free_port()), "--cores", "2", "--memory", "1g", master],
-            env=env, stdout=logs[1], stderr=subprocess.STDOUT, start_new_session=True))
-        wait_for_port(worker_port, procs[1], 90)
+        agent, cluster = hosts.add("a"), hosts.add("w")
+        # The participant's broker, where both hosts reach it: the machine's address on the bridge.
+        broker_host = hosts.net.gateway if hosts.net is not None else "127.0.0.1"
+        owner = User("a", secrets.token_urlsafe(16))
+        server = NatsServer.on_free_ports("a", tmp_path / "nats-a", [owner], host=broker_host).start()
+        conns = generate(TrafficProfile(duration_s=180, rate=40, sources=80), seed=31)
+        with Broker(server.url, owner.name, owner.password) as broker:
+            feed_all(BrokerStream(broker, "a"), conns, PARAMS, rows_per_flush=1500)
 
-        driver = subprocess.run(
-            [sys.executable, str(Path(__file__).parent / "cluster_driver.py"), master, server.url, owner.name, str(tmp_path / "work")],
-            env={**env, "BPM_NATS_PASSWORD": owner.password}, capture_output=True, text=True, timeout=300)
-        assert driver.returncode == 0, driver.stderr[-3000:]
-        report = json.loads(driver.stdout.strip().splitlines()[-1])
+        env = {**os.environ, "SPARK_LOCAL_IP": cluster.address, "SPARK_LOG_DIR": str(cluster.folder / "logs"),
+               "SPARK_WORKER_DIR": str(cluster.folder / "worker"), "PYSPARK_PYTHON": sys.executable}
+        with (cluster.folder / "master.log").open("w") as log:
+            master_proc = hosts.popen("w", [str(SPARK_CLASS), "org.apache.spark.deploy.master.Master", "--host", cluster.address,
+                                            "--port", str(MASTER_PORT), "--webui-port", str(MASTER_UI)], env=env, stdout=log, stderr=subprocess.STDOUT)
+        wait_for_port(cluster.address, MASTER_PORT, master_proc, 90)
+        master = f"spark://{cluster.address}:{MASTER_PORT}"
+        with (cluster.folder / "worker.log").open("w") as log:
+            worker_proc = hosts.popen("w", [str(SPARK_CLASS), "org.apache.spark.deploy.worker.Worker", "--host", cluster.address,
+                                            "--port", str(WORKER_PORT), "--webui-port", str(WORKER_UI), "--cores", "2", "--memory", "1g", master],
+                                      env=env, stdout=log, stderr=subprocess.STDOUT)
+        wait_for_port(cluster.address, WORKER_PORT, worker_proc, 90)
+
+        driver = hosts.popen("a", [sys.executable, str(Path(__file__).parent / "cluster_driver.py"), master, server.url, owner.name,
+                                   str(agent.folder / "work"), agent.address],
+                             env={**os.environ, "PYSPARK_PYTHON": sys.executable, "BPM_NATS_PASSWORD": owner.password},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = driver.communicate(timeout=300)
+        assert driver.returncode == 0, err[-3000:]
+        report = json.loads(out.strip().splitlines()[-1])
         assert report["master"] == master and report["executors"] >= 2, "driver plus the worker's executor"
+        assert report["driver_host"] == agent.address and cluster.address in report["hosts"], "the executor runs in the other host"
         assert all(n > 0 for n in report["batches"].values())
-        output = broker_outputs(broker, report["batches"])
+        with Broker(server.url, owner.name, owner.password) as broker:
+            output = broker_outputs(broker, report["batches"])
         assert output.rows == set(compute(conns, PARAMS)) and output.duplicates == []
     finally:
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                os.killpg(proc.pid, 15)
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, 9)
-        for log in logs:
-            log.close()
+        hosts.close()
+        if server is not None:
+            server.stop()
