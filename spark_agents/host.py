@@ -37,7 +37,7 @@ from spark_agents.metrics import (
     cost_samples,
     interval_sample,
     overhead_factor,
-    process_cpu_seconds,
+    spark_cpu_seconds,
     task_loads,
 )
 from spark_agents.query import Sink, staggered_trigger_s, start_query
@@ -278,8 +278,7 @@ class TaskHost:
     def _cpu_seconds(self) -> float | None:
         if self._jvm_pid is None:
             return None
-        jvm = process_cpu_seconds(self._jvm_pid)
-        return None if jvm is None else jvm + time.process_time()
+        return spark_cpu_seconds(self._jvm_pid)
 
     def sample(self) -> IntervalSample:
         """Close the current measuring interval and record it."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -174,21 +175,24 @@ def cost_samples(intervals: Iterable[IntervalSample]) -> tuple[list[float], list
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def process_cpu_seconds(pid: int) -> float | None:
-    """User plus system CPU seconds of a local process (from /proc), None where unreadable."""
+def process_cpu_seconds(pid: int, reaped: bool = False) -> float | None:
+    """User plus system CPU seconds of a local process (from /proc), None where unreadable;
+    with `reaped`, plus those of its descendants that have exited and been waited for."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
             fields = handle.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    # Fields after the command name: state is [0], utime is [11], stime is [12].
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    # Fields after the command name: state is [0], utime [11], stime [12], cutime [13], cstime [14].
+    return sum(int(f) for f in fields[11:15 if reaped else 13]) / _CLOCK_TICKS
 
 
 def process_tree_cpu_seconds(pid: int) -> float | None:
-    """CPU seconds of a local process and of its live descendants (a server's worker
-    processes), None where the process is unreadable."""
-    own = process_cpu_seconds(pid)
+    """CPU seconds of a local process and of all its descendants, live and exited (a server's
+    worker processes; Spark's Python workers and planners under its JVM), None where the
+    process is unreadable. A descendant's time moves from the live ones to its parent's
+    count of exited children when it is waited for, so the sum only grows."""
+    own = process_cpu_seconds(pid, reaped=True)
     if own is None:
         return None
     children: list[int] = []
@@ -198,6 +202,14 @@ def process_tree_cpu_seconds(pid: int) -> float | None:
         except OSError:
             continue
     return own + sum(process_tree_cpu_seconds(c) or 0.0 for c in children)
+
+
+def spark_cpu_seconds(jvm_pid: int) -> float | None:
+    """CPU seconds a participant's Spark has used: its local JVM with every Python process under
+    it (the broker source reads in them), and this process (the driver's Python side); None
+    where the JVM is unreadable."""
+    jvm = process_tree_cpu_seconds(jvm_pid)
+    return None if jvm is None else jvm + time.process_time()
 
 
 def scaled_to_process(loads: dict[str, float], intervals: Iterable[IntervalSample], start_s: float) -> dict[str, float]:

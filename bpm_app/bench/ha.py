@@ -153,10 +153,9 @@ class HASettings:
 
 
 def _process_cpu_seconds(jvm_pid: int | None) -> float:
-    from spark_agents.metrics import process_cpu_seconds
+    from spark_agents.metrics import spark_cpu_seconds
 
-    jvm = process_cpu_seconds(jvm_pid) if jvm_pid is not None else None
-    return time.process_time() + (jvm or 0.0)
+    return (spark_cpu_seconds(jvm_pid) if jvm_pid is not None else None) or time.process_time()
 
 
 def _delta_shipper(inbox: tuple[int, str]) -> Callable[[bytes], int | None]:

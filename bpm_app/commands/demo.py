@@ -24,9 +24,11 @@ def demo(
     scenario: Annotated[str, typer.Option(help="'phases' (the four phases of load management) or 'failover' (kill -9 of a participant hosting moved tasks, and the recovery).")] = "phases",
     ha_mode: Annotated[HAMode, typer.Option(help="The contracts' HA mode in the failover scenario.")] = HAMode.passive_standby,
     cpus: Annotated[float, typer.Option(min=0.0, help="Each participant's capacity: a CPU quota of its own (a cgroup; needs root). 0: the participants share the machine's CPUs.")] = 0.4,
+    hosts: Annotated[bool, typer.Option("--hosts/--no-hosts", help="Each participant and the registry in a network namespace of its own, on a private bridge (needs root); else loopback addresses 127.0.0.2 on.")] = True,
 ) -> None:
-    """Run the four phases of the Borealis poster on a local federation (SQLite, Spark local, 127.0.0.2-5),
-    or, with --scenario failover, kill a participant that hosts moved tasks and show the federation recover."""
+    """Run the four phases of the Borealis poster on a local federation, each participant a host of its own
+    (SQLite, Spark local), or, with --scenario failover, crash a participant's host while it hosts moved tasks
+    and show the federation recover."""
     from bpm_app.demo.report import write_report
     from bpm_app.demo.run import Demo, DemoSettings
 
@@ -43,7 +45,7 @@ def demo(
     if workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
-    settings = DemoSettings(workdir=workdir.resolve(), port=port, phase_timeout_s=phase_timeout, cpus=cpus or None)
+    settings = DemoSettings(workdir=workdir.resolve(), port=port, phase_timeout_s=phase_timeout, cpus=cpus or None, network=hosts)
     say = (lambda msg: print(msg, file=sys.stderr, flush=True))
     if headless:
         runner = make(say=say)
@@ -64,7 +66,7 @@ def demo(
     else:
         typer.echo(f"report: {folder / 'report.json'} and {folder / 'timeline.png'}")
         for phase in report["phases"]:
-            typer.echo(f"  {phase['name']}: {'acceptable' if phase['acceptable'] else 'not acceptable'}")
+            typer.echo(f"  {phase['name']}: {'acceptable' if phase['acceptable'] else 'overloaded' if phase.get('overloaded') else 'not acceptable'}")
         typer.echo(f"  movements {len(report['movements'])}, lost results {report['lost_results']}, duplicate results {report['duplicate_results']}")
         for f in report.get("failovers", []):
             typer.echo(f"  failover of {f['task']} ({f['mode']}) {f['from']} -> {f['to']}: detected {f['detected_s']} s after the kill, recovery {f['recovery_s']} s")

@@ -4,8 +4,8 @@
    (passive standby by default: A, the tasks' origin, keeps a copy of each moved task's
    checkpoint, updated with a delta every 2 s).
 2. A sheds load to B and C until the allocation is acceptable.
-3. While B hosts moved tasks whose copies are up to date, the demo kills B's process group
-   with SIGKILL (its agent and its Spark JVM). A sees B silent past the registry's heartbeat
+3. While B hosts moved tasks whose copies are up to date, B's host crashes: every process
+   in it (its agent, its Spark JVM, its broker) is killed at once. A sees B silent past the registry's heartbeat
    timeout and fails B's tasks over at once; the new host (A, the backup) restarts each
    from its copy and replays its stream since, on A's own broker; the replication level is
    repaired at C.
@@ -16,17 +16,15 @@ The report adds `failovers` (each with `task`, `mode`, `detected_s`: from the ki
 registry's detection, `recovery_s`: from the detection to the task's first output after
 it), `repairs` and `killed`. It reuses the phases scenario's federation and settings
 (`bpm_app.demo.run`), with a 5 s trigger: A's six tasks then take it over its threshold.
-Its participants share the machine's CPUs: no quota each, so each measures its load
-against one core, with the cost curve and price ranges the phases scenario had before it
-gave participants quotas (a threshold of 0.4; ranges [0.7 q, q]). A host's crash as the
-failure of a host with a CPU, network and storage of its own is still to come.
+Each participant is a host with a network and storage of its own (`spark_agents.hosts`), but
+without a CPU quota: each measures its load against one core, with the cost curve and price
+ranges the phases scenario had before it gave participants quotas (a threshold of 0.4;
+ranges [0.7 q, q]).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import signal
 import time
 from collections.abc import Callable
 
@@ -35,9 +33,9 @@ from bpm.federation.views import AgreedTerms, seconds
 
 # A owns every task; B and C only take load, so killing B loses no input of its own.
 FAILOVER_MEMBERS = (
-    Member("a", "127.0.0.2", 8, 6, 11),
-    Member("b", "127.0.0.3", 0, 0, 12),
-    Member("c", "127.0.0.4", 0, 0, 13),
+    Member("a", 8, 6, 11),
+    Member("b", 0, 0, 12),
+    Member("c", 0, 0, 13),
 )
 FAILOVER_TRIGGER_S = 5.0
 FAILOVER_MM1_SCALE = 0.36  # a threshold of 0.4 at the reference price
@@ -83,8 +81,9 @@ class FailoverDemo(Demo):
         s = self.s
         names = [m.name for m in FAILOVER_MEMBERS]
         try:
-            self.say(f"registry on {self.fed.registry_url} (admin UI at {self.fed.registry_url}/, operator key {self.fed.admin_key})")
+            self._open_hosts()
             self.fed.start_registry()
+            self.say(f"registry on {self.fed.registry_url} (admin UI at {self.fed.registry_url}/, operator key {self.fed.admin_key})")
             self.say(f"contracts under {self.ha_mode}")
             self._setup_first(list(FAILOVER_MEMBERS), measured=["a"])
             self._phase("1 A carries every task", names, until_acceptable=False, hold_s=0, not_before=self._trading_from(names))
@@ -112,9 +111,9 @@ class FailoverDemo(Demo):
                 raise TimeoutError(f"{VICTIM} hosted no moved task within {2 * timeout_s:.0f} s; see {self.s.workdir / 'logs'}")
             time.sleep(self.s.poll_s)
         self.lost_tasks = [f"{t['origin']}.{t['name']}" for t in hosted]
-        self.say(f"kill -9 of {VICTIM}'s process group (agent and Spark JVM) while it hosts {', '.join(self.lost_tasks)}")
+        self.say(f"{VICTIM}'s host crashes (every process in it killed at once) while it hosts {', '.join(self.lost_tasks)}")
         self.killed_at = time.time()
-        os.killpg(self.fed.processes[VICTIM].pid, signal.SIGKILL)
+        self.fed.hosts.crash(VICTIM)
 
     def _recover(self) -> None:
         """Phase 3: poll until every task B hosted was failed over and produces output again."""

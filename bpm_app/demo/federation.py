@@ -1,9 +1,11 @@
 """Processes of a local federation: the registry, one agent per participant, and the log replayers.
 
-Every process is started in its own process group and stopped by `close()`, which the
-demo calls on the way out, on errors and on Ctrl-C alike. Given `CpuHosts`, each agent
-runs in a cgroup of its own with the participant's CPU quota (`spark_agents.hosts`), which
-`close()` removes too.
+Each participant, and the registry, is a host of its own (`spark_agents.hosts.Hosts`): a
+network namespace with its own address, a CPU quota and a folder, where this machine
+allows them, else a loopback address of its own. Every process of a participant (its agent,
+with its Spark and its broker, and the replayer of its traffic) starts inside its host.
+`close()`, which the demo calls on the way out, on errors and on Ctrl-C alike, stops them and
+removes the hosts.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import httpx
 
 from bpm_http.client import RegistryClient
 from bpm_app.processes import wait_http
-from spark_agents.hosts import CpuHosts
+from spark_agents.hosts import Host, Hosts
 from spark_agents.runtime import KEY_FILE
 
 BPM = str(Path(sys.executable).with_name("bpm"))
@@ -30,42 +32,47 @@ BPM = str(Path(sys.executable).with_name("bpm"))
 
 @dataclass
 class Federation:
-    """A registry and its agents as local processes (SQLite, Spark local, 127.0.0.x), each
-    agent with a CPU quota of its own where `hosts` is given."""
+    """A registry and its agents as local processes (SQLite, Spark local), each in a host of its
+    own (`hosts`; by default loopback addresses sharing the machine's CPUs)."""
 
     workdir: Path
     registry_port: int = 8700
     admin_key: str = "demo-operator-key"
-    hosts: CpuHosts | None = None
+    hosts: Hosts = None  # type: ignore[assignment]
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     endpoints: dict[str, str] = field(default_factory=dict)
 
+    REGISTRY = "registry"  # the registry's host
+
+    def __post_init__(self) -> None:
+        if self.hosts is None:
+            self.hosts = Hosts(self.workdir / "hosts", None, None)
+
     @property
     def registry_url(self) -> str:
-        return f"http://127.0.0.1:{self.registry_port}"
+        return f"http://{self.hosts.add(self.REGISTRY).address}:{self.registry_port}"
 
-    def _spawn(self, name: str, args: list[str], env: dict | None = None, cpus: float | None = None) -> tuple[subprocess.Popen, Path]:
-        """Start a process in its own session; with `cpus` and hosts, inside `name`'s cgroup with that quota."""
+    def host(self, name: str, cpus: float | None = None) -> Host:
+        """Participant `name`'s host (made once), with a quota of `cpus` CPUs where quotas can be made."""
+        return self.hosts.add(name, cpus)
+
+    def _spawn(self, name: str, host: str, args: list[str], env: dict | None = None) -> tuple[subprocess.Popen, Path]:
+        """Start process `name` inside `host`, its output in the run's log folder."""
         log = self.workdir / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        inside = {}
-        if cpus is not None and self.hosts is not None:
-            self.hosts.add(name, cpus)
-            inside = self.hosts.popen_kwargs(name)
         with log.open("w") as out:
-            process = subprocess.Popen(
-                args, cwd=self.workdir, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                **inside,
-            )
+            process = self.hosts.popen(host, args, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT)
         self.processes[name] = process
         return process, log
 
     def start_registry(self) -> None:
-        _require_free("127.0.0.1", self.registry_port)
-        db = self.workdir / "registry.db"
+        host = self.hosts.add(self.REGISTRY)
+        _require_free(host, self.registry_port)
+        db = host.folder / "registry.db"
         process, log = self._spawn(
-            "registry",
-            [BPM, "registry", "serve", "--database-url", f"sqlite:///{db}", "--port", str(self.registry_port), "--log-level", "warning"],
+            "registry", self.REGISTRY,
+            [BPM, "registry", "serve", "--database-url", f"sqlite:///{db}", "--host", host.address, "--port", str(self.registry_port),
+             "--log-level", "warning"],
             {"BPM_ADMIN_KEY": self.admin_key},
         )
         wait_http(self.registry_url + "/healthz", process, log, 60)
@@ -74,32 +81,32 @@ class Federation:
         return RegistryClient(self.registry_url, self.admin_key)
 
     def _agent_workdir(self, name: str) -> Path:
-        return self.workdir / "agents" / name
+        return self.hosts.hosts[name].folder / "agent"
 
     def participant(self, name: str) -> RegistryClient:
         """The registry as participant `name`, with the key its agent got when it registered itself."""
         return RegistryClient(self.registry_url, (self._agent_workdir(name) / KEY_FILE).read_text().strip())
 
-    def start_agent(self, name: str, address: str, port: int, options: list[str], env: dict[str, str] | None = None,
-                    cpus: float | None = None) -> None:
-        """`bpm agent run` with `options` (its input, tasks, contracts, ...): the agent registers
-        itself with the operator key on its first run; with `cpus`, it runs (its Spark and its
-        broker too) under that CPU quota and measures its load against it."""
-        _require_free(address, port)
+    def start_agent(self, name: str, port: int, options: list[str], env: dict[str, str] | None = None) -> None:
+        """`bpm agent run` with `options` (its input, tasks, contracts, ...) inside host `name`
+        (`host`), listening on its address: the agent registers itself with the operator key on
+        its first run, and measures its load against its host's CPU quota where it has one."""
+        host = self.hosts.hosts[name]
+        _require_free(host, port)
         args = [
-            BPM, "agent", "run", "--name", name, "--registry", self.registry_url, "--host", address, "--port", str(port),
+            BPM, "agent", "run", "--name", name, "--registry", self.registry_url, "--host", host.address, "--port", str(port),
             "--workdir", str(self._agent_workdir(name)), *options,
         ]
-        self.endpoints[name] = f"http://{address}:{port}"
-        self._spawn(name, args, {"BPM_ADMIN_KEY": self.admin_key, **(env or {})}, cpus=cpus)
+        self.endpoints[name] = f"http://{host.address}:{port}"
+        self._spawn(name, name, args, {"BPM_ADMIN_KEY": self.admin_key, **(env or {})})
 
     def wait_agent(self, name: str, timeout_s: float = 180, on_wait: Callable[[], None] | None = None) -> None:
         log = self.workdir / "logs" / f"{name}.log"
         wait_http(self.endpoints[name] + "/healthz", self.processes[name], log, timeout_s, on_wait=on_wait)
 
     def generate_traffic(self, name: str, duration_s: float, rate: float, sources: int, scanners: int, seed: int) -> Path:
-        """`bpm generate-traffic`: the participant's recorded connections (a Zeek conn.log)."""
-        log = self.workdir / "input" / f"{name}.log"
+        """`bpm generate-traffic`: the participant's recorded connections (a Zeek conn.log), in its host's folder."""
+        log = self.hosts.hosts[name].folder / "traffic" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(
             [BPM, "generate-traffic", str(log), "--duration", str(duration_s), "--rate", str(rate), "--sources", str(sources),
@@ -113,7 +120,7 @@ class Federation:
         speedup; returns where the fed log will be."""
         fed = log.with_name(f"{name}.fed.log")
         self._spawn(
-            f"replay-{name}",
+            f"replay-{name}", name,
             [BPM, "replay", str(log), *target, "--rate", "0", "--speedup", str(speedup),
              "--window", str(window_s), "--lateness", str(lateness_s), "--fed-log", str(fed)],
             env,
@@ -164,24 +171,26 @@ class Federation:
                 process.wait()
             self.processes.clear()
         finally:
-            if self.hosts is not None:
-                self.hosts.close()
+            self.hosts.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
 
-def _require_free(address: str, port: int) -> None:
-    """Refuse to start on an address in use: a server left over from another run would answer in its place."""
+def _require_free(host: Host, port: int) -> None:
+    """Refuse to start on a loopback address in use: a server left over from another run would
+    answer in its place. (A host with a namespace of its own is new: nothing listens there.)"""
     import socket
 
+    if host.namespace:
+        return
     with socket.socket() as sock:
         # As the servers themselves bind: connections of a run that just ended (TIME_WAIT) do
         # not hold the port, a server listening on it does.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((address, port))
+            sock.bind((host.address, port))
         except OSError as exc:
-            raise RuntimeError(f"{address}:{port} is in use ({exc.strerror}); is another demo running? Stop it or pass --port") from None
+            raise RuntimeError(f"{host.address}:{port} is in use ({exc.strerror}); is another demo running? Stop it or pass --port") from None
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:

@@ -1,10 +1,15 @@
 """The four phases of the Borealis load-management demonstration, on a live local federation.
 
-1. Three participants with identical contracts and uneven load (A carries most tasks, and
-   starts more queries until it is over its threshold: what a query costs depends on the machine).
-2. A sheds load to B and C until the allocation is acceptable.
-3. Load rises at B: it takes on new queries until the federation is near its capacity.
-4. D joins with a contract to C at 0.8 p; load flows C to D and B to C until acceptable.
+1. Three participants with identical contracts and uneven load (A carries most tasks),
+   every load below its threshold: acceptable.
+2. A's load rises over its threshold (it starts more queries: what a query costs depends on
+   the machine); it sheds load to B and C until the allocation is acceptable.
+3. Load rises at B: it starts new queries until the federation is overloaded (its total load
+   above the total of its thresholds): no allocation among A, B and C is acceptable.
+4. D joins with a contract to C at 0.8 p; load flows B to C and C to D until acceptable.
+
+Each participant, and the registry, is a host of its own (`spark_agents.hosts`): its own
+address, CPU quota and storage, where the machine allows it.
 
 D's agent starts with the others, without a contract: a JVM starting takes much of this
 machine's CPU for a while, and loads measured then would be far off. D joins the
@@ -38,13 +43,12 @@ from bpm.negotiation import is_acceptable
 from bpm_app.demo.inputs import BrokerInputs
 from spark_agents.streams.feed import end_mark_us, end_watermark_ms
 from bpm.zeek.definitions import QueryParams, ResultRow
-from spark_agents.hosts import open_hosts
+from spark_agents.hosts import Hosts
 
 
 @dataclass(frozen=True)
 class Member:
     name: str
-    address: str
     shares: int  # equal shares of its input stream (a power of two)
     initial: int  # how many of them are its tasks from the start
     seed: int
@@ -54,10 +58,10 @@ MEMBERS = (
     # What a query costs varies from run to run (0.06 to 0.2 of a participant's capacity
     # measured here), so phases 1 and 3 start as many more as it takes, over shares that
     # have none yet; shares left without a query are no task's input.
-    Member("a", "127.0.0.2", 16, 5, 11),  # phase 1 starts queries over other shares if A is not overloaded yet
-    Member("b", "127.0.0.3", 16, 1, 12),  # phase 3 starts queries over the other shares, as many as it takes
-    Member("c", "127.0.0.4", 4, 1, 13),
-    Member("d", "127.0.0.5", 0, 0, 14),
+    Member("a", 16, 3, 11),  # phase 2 starts queries over other shares until A is overloaded
+    Member("b", 16, 1, 12),  # phase 3 starts queries over the other shares, as many as it takes
+    Member("c", 4, 1, 13),
+    Member("d", 0, 0, 14),
 )
 # The contracts agreed offline, at the reference price p times the factor: A, B and C with
 # identical contracts; D with C only, cheaper (0.8 p). Each contract's range reaches down
@@ -111,16 +115,13 @@ class DemoSettings:
             is a chain (C passes load on to D, then takes the partner's), about 30 s a step
             (an offer period, a handover, a settling time on each side), so a phase allows
             several steps.
-        overload: phase 1 starts more of A's queries (at most `load_step` at a time) until
+        overload: phase 2 starts more of A's queries (at most `load_step` at a time) until
             they add up to this multiple of A's threshold: what a query costs depends on the
-            machine, and A is to start overloaded. A's JVM has just started then, and a query
-            measures dearer than it runs warm: `top_up_s` before trading starts, phase 1 tops
-            A up to it again with what its queries measure by then.
-        load_step: the most queries A starts at a time in phase 1 and B in phase 3; B's first
-            step in phase 3 is that many.
-        fill: phase 3 starts queries at B until the tasks of A, B and C add up to this share
-            of the sum of their thresholds: a federation near its capacity (three tasks each,
-            one over at B or C), with room for the whole load once D joins.
+            machine.
+        load_step: the most queries A starts at a time in phase 2 and B in phase 3.
+        fill: phase 3 starts queries at B until the loads of A, B and C add up to this multiple
+            of the sum of their thresholds: an overloaded federation, by less than a query,
+            so that there is room for the whole load once D joins.
         cpus: each participant's capacity, a CPU quota of its own (`spark_agents.hosts`; needs
             root, else the participants share the machine's CPUs): what one participant does
             then cannot raise the load another measures. Four quotas of 0.4 leave a 2-core
@@ -155,10 +156,10 @@ class DemoSettings:
     phase_timeout_s: float = 240.0
     poll_s: float = 2.0
     overload: float = 1.15
-    top_up_s: float = 20.0
     load_step: int = 3
-    fill: float = 0.9
+    fill: float = 1.02
     cpus: float | None = 0.4
+    network: bool = True
 
 
 @dataclass
@@ -170,10 +171,17 @@ class Phase:
     loads: dict[str, float] = field(default_factory=dict)
     thresholds: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def overloaded(self) -> bool:
+        """Whether the participants' total load is above the total of their thresholds: no
+        allocation among them can be acceptable."""
+        return bool(self.loads) and sum(self.loads.values()) > sum(self.thresholds.values())
+
     def to_json(self) -> dict:
         return {
             "name": self.name,
             "acceptable": self.acceptable,
+            "overloaded": self.overloaded,
             "started_s": round(self.started_s, 1),
             "ended_s": round(self.ended_s, 1),
             "loads": {k: round(v, 4) for k, v in self.loads.items()},
@@ -226,12 +234,12 @@ class Demo:
         ]
 
     def _join(self, member: Member, sign: bool = True) -> None:
-        """Start the participant's agent: it registers itself and, unless `sign` is false,
-        signs the contracts it agreed offline (otherwise `_sign` does, later)."""
-        options, env = self.inputs.agent(member.name, member.address, member.shares)
+        """Start the participant's agent in its host: it registers itself and, unless `sign` is
+        false, signs the contracts it agreed offline (otherwise `_sign` does, later)."""
+        host = self.fed.host(member.name, self.s.cpus)
+        options, env = self.inputs.agent(member.name, host.address, member.shares)
         initial = ["--partitions", f"0-{member.initial - 1}"] if member.initial else []
-        self.fed.start_agent(member.name, member.address, self.s.agent_port, [*options, *initial, *self._agent_options(member, contracts=sign)],
-                             env, cpus=self.s.cpus)
+        self.fed.start_agent(member.name, self.s.agent_port, [*options, *initial, *self._agent_options(member, contracts=sign)], env)
 
     def _sign(self, member: Member, timeout_s: float = 60.0) -> None:
         """`member` joins: it accepts, with its own key through the registry's API, the
@@ -314,22 +322,23 @@ class Demo:
                 break
             time.sleep(self.s.poll_s)
         phase.ended_s = time.time() - self.t0
-        self.say(f"  {'acceptable' if phase.acceptable else 'not acceptable'}: loads {_fmt(phase.loads)} thresholds {_fmt(phase.thresholds)}")
+        verdict = "acceptable" if phase.acceptable else "overloaded" if phase.overloaded else "not acceptable"
+        self.say(f"  {verdict}: loads {_fmt(phase.loads)} thresholds {_fmt(phase.thresholds)}")
         return phase
 
-    def _raise_load(self, name: str, names: list[str], share: float, first_step: int = 0) -> None:
+    def _raise_load(self, name: str, names: list[str], share: float, first_step: int = 0, overhead: float = 0.0) -> None:
         """`name` starts queries over its stream's shares that have none until, with the new queries
         measured, the tasks of `names`, wherever they run, add up to `share` of the sum of
-        their thresholds (or no share is left).
+        their thresholds less `overhead` (what the participants' loads hold beyond their tasks'),
+        or no share is left.
 
-        The first step starts at least `first_step` queries (so that the load rises at `name`
-        however full the federation already is). Each step starts as many as the missing load
-        takes at the load `name`'s queries measure now, rounded up, at most `load_step`: the
-        load passes its target by less than one query. How much load a query brings depends
-        on the machine; adding queries until the load is there puts it there on a fast machine
-        and a busy one alike. Counting tasks wherever they run, not participants' loads, keeps
-        the count right while agents shed the new load."""
-        count = max(first_step, self._queries_to_fill(name, names, share))
+        The first step starts at least `first_step` queries. Each step starts as many as the
+        missing load takes at the load `name`'s queries measure now, rounded up, at most
+        `load_step`: the load passes its target by less than one query. How much load a query
+        brings depends on the machine; adding queries until the load is there puts it there on
+        a fast machine and a busy one alike. Counting tasks wherever they run, not
+        participants' loads, keeps the count right while agents shed the new load."""
+        count = max(first_step, self._queries_to_fill(name, names, share, overhead))
         free = self._idle_tasks(name)
         while free and count > 0:
             new, free = free[:count], free[count:]
@@ -338,17 +347,18 @@ class Demo:
             self.say(f"  {name} starts queries {', '.join(new)}")
             if not self._wait_tasks_measured(name, {f"{name}.{task}" for task in new}):
                 return
-            count = self._queries_to_fill(name, names, share)
+            count = self._queries_to_fill(name, names, share, overhead)
 
-    def _overload(self, name: str, traders: list[str]) -> None:
-        """Phase 1: `name`'s queries up to `overload` times its threshold, and again `top_up_s`
-        before `traders` may trade, when its queries measure what they cost warm."""
-        self._raise_load(name, [name], self.s.overload)
-        top_up_at = self._trading_from(traders) - self.s.top_up_s
-        while time.monotonic() < top_up_at:
-            self.poll()
-            time.sleep(self.s.poll_s)
-        self._raise_load(name, [name], self.s.overload)
+    def _overload(self, names: list[str]) -> None:
+        """Phase 3: B's queries until the loads of `names` add up to `fill` times the sum of
+        their thresholds. Participants' loads hold more than their tasks' (the agent, the idle
+        JVM): measured once, as the phase starts, that overhead is taken off the target."""
+        loads, _ = self._measured(self.poll(), names)
+        with self.fed.operator() as operator:
+            tasks = sum(t["load"] or 0.0 for t in operator.tasks() if t["origin"] in names)
+        overhead = max(0.0, sum(loads.values()) - tasks)
+        self.say(f"  the participants' loads hold {overhead:.2f} beyond their tasks'")
+        self._raise_load("b", names, self.s.fill, overhead=overhead)
 
     def _idle_tasks(self, name: str) -> list[str]:
         """The tasks over `name`'s stream shares that no task of its processes yet."""
@@ -356,10 +366,10 @@ class Demo:
             known = {task_key(t) for t in operator.tasks(origin=name)}
         return [task for task in self.inputs.tasks(self._members[name].shares) if f"{name}.{task}" not in known]
 
-    def _queries_to_fill(self, name: str, names: list[str], share: float) -> int:
-        """How many more of `name`'s queries take the tasks of `names` to `share` of their thresholds (see `_raise_load`)."""
+    def _queries_to_fill(self, name: str, names: list[str], share: float, overhead: float = 0.0) -> int:
+        """How many more of `name`'s queries take the tasks of `names` to `share` of their thresholds less `overhead` (see `_raise_load`)."""
         _, thresholds = self._measured(self.poll(), names)
-        target = share * sum(thresholds.values()) if len(thresholds) == len(names) else None
+        target = share * sum(thresholds.values()) - overhead if len(thresholds) == len(names) else None
         with self.fed.operator() as operator:
             tasks = [t for t in operator.tasks() if t["origin"] in names]
         return queries_to_add(target, [t["load"] or 0.0 for t in tasks],
@@ -397,15 +407,16 @@ class Demo:
     def run(self) -> dict:
         s = self.s
         try:
-            self.say(f"registry on {self.fed.registry_url} (admin UI at {self.fed.registry_url}/, operator key {self.fed.admin_key})")
             self._open_hosts()
             self.fed.start_registry()
+            self.say(f"registry on {self.fed.registry_url} (admin UI at {self.fed.registry_url}/, operator key {self.fed.admin_key})")
             self._setup_first(list(MEMBERS), measured=["a", "b", "c"], unsigned={JOINS_LATER})
-            self._phase("1 uneven load: A carries most tasks", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s,
-                        not_before=self._trading_from(["a", "b", "c"]), action=lambda: self._overload("a", ["a", "b", "c"]))
-            self._phase("2 A sheds load to B and C", ["a", "b", "c"], until_acceptable=True, hold_s=s.settle_s)
-            self._phase("3 load rises at B: new queries take the federation near its capacity", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s,
-                        action=lambda: self._raise_load("b", ["a", "b", "c"], s.fill, first_step=s.load_step))
+            self._phase("1 uneven load: A carries most tasks, every load below its threshold", ["a", "b", "c"], until_acceptable=True,
+                        hold_s=s.settle_s, not_before=self._trading_from(["a", "b", "c"]))
+            self._phase("2 A's load rises over its threshold: it sheds load to B and C", ["a", "b", "c"], until_acceptable=True,
+                        hold_s=s.settle_s, action=lambda: self._raise_load("a", ["a"], s.overload))
+            self._phase("3 load rises at B until the federation is overloaded", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s,
+                        action=lambda: self._overload(["a", "b", "c"]))
             self._phase("4 D joins (contract with C at 0.8 p): load flows B to C and C to D", ["a", "b", "c", "d"], until_acceptable=True,
                         hold_s=s.settle_s, action=lambda: self._sign(self._members[JOINS_LATER]))
             return self._finish()
@@ -413,17 +424,18 @@ class Demo:
             self.fed.close()
 
     def _open_hosts(self) -> None:
-        """A CPU quota of `cpus` for each participant, where this machine and user allow it
-        (`Federation.close` removes them); otherwise the participants share the machine's CPUs."""
-        if self.s.cpus:
-            self.fed.hosts = open_hosts("demo", self.say)
-            if self.fed.hosts is not None:
-                self.say(f"each participant runs under a CPU quota of {self.s.cpus:g} CPU ({self.fed.hosts.parent})")
+        """A host for each participant and the registry, with a network namespace and a CPU
+        quota of `cpus` for each participant, where this machine and user allow them
+        (`Federation.close` removes them); otherwise loopback addresses and the machine's CPUs."""
+        self.fed.hosts = Hosts.open("demo", self.s.workdir / "hosts", cpus=bool(self.s.cpus), network=self.s.network, say=self.say)
+        if self.fed.hosts.net is not None:
+            self.say(f"each participant is a host of its own on {self.fed.hosts.net.subnet} (bridge {self.fed.hosts.net.bridge})")
+        if self.fed.hosts.cpu is not None:
+            self.say(f"each participant runs under a CPU quota of {self.s.cpus:g} CPU ({self.fed.hosts.cpu.parent})")
 
     def hosts_report(self) -> dict:
-        """Per participant: its CPUs, and whether it had them to itself (its own quota)."""
-        isolated = self.fed.hosts is not None
-        return {name: {"cpus": self.s.cpus if isolated else None, "isolated": isolated} for name in self._members}
+        """Per participant: its address, its CPUs (its quota), and whether it had CPU and network of its own."""
+        return {name: host.report() for name, host in self.fed.hosts.hosts.items() if name in self._members}
 
     def _task_params(self) -> dict:
         return {**self.params.to_dict(), "trigger_s": self.s.trigger_s}

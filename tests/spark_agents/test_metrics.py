@@ -89,6 +89,20 @@ def test_process_tree_cpu_counts_the_live_children_of_a_process():
     assert process_tree_cpu_seconds(child.pid) is None, "a process that is gone is unreadable"
 
 
+def test_process_tree_cpu_counts_descendants_that_have_exited():
+    """Spark's Python planners and workers come and go under its JVM: their CPU counts once they are gone too."""
+    burn = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass"
+    parent = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys, time; subprocess.run([sys.executable, '-c', {burn!r}]); "
+                                                     "print(flush=True); time.sleep(30)"], stdout=subprocess.PIPE)
+    try:
+        assert parent.stdout.readline() == b"\n", "the child has burnt its CPU and exited"
+        own = process_cpu_seconds(parent.pid)
+        assert process_tree_cpu_seconds(parent.pid) - own >= 0.4, "the exited child's CPU is its parent's"
+    finally:
+        parent.kill()
+        parent.wait()
+
+
 def test_overhead_factor_leaves_the_idle_part_of_the_process_cpu_to_no_task():
     # Process CPU = 0.1 (idle JVM) + 1.5 x task CPU, over intervals of varying task work.
     history = [

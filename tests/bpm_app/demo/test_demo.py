@@ -1,5 +1,5 @@
 """End to end: a registry and four agents as real processes, Spark local, the poster's phases;
-each participant under a CPU quota of its own where this machine allows it."""
+each participant a host of its own (network namespace, CPU quota, folder) where this machine allows it."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from bpm_app.demo.report import write_report
 from bpm_app.demo.run import Demo, DemoSettings
 from bpm.federation.views import seconds
 from spark_agents.hosts import CpuHosts
+from spark_agents.network import HostNetwork, ip
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.slow
@@ -35,9 +36,13 @@ def test_federation_moves_load_and_loses_nothing(tmp_path):
     assert any(m["to"] == "d" for m in report["movements"]), "load flowed to D once it joined"
     joined = demo.t0 + report["phases"][3]["started_s"]
     assert all(seconds(m["started_at"]) >= joined for m in report["movements"] if "d" in (m["from"], m["to"])), "D trades only once it has joined"
-    assert report["phases"][1]["acceptable"], report["phases"][1]
-    assert report["phases"][3]["acceptable"], report["phases"][3]
+    phases = report["phases"]
+    assert [p["acceptable"] for p in phases] == [True, True, False, True], phases
+    assert phases[2]["overloaded"], phases[2]
     assert (tmp_path / "report" / "timeline.png").stat().st_size > 10_000
-    if CpuHosts.available() is None:  # root on Linux, as in CI: every participant had its own CPU
-        assert all(h == {"cpus": settings.cpus, "isolated": True} for h in report["hosts"].values()), report["hosts"]
-        assert not demo.fed.hosts.parent.exists(), "the demo removed its cgroups"
+    if CpuHosts.available() is None and HostNetwork.available() is None:  # root on Linux, as in CI: every participant a host
+        assert set(report["hosts"]) == {"a", "b", "c", "d"}
+        assert all(h["cpus"] == settings.cpus and h["isolated"] for h in report["hosts"].values()), report["hosts"]
+        assert len({h["address"] for h in report["hosts"].values()}) == 4
+        assert not demo.fed.hosts.cpu.parent.exists(), "the demo removed its cgroups"
+        assert demo.fed.hosts.net.bridge not in ip("link", "show") and "bpm" not in ip("netns", "list"), "and its hosts"
