@@ -88,8 +88,9 @@ class HostNetwork:
         """None when this process can make network namespaces; else why not, in words for the user."""
         if os.geteuid() != 0:
             return "not root"
-        if shutil.which("ip") is None:
-            return "iproute2's `ip` is not installed"
+        for tool, package in (("ip", "iproute2"), ("nsenter", "util-linux")):
+            if shutil.which(tool) is None:
+                return f"{package}'s `{tool}` is not installed"
         if not os.path.exists("/proc/self/ns/net"):
             return "this kernel has no network namespaces"
         return None
@@ -141,8 +142,10 @@ class HostNetwork:
         return host
 
     def command(self, name: str, args: list[str]) -> list[str]:
-        """`args` as a command that runs inside `name`'s namespace (`ip netns exec` execs it in place)."""
-        return ["ip", "netns", "exec", self.hosts[name].namespace, *args]
+        """`args` as a command that runs inside `name`'s network namespace: util-linux's
+        `nsenter` enters it and execs `args` in place. (`ip netns exec` would also mount a
+        /sys of its own, hiding the cgroup hierarchy a participant reads its quota from.)"""
+        return ["nsenter", f"--net=/run/netns/{self.hosts[name].namespace}", "--", *args]
 
     def pids(self, name: str) -> list[int]:
         """Every process in `name`'s namespace."""

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from spark_agents.hosts import Hosts
+from spark_agents.hosts import CpuHosts, Hosts
 from spark_agents.network import HostNetwork, free_subnet, ip
 
 PORT = 8123
@@ -91,5 +91,21 @@ def test_without_namespaces_hosts_are_loopback_addresses_and_links_cannot_be_cut
         assert not hosts.hosts["a"].isolated
         with pytest.raises(RuntimeError, match="network namespaces"):
             hosts.cut_link("a", "b")
+    finally:
+        hosts.close()
+
+
+@needs_namespaces
+@pytest.mark.skipif(CpuHosts.available() is not None, reason=f"cannot make CPU cgroups here: {CpuHosts.available()}")
+def test_a_process_in_a_host_reads_its_quota_and_runs_on_its_address(tmp_path):
+    hosts = Hosts.open("test", tmp_path)
+    try:
+        host = hosts.add("a", cpus=0.3)
+        probe = ("import socket; from spark_agents.hosts import cpu_capacity; "
+                 f"s = socket.socket(); s.bind(({host.address!r}, 0)); print(cpu_capacity(9.0))")
+        process = hosts.popen("a", [sys.executable, "-c", probe], stdout=subprocess.PIPE, text=True)
+        out, _ = process.communicate(timeout=60)
+        assert process.returncode == 0 and float(out) == pytest.approx(0.3), "the network namespace hides no cgroup"
+        assert host.isolated and host.report() == {"address": host.address, "cpus": 0.3, "isolated": True}
     finally:
         hosts.close()
