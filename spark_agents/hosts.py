@@ -373,6 +373,7 @@ class Hosts:
         self.net = net
         self.hosts: dict[str, Host] = {}
         self._processes: dict[str, list] = {}
+        self.closed = False
 
     @classmethod
     def open(cls, label: str, root: Path, *, cpus: bool = True, network: bool = True, say=None) -> Hosts:
@@ -396,6 +397,8 @@ class Hosts:
         """The host `name` (made once), with a quota of `cpus` CPUs where quotas can be made."""
         if name in self.hosts:
             return self.hosts[name]
+        if self.closed:
+            raise RuntimeError("these hosts are closed")
         if self.net is not None:
             address = self.net.add(name).address
         else:
@@ -475,7 +478,11 @@ class Hosts:
         return {name: host.report() for name, host in self.hosts.items()}
 
     def close(self) -> None:
-        """Kill every process of every host, then remove the namespaces, the bridge and the cgroups."""
+        """Kill every process of every host, then remove the namespaces, the bridge and the
+        cgroups; safe to call twice. `hosts` keeps what they were, for reports."""
+        if self.closed:
+            return
+        self.closed = True
         for name in list(self.hosts):
             self.crash(name)
         if self.net is not None:

@@ -1,25 +1,27 @@
-"""High availability of a task under each mode, with a `kill -9` of its host mid-stream.
+"""High availability of a task under each mode, with a crash of its host mid-stream.
 
 For each mode in turn (one after another, so two Spark processes at a time fit two cores):
 the command starts two worker processes, each with its own SparkSession (`local[1]`) and
 `TaskHost`: the host `a` and the second participant `b` (`python -m bpm_app.bench.ha --worker`,
-orders over an authenticated loopback socket as in `bpm_app.bench.move`). A paced feeder in
-the command publishes generated Zeek traffic into the task's origin's stream on a NATS
-server the command runs (the origin `o`, which neither worker is: it outlives the kill),
-and both workers read it and acknowledge it over the network (`spark_agents.ha.inputs`;
-as the stream's owner user: who may read what is the agents' business, tested on its own).
-`a` runs the task at epoch 1 through the output fence on the origin's broker and does its
-mode's duties (`spark_agents.ha.roles`);
+orders over an authenticated socket as in `bpm_app.bench.move`), each in a host of its own
+(a network namespace, `spark_agents.hosts`) where the machine allows it, else on loopback.
+A paced feeder in the command publishes generated Zeek traffic into the task's origin's
+stream on a NATS server the command runs on the machine (the origin `o`, which neither
+worker is: it outlives the crash; both hosts reach it on the machine's address on their
+bridge), and both workers read it and acknowledge it over the network
+(`spark_agents.ha.inputs`; as the stream's owner user: who may read what is the agents'
+business, tested on its own). `a` runs the task at epoch 1 through the output fence on the
+origin's broker and does its mode's duties (`spark_agents.ha.roles`);
 `b` is a warm participant that, per mode, does nothing (none, upstream backup), applies the
-deltas `a` sends it straight over a socket (passive standby), or runs the replica with its
+deltas `a` sends it over the network (passive standby), or runs the replica with its
 output held back (active standby). `a` beats into a file; the command watches it.
 
-After a warm-up, the CPU time of both processes (Python and Spark's JVM, from /proc) and
-the rows `a` processed are measured over an interval; then the command kills `a`'s whole
-process group with SIGKILL. The watcher sees the heartbeat silent past the timeout and at
-once tells `b` to take the task over at epoch 2. The feed goes on for a while, then closes
-(end mark); `b` drains the stream; the results on the origin's broker are compared with
-the plain computation over exactly what was fed.
+After a warm-up, the CPU time of both processes (Python and Spark's JVM with its Python
+workers, from /proc) and the rows `a` processed are measured over an interval; then `a`'s
+host crashes: every process in it is killed with SIGKILL at once. The watcher sees the
+heartbeat silent past the timeout and at once tells `b` to take the task over at epoch 2.
+The feed goes on for a while, then closes (end mark); `b` drains the stream; the results
+on the origin's broker are compared with the plain computation over exactly what was fed.
 
 Figures per mode:
 
@@ -54,7 +56,8 @@ from multiprocessing.connection import Client, Listener
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bpm_app.bench.move import PacedFeed, RemoteSide, Side, load_average, step_limits, traffic
+from spark_agents.hosts import Hosts
+from bpm_app.bench.move import PacedFeed, RemoteSide, Side, load_average, own_address, step_limits, traffic
 from bpm.ha.decisions import HA_MODES, PRECISE_MODES
 from bpm.zeek.definitions import MICROS, QueryParams
 from bpm.zeek.generator import TrafficProfile
@@ -99,6 +102,8 @@ class HASettings:
         lean: run each local driver with `spark_agents.session.LEAN_JVM_OPTIONS`, as agents on a local master do.
         extra_conf: further Spark settings of both sessions.
         params: the monitoring query's parameters (10 s windows: a result about every second of wall time).
+        hosts: run `a` and `b` each in a host of its own (a network namespace, `spark_agents.hosts`)
+            where the machine allows it: the failure is then a crash of `a`'s host.
     """
 
     modes: tuple[str, ...] = HA_MODES
@@ -121,6 +126,7 @@ class HASettings:
     lean: bool = True
     extra_conf: tuple[tuple[str, str], ...] = ()
     params: QueryParams = field(default_factory=lambda: BENCH_PARAMS)
+    hosts: bool = True
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.modes if m not in HA_MODES]
@@ -158,9 +164,9 @@ def _process_cpu_seconds(jvm_pid: int | None) -> float:
     return (spark_cpu_seconds(jvm_pid) if jvm_pid is not None else None) or time.process_time()
 
 
-def _delta_shipper(inbox: tuple[int, str]) -> Callable[[bytes], int | None]:
-    """Send passive-standby deltas to the backup's socket (`inbox`: port and key); returns its acknowledged position."""
-    conn = Client(("127.0.0.1", inbox[0]), authkey=bytes.fromhex(inbox[1]))
+def _delta_shipper(inbox: tuple[str, int, str]) -> Callable[[bytes], int | None]:
+    """Send passive-standby deltas to the backup's socket (`inbox`: address, port and key); returns its acknowledged position."""
+    conn = Client((inbox[0], inbox[1]), authkey=bytes.fromhex(inbox[2]))
     lock = threading.Lock()
 
     def ship(data: bytes) -> int | None:
@@ -226,13 +232,13 @@ class HASide(Side):
 
         self._beat = HeartbeatFile(path, interval_s).start()
 
-    def delta_inbox(self, task_id: str) -> tuple[int, str]:
-        """Be the passive backup of `task_id`: take deltas on a loopback socket; returns its port and key."""
+    def delta_inbox(self, task_id: str) -> tuple[str, int, str]:
+        """Be the passive backup of `task_id`: take deltas on a socket at this worker's address; returns its address, port and key."""
         from spark_agents.ha.roles import PassiveBackup
 
         backup = self._backups[task_id] = PassiveBackup(self.root / "backups" / task_id)
         key = secrets.token_bytes(32)
-        self._inbox = listener = Listener(("127.0.0.1", 0), authkey=key)
+        self._inbox = listener = Listener((own_address(), 0), authkey=key)
 
         def serve() -> None:
             try:
@@ -251,10 +257,10 @@ class HASide(Side):
                         conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
         threading.Thread(target=serve, name="bpm-ha-inbox", daemon=True).start()
-        return listener.address[1], key.hex()
+        return listener.address[0], listener.address[1], key.hex()
 
     def start_primary(self, mode: str, task_id: str, source: JetStreamInput, params: dict[str, int],
-                      trigger_s: float, epoch: int, interval_s: float, inbox: tuple[int, str] | None) -> None:
+                      trigger_s: float, epoch: int, interval_s: float, inbox: tuple[str, int, str] | None) -> None:
         """Host the task at `epoch` with its mode's duties (`inbox`: the passive backup's socket)."""
         from spark_agents.ha.roles import start_primary
 
@@ -443,14 +449,18 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
     owner = User(ORIGIN, secrets.token_urlsafe(16))
     a = b = feed = watcher = server = broker = None
     takeover: dict[str, Any] = {}
+    # `a` and `b` are hosts of their own where the machine allows it; the origin's broker is
+    # on the machine, which every host reaches (the machine's address on the hosts' bridge).
+    hosts = Hosts.open("bench-ha", root / "hosts", cpus=False, say=progress) if settings.hosts else None
     try:
         progress(f"{mode}: starting the origin's broker and two Spark processes")
-        server = NatsServer.on_free_ports(ORIGIN, root / ORIGIN / "broker", [owner]).start()
+        broker_address = hosts.net.gateway if hosts is not None and hosts.net is not None else "127.0.0.1"
+        server = NatsServer.on_free_ports(ORIGIN, root / ORIGIN / "broker", [owner], host=broker_address).start()
         broker = Broker(server.url, owner.name, owner.password)
         broker.ensure_stream(ORIGIN)  # before any reader: a query's first plan asks for the stream
         source = JetStreamInput(server.url, owner.name, owner.password, ORIGIN)
-        b = RemoteSide("b", root, settings.master, settings.spark_conf(), limit(), module="bpm_app.bench.ha")
-        a = RemoteSide("a", root, settings.master, settings.spark_conf(), limit(), module="bpm_app.bench.ha")
+        b = RemoteSide("b", root, settings.master, settings.spark_conf(), limit(), module="bpm_app.bench.ha", hosts=hosts)
+        a = RemoteSide("a", root, settings.master, settings.spark_conf(), limit(), module="bpm_app.bench.ha", hosts=hosts)
         b.wait_ready(limit())
         a.wait_ready(limit())
         inbox = b.call("delta_inbox", TASK_ID, timeout_s=limit()) if mode == "passive_standby" else None
@@ -487,7 +497,7 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
             marks.append(mark())
         status_a = a.call("ha_status", TASK_ID, timeout_s=limit())
         status_b_before = b.call("ha_status", TASK_ID, timeout_s=limit())
-        progress(f"{mode}: kill -9 of the host")
+        progress(f"{mode}: the host crashes (kill -9 of every process in it)")
         kill_at = time.time()
         a.kill()
         if watcher.wait(settings.detect_timeout_s + limit()) is None:
@@ -519,6 +529,8 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
             broker.close()
         if server is not None:
             server.stop()
+        if hosts is not None:
+            hosts.close()
 
     expected = compute(itertools.islice(traffic(profile, settings.seed), fed), settings.params)
     delays, first_after = _emissions(batches, feed.reached, kill_at)

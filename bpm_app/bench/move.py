@@ -56,11 +56,19 @@ from bpm.zeek.generator import TrafficProfile, generate
 
 if TYPE_CHECKING:
     from spark_agents.broker.source import JetStreamInput
+    from spark_agents.hosts import Hosts
 
 TASK_ID = "a.move-0"  # origin a
 PAUSE_GOAL_S = 3.0
 RATIO_GOAL = 1.2
 _KEY_ENV = "BPM_MOVE_BENCH_KEY"
+# Where a worker listens for the benchmark's orders (and, in the HA benchmark, its backup for
+# deltas): its host's address when it runs in a host of its own, else loopback.
+ADDRESS_ENV = "BPM_BENCH_ADDRESS"
+
+
+def own_address() -> str:
+    return os.environ.get(ADDRESS_ENV, "127.0.0.1")
 _CHUNK_S = 120.0
 
 
@@ -375,31 +383,37 @@ class Side:
 
 
 class RemoteSide:
-    """The same methods as `Side`, carried out by the worker process over a loopback socket.
+    """The same methods as `Side`, carried out by the worker process over an authenticated socket.
 
     Attributes:
         name: how the benchmark calls this side.
         process: the worker process (its own session, so its JVM is killed with it).
         log_path: the worker's stderr, quoted when it fails.
+        hosts: where given, the worker runs in host `name` of them (`spark_agents.hosts`), and
+            `kill` crashes that host.
     """
 
     def __init__(self, name: str, root: Path, master: str, conf: dict[str, str], timeout_s: float,
-                 module: str = "bpm_app.bench.move") -> None:
+                 module: str = "bpm_app.bench.move", hosts: Hosts | None = None) -> None:
         self.name = name
+        self.hosts = hosts
         self.log_path = root / f"{name}.log"
         root.mkdir(parents=True, exist_ok=True)
         key = secrets.token_bytes(32)
+        address = hosts.add(name).address if hosts is not None else "127.0.0.1"
         # `module` runs the worker: its `main` serves a side class of its own through `_serve`.
         args = [sys.executable, "-m", module, "--worker", name, str(root / name), master, json.dumps(conf)]
+        env = {**os.environ, _KEY_ENV: key.hex(), ADDRESS_ENV: address}
         with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
-                env={**os.environ, _KEY_ENV: key.hex()}, start_new_session=True,
-            )
+            if hosts is not None:
+                self.process = hosts.popen(name, args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env=env)
+            else:
+                self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env=env,
+                                                start_new_session=True)
         self.conn: Connection | None = None
         try:
             port = self._read_port(timeout_s)
-            self.conn = Client(("127.0.0.1", port), authkey=key)
+            self.conn = Client((address, port), authkey=key)
         except BaseException:
             self.kill()
             raise
@@ -451,10 +465,13 @@ class RemoteSide:
             self.kill()
 
     def kill(self) -> None:
-        """End the worker and everything in its session (its Spark JVM), if still there."""
+        """End the worker and everything in its session (its Spark JVM), if still there; in a
+        host, the host crashes: every process in it is killed at once."""
         if self.conn is not None:
             self.conn.close()
-        if self.process.poll() is None:
+        if self.hosts is not None:
+            self.hosts.crash(self.name)
+        elif self.process.poll() is None:
             try:
                 os.killpg(self.process.pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -467,7 +484,7 @@ class RemoteSide:
 def _serve(name: str, root: str, master: str, conf: str, side_class: type = Side) -> None:
     """The worker: report a port on stdout, take one authenticated connection, run `side_class` methods for it."""
     key = bytes.fromhex(os.environ.pop(_KEY_ENV))
-    with Listener(("127.0.0.1", 0), authkey=key) as listener:
+    with Listener((own_address(), 0), authkey=key) as listener:
         print(listener.address[1], flush=True)
         # Everything after the port (Spark's JVM inherits stdout) goes to the log, never into the pipe.
         os.dup2(sys.stderr.fileno(), sys.stdout.fileno())

@@ -1,4 +1,4 @@
-"""`bpm bench ha`: the same task under each HA mode, with a kill -9 of its host mid-stream."""
+"""`bpm bench ha`: the same task under each HA mode, with a crash of its host mid-stream."""
 
 from __future__ import annotations
 
@@ -31,11 +31,12 @@ def bench_ha_command(
     lean: Annotated[bool, typer.Option(help="Run local drivers with the C1 compiler and the serial collector, as agents do.")] = True,
     conf: Annotated[list[str] | None, typer.Option("--conf", help="A further Spark setting of both sessions, KEY=VALUE (repeatable).")] = None,
     timeout: Annotated[float, typer.Option(min=10.0, help="Limit of the whole run, seconds.")] = 1800.0,
+    hosts: Annotated[bool, typer.Option("--hosts/--no-hosts", help="Run the task's host and the backup each in a network namespace of its own (needs root; else loopback addresses).")] = True,
     work_dir: Annotated[Path | None, typer.Option(help="Keep the run's files here (default: a temporary folder, removed).")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of the output delay across the failure, per mode.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Overhead, detection, recovery, lost and duplicated results of each HA mode across a kill -9 of the host."""
+    """Overhead, detection, recovery, lost and duplicated results of each HA mode across a crash of the task's host."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -48,7 +49,7 @@ def bench_ha_command(
             modes=tuple(m.strip() for m in modes.split(",") if m.strip()), master=master, trigger_s=trigger, rate=rate,
             speedup=speedup, seed=seed, copy_interval_s=copy_interval, ack_interval_s=ack_interval, heartbeat_s=heartbeat,
             detect_timeout_s=detect_timeout, warmup_s=warmup, measure_s=measure, slices=slices, after_s=after, timeout_s=timeout,
-            lean=lean, extra_conf=tuple(_setting(item) for item in conf or ()),
+            lean=lean, extra_conf=tuple(_setting(item) for item in conf or ()), hosts=hosts,
         )
     except ValueError as exc:
         typer.secho(str(exc), fg="red", err=True)

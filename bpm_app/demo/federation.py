@@ -50,7 +50,8 @@ class Federation:
 
     @property
     def registry_url(self) -> str:
-        return f"http://{self.hosts.add(self.REGISTRY).address}:{self.registry_port}"
+        """The registry's URL, on its host's address (`start_registry` makes the host)."""
+        return f"http://{self.hosts.hosts[self.REGISTRY].address}:{self.registry_port}"
 
     def host(self, name: str, cpus: float | None = None) -> Host:
         """Participant `name`'s host (made once), with a quota of `cpus` CPUs where quotas can be made."""

@@ -16,7 +16,9 @@ def write_report(report: dict, folder: Path, t0_epoch: float | None = None) -> P
 
 
 def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> None:
-    """Each participant's load (solid) and threshold (dashed) over time, phases shaded, movements marked."""
+    """One panel per participant: its load (solid) against its threshold (dashed), both as a
+    share of its own capacity (its host's CPUs), phases shaded and named with how they ended,
+    movements marked (a triangle up where a task arrives, down where it leaves)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -24,61 +26,66 @@ def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> No
 
     from bpm.federation.views import seconds
 
-    fig, ax = plt.subplots(figsize=(11, 5.5), dpi=110)
     names = sorted({row["participant"] for row in report["timeline"]})
-    for name in names:
+    fig, axes = plt.subplots(len(names) or 1, 1, figsize=(11, 1.9 * max(1, len(names)) + 1.2), dpi=110, sharex=True, squeeze=False)
+    hosts = report.get("hosts") or {}
+    top = _top(report["timeline"])
+    for ax, name in zip(axes[:, 0], names):
         rows = [r for r in report["timeline"] if r["participant"] == name]
         colour = COLOURS.get(name)
-        ax.plot([r["t"] for r in rows], [r["load"] for r in rows], color=colour, lw=2, label=f"{name} load")
-        ax.plot([r["t"] for r in rows], [r["threshold"] for r in rows], color=colour, lw=1, ls="--", label=f"{name} threshold")
-    _clip_peaks(ax, report["timeline"])
-    for i, phase in enumerate(report["phases"]):
-        ax.axvspan(phase["started_s"], phase["ended_s"], color="0.9" if i % 2 else "0.96", zorder=0)
-        ax.text(phase["started_s"] + 1, 0.985, f"phase {phase['name'].split(' ')[0]}", transform=ax.get_xaxis_transform(), fontsize=8, va="top")
-    if t0_epoch is not None:
-        ymax = ax.get_ylim()[1]
-        for m in report["movements"]:
-            t = seconds(m["started_at"]) - t0_epoch
-            ax.annotate("", xy=(t, ymax * 0.97), xytext=(t, ymax * 0.9), arrowprops={"arrowstyle": "->", "color": COLOURS.get(m["to"], "k")})
-            if m.get("ended_at"):
-                ax.plot([seconds(m["ended_at"]) - t0_epoch], [ymax * 0.93], marker="x", color=COLOURS.get(m["from"], "k"), ms=5)
+        ax.plot([r["t"] for r in rows], [min(r["load"], top) for r in rows], color=colour, lw=2, label="load")
+        ax.plot([r["t"] for r in rows], [r["threshold"] for r in rows], color=colour, lw=1, ls="--", label="threshold")
+        peak = max(rows, key=lambda r: r["load"], default=None)
+        if peak is not None and peak["load"] > top:
+            ax.annotate(f"up to {peak['load']:.1f}", xy=(peak["t"], top), xytext=(0, -10), textcoords="offset points", ha="center",
+                        fontsize=7, color=colour)
+        host = hosts.get(name) or {}
+        where = ", ".join(x for x in (f"{host['cpus']:g} CPU" if host.get("cpus") else "", host.get("address") or "") if x)
+        ax.set_ylabel(f"{name}" + (f"\n{where}" if where else ""), fontsize=8)
+        ax.set_ylim(-0.02 * top, top)
+        ax.grid(alpha=0.3)
+        for i, phase in enumerate(report["phases"]):
+            ax.axvspan(phase["started_s"], phase["ended_s"], color="0.9" if i % 2 else "0.96", zorder=0)
+        if t0_epoch is not None:
+            for m in report["movements"]:
+                t = seconds(m["started_at"]) - t0_epoch
+                if m["to"] == name:
+                    ax.plot([t], [0.9 * top], marker="^", color=COLOURS.get(m["from"], "k"), ms=5)
+                if m["from"] == name:
+                    ax.plot([t], [0.9 * top], marker="v", color=COLOURS.get(m["to"], "k"), ms=5)
+        killed = report.get("killed")
+        if killed and killed.get("at_s") is not None:
+            ax.axvline(killed["at_s"], color="black", lw=1.5)
+            for f in report.get("failovers", []):
+                ax.axvline(f["at_s"], color=COLOURS.get(f["to"], "k"), lw=0.8, ls=":")
+    first = axes[0, 0]
+    for phase in report["phases"]:
+        verdict = "acceptable" if phase["acceptable"] else "overloaded" if phase.get("overloaded") else "not acceptable"
+        first.text(phase["started_s"] + 1, 1.02, f"phase {phase['name'].split(' ')[0]}: {verdict}", transform=first.get_xaxis_transform(),
+                   fontsize=8, va="bottom")
     killed = report.get("killed")
     if killed and killed.get("at_s") is not None:
-        ax.axvline(killed["at_s"], color="black", lw=1.5)
-        ax.text(killed["at_s"] + 1, 0.95, f"kill -9 {killed['participant']}", transform=ax.get_xaxis_transform(), fontsize=8)
-        for f in report.get("failovers", []):
-            ax.axvline(f["at_s"], color=COLOURS.get(f["to"], "k"), lw=0.8, ls=":")
-    ax.set_xlabel("seconds since the demo started")
-    ax.set_ylabel("load (fraction of the participant's capacity)")
+        first.text(killed["at_s"] + 1, 0.8, f"{killed['participant']}'s host crashes", transform=first.get_xaxis_transform(), fontsize=8)
+    axes[-1, 0].set_xlabel("seconds since the demo started (load and threshold: share of the participant's own capacity; "
+                           "triangles: a task arrives / leaves, in the partner's colour)", fontsize=8)
     title = (
-        f"Federation timeline: {len(report['movements'])} movements (arrows at the start, in the taker's colour; x = ended), "
+        f"Each participant's load against its threshold: {len(report['movements'])} movements, "
         f"lost {report['lost_results']}, duplicated {report['duplicate_results']}"
     )
     if report.get("failovers"):
         recoveries = [f["recovery_s"] for f in report["failovers"] if f["recovery_s"] is not None]
         title += (f"\n{len(report['failovers'])} failovers ({report.get('ha_mode')}; dotted: detection)"
                   + (f", recovery after detection {min(recoveries):.1f}-{max(recoveries):.1f} s" if recoveries else ""))
-    ax.set_title(title, fontsize=9)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
-    ax.grid(alpha=0.3)
+    fig.suptitle(title, fontsize=9)
+    first.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
 
 
-def _clip_peaks(ax, timeline: list[dict]) -> None:
-    """Keep the loads around the thresholds readable: a load far above every threshold (a
-    participant catching up on a backlog measures what it needs to keep up, several times
-    its capacity) is cut at the top of the plot, its peak written there."""
+def _top(timeline: list[dict]) -> float:
+    """The top of every panel: loads around the thresholds stay readable; a load far above
+    every threshold (a participant catching up on a backlog measures what it needs to keep
+    up, several times its capacity) is cut there, its peak written."""
     thresholds = [r["threshold"] for r in timeline if r["threshold"] is not None]
-    top = max(1.0, 2.5 * max(thresholds, default=0.0))
-    peaks: dict[str, dict] = {}
-    for r in timeline:
-        if r["load"] > top and r["load"] > peaks.get(r["participant"], {"load": 0.0})["load"]:
-            peaks[r["participant"]] = r
-    if not peaks:
-        return
-    ax.set_ylim(-0.02 * top, top)
-    for name, r in peaks.items():
-        ax.annotate(f"{name} up to {r['load']:.1f}", xy=(r["t"], top), xytext=(0, -12), textcoords="offset points",
-                    ha="center", fontsize=8, color=COLOURS.get(name, "k"))
+    return max(1.0, 1.6 * max(thresholds, default=0.0))

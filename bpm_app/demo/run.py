@@ -118,7 +118,8 @@ class DemoSettings:
         overload: phase 2 starts more of A's queries (at most `load_step` at a time) until
             they add up to this multiple of A's threshold: what a query costs depends on the
             machine.
-        load_step: the most queries A starts at a time in phase 2 and B in phase 3.
+        load_step: the most queries A starts at a time in phase 2 and B in phase 3: the
+            number a step's estimate may be off by, at worst.
         fill: phase 3 starts queries at B until the loads of A, B and C add up to this multiple
             of the sum of their thresholds: an overloaded federation, by less than a query,
             so that there is room for the whole load once D joins.
@@ -144,7 +145,7 @@ class DemoSettings:
     margin: float = 0.1
     min_duration_s: float = 600.0
     mm1_scale: float = 0.14
-    warmup_s: float = 60.0
+    warmup_s: float = 45.0
     join_warmup_s: float = 15.0
     agent_settle_s: float = 15.0
     rate: float = 40.0
@@ -156,7 +157,7 @@ class DemoSettings:
     phase_timeout_s: float = 240.0
     poll_s: float = 2.0
     overload: float = 1.15
-    load_step: int = 3
+    load_step: int = 8
     fill: float = 1.02
     cpus: float | None = 0.4
     network: bool = True
@@ -326,19 +327,22 @@ class Demo:
         self.say(f"  {verdict}: loads {_fmt(phase.loads)} thresholds {_fmt(phase.thresholds)}")
         return phase
 
-    def _raise_load(self, name: str, names: list[str], share: float, first_step: int = 0, overhead: float = 0.0) -> None:
+    def _raise_load(self, name: str, names: list[str], share: float) -> None:
         """`name` starts queries over its stream's shares that have none until, with the new queries
         measured, the tasks of `names`, wherever they run, add up to `share` of the sum of
-        their thresholds less `overhead` (what the participants' loads hold beyond their tasks'),
-        or no share is left.
+        their thresholds (or no share is left). A participant's load is the sum of its tasks'
+        (each agent splits what its processes use among its tasks), so in phase 3 the loads
+        of A, B and C then add up to `fill` times their thresholds.
 
-        The first step starts at least `first_step` queries. Each step starts as many as the
-        missing load takes at the load `name`'s queries measure now, rounded up, at most
-        `load_step`: the load passes its target by less than one query. How much load a query
-        brings depends on the machine; adding queries until the load is there puts it there on
-        a fast machine and a busy one alike. Counting tasks wherever they run, not
-        participants' loads, keeps the count right while agents shed the new load."""
-        count = max(first_step, self._queries_to_fill(name, names, share, overhead))
+        Each step starts as many as the missing load takes at the load `name`'s queries
+        measure now, rounded up, at most `load_step`: the load passes its target by less than
+        one query. How much load a query brings depends on the machine; adding queries until
+        the load is there puts it there on a fast machine and a busy one alike. A query's first
+        batches cost more than the later ones (planning, JIT compilation), so the next step
+        is decided on loads measured one settling time after the new queries' first. Counting
+        tasks wherever they run, not participants' loads, keeps the count right while agents
+        shed the new load."""
+        count = self._queries_to_fill(name, names, share)
         free = self._idle_tasks(name)
         while free and count > 0:
             new, free = free[:count], free[count:]
@@ -347,18 +351,15 @@ class Demo:
             self.say(f"  {name} starts queries {', '.join(new)}")
             if not self._wait_tasks_measured(name, {f"{name}.{task}" for task in new}):
                 return
-            count = self._queries_to_fill(name, names, share, overhead)
+            self._wait(self.s.agent_settle_s)
+            count = self._queries_to_fill(name, names, share)
 
-    def _overload(self, names: list[str]) -> None:
-        """Phase 3: B's queries until the loads of `names` add up to `fill` times the sum of
-        their thresholds. Participants' loads hold more than their tasks' (the agent, the idle
-        JVM): measured once, as the phase starts, that overhead is taken off the target."""
-        loads, _ = self._measured(self.poll(), names)
-        with self.fed.operator() as operator:
-            tasks = sum(t["load"] or 0.0 for t in operator.tasks() if t["origin"] in names)
-        overhead = max(0.0, sum(loads.values()) - tasks)
-        self.say(f"  the participants' loads hold {overhead:.2f} beyond their tasks'")
-        self._raise_load("b", names, self.s.fill, overhead=overhead)
+    def _wait(self, seconds: float) -> None:
+        """Poll (the view and the timeline go on) for `seconds`."""
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            self.poll()
+            time.sleep(min(self.s.poll_s, max(0.0, until - time.monotonic())))
 
     def _idle_tasks(self, name: str) -> list[str]:
         """The tasks over `name`'s stream shares that no task of its processes yet."""
@@ -366,10 +367,10 @@ class Demo:
             known = {task_key(t) for t in operator.tasks(origin=name)}
         return [task for task in self.inputs.tasks(self._members[name].shares) if f"{name}.{task}" not in known]
 
-    def _queries_to_fill(self, name: str, names: list[str], share: float, overhead: float = 0.0) -> int:
-        """How many more of `name`'s queries take the tasks of `names` to `share` of their thresholds less `overhead` (see `_raise_load`)."""
+    def _queries_to_fill(self, name: str, names: list[str], share: float) -> int:
+        """How many more of `name`'s queries take the tasks of `names` to `share` of their thresholds (see `_raise_load`)."""
         _, thresholds = self._measured(self.poll(), names)
-        target = share * sum(thresholds.values()) - overhead if len(thresholds) == len(names) else None
+        target = share * sum(thresholds.values()) if len(thresholds) == len(names) else None
         with self.fed.operator() as operator:
             tasks = [t for t in operator.tasks() if t["origin"] in names]
         return queries_to_add(target, [t["load"] or 0.0 for t in tasks],
@@ -416,7 +417,7 @@ class Demo:
             self._phase("2 A's load rises over its threshold: it sheds load to B and C", ["a", "b", "c"], until_acceptable=True,
                         hold_s=s.settle_s, action=lambda: self._raise_load("a", ["a"], s.overload))
             self._phase("3 load rises at B until the federation is overloaded", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s,
-                        action=lambda: self._overload(["a", "b", "c"]))
+                        action=lambda: self._raise_load("b", ["a", "b", "c"], s.fill))
             self._phase("4 D joins (contract with C at 0.8 p): load flows B to C and C to D", ["a", "b", "c", "d"], until_acceptable=True,
                         hold_s=s.settle_s, action=lambda: self._sign(self._members[JOINS_LATER]))
             return self._finish()

@@ -1,4 +1,5 @@
-"""Fault tests with real processes: the host of a task is killed with SIGKILL mid-stream, the
+"""Fault tests with real processes: the host of a task crashes mid-stream (every process in it,
+a network namespace of its own where the machine allows it, is killed at once), the
 second participant takes over in the task's HA mode, and the final alerts are compared with
 `bpm pipeline run` over exactly what was fed. The benchmark's harness runs them
 (`bpm_app.bench.ha.run_mode`), with shorter phases, on the origin's broker; the tests read

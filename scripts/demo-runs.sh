@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Run `bpm demo --headless --json` N times in a row, each fresh (its own work and report
+# folders under OUT), and print one Markdown table row per run: its time, each phase's
+# verdict and loads, movements, lost and duplicated results. The rows go into
+# docs/benchmarks.md, "Demo runs".
+#   usage: scripts/demo-runs.sh N OUT
+set -euo pipefail
+runs=${1:?usage: scripts/demo-runs.sh N OUT}
+out=${2:?usage: scripts/demo-runs.sh N OUT}
+bpm="$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/bpm"
+mkdir -p "$out"
+for i in $(seq 1 "$runs"); do
+    run="$out/run-$i"
+    rm -rf "$run" && mkdir -p "$run"
+    echo "demo run $i of $runs: $run" >&2
+    "$bpm" demo --headless --json --workdir "$run/work" --report "$run/report" > "$run/report.json" 2> "$run/demo.log" || echo "run $i failed (exit $?); see $run/demo.log" >&2
+    "$(dirname "$bpm")/python" - "$run/report.json" "$i" <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except ValueError:
+    print(f"| {sys.argv[2]} | failed | | | | | | |")
+    raise SystemExit
+def phase(p):
+    verdict = "acceptable" if p["acceptable"] else "overloaded" if p.get("overloaded") else "not acceptable"
+    return f"{verdict}: " + ", ".join(f"{v:.2f}" for _, v in sorted(p["loads"].items()))
+to_d = sum(1 for m in r["movements"] if m["to"] == "d")
+cells = [sys.argv[2], f"{r['elapsed_s'] / 60:.1f} min", *(phase(p) for p in r["phases"]),
+         f"{len(r['movements'])} ({to_d} to D)", f"{r['lost_results']} / {r['duplicate_results']} of {r['expected_results']}"]
+print("| " + " | ".join(cells) + " |", flush=True)
+PY
+done
