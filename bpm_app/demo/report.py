@@ -59,10 +59,11 @@ def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> No
             for f in report.get("failovers", []):
                 ax.axvline(f["at_s"], color=COLOURS.get(f["to"], "k"), lw=0.8, ls=":")
     first = axes[0, 0]
-    for phase in report["phases"]:
+    for i, phase in enumerate(report["phases"]):
         verdict = "acceptable" if phase["acceptable"] else "overloaded" if phase.get("overloaded") else "not acceptable"
-        first.text(phase["started_s"] + 1, 1.02, f"phase {phase['name'].split(' ')[0]}: {verdict}", transform=first.get_xaxis_transform(),
-                   fontsize=8, va="bottom")
+        # Staggered: a short phase's label does not run into the next one's.
+        first.text(phase["started_s"] + 1, 1.02 + 0.14 * (i % 2), f"phase {phase['name'].split(' ')[0]}: {verdict}",
+                   transform=first.get_xaxis_transform(), fontsize=8, va="bottom")
     killed = report.get("killed")
     if killed and killed.get("at_s") is not None:
         first.text(killed["at_s"] + 1, 0.8, f"{killed['participant']}'s host crashes", transform=first.get_xaxis_transform(), fontsize=8)
