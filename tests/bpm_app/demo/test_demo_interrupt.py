@@ -1,4 +1,4 @@
-"""Ctrl-C during `bpm demo` stops every process the demo started and removes its cgroups."""
+"""Ctrl-C during `bpm demo` stops every process the demo started and removes its hosts (cgroups, namespaces, bridge)."""
 
 from __future__ import annotations
 
@@ -56,6 +56,11 @@ def test_ctrl_c_stops_every_process_of_the_demo(tmp_path):
         quotas = re.search(r"under a CPU quota of [0-9.]+ CPU \((\S+)\)", log.read_text())
         if quotas:  # root on Linux: each participant had a cgroup of its own
             assert not Path(quotas.group(1)).exists(), "the demo's cgroups are removed"
+        bridge = re.search(r"a host of its own on \S+ \(bridge (\S+)\)", log.read_text())
+        if bridge:  # root on Linux: each participant had a network namespace of its own
+            from spark_agents.network import ip
+
+            assert bridge.group(1) not in ip("link", "show") and bridge.group(1) not in ip("netns", "list"), "its hosts are removed"
     finally:
         if demo.poll() is None:
             demo.kill()

@@ -1,4 +1,4 @@
-"""How many queries the demo starts to bring the load to a target (`bpm_app.demo.run.queries_to_add`)."""
+"""How many queries the demo starts to bring the load to a target (`bpm_app.demo.run.queries_to_add`), and when a phase is overloaded."""
 
 from __future__ import annotations
 
@@ -29,3 +29,13 @@ def test_one_while_no_query_is_measured_yet():
 
 def test_one_while_the_thresholds_are_not_measured_yet():
     assert queries_to_add(None, [0.2], [0.02], most=3) == 1
+
+
+def test_a_phase_is_overloaded_when_its_total_load_passes_the_total_of_its_thresholds():
+    from bpm_app.demo.run import Phase
+
+    thresholds = {"a": 0.63, "b": 0.63, "c": 0.63}
+    assert Phase("3", 0.0, loads={"a": 0.41, "b": 1.0, "c": 0.61}, thresholds=thresholds).overloaded
+    assert not Phase("3", 0.0, loads={"a": 0.62, "b": 0.63, "c": 0.61}, thresholds=thresholds).overloaded, "each under: not overloaded"
+    assert not Phase("3", 0.0, loads={"a": 0.2, "b": 1.4, "c": 0.2}, thresholds=thresholds).overloaded, "unacceptable, yet room for all"
+    assert not Phase("1", 0.0).overloaded and Phase("3", 0.0, loads={"a": 2.0}, thresholds={"a": 0.63}).to_json()["overloaded"]
