@@ -32,6 +32,7 @@ import re
 import signal
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -236,11 +237,7 @@ class CpuHosts:
         """Kill what is left in the run's cgroups and remove them; safe to call twice."""
         if not self.parent.exists():
             return
-        for pid in _pids(self.parent):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_all(_pids(self.parent))
         deadline = time.monotonic() + timeout_s
         # Deepest first: a cgroup goes only once it has no children.
         for folder in sorted((Path(f) for f, _, _ in os.walk(self.parent)), key=lambda f: len(f.parts), reverse=True):
@@ -279,6 +276,18 @@ def remove_stale(layout: CgroupLayout, older_than_s: float = 60.0) -> list[Path]
         hosts.close()
         removed.append(parent)
     return removed
+
+
+def kill_all(pids: Iterable[int]) -> int:
+    """SIGKILL to each of `pids` (those already gone are skipped); how many there were."""
+    count = 0
+    for pid in pids:
+        count += 1
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return count
 
 
 def _pids(folder: Path) -> list[int]:
@@ -442,14 +451,8 @@ class Hosts:
         """Host `name` fails: every one of its processes is killed at once (SIGKILL), nothing
         of it is told first."""
         for _ in range(3):  # a process forked while the first were killed
-            pids = self.pids(name)
-            if not pids:
+            if not kill_all(self.pids(name)):
                 break
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
         for process in self._processes.pop(name, []):
             process.wait()
 

@@ -28,7 +28,6 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -197,16 +196,12 @@ def free_subnet(used: str, pool: ipaddress.IPv4Network = POOL) -> ipaddress.IPv4
 
 
 def _remove_namespace(namespace: str, timeout_s: float = 10.0) -> None:
+    from spark_agents.hosts import kill_all
+
     deadline = time.monotonic() + timeout_s
     while True:
-        pids = [int(p) for p in ip("netns", "pids", namespace, check=False).split()]
-        if not pids or time.monotonic() > deadline:
+        if time.monotonic() > deadline or not kill_all(int(p) for p in ip("netns", "pids", namespace, check=False).split()):
             break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         time.sleep(0.05)
     ip("netns", "del", namespace, check=False)
 

@@ -5,8 +5,8 @@
    checkpoint, updated with a delta every 2 s).
 2. A sheds load to B and C until the allocation is acceptable.
 3. While B hosts moved tasks whose copies are up to date, B's host crashes: every process
-   in it (its agent, its Spark JVM, its broker) is killed at once. A sees B silent past the registry's heartbeat
-   timeout and fails B's tasks over at once; the new host (A, the backup) restarts each
+   in it (its agent, its Spark JVM) is killed at once. A sees B silent past the registry's
+   heartbeat timeout and fails B's tasks over at once; the new host (A, the backup) restarts each
    from its copy and replays its stream since, on A's own broker; the replication level is
    repaired at C.
 4. The federation runs on without B; then the input closes, every task drains, and the
@@ -96,7 +96,7 @@ class FailoverDemo(Demo):
             self.fed.close()
 
     def _kill_when_copied(self, timeout_s: float = 120.0) -> None:
-        """Wait until B hosts moved tasks whose replicas hold a copy (or, without replicas, just hosts), then kill -9 B."""
+        """Wait until B hosts moved tasks whose replicas hold a copy (or, without replicas, just hosts), then crash B's host."""
         deadline = time.monotonic() + timeout_s
         while True:
             state = self.poll()
@@ -117,7 +117,7 @@ class FailoverDemo(Demo):
 
     def _recover(self) -> None:
         """Phase 3: poll until every task B hosted was failed over and produces output again."""
-        phase = Phase(f"3 {VICTIM} killed: detection and failover", time.time() - self.t0)
+        phase = Phase(f"3 {VICTIM}'s host crashed: detection and failover", time.time() - self.t0)
         self.phases.append(phase)
         self.say(f"phase: {phase.name}")
         deadline = time.monotonic() + self.recover_timeout_s
