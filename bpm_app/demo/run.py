@@ -281,7 +281,8 @@ class Demo:
         for p in participants:
             if p["load"] is not None:
                 self.timeline.append({"t": round(now, 2), "participant": p["name"], "load": p["load"], "threshold": p["threshold"]})
-        self.state = {"t": now, "participants": participants, "movements": movements, "ledger": ledger, "phase": self.stage or (self.phases[-1].name if self.phases else "setup"), "registry": self.fed.registry_url}
+        self.state = {"t": now, "participants": participants, "movements": movements, "ledger": ledger, "phase": self.stage or (self.phases[-1].name if self.phases else "setup"),
+                      "registry": self.fed.registry_url, "hosts": self.hosts_report()}
         if self.view:
             self.view(self.state)
         return self.state

@@ -24,10 +24,13 @@ def _bar(load: float | None, threshold: float | None, width: int = 30) -> Text:
 
 def render(state: dict) -> Group:
     table = Table(title=f"phase: {state['phase']}   t = {state['t']:.0f} s", expand=False)
-    for column in ("participant", "status", "load against threshold (|)", "tasks"):
+    for column in ("participant", "host", "status", "load against threshold (|)", "tasks"):
         table.add_column(column)
+    hosts = state.get("hosts") or {}
     for p in state["participants"]:
-        table.add_row(p["name"], p["status"], _bar(p["load"], p["threshold"]), str(len(p["hosted_tasks"])))
+        host = hosts.get(p["name"]) or {}
+        where = " ".join(x for x in (host.get("address") or "", f"{host['cpus']:g} CPU" if host.get("cpus") else "") if x)
+        table.add_row(p["name"], where, p["status"], _bar(p["load"], p["threshold"]), str(len(p["hosted_tasks"])))
     movements = state["movements"]
     active = [m for m in movements if m["state"] == "active"]
     recent = ", ".join(f"{m['task_name']} {m['from']}→{m['to']} @{m['price']:.2f}" for m in movements[-4:])
@@ -42,11 +45,11 @@ def render(state: dict) -> Group:
 
 
 def _failovers(state: dict) -> Text:
-    """The failover scenario's lines: the kill, each failover and repair, replicas kept."""
+    """The failover scenario's lines: the crash, each failover and repair, replicas kept."""
     text = Text()
     killed = state.get("killed")
     if killed:
-        text.append(f"kill -9 of {killed['participant']} at t = {killed['t']:.0f} s\n", style="bold red")
+        text.append(f"{killed['participant']}'s host crashed at t = {killed['t']:.0f} s\n", style="bold red")
     for f in state.get("failovers", []):
         done = f"recovered in {f['recovery_s']:.2f} s" if f["recovery_s"] is not None else ("complete" if f["completed_at"] else "taking over")
         if f["kind"] == "failover":
