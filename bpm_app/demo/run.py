@@ -115,11 +115,8 @@ class DemoSettings:
             is a chain (C passes load on to D, then takes the partner's), about 30 s a step
             (an offer period, a handover, a settling time on each side), so a phase allows
             several steps.
-        overload: phase 2 starts more of A's queries (at most `load_step` at a time) until
-            they add up to this multiple of A's threshold: what a query costs depends on the
-            machine.
-        load_step: the most queries A starts at a time in phase 2 and B in phase 3: the
-            number a step's estimate may be off by, at worst.
+        overload: phase 2 starts as many more of A's queries as it takes for them to add up to
+            this multiple of A's threshold: what a query costs depends on the machine.
         fill: phase 3 starts queries at B until the loads of A, B and C add up to this multiple
             of the sum of their thresholds: an overloaded federation, by less than a query,
             so that there is room for the whole load once D joins.
@@ -143,7 +140,7 @@ class DemoSettings:
     price: float = 1.0
     spread: float = 0.5
     margin: float = 0.1
-    min_duration_s: float = 600.0
+    min_duration_s: float = 1200.0
     mm1_scale: float = 0.14
     warmup_s: float = 45.0
     join_warmup_s: float = 15.0
@@ -157,7 +154,6 @@ class DemoSettings:
     phase_timeout_s: float = 240.0
     poll_s: float = 2.0
     overload: float = 1.15
-    load_step: int = 8
     fill: float = 1.02
     cpus: float | None = 0.4
     network: bool = True
@@ -329,38 +325,28 @@ class Demo:
         return phase
 
     def _raise_load(self, name: str, names: list[str], share: float) -> None:
-        """`name` starts queries over its stream's shares that have none until, with the new queries
-        measured, the tasks of `names`, wherever they run, add up to `share` of the sum of
-        their thresholds (or no share is left). A participant's load is the sum of its tasks'
-        (each agent splits what its processes use among its tasks), so in phase 3 the loads
-        of A, B and C then add up to `fill` times their thresholds.
+        """`name` starts, at once, as many queries over its stream's shares that have none as it
+        takes for the tasks of `names`, wherever they run, to add up to `share` of the sum of
+        their thresholds: the missing load over what a query measures now (the median of the
+        tasks running, all of them warm), rounded up, so that the target is passed by less than
+        one query (or no share is left). A participant's load is the sum of its tasks' (each
+        agent splits what its processes use among its tasks), so in phase 3 the loads of A, B
+        and C then add up to `fill` times their thresholds.
 
-        Each step starts as many as the missing load takes at the load `name`'s queries
-        measure now, rounded up, at most `load_step`: the load passes its target by less than
-        one query. How much load a query brings depends on the machine; adding queries until
-        the load is there puts it there on a fast machine and a busy one alike. A query's first
-        batches cost more than the later ones (planning, JIT compilation), so the next step
-        is decided on loads measured one settling time after the new queries' first. Counting
-        tasks wherever they run, not participants' loads, keeps the count right while agents
-        shed the new load."""
-        count = self._queries_to_fill(name, names, share)
+        How much load a query brings depends on the machine, and measuring it on the queries
+        already running puts the load where it is meant to be on a fast machine and a busy
+        one alike. One step, not several decided on the new queries' loads: a new query's
+        first batches cost more than its later ones, and the load a participant reports lags
+        behind what it starts, so steps decided on them stop short or overshoot. Counting tasks
+        wherever they run, not participants' loads, keeps the count right while agents shed
+        the new load."""
         free = self._idle_tasks(name)
-        while free and count > 0:
-            new, free = free[:count], free[count:]
+        new = free[:self._queries_to_fill(names, share, len(free))]
+        if new:
             for task in new:
                 self._add_query(name, task)
             self.say(f"  {name} starts queries {', '.join(new)}")
-            if not self._wait_tasks_measured(name, {f"{name}.{task}" for task in new}):
-                return
-            self._wait(self.s.agent_settle_s)
-            count = self._queries_to_fill(name, names, share)
-
-    def _wait(self, seconds: float) -> None:
-        """Poll (the view and the timeline go on) for `seconds`."""
-        until = time.monotonic() + seconds
-        while time.monotonic() < until:
-            self.poll()
-            time.sleep(min(self.s.poll_s, max(0.0, until - time.monotonic())))
+            self._wait_tasks_measured(name, {f"{name}.{task}" for task in new})
 
     def _idle_tasks(self, name: str) -> list[str]:
         """The tasks over `name`'s stream shares that no task of its processes yet."""
@@ -368,14 +354,13 @@ class Demo:
             known = {task_key(t) for t in operator.tasks(origin=name)}
         return [task for task in self.inputs.tasks(self._members[name].shares) if f"{name}.{task}" not in known]
 
-    def _queries_to_fill(self, name: str, names: list[str], share: float) -> int:
-        """How many more of `name`'s queries take the tasks of `names` to `share` of their thresholds (see `_raise_load`)."""
+    def _queries_to_fill(self, names: list[str], share: float, most: int) -> int:
+        """How many more queries take the tasks of `names` to `share` of their thresholds (see `_raise_load`), at most `most`."""
         _, thresholds = self._measured(self.poll(), names)
         target = share * sum(thresholds.values()) if len(thresholds) == len(names) else None
         with self.fed.operator() as operator:
-            tasks = [t for t in operator.tasks() if t["origin"] in names]
-        return queries_to_add(target, [t["load"] or 0.0 for t in tasks],
-                              [t["load"] for t in tasks if t["origin"] == name and t["load"]], self.s.load_step)
+            loads = [t["load"] or 0.0 for t in operator.tasks() if t["origin"] in names]
+        return queries_to_add(target, loads, [load for load in loads if load], most)
 
     def _wait_tasks_measured(self, name: str, tasks: set[str], timeout_s: float = 90.0) -> bool:
         """Wait until each of `tasks` (of `name`'s) has a measured load: its start-up is over."""
