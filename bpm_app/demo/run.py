@@ -142,7 +142,7 @@ class DemoSettings:
     margin: float = 0.1
     min_duration_s: float = 1200.0
     mm1_scale: float = 0.14
-    warmup_s: float = 45.0
+    warmup_s: float = 30.0
     join_warmup_s: float = 15.0
     agent_settle_s: float = 15.0
     rate: float = 40.0
@@ -303,7 +303,7 @@ class Demo:
         if action is not None:
             action()
         held_until = max(time.monotonic() + hold_s, not_before)
-        steady_s = 2 * max(2 * self.s.period_s, self.s.agent_settle_s)
+        steady_s = self._steady_s()
         ok_since = None
         moved = None
         while True:
@@ -324,7 +324,47 @@ class Demo:
         self.say(f"  {verdict}: loads {_fmt(phase.loads)} thresholds {_fmt(phase.thresholds)}")
         return phase
 
-    def _raise_load(self, name: str, names: list[str], share: float) -> None:
+    def _steady_s(self) -> float:
+        """How long an allocation must last, with no new movement, to count as where the
+        mechanism came to rest: an agent's settling time after the last movement (or two
+        offer periods) and two offer periods after it in which no one moved load."""
+        return max(2 * self.s.period_s, self.s.agent_settle_s) + 2 * self.s.period_s
+
+    def _overload(self, name: str, names: list[str]) -> None:
+        """Phase 3: `name` starts queries until the loads of `names` add up to `fill` times the
+        sum of their thresholds. A first step sized on what the tasks measure (`_raise_load`);
+        then, once the agents have spread the new load and come to rest (so that the loads
+        are measured by participants that keep up, not by one that is saturated), a second
+        step for what is still missing, at the load each query of the first step turned out
+        to add."""
+        before = sum(self._measured(self.poll(), names)[0].values())
+        started = self._raise_load(name, names, self.s.fill)
+        loads, thresholds = self._measured(self._wait_rest(), names)
+        target = self.s.fill * sum(thresholds.values())
+        missing = target - sum(loads.values())
+        if started and missing > 0 and len(loads) == len(names):
+            each = max((sum(loads.values()) - before) / started, 0.02)
+            free = self._idle_tasks(name)
+            more = free[:math.ceil(missing / each)]
+            if more:
+                for task in more:
+                    self._add_query(name, task)
+                self.say(f"  {name} starts queries {', '.join(more)} (the loads add up to {sum(loads.values()):.2f} of {target:.2f})")
+                self._wait_tasks_measured(name, {f"{name}.{task}" for task in more})
+
+    def _wait_rest(self) -> dict:
+        """Poll until no movement has started for `_steady_s` (at most the phase timeout); the last state."""
+        deadline = time.monotonic() + self.s.phase_timeout_s
+        state = self.poll()
+        count, since = len(state["movements"]), time.monotonic()
+        while time.monotonic() < deadline and time.monotonic() - since < self._steady_s():
+            time.sleep(self.s.poll_s)
+            state = self.poll()
+            if len(state["movements"]) != count:
+                count, since = len(state["movements"]), time.monotonic()
+        return state
+
+    def _raise_load(self, name: str, names: list[str], share: float) -> int:
         """`name` starts, at once, as many queries over its stream's shares that have none as it
         takes for the tasks of `names`, wherever they run, to add up to `share` of the sum of
         their thresholds: the missing load over what a query measures now (the median of the
@@ -339,7 +379,7 @@ class Demo:
         first batches cost more than its later ones, and the load a participant reports lags
         behind what it starts, so steps decided on them stop short or overshoot. Counting tasks
         wherever they run, not participants' loads, keeps the count right while agents shed
-        the new load."""
+        the new load. Returns how many it started."""
         free = self._idle_tasks(name)
         new = free[:self._queries_to_fill(names, share, len(free))]
         if new:
@@ -347,6 +387,7 @@ class Demo:
                 self._add_query(name, task)
             self.say(f"  {name} starts queries {', '.join(new)}")
             self._wait_tasks_measured(name, {f"{name}.{task}" for task in new})
+        return len(new)
 
     def _idle_tasks(self, name: str) -> list[str]:
         """The tasks over `name`'s stream shares that no task of its processes yet."""
@@ -403,7 +444,7 @@ class Demo:
             self._phase("2 A's load rises over its threshold: it sheds load to B and C", ["a", "b", "c"], until_acceptable=True,
                         hold_s=s.settle_s, action=lambda: self._raise_load("a", ["a"], s.overload))
             self._phase("3 load rises at B until the federation is overloaded", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s,
-                        action=lambda: self._raise_load("b", ["a", "b", "c"], s.fill))
+                        action=lambda: self._overload("b", ["a", "b", "c"]))
             self._phase("4 D joins (contract with C at 0.8 p): load flows B to C and C to D", ["a", "b", "c", "d"], until_acceptable=True,
                         hold_s=s.settle_s, action=lambda: self._sign(self._members[JOINS_LATER]))
             return self._finish()
