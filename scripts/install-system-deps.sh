@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# Debian packages the tests need: Chromium for the admin UI's browser tests,
-# docker-compose to validate docker-compose.yml, nats-server (each participant's
-# broker), iproute2's `ip` and util-linux's `nsenter` (the hosts' network namespaces).
-# Safe to repeat: installs only what is missing.
+# Debian packages the project needs: nats-server (each participant's broker), iproute2's
+# `ip` and util-linux's `nsenter` (the hosts' network namespaces); for the tests also
+# Chromium (the admin UI's browser tests) and docker-compose (to validate
+# docker-compose.yml). Safe to repeat: installs only what is missing.
+#   usage: scripts/install-system-deps.sh [--runtime]   (--runtime: what running the federation needs, no test tools)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-browser.sh
+runtime=false
+[ "${1:-}" = "--runtime" ] && runtime=true
+wanted="nats-server:nats-server ip:iproute2 nsenter:util-linux"
+if ! $runtime; then
+    scripts/install-browser.sh
+    wanted="docker-compose:docker-compose $wanted"
+fi
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
-for wanted in docker-compose:docker-compose nats-server:nats-server ip:iproute2 nsenter:util-linux; do
-    command="${wanted%%:*}" package="${wanted##*:}"
+for item in $wanted; do
+    command="${item%%:*}" package="${item##*:}"
     PATH="$PATH:/usr/sbin" command -v "$command" >/dev/null && continue
     echo "install-system-deps: installing $package from Debian's packages" >&2
     if ! $SUDO apt-get install -y --no-install-recommends "$package"; then
