@@ -56,7 +56,7 @@ class Member:
 
 MEMBERS = (
     # What a query costs varies from run to run (0.06 to 0.2 of a participant's capacity
-    # measured here), so phases 1 and 3 start as many more as it takes, over shares that
+    # measured here), so phases 2 and 3 start as many more as it takes, over shares that
     # have none yet; shares left without a query are no task's input.
     Member("a", 16, 3, 11),  # phase 2 starts queries over other shares until A is overloaded
     Member("b", 16, 1, 12),  # phase 3 starts queries over the other shares, as many as it takes
