@@ -142,6 +142,7 @@ def test_the_federation_services_run_as_local_processes_and_move_load(tmp_path):
     import httpx
 
     from bpm.keygroups import StreamLocation, parse_location, shares
+    from bpm_app.demo.run import queries_to_add
     from bpm_http.client import RegistryClient
     from bpm_app.processes import wait_http
     from spark_agents.hosts import open_hosts
@@ -229,17 +230,20 @@ def test_the_federation_services_run_as_local_processes_and_move_load(tmp_path):
                 moved = operator.movements()
                 a = operator.participant("a")
                 # What a query costs depends on the machine: as an operator would, A starts more
-                # queries through its agent's API (with its own key) while it is not overloaded.
-                if not moved and a["load"] and a["threshold"] and a["load"] < 1.15 * a["threshold"] and time.monotonic() - added_at > 30:
+                # queries through its agent's API (with its own key) while it is not overloaded:
+                # as many at once as its load per task says it takes to pass 1.15 times its
+                # threshold (as the demo does), then waits until its load window has seen them
+                # (starting one every few seconds would keep the agent settling, its load unmeasured).
+                if not moved and a["load"] and a["threshold"] and a["load"] < 1.15 * a["threshold"] and time.monotonic() - added_at > 60:
                     tasks = operator.tasks(origin="a")
                     k = len(tasks)
-                    if k < 16:
-                        prefix = shares(16)[k]
+                    count = queries_to_add(1.15 * a["threshold"], [a["load"]], [a["load"] / k], 16 - k)
+                    for prefix in shares(16)[k:k + count]:
                         uri = str(StreamLocation(parse_location(tasks[0]["input_uri"]).url, "a", prefix))
                         added = httpx.post(f"http://{addresses['a']}:{ports['a']}/tasks", json={"name": f"g{prefix}", "input_uri": uri, "params": tasks[0]["params"]},
                                            headers={"Authorization": f"Bearer {secrets['BPM_KEY_A']}"}, timeout=30)
                         assert added.status_code == 201, added.text
-                        added_at = time.monotonic()
+                    added_at = time.monotonic()
                 time.sleep(3)
             contracts = operator.contracts(state="active")
         assert {(c["proposer"], c["counterparty"]) for c in contracts} == {("a", "b"), ("a", "c"), ("b", "c")}
