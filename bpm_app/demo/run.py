@@ -346,11 +346,7 @@ class Demo:
             each = max((sum(loads.values()) - before) / started, 0.02)
             free = self._idle_tasks(name)
             more = free[:math.ceil(missing / each)]
-            if more:
-                for task in more:
-                    self._add_query(name, task)
-                self.say(f"  {name} starts queries {', '.join(more)} (the loads add up to {sum(loads.values()):.2f} of {target:.2f})")
-                self._wait_tasks_measured(name, {f"{name}.{task}" for task in more})
+            self._start_queries(name, more, f" (the loads add up to {sum(loads.values()):.2f} of {target:.2f})")
 
     def _wait_rest(self) -> dict:
         """Poll until no movement has started for `_steady_s` (at most the phase timeout); the last state."""
@@ -382,12 +378,17 @@ class Demo:
         the new load. Returns how many it started."""
         free = self._idle_tasks(name)
         new = free[:self._queries_to_fill(names, share, len(free))]
-        if new:
-            for task in new:
-                self._add_query(name, task)
-            self.say(f"  {name} starts queries {', '.join(new)}")
-            self._wait_tasks_measured(name, {f"{name}.{task}" for task in new})
+        self._start_queries(name, new)
         return len(new)
+
+    def _start_queries(self, name: str, tasks: list[str], why: str = "") -> None:
+        """`name` starts a query over each of `tasks` (its stream's shares); wait until each is measured."""
+        if not tasks:
+            return
+        for task in tasks:
+            self._add_query(name, task)
+        self.say(f"  {name} starts queries {', '.join(tasks)}{why}")
+        self._wait_tasks_measured(name, {f"{name}.{task}" for task in tasks})
 
     def _idle_tasks(self, name: str) -> list[str]:
         """The tasks over `name`'s stream shares that no task of its processes yet."""
