@@ -28,6 +28,7 @@ import logging
 import threading
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -234,6 +235,7 @@ class Agent:
         self._lock = threading.RLock()
         self._task_ids: dict[str, int] = {}  # task key -> registry id
         self._released: dict[str, int | None] = {}  # task key -> epoch at which it was handed over (None: the task left my view)
+        self._stopping: set[str] = set()  # task keys waiting for their batch boundary to stop (`_release_locally`)
         self._endpoints: dict[str, str] = {}
         # Partners the origin's agent let into its broker on the registry's token, before its
         # next read of its tasks says so: (partner, task key, key-group prefix, writes results) -> when.
@@ -438,8 +440,7 @@ class Agent:
         plan = reconcile(me, tasks, self.hosting(), movements, failovers)
         by_key = {task_key(t): t for t in tasks}
         self._reported = {key: t["load"] for key, t in by_key.items() if t.get("load") is not None}
-        for key in plan.stop:
-            self._release_locally(key, by_key[key]["epoch"] if key in by_key else None)
+        self._release_all([(key, by_key[key]["epoch"] if key in by_key else None) for key in plan.stop])
         if self.ha is not None:
             # Before the starts: a start may wait on a checkpoint fetch, detection must not.
             self.ha.act()
@@ -454,16 +455,37 @@ class Agent:
                 what, step = f"start {task_key(start.task)}", (lambda s=start: self._start(s.task, s.source))
             self.guarded(what, self._racing(what, step))
 
+    def _release_all(self, stops: list[tuple[str, int | None]]) -> None:
+        """Stop the tasks that left (key, epoch at which it was handed over), all at once: each
+        waits for its own batch boundary, and one after another a saturated participant took
+        a minute to let six go, each stop waiting for a batch the others slowed."""
+        if len(stops) <= 1:
+            for key, epoch in stops:
+                self._release_locally(key, epoch)
+            return
+        with ThreadPoolExecutor(max_workers=len(stops), thread_name_prefix="bpm-release") as pool:
+            for done in [pool.submit(self._release_locally, key, epoch) for key, epoch in stops]:
+                done.result()
+
     def _release_locally(self, key: str, epoch: int | None) -> None:
+        """Stop `key` at a batch boundary, its checkpoint then ready for its new host. The wait
+        for the boundary holds no lock (other stops, and the handover, go on meanwhile); the
+        checkpoint is handed over only once the task is marked released (`release`)."""
         with self._lock:
-            if key not in self.hosting():
+            if key not in self.hosting() or key in self._stopping:
                 return
-            started = time.perf_counter()
+            self._stopping.add(key)
+        started = time.perf_counter()
+        try:
             self.host.stop_task(key)
-            self._changed()
-            self._released[key] = epoch
-            if self.ha is not None:
-                self.ha.stopped(key)
+        finally:
+            with self._lock:
+                self._stopping.discard(key)
+                self._changed()
+                if key not in self.hosting():
+                    self._released[key] = epoch
+                    if self.ha is not None:
+                        self.ha.stopped(key)
         self.note("task.released", f"stopped {key} at a batch boundary in {time.perf_counter() - started:.2f} s; its checkpoint waits for its new host")
 
     def _take_over(self, task: Mapping, record: Mapping) -> None:
@@ -688,7 +710,7 @@ class Agent:
             raise PermissionError(f"the registry gives {key} to {current['host']} at epoch {current['epoch']}, not to {to} at {epoch}")
         self._release_locally(key, epoch)
         with self._lock:
-            if key in self.hosting():
+            if key in self.hosting() or key in self._stopping:
                 raise handover.HandoverNotReady(f"{key} is still running here")
             data = handover.pack(self.checkpoint_dir(key))
         self.note("task.handed_over", f"handed {key} over to {to} at epoch {epoch} ({len(data)} bytes)")

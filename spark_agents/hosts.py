@@ -21,7 +21,8 @@ Inside a participant's cgroup, its processes start in `main`; `python` beside it
 far above `main` within the participant's one quota, is for Spark's Python processes
 (`python_first`): a query over a Python data source starts a Python process that must
 connect back to Spark within 10 s, which it misses on a small quota when it competes
-evenly with a busy JVM.
+evenly with a busy JVM. In `main`, the agent's process runs before its Spark driver's
+(`lower_priority`), so that a saturated participant still answers its partners.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ PARENT_WEIGHT_V2 = 800
 PYTHON_SHARES_V1, MAIN_SHARES_V1 = 8192, 1024
 PYTHON_WEIGHT_V2, MAIN_WEIGHT_V2 = 800, 100
 MAIN, PYTHON = "main", "python"
+# The Spark driver's niceness within `main`, the agent's process being at 0 (`lower_priority`).
+JVM_NICE = 5
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
 
@@ -317,6 +320,23 @@ def python_first(workdir: Path, python: str) -> str:
         if here is not None and here.name == MAIN and os.access(here.parent / PYTHON / "cgroup.procs", os.W_OK):
             target = here.parent / PYTHON / "cgroup.procs"
     return spark_python(workdir, python, cgroup_procs=target)
+
+
+def lower_priority(pid: int, nice: int = JVM_NICE) -> None:
+    """Give every thread of process `pid` the CPU priority `nice` (the threads and processes
+    it starts later inherit it): within a participant's quota, the agent's own work
+    (answering partners and the registry, measuring, handing checkpoints over) then comes
+    before its Spark driver's when both want the CPU, and a saturated participant still
+    answers. Threads that are gone, or that this user may not change, are left as they are."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return
+    for thread in threads:
+        try:
+            os.setpriority(os.PRIO_PROCESS, int(thread), nice)
+        except OSError:
+            pass
 
 
 def _enable_cpu(folder: Path) -> None:

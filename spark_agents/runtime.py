@@ -206,7 +206,7 @@ def run_agent(
     import uvicorn
 
     from spark_agents.host import TaskHost
-    from spark_agents.hosts import python_first
+    from spark_agents.hosts import lower_priority, python_first
     from spark_agents.server import create_agent_app
     from spark_agents.session import make_session
 
@@ -226,6 +226,9 @@ def run_agent(
         spark = make_session(spark_master, app_name=f"bpm-{config.name}", conf=conf, lean=spark_master.startswith("local"),
                              driver_host=driver_host, bind_address=driver_bind)
         cleanup.callback(spark.stop)
+        driver = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+        if driver is not None:
+            lower_priority(driver.pid)  # a saturated participant's agent still answers and hands over
         host = TaskHost(spark, config.workdir, cpus=cpus, interval_s=sample_s)
         host.start_sampling()
         client = cleanup.enter_context(RegistryClient(registry_url, key))

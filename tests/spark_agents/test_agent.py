@@ -321,3 +321,27 @@ def test_trading_waits_for_a_load_window_that_saw_only_the_current_tasks(federat
     for _ in range(4):
         _round(agents, clock)
     assert len(operator.offers()) > made, "a, still over its threshold, offers again once settled"
+
+
+def test_tasks_that_left_stop_together_each_at_its_own_batch_boundary(federation):
+    """A participant that lets several tasks go stops them all at once: each stop waits for
+    its own batch boundary (here, for every other stop to have begun), not for the others'
+    to end one after another."""
+    import threading
+
+    operator, agents, add, clock = federation
+    a = add("a", 3)
+    _round(agents, clock)
+    keys = sorted(a.hosting())
+    assert len(keys) == 3, keys
+    together = threading.Barrier(len(keys), timeout=10)
+    stop = a.host.stop_task
+
+    def stop_at_boundary(key):
+        together.wait()  # broken, and raising, unless every stop is under way at once
+        return stop(key)
+
+    a.host.stop_task = stop_at_boundary
+    a._release_all([(key, 1) for key in keys])
+    assert not a.hosting()
+    assert {key: a._released[key] for key in keys} == {key: 1 for key in keys}

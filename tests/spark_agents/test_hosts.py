@@ -174,3 +174,31 @@ def test_spark_s_python_imports_the_installed_pyspark_not_spark_s_zips(tmp_path)
     assert shown.returncode == 0, shown.stderr
     imported, path = shown.stdout.splitlines()
     assert ".zip" not in imported and path == "/elsewhere"
+
+
+def test_a_process_put_behind_the_agent_and_what_it_starts_later_have_the_lower_priority():
+    """`lower_priority` reaches every thread of the process, and what it starts afterwards
+    inherits it: the Spark driver's later threads and Python workers run behind the agent."""
+    from spark_agents.hosts import JVM_NICE, lower_priority
+
+    script = (
+        "import os, sys, threading, time\n"
+        "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+        "sys.stdin.readline()\n"  # the priority is lowered meanwhile
+        "later = threading.Thread(target=lambda: print(os.getpriority(os.PRIO_PROCESS, 0)), daemon=True)\n"
+        "later.start(); later.join()\n"
+        "print(os.getpriority(os.PRIO_PROCESS, 0))\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 10
+        while len(os.listdir(f"/proc/{process.pid}/task")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        lower_priority(process.pid)
+        niceness = {int(t): os.getpriority(os.PRIO_PROCESS, int(t)) for t in os.listdir(f"/proc/{process.pid}/task")}
+        out, _ = process.communicate("go\n", timeout=10)
+    finally:
+        process.kill()
+    assert len(niceness) >= 2 and set(niceness.values()) == {JVM_NICE}, niceness
+    assert [int(line) for line in out.split()] == [JVM_NICE, JVM_NICE]
+    assert os.getpriority(os.PRIO_PROCESS, 0) == 0, "the caller keeps its own priority"
