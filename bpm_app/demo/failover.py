@@ -10,7 +10,7 @@
    from its copy and replays its stream since, on A's own broker; the replication level is
    repaired at C.
 4. The federation runs on without B; then the input closes, every task drains, and the
-   alerts are compared with `bpm pipeline run` over exactly what was fed.
+   alerts are compared with the plain computation (`bpm.zeek.reference`) over exactly what was fed.
 
 The report adds `failovers` (each with `task`, `mode`, `detected_s`: from the kill to the
 registry's detection, `recovery_s`: from the detection to the task's first output after

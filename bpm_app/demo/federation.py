@@ -105,16 +105,30 @@ class Federation:
         log = self.workdir / "logs" / f"{name}.log"
         wait_http(self.endpoints[name] + "/healthz", self.processes[name], log, timeout_s, on_wait=on_wait)
 
-    def generate_traffic(self, name: str, duration_s: float, rate: float, sources: int, scanners: int, seed: int) -> Path:
-        """`bpm generate-traffic`: the participant's recorded connections (a Zeek conn.log), in its host's folder."""
+    def generate_traffic(self, name: str, duration_s: float, rate: float, sources: int, scanners: int, seed: int,
+                         timeout_s: float = 300) -> Callable[[], Path]:
+        """Start `bpm generate-traffic`: the participant's recorded connections (a Zeek conn.log),
+        in its host's folder. Returns a function that waits for it and gives the log."""
         log = self.hosts.hosts[name].folder / "traffic" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
+        process = subprocess.Popen(
             [BPM, "generate-traffic", str(log), "--duration", str(duration_s), "--rate", str(rate), "--sources", str(sources),
              "--scanners", str(scanners), "--seed", str(seed)],
-            check=True, capture_output=True, timeout=300, cwd=self.workdir,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=self.workdir,
         )
-        return log
+
+        def generated() -> Path:
+            try:
+                _, errors = process.communicate(timeout=timeout_s)
+            finally:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+            if process.returncode != 0:
+                raise RuntimeError(f"bpm generate-traffic for {name} failed (exit {process.returncode}): {errors.strip()[-500:]}")
+            return log
+
+        return generated
 
     def start_replay(self, name: str, log: Path, target: list[str], env: dict[str, str], window_s: int, lateness_s: int, speedup: float) -> Path:
         """`bpm replay` into the participant's stream (`target`: its options) at recorded time x

@@ -1,5 +1,5 @@
 """End to end: a registry and three agents as real processes; a kill -9 of the participant that
-hosts moved tasks under passive standby, the failover, and the alerts against `bpm pipeline run`."""
+hosts moved tasks under passive standby, the failover, and the alerts against the plain computation."""
 
 from __future__ import annotations
 
