@@ -119,9 +119,9 @@ class DemoSettings:
             multiple of the sum of their thresholds: an overloaded federation, by about a query
             (their sum varies by a few hundredths from poll to poll), and room for the whole
             load once D joins.
-        raise_steps: at most how many steps phases 2 and 3 take to get there (`Demo._raise_load`).
-        rest_s: after a step, how long the demo waits at most for the agents to come to rest
-            once every new query is measured, before it reads the loads anyway (`Demo._wait_rest`).
+        rest_s: after phase 3's first step, how long the demo waits at most for the agents to
+            come to rest once every new query is measured, before it reads the loads anyway
+            (`Demo._wait_rest`).
         cpus: each participant's capacity, a CPU quota of its own (`spark_agents.hosts`; needs
             root, else the participants share the machine's CPUs): what one participant does
             then cannot raise the load another measures. Four quotas of 0.4 leave a 2-core
@@ -157,7 +157,6 @@ class DemoSettings:
     poll_s: float = 2.0
     overload: float = 1.15
     fill: float = 1.05
-    raise_steps: int = 2
     rest_s: float = 45.0
     cpus: float | None = 0.4
     network: bool = True
@@ -339,19 +338,19 @@ class Demo:
         offer periods) and two offer periods after it in which no one moved load."""
         return max(2 * self.s.period_s, self.s.agent_settle_s) + 2 * self.s.period_s
 
-    def _raise_load(self, name: str, names: list[str], share: float) -> None:
+    def _raise_load(self, name: str, names: list[str], share: float, steps: int = 1) -> None:
         """`name` starts queries over its stream's shares that have none until the loads of the
-        tasks of `names`, wherever they run, add up at rest to `share` of the sum of their
-        thresholds (a participant's load is the sum of its tasks': in phase 3 the loads of
-        A, B and C then add up to `fill` times their thresholds). In steps, at most
-        `raise_steps`: the first at once, as many as the missing load over what a query
-        measures now (the median of the tasks running), rounded up; a later one only while
-        the total is still within the thresholds, at what each query of the previous step
-        turned out to add, and no less than half of what a query measures itself (an
-        overloaded federation near its thresholds churns, and its total moves by a tenth
-        from one reading to the next). After a step the total is read at rest (`_wait_rest`): once
-        the agents have spread the new load, participants that keep up measure it, where a
-        saturated one reports late, and high (the batches its starts slowed count as demand).
+        tasks of `names`, wherever they run, add up to `share` of the sum of their thresholds
+        (a participant's load is the sum of its tasks': in phase 3 the loads of A, B and C
+        then add up to `fill` times their thresholds). In at most `steps` steps: the first at
+        once, as many as the missing load over what a query measures now (the median of the
+        tasks running), rounded up; a later one only while the total is still within the
+        thresholds, at what each query of the previous step turned out to add, and no less
+        than half of what a query measures itself (a federation near its thresholds churns,
+        and its total moves by a tenth from one reading to the next). Before a later step the
+        total is read at rest (`_wait_rest`): once the agents have spread the new load,
+        participants that keep up measure it, where a saturated one reports late, and high
+        (the batches its starts slowed count as demand).
 
         How much load a query brings depends on the machine and varies from run to run, and
         measuring it puts the load where it is meant to be on a fast machine and a busy one
@@ -368,7 +367,7 @@ class Demo:
         _, thresholds = self._measured(self.poll(), names)
         total, limit = sum(self._task_loads(names)), sum(thresholds.values())
         each = None
-        for _ in range(self.s.raise_steps):
+        for step in range(steps):
             missing = share * limit - total
             free = self._idle_tasks(name)
             # A later step only while the loads are still within the thresholds: the phase's point not made yet.
@@ -376,6 +375,8 @@ class Demo:
                 return
             count = min(len(free), math.ceil(missing / each)) if each else self._queries_to_fill(names, share, len(free))
             self._start_queries(name, free[:count], f" (the loads add up to {total:.2f} of {share * limit:.2f})")
+            if step == steps - 1:
+                return
             before, (total, limit) = total, self._wait_rest(names)
             own = [load for load in self._task_loads(names) if load]
             each = max((total - before) / count, statistics.median(own) / 2 if own else 0.02)
@@ -500,9 +501,8 @@ class Demo:
                         hold_s=s.settle_s, not_before=self._trading_from(["a", "b", "c"]))
             self._phase("2 A's load rises over its threshold: it sheds load to B and C", ["a", "b", "c"], until_acceptable=True,
                         hold_s=s.settle_s, action=lambda: self._raise_load("a", ["a"], s.overload))
-            # Phase 3 ends where its steps leave the federation at rest.
-            self._phase("3 load rises at B until the federation is overloaded", ["a", "b", "c"], until_acceptable=False, hold_s=0.0,
-                        action=lambda: self._raise_load("b", ["a", "b", "c"], s.fill))
+            self._phase("3 load rises at B until the federation is overloaded", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s,
+                        action=lambda: self._raise_load("b", ["a", "b", "c"], s.fill, steps=2))
             self._phase("4 D joins (contract with C at 0.8 p): load flows B to C and C to D", ["a", "b", "c", "d"], until_acceptable=True,
                         hold_s=s.settle_s, action=lambda: self._sign(self._members[JOINS_LATER]))
             return self._finish()
