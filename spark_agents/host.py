@@ -18,6 +18,7 @@ and the cost model is fitted to the intervals recorded so far.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -41,6 +42,8 @@ from spark_agents.metrics import (
     task_loads,
 )
 from spark_agents.query import Sink, staggered_trigger_s, start_query
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -96,12 +99,13 @@ class HostedTask:
 
     @property
     def state(self) -> str:
+        query = self.query  # once: a stop on another thread sets it to None meanwhile
         if self.error:
             return "failed"
-        if self.query is None:
+        if query is None:
             return "stopped"
-        if not self.query.isActive:
-            exc = self.query.exception()
+        if not query.isActive:
+            exc = query.exception()
             self.error = str(exc) if exc else None
             return "failed" if exc else "stopped"
         return "running"
@@ -218,13 +222,13 @@ class TaskHost:
 
     @staticmethod
     def _owes_last_windows(task: HostedTask) -> bool:
-        """A task that has read all there is and owes the batch of its new watermark would,
+        """A task that has read all there is in its key groups and owes the batch of its new watermark would,
         resumed elsewhere, wait for input that may never come (at the end of a finite input,
         its last windows). While input flows, the next batch wherever it resumes applies the watermark."""
         if not owes_watermark_batch(task.checkpoint_dir):
             return False
         try:
-            return (task.read_position() or 0) >= task.source.last_seq()
+            return task.source.pending(task.read_position() or 0) == 0
         except Exception:  # the broker unreachable: nothing to wait for
             return False
 
@@ -303,8 +307,16 @@ class TaskHost:
         self._last_tick = (time.time(), self._cpu_seconds())
 
         def loop() -> None:
+            # The loop never dies: without intervals, loads would stand still from then on.
+            failed = None
             while not self._stop.wait(self.interval_s):
-                self.sample()
+                try:
+                    self.sample()
+                    failed = None
+                except Exception as exc:  # noqa: BLE001 - said once, tried again at the next interval
+                    if repr(exc) != failed:
+                        log.warning("measuring interval failed: %r; trying again in %g s", exc, self.interval_s)
+                    failed = repr(exc)
 
         self._sampler = threading.Thread(target=loop, name="bpm-load-sampler", daemon=True)
         self._sampler.start()

@@ -108,3 +108,25 @@ def test_without_the_steady_window_the_change_would_show(clock):
     plain.min_window_s = 0.0
     plain_loads = plain.loads()
     assert plain_loads["d"] > 3 * plain_loads["a"], "over a plain window a new task's first batches look like load"
+
+
+def test_a_task_stopped_while_its_state_is_read_is_stopped_not_an_error():
+    """A stop on another thread sets the task's query to None while the sampler reads its
+    state: the state is read from one query, never from None (that once killed the sampler,
+    and the participant's load stood still for minutes)."""
+    from pathlib import Path
+
+    from bpm.zeek.definitions import QueryParams
+    from spark_agents.host import HostedTask
+
+    class StoppingQuery:
+        @property
+        def isActive(self) -> bool:  # noqa: N802 - Spark's name
+            task.query = None  # the stop lands here
+            return False
+
+        def exception(self) -> None:
+            return None
+
+    task = HostedTask("t", None, Path("unused"), QueryParams(), None, StoppingQuery(), 0.0)
+    assert task.state == "stopped"
