@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from bpm.keygroups import StreamLocation, subject_filter
-from spark_agents.broker.stream import Broker
+from spark_agents.broker.stream import STREAM as INPUT, Broker
 from spark_agents.streams.records import STREAM_SCHEMA_DDL
 
 NAME = "bpm_jetstream"
@@ -77,13 +77,28 @@ def connection(url: str, user: str, password: str) -> Broker:
         return broker
 
 
-async def _fetch(js, stream: str, filter_subject: str, after: int, last: int) -> list[bytes]:
-    """The payloads of the messages in (after, last] that `filter_subject` selects, in order."""
+def _reader(filter_subject: str, after: int):
+    """A short-lived consumer's configuration: the messages after `after` that `filter_subject` selects.
+    A consumer is how a partner reads (its broker user may create consumers on its key groups'
+    filters only), so it is also how a reader learns whether its key groups have anything new."""
     from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-    name = f"read-{uuid.uuid4().hex[:12]}"
-    config = ConsumerConfig(name=name, filter_subject=filter_subject, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                            opt_start_seq=after + 1, ack_policy=AckPolicy.NONE, inactive_threshold=30.0, mem_storage=True)
+    return ConsumerConfig(name=f"read-{uuid.uuid4().hex[:12]}", filter_subject=filter_subject, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                          opt_start_seq=after + 1, ack_policy=AckPolicy.NONE, inactive_threshold=30.0, mem_storage=True)
+
+
+async def _pending(js, stream: str, filter_subject: str, after: int) -> int:
+    """How many messages after sequence `after` `filter_subject` selects."""
+    config = _reader(filter_subject, after)
+    info = await js.add_consumer(stream, config)
+    await js.delete_consumer(stream, config.name)
+    return info.num_pending
+
+
+async def _fetch(js, stream: str, filter_subject: str, after: int, last: int) -> list[bytes]:
+    """The payloads of the messages in (after, last] that `filter_subject` selects, in order."""
+    config = _reader(filter_subject, after)
+    name = config.name
     info = await js.add_consumer(stream, config)
     out: list[bytes] = []
     sub = None
@@ -114,7 +129,7 @@ class JetStreamReader(DataSourceStreamReader):
             self.url, self.user, self.password, self.filter = (options[k] for k in ("url", "user", "password", "filter"))
         except KeyError as exc:
             raise ValueError(f"the {NAME} source needs the option {exc.args[0]!r}") from None
-        self.stream = options.get("stream", "INPUT")
+        self.stream = options.get("stream", INPUT)
         self.start = int(options.get("startseq", "0"))
         self.max_messages = int(options.get("maxmessagespertrigger", "0")) or None
 
@@ -122,7 +137,13 @@ class JetStreamReader(DataSourceStreamReader):
         return {"seq": self.start}
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
-        newest = connection(self.url, self.user, self.password).last_seq(self.stream)
+        """The stream's newest sequence, or `start` itself when nothing new is in this task's
+        key groups: then Spark runs no micro-batch, and a task over key groups that receive
+        nothing costs its participant next to nothing."""
+        broker = connection(self.url, self.user, self.password)
+        if start is not None and not broker.call(_pending(broker.js, self.stream, self.filter, int(start["seq"]))):
+            return start
+        newest = broker.last_seq(self.stream)
         if self.max_messages is not None and start is not None:
             newest = min(newest, int(start["seq"]) + self.max_messages)
         return {"seq": newest}
@@ -184,6 +205,11 @@ class JetStreamInput:
     def last_seq(self) -> int:
         """The newest sequence of the whole stream."""
         return self.connection().last_seq()
+
+    def pending(self, after: int) -> int:
+        """How many messages of its key groups the stream holds after sequence `after`."""
+        broker = self.connection()
+        return broker.call(_pending(broker.js, INPUT, subject_filter(self.participant, self.prefix), after))
 
     def options(self) -> dict[str, str]:
         options = {"url": self.url, "user": self.user, "password": self.password,

@@ -68,6 +68,27 @@ def test_a_task_reads_its_key_groups_and_resumes_from_its_checkpoint(spark, nats
     assert _read(spark, server, owner, "", tmp_path / "newest", start_seq=newest) == [], "from the newest input: nothing old"
 
 
+def test_a_task_whose_key_groups_get_nothing_runs_no_micro_batch(spark, nats_server, tmp_path):
+    """The other key groups' input does not make it run (each batch has a fixed cost), past the
+    query's first batch; its own does."""
+    server, owner = nats_server
+    with Broker(server.url, owner.name, owner.password) as broker:
+        feeder = Feeder(BrokerStream(broker, "a"), QueryParams(), key_groups=groups("0"))
+        feeder.feed(_conns(300))
+        source = JetStreamInput(server.url, owner.name, owner.password, "a", "1")
+        assert source.pending(0) == 0 and JetStreamInput(server.url, owner.name, owner.password, "a", "0").pending(0) > 0
+        first: list[int] = []
+        assert _read(spark, server, owner, "1", tmp_path / "idle", first) == [] and first in ([], [0]), "at most the query's first, empty"
+        again: list[int] = []
+        feeder.feed(_conns(300, start_ts=1_700_000_050.0))
+        assert _read(spark, server, owner, "1", tmp_path / "idle", again) == [] and again == [], "then no micro-batch at all"
+        feeder.feed_key_groups(groups("1"))
+        feeder.feed(_conns(300, start_ts=1_700_000_100.0))
+        fed: list[int] = []
+        rows = _read(spark, server, owner, "1", tmp_path / "idle", fed)
+        assert rows and all(key_group(r[2]) in groups("1") for r in rows) and len(fed) >= 1
+
+
 def _records(conns) -> list[StreamRecord]:
     from bpm.zeek.definitions import source_prefix, ts_micros
 
