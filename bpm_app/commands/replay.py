@@ -23,18 +23,26 @@ def replay_command(
     lateness: int = typer.Option(60, "--lateness", min=0, help="Rows further behind the newest are late and not written."),
     flush_interval: float = typer.Option(1.0, "--flush-interval", min=0.01, help="Seconds between flushes (one message per key group that got rows)."),
     fed_log: Path | None = typer.Option(None, "--fed-log", help="Write the connections fed so far as a Zeek log here at the end (also when stopped)."),
+    feed: list[str] = typer.Option([], "--feed", help="Feed only the key groups whose bits start with PREFIX (as a task names its share, e.g. 0110); repeat for several. Default: every key group."),
+    feed_from_stdin: bool = typer.Option(False, "--feed-from-stdin", help="Also feed, from the moment each arrives, the key-group prefixes read from standard input, one a line (with no --feed, none at first)."),
 ) -> None:
     """Publish recorded or generated conn.logs into a participant's stream (its 64 key groups).
 
     SIGTERM or Ctrl-C stops the replay early: what was read so far is written, the stream is
     closed (every window ends), and `--fed-log` receives exactly the connections fed, so a
     reference run (`bpm pipeline run`) sees the same input as the stream's readers.
+
+    With `--feed` or `--feed-from-stdin` only some key groups are fed: the connections of the
+    others are passed over (their traffic is not monitored, and tasks over them have nothing
+    to do) until their prefix comes on standard input; so the load of a participant's tasks
+    can grow while they run.
     """
     import os
     import signal
+    import sys
     import threading
 
-    from bpm.keygroups import PASSWORD_ENV, parse_location
+    from bpm.keygroups import PASSWORD_ENV, KeyGroupError, groups, parse_location
     from bpm.zeek.definitions import QueryParams
     from bpm_app.commands.pipeline import read_input
     from spark_agents.broker.server import BrokerError
@@ -48,6 +56,7 @@ def replay_command(
         located = parse_location(stream)
         if located.prefix:
             raise ValueError(f"{stream}: a replay publishes to a participant's whole stream, not to key groups {located.prefix!r}")
+        fed_groups = {g for prefix in feed for g in groups(prefix)} if feed or feed_from_stdin else None
         password = os.environ.get(PASSWORD_ENV)
         if not password:
             raise ValueError(f"set {PASSWORD_ENV} to the broker user's password")
@@ -61,22 +70,34 @@ def replay_command(
     recorded, stats = read_input(files, err)
     conns = list(amplified(recorded, amplify))
     params = QueryParams(window_s=window, lateness_s=lateness)
-    feeder = Feeder(target, params)
+    feeder = Feeder(target, params, fed_groups)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+
+    def more_from_stdin() -> None:
+        for line in sys.stdin:
+            try:
+                feeder.feed_key_groups(groups(line.strip()))
+                err.print(f"feeding key groups {line.strip()}*")
+            except KeyGroupError as exc:
+                err.print(f"[yellow]warning:[/] {exc}; line ignored")
+
+    if feed_from_stdin:
+        threading.Thread(target=more_from_stdin, name="feed-from-stdin", daemon=True).start()
+    fed: list = []
     columns = (TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TextColumn("rows"), TimeElapsedColumn())
     with Progress(*columns, console=err) as progress:
         bar = progress.add_task("replay", total=len(conns))
-        replay(feeder, conns, rate, speedup, flush_interval, stop=stop, on_flush=lambda done: progress.update(bar, completed=done))
+        replay(feeder, conns, rate, speedup, flush_interval, stop=stop, on_flush=lambda done: progress.update(bar, completed=done), fed=fed)
     if not feeder.closed:
         feeder.close()
-        err.print(f"stopped after {feeder.offered} of {len(conns)} rows; the stream is closed")
+        err.print(f"stopped after {len(fed)} rows fed of {len(conns)}; the stream is closed")
     if fed_log is not None:
         from bpm.zeek.conn import write_tsv
 
         with fed_log.open("w", encoding="utf-8") as out:
-            write_tsv(conns[: feeder.offered], out)
+            write_tsv(fed, out)
     if stats.skipped:
         err.print(f"[yellow]warning:[/] {stats.summary()}")
     if feeder.admission.late:

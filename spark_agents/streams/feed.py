@@ -63,11 +63,15 @@ class Feeder:
         written: connections written per key group.
         files: chunks written (messages, on the broker).
         offered: connections given to `add` (admitted or not).
+        key_groups: the key groups fed (None: all). A key group not fed gets nothing, not even
+            a time tick: a task over it has nothing to read and runs no micro-batch.
+            `feed_key_groups` adds some while the feeder runs.
     """
 
-    def __init__(self, stream: Stream, params: QueryParams) -> None:
+    def __init__(self, stream: Stream, params: QueryParams, key_groups: Iterable[int] | None = None) -> None:
         self.stream = stream
         self.params = params
+        self.key_groups: frozenset[int] | None = None if key_groups is None else frozenset(key_groups)
         self.admission = Admission(params.lateness_s)
         self.buffers: list[list[StreamRecord]] = [[] for _ in range(stream.partitions)]
         self.ticked: list[int | None] = [None] * stream.partitions
@@ -80,8 +84,21 @@ class Feeder:
     def buffered(self) -> int:
         return sum(len(b) for b in self.buffers)
 
+    def feed_key_groups(self, key_groups: Iterable[int]) -> None:
+        """Feed these key groups too from now on (safe from another thread)."""
+        if self.key_groups is not None:
+            self.key_groups = self.key_groups | frozenset(key_groups)
+
+    def _fed(self, k: int) -> bool:
+        return self.key_groups is None or k in self.key_groups
+
+    def feeds(self, conn: Conn) -> bool:
+        """Whether the connection's key group is fed."""
+        return self.key_groups is None or partition_of(source_prefix(conn.orig_h), self.stream.partitions) in self.key_groups
+
     def add(self, conn: Conn) -> bool:
-        """Buffer a connection; returns False when the lateness rule refuses it."""
+        """Buffer a connection; returns False when the lateness rule refuses it. (Whether its key
+        group is fed is the caller's to ask first, `feeds`.)"""
         self.offered += 1
         ts_us = ts_micros(conn.ts)
         if not self.admission.admit(ts_us):
@@ -98,7 +115,7 @@ class Feeder:
             return 0
         written = 0
         for k, rows in enumerate(self.buffers):
-            if not rows and self.ticked[k] == newest:
+            if (not rows and self.ticked[k] == newest) or not self._fed(k):
                 continue
             self.stream.append(k, [*rows, StreamRecord(newest, mark=MARK_TICK)])
             self.written[k] += len(rows)
@@ -112,19 +129,21 @@ class Feeder:
         """Add finite input at once (no pacing), flushing whenever `rows_per_flush` rows are
         buffered and once at the end; the stream stays open."""
         for conn in conns:
-            self.add(conn)
+            if self.feeds(conn):
+                self.add(conn)
             if self.buffered >= rows_per_flush:
                 self.flush()
         self.flush()
 
     def close(self) -> None:
-        """Flush and write the end-of-input mark to every key group, closing all windows."""
+        """Flush and write the end-of-input mark to every key group fed, closing all windows."""
         self.flush()
         if self.admission.newest_us is not None:
             end = StreamRecord(end_mark_us(self.admission.newest_us, self.params), mark=MARK_END)
-            for k in range(self.stream.partitions):
+            fed = [k for k in range(self.stream.partitions) if self._fed(k)]
+            for k in fed:
                 self.stream.append(k, [end])
-            self.files += self.stream.partitions
+            self.files += len(fed)
         self.closed = True
 
 
@@ -155,12 +174,15 @@ def replay(
     sleep=None,
     stop=None,
     on_flush=None,
+    fed: list[Conn] | None = None,
 ) -> Feeder:
     """Feed connections at a paced rate, appending one chunk per key group every `flush_interval_s`.
 
     `clock`/`sleep` default to `time.monotonic`/`time.sleep`; `stop` is an optional
     `threading.Event` that ends the replay early (without an end mark); `on_flush(rows_done)`
     is called after each flush. The stream is closed (end mark) when the input is exhausted.
+    A connection whose key group is not fed (`Feeder.key_groups`) is passed over, on time;
+    `fed`, if given, receives every connection given to the feeder.
     """
     import time
 
@@ -184,7 +206,10 @@ def replay(
                 if on_flush:
                     on_flush(done)
             sleep(max(0.0, min(due, next_flush) - clock()))
-        feeder.add(conn)
+        if feeder.feeds(conn):
+            feeder.add(conn)
+            if fed is not None:
+                fed.append(conn)
         done += 1
         if clock() >= next_flush:
             feeder.flush()

@@ -73,6 +73,67 @@ def test_a_stopped_replay_closes_the_stream_and_logs_exactly_what_it_fed(nats_se
     assert 0 < len(logged) == len(data) < 600 * 20
     assert sorted((round(c.ts * 1e6), c.orig_h) for c in logged) == sorted((r.ts_us, r.src) for r in data)
 
+
+def test_a_replay_feeds_the_key_groups_it_is_told_and_more_as_they_come_on_stdin(nats_server, tmp_path):
+    """--feed 0 at first, then 11 from standard input: nothing else is published (no rows,
+    no ticks, no end marks), and --fed-log holds exactly the rows published."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from bpm.keygroups import groups, subject
+
+    server, owner = nats_server
+    source = tmp_path / "traffic.log"
+    bpm = str(Path(sys.executable).with_name("bpm"))
+    subprocess.run([bpm, "generate-traffic", str(source), "--duration", "8", "--rate", "100", "--seed", "5"], check=True, capture_output=True, timeout=120)
+    fed = tmp_path / "fed.log"
+    with Broker(server.url, owner.name, owner.password) as broker:
+        broker.ensure_stream("a")
+        process = subprocess.Popen([bpm, "replay", str(source), "--stream", f"{server.url}/a", "--rate", "0", "--speedup", "2",
+                                    "--flush-interval", "0.2", "--feed", "0", "--feed-from-stdin", "--fed-log", str(fed)],
+                                   stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "BPM_NATS_PASSWORD": owner.password})
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and broker.last_seq() == 0:
+                time.sleep(0.1)
+            process.stdin.write("2\n11\n")  # a bad prefix is said and passed over
+            process.stdin.flush()
+            _, err = process.communicate(timeout=60)
+        finally:
+            process.kill() if process.poll() is None else None
+        assert process.returncode == 0, err
+        assert "bad key-group prefix '2'" in " ".join(err.split())
+        by_subject: dict[str, list] = {}
+        for message in broker.call(_messages(broker.js)):
+            by_subject.setdefault(message.subject, []).extend(StreamRecord.from_line(line) for line in message.data.decode().splitlines())
+    fed_subjects = {subject("a", g) for g in [*groups("0"), *groups("11")]}
+    assert set(by_subject) <= fed_subjects and {subject("a", g) for g in groups("0")} <= set(by_subject)
+    assert any(s in by_subject for s in (subject("a", g) for g in groups("11"))), "fed once its prefix came"
+    assert all(records[-1].mark == MARK_END for records in by_subject.values())
+    data = [r for records in by_subject.values() for r in records if r.mark == MARK_DATA]
+    logged = list(read_logs([fed]))
+    assert 0 < len(logged) == len(data) < len(list(read_logs([source])))
+    assert sorted((round(c.ts * 1e6), c.orig_h) for c in logged) == sorted((r.ts_us, r.src) for r in data)
+
+
+async def _messages(js):
+    """Every message of participant a's stream, with its subject."""
+    import nats.errors
+
+    sub = await js.subscribe("in.a.>", ordered_consumer=True)
+    out = []
+    try:
+        while True:
+            try:
+                out.append(await sub.next_msg(timeout=1))
+            except nats.errors.TimeoutError:
+                return out
+    finally:
+        await sub.unsubscribe()
+
+
 pytestmark = pytest.mark.slow
 
 

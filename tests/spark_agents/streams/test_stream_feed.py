@@ -64,6 +64,22 @@ def test_late_rows_are_refused_before_partitioning_and_the_end_mark_closes_every
         assert last.mark == MARK_END and last.ts_us == end_mark_us(200_000_000, PARAMS) == (200 + 60 + 10 + 1) * 10**6
 
 
+def test_key_groups_not_fed_get_nothing_until_they_are_fed():
+    stream = Chunks(3)
+    sources = [f"10.0.{i}.7" for i in range(30)]
+    fed_k = partition_of(source_prefix(sources[0]), 3)
+    feeder = Feeder(stream, PARAMS, key_groups=[fed_k])
+    feeder.feed([conn(100 + i, src) for i, src in enumerate(sources)])
+    assert [bool(stream.parts[k]) for k in range(3)] == [k == fed_k for k in range(3)], "no rows, no ticks elsewhere"
+    assert feeder.offered == sum(feeder.written) == sum(partition_of(source_prefix(s), 3) == fed_k for s in sources)
+    later = (fed_k + 1) % 3
+    feeder.feed_key_groups([later])
+    feeder.feed([conn(200 + i, src) for i, src in enumerate(sources)])
+    feeder.close()
+    assert records(stream, later)[-1].mark == MARK_END and any(r.mark == MARK_DATA for r in records(stream, later))
+    assert not stream.parts[3 - fed_k - later], "the key group never fed gets no end mark either"
+
+
 def test_results_do_not_depend_on_the_number_of_key_groups():
     conns = generate(TrafficProfile(duration_s=120, rate=50, sources=80), seed=4)
     late = {feed_all(Chunks(k), conns, QueryParams()).admission.late for k in (1, 2, 5)}
