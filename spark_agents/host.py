@@ -33,6 +33,7 @@ from spark_agents.checkpoint import committed_watermark_ms, owes_watermark_batch
 from spark_agents.hosts import cpu_capacity
 from spark_agents.listener import BatchRecorder, TaskCpuMeter
 from spark_agents.metrics import (
+    CpuSeries,
     BatchSample,
     IntervalSample,
     cost_samples,
@@ -85,6 +86,7 @@ class HostedTask:
     batches: int = 0
     rows: int = 0
     last_batch: BatchSample | None = field(default=None, repr=False)
+    planned: bool = False  # its query has asked its source for offsets: its Python planner is up (`TaskHost.starting`)
     # Set when a batch's output function has returned (Spark then only writes its commit).
     output_done: threading.Event = field(default_factory=threading.Event, repr=False)
 
@@ -147,6 +149,7 @@ class TaskHost:
         # The Spark driver JVM is a child of this process when PySpark launched it; its CPU and
         # ours (foreachBatch runs here) cross-check the measured utilisation.
         self._jvm_pid: int | None = proc.pid if proc is not None and spark.sparkContext.master.startswith("local") else None
+        self._cpu_series = CpuSeries()
         self._last_tick = (time.time(), self._cpu_seconds())
         self.factor = 1.0
         self._model: tuple[tuple, CostFunction] | None = None
@@ -259,13 +262,24 @@ class TaskHost:
     def running(self) -> list[str]:
         return [t.task_id for t in self.tasks() if t.state == "running"]
 
-    def starting(self, within_s: float = 5.0) -> list[str]:
-        """Tasks started in the last `within_s` seconds that have not
-        finished a batch yet. Each such start launches a Python process that plans the
-        source's batches and must connect back to Spark within 10 s (Spark's limit), which a
-        participant with a small CPU quota misses when several start at once."""
+    def starting(self, within_s: float = 10.0) -> list[str]:
+        """Tasks started in the last `within_s` seconds whose query has not yet asked its
+        source for offsets. Each start launches a Python process that plans the source's
+        batches and must connect back to Spark within 10 s (Spark's limit), which a
+        participant with a small CPU quota misses when several start at once. Once the
+        query has planned (its status is past "Initializing ..."), that process is up, and
+        the next may start while the first batch still runs (a fresh query's first batch,
+        empty or not, takes seconds under a small quota)."""
         now = time.time()
-        return [t.task_id for t in self.tasks() if t.state == "running" and t.batches == 0 and now - t.started_s < within_s]
+        return [t.task_id for t in self.tasks()
+                if t.state == "running" and now - t.started_s < within_s and not self._has_planned(t)]
+
+    @staticmethod
+    def _has_planned(task: HostedTask) -> bool:
+        query = task.query
+        if not task.planned and (task.batches or (query is not None and not query.status.get("message", "").startswith("Initializing"))):
+            task.planned = True
+        return task.planned
 
     def _on_batch(self, sample: BatchSample, end_offset: dict | None) -> None:
         task = self._tasks.get(sample.task_id)
@@ -280,9 +294,11 @@ class TaskHost:
     # -- measurements ------------------------------------------------------------------
 
     def _cpu_seconds(self) -> float | None:
+        """The Spark processes' CPU seconds so far (`spark_cpu_seconds`), never going back (`CpuSeries`)."""
         if self._jvm_pid is None:
             return None
-        return spark_cpu_seconds(self._jvm_pid)
+        raw = spark_cpu_seconds(self._jvm_pid)
+        return None if raw is None else self._cpu_series.reading(raw)
 
     def sample(self) -> IntervalSample:
         """Close the current measuring interval and record it."""

@@ -212,6 +212,33 @@ def spark_cpu_seconds(jvm_pid: int) -> float | None:
     return None if jvm is None else jvm + time.process_time()
 
 
+@dataclass
+class CpuSeries:
+    """A process tree's CPU seconds (`process_tree_cpu_seconds`) as a series that never goes back.
+
+    When a process of the tree exits, its time drops out of the reading: in the runs
+    measured it did not come back as its parent's count of exited children, by up to 5 CPU
+    seconds at once (a query's Python planner, a worker), which made an interval's CPU
+    negative and a participant's load read a tenth of itself for 40 s. A drop is added back
+    to every later reading; only what the process used since the reading before is lost.
+
+    Attributes:
+        high: the last value returned.
+        lost: what drops have taken so far.
+    """
+
+    high: float = 0.0
+    lost: float = 0.0
+
+    def reading(self, raw: float) -> float:
+        cpu = raw + self.lost
+        if cpu < self.high:
+            self.lost += self.high - cpu
+            cpu = self.high
+        self.high = cpu
+        return cpu
+
+
 def scaled_to_process(loads: dict[str, float], intervals: Iterable[IntervalSample], start_s: float) -> dict[str, float]:
     """Task loads rescaled so that they add up to the process CPU measured since `start_s`.
 

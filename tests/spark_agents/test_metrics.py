@@ -6,6 +6,7 @@ import time
 import pytest
 
 from spark_agents.metrics import (
+    CpuSeries,
     MAX_OVERHEAD_FACTOR,
     BatchSample,
     busy_seconds,
@@ -149,3 +150,10 @@ def test_demand_scales_the_load_of_a_task_that_falls_behind_its_trigger():
     out = demand(loads, samples, {"slow": 2.0, "fast": 2.0, "idle": 2.0})
     assert out == {"slow": pytest.approx(0.25), "fast": 0.05, "idle": 0.0}, "5 s batches against a 2 s trigger: 2.5x; one catch-up batch is not the rule"
     assert demand(loads, samples, {"slow": None}) ["slow"] == 0.1, "no trigger: back-to-back batches are the plan"
+
+
+def test_a_cpu_series_never_goes_back_when_a_process_leaves_the_tree():
+    series = CpuSeries()
+    readings = [10.0, 12.0, 6.5, 7.0, 9.0]  # a process with 5.5 s left the tree between the second and third
+    values = [series.reading(r) for r in readings]
+    assert values == [10.0, 12.0, 12.0, 12.5, 14.5], "no interval with negative CPU, and later ones as they were"
