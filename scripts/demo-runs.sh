@@ -22,7 +22,7 @@ except ValueError:
     print(f"| {sys.argv[2]} | failed | | | | | | |")
     raise SystemExit
 def phase(p):
-    verdict = "acceptable" if p["acceptable"] else "overloaded" if p.get("overloaded") else "not acceptable"
+    verdict = "overloaded" if p["overloaded"] else "acceptable" if p["acceptable"] else "not acceptable"
     return f"{verdict}: " + ", ".join(f"{v:.2f}" for _, v in sorted(p["loads"].items()))
 to_d = sum(1 for m in r["movements"] if m["to"] == "d")
 cells = [sys.argv[2], f"{r['elapsed_s'] / 60:.1f} min", *(phase(p) for p in r["phases"]),

@@ -57,12 +57,13 @@ class Federation:
         """Participant `name`'s host (made once), with a quota of `cpus` CPUs where quotas can be made."""
         return self.hosts.add(name, cpus)
 
-    def _spawn(self, name: str, host: str, args: list[str], env: dict | None = None) -> tuple[subprocess.Popen, Path]:
+    def _spawn(self, name: str, host: str, args: list[str], env: dict | None = None, stdin: int | None = None) -> tuple[subprocess.Popen, Path]:
         """Start process `name` inside `host`, its output in the run's log folder."""
         log = self.workdir / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("w") as out:
-            process = self.hosts.popen(host, args, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT)
+            process = self.hosts.popen(host, args, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT, stdin=stdin,
+                                       text=stdin is not None)
         self.processes[name] = process
         return process, log
 
@@ -130,17 +131,26 @@ class Federation:
 
         return generated
 
-    def start_replay(self, name: str, log: Path, target: list[str], env: dict[str, str], window_s: int, lateness_s: int, speedup: float) -> Path:
+    def start_replay(self, name: str, log: Path, target: list[str], env: dict[str, str], window_s: int, lateness_s: int, speedup: float,
+                     feed: list[str]) -> Path:
         """`bpm replay` into the participant's stream (`target`: its options) at recorded time x
-        speedup; returns where the fed log will be."""
+        speedup, feeding the key groups of the prefixes `feed` and later those `feed_more`
+        names; returns where the fed log will be."""
         fed = log.with_name(f"{name}.fed.log")
         self._spawn(
             f"replay-{name}", name,
             [BPM, "replay", str(log), *target, "--rate", "0", "--speedup", str(speedup),
-             "--window", str(window_s), "--lateness", str(lateness_s), "--fed-log", str(fed)],
-            env,
+             "--window", str(window_s), "--lateness", str(lateness_s), "--fed-log", str(fed),
+             *(o for prefix in feed for o in ("--feed", prefix)), "--feed-from-stdin"],
+            env, stdin=subprocess.PIPE,
         )
         return fed
+
+    def feed_more(self, name: str, prefixes: list[str]) -> None:
+        """The replayer of `name`'s stream feeds the key groups of `prefixes` too from now on."""
+        stdin = self.processes[f"replay-{name}"].stdin
+        stdin.write("".join(f"{prefix}\n" for prefix in prefixes))
+        stdin.flush()
 
     def stop_replay(self, name: str, timeout_s: float = 60) -> None:
         """Stop a replayer: it closes the stream (every window ends) and writes what it fed."""
@@ -149,15 +159,6 @@ class Federation:
         process.wait(timeout=timeout_s)
         if process.returncode != 0:
             raise RuntimeError(f"the replayer of {name} failed (exit {process.returncode}); see {self.workdir / 'logs' / f'replay-{name}.log'}")
-
-    def add_task(self, name: str, task: str, input_uri: str, params: dict) -> dict:
-        key = (self._agent_workdir(name) / KEY_FILE).read_text().strip()  # only the participant's own key adds its tasks
-        response = httpx.post(
-            self.endpoints[name] + "/tasks", json={"name": task, "input_uri": input_uri, "params": params},
-            headers={"Authorization": f"Bearer {key}"}, timeout=30,
-        )
-        response.raise_for_status()
-        return response.json()
 
     def close(self) -> None:
         """Stop every process: agents first (they stop their tasks at batch boundaries), then the registry.

@@ -2,11 +2,18 @@
 
 1. Three participants with identical contracts and uneven load (A carries most tasks),
    every load below its threshold: acceptable.
-2. A's load rises over its threshold (it starts more queries: what a query costs depends on
-   the machine); it sheds load to B and C until the allocation is acceptable.
-3. Load rises at B: it starts new queries until the federation is overloaded (its total load
-   above the total of its thresholds): no allocation among A, B and C is acceptable.
+2. A's load rises over its threshold (more of its traffic is fed: tasks of its that had no
+   input get some); it sheds load to B and C until the allocation is acceptable.
+3. Load rises at B the same way until the federation is overloaded (its total load above
+   the total of its thresholds): no allocation among A, B and C has every load within its
+   threshold.
 4. D joins with a contract to C at 0.8 p; load flows B to C and C to D until acceptable.
+
+Every task starts while the JVMs warm up, before phase 1: starting a query is what takes a
+participant's time (its Python planner, its first batch), and a participant's load cannot
+be measured while its tasks change. A task whose share of the stream is not fed yet runs no
+micro-batch (`spark_agents.broker.source`) and costs next to nothing; a phase raises a
+participant's load by feeding more of its traffic (`bpm replay --feed-from-stdin`).
 
 Each participant, and the registry, is a host of its own (`spark_agents.hosts`): its own
 address, CPU quota and storage, where the machine allows it.
@@ -46,18 +53,38 @@ from spark_agents.hosts import Hosts
 
 @dataclass(frozen=True)
 class Member:
+    """A participant of the demo.
+
+    Attributes:
+        shares: equal shares of its input stream (a power of two), each a task's input.
+        initial: how many of them are fed from the start (the first ones).
+        seed: its traffic's.
+        spare: how many shares after those have a task from the start, fed only when a phase
+            raises the participant's load: its tasks then have input, and cost their fixed
+            share of a micro-batch each trigger (`Demo._feed`). A task over a share not fed
+            runs no micro-batch and is not offered. Starting tasks is what takes a
+            participant's time (each launches its query and the query's Python planner), so
+            they all start while the JVMs warm up, not while a phase is measured.
+    """
+
     name: str
-    shares: int  # equal shares of its input stream (a power of two)
-    initial: int  # how many of them are its tasks from the start
+    shares: int
+    initial: int
     seed: int
+    spare: int = 0
+
+    @property
+    def tasks(self) -> int:
+        """How many tasks it starts with: one per share fed from the start or spare."""
+        return self.initial + self.spare
 
 
 MEMBERS = (
     # What a query costs varies from run to run (0.06 to 0.2 of a participant's capacity
-    # measured here), so phases 2 and 3 start as many more as it takes, over shares that
-    # have none yet; shares left without a query are no task's input.
-    Member("a", 16, 3, 11),  # phase 2 starts queries over other shares until A is overloaded
-    Member("b", 32, 1, 12),  # phase 3 starts queries over the other shares, as many as it takes (up to 31)
+    # measured here), so phases 2 and 3 feed as many more shares as it takes; shares never
+    # fed are no task's input.
+    Member("a", 16, 3, 11, spare=7),  # phase 2 feeds more of A's shares until A is overloaded
+    Member("b", 32, 1, 12, spare=12),  # phase 3 feeds more of B's shares, as many as it takes
     Member("c", 4, 1, 13),
     Member("d", 0, 0, 14),
 )
@@ -86,15 +113,15 @@ class DemoSettings:
             is about 0.9 q. Tasks are large here (see `mm1_scale`): loads go up in steps of
             about 0.14 (0.29, 0.42, 0.55, 0.68 for one to four tasks), and the cost's
             per-unit steps between them are about 0.34, 0.54 and 0.97 of p. So a participant
-            with four tasks (over its threshold of 0.63) sheds one to a partner with two or
-            fewer, none sheds at three, and C passes load on to D (saving above 1.1 x 0.4 p)
-            while it carries three tasks: in phase 4 load flows B to C and C to D.
+            over its threshold of 0.63 sheds to a partner well below it, and C passes load on
+            to D (saving above 1.1 x 0.4 p) while it is near its threshold: in phase 4 load
+            flows B to C and C to D.
         margin: what both sides demand on top of the price when offering and accepting load
             (`bpm agent run --margin`).
         mm1_scale: a in the agents' M/M/1 cost a*u/(1-u); the threshold at price p is
-            1 - sqrt(a/p): 0.63 of the participant's CPUs. A query costs about 0.13 to 0.16
-            of a 0.4-CPU participant (its fixed cost per batch dominates), and the idle agent
-            and JVM 0.1 to 0.16: three queries fit under the threshold, four do not.
+            1 - sqrt(a/p): 0.63 of the participant's CPUs. A task with input costs about 0.06
+            to 0.15 of a 0.4-CPU participant (its fixed cost per batch dominates; more on a
+            busier participant), and the idle agent and JVM about 0.1.
         warmup_s: how long an agent that starts with tasks of its own neither offers nor takes
             load (their first batches, JIT-compiled, cost several times the later ones).
         join_warmup_s: the same for an agent that joins without tasks (D): nothing to wait out
@@ -107,21 +134,23 @@ class DemoSettings:
             ends brings a task back to where the load has since grown
             (tests/spark_agents/test_agent.py shows movements ending).
         rate: connections per second in each participant's traffic.
-        phase_timeout_s: the longest a phase waits for an acceptable allocation. A partner
+        phase_timeout_s: the longest a phase waits for its allocation. A partner
             paid on loads its origin measured while saturated finds them dearer once they
             run here, and may end over its threshold with its own partners full: the way out
             is a chain (C passes load on to D, then takes the partner's), about 30 s a step
             (an offer period, a handover, a settling time on each side), so a phase allows
             several steps.
-        overload: phase 2 starts as many more of A's queries as it takes for them to add up to
-            this multiple of A's threshold: what a query costs depends on the machine.
-        fill: phase 3 starts queries at B until the loads of A, B and C, at rest, add up to this
-            multiple of the sum of their thresholds: an overloaded federation, by about a query
+        overload, overload_steps: phase 2 feeds as many more of A's tasks as it takes for A's
+            tasks to add up to this multiple of A's threshold, in at most `overload_steps`
+            steps (`Demo._raise_load`): what a task costs depends on the machine, and one run's
+            single step left A below its threshold.
+        fill: phase 3 feeds B's tasks until the loads of A's, B's and C's tasks add up to this
+            multiple of the sum of their thresholds: an overloaded federation, by about a task
             (their sum varies by a few hundredths from poll to poll), and room for the whole
             load once D joins.
-        rest_s: after phase 3's first step, how long the demo waits at most for the agents to
-            come to rest once every new query is measured, before it reads the loads anyway
-            (`Demo._wait_rest`).
+        fill_part, fill_steps: phase 3 feeds B's shares in at most `fill_steps` steps, each
+            `fill_part` of the shares the missing load takes at what a task measures then
+            (`Demo._raise_load`): a task costs more on a busier participant.
         cpus: each participant's capacity, a CPU quota of its own (`spark_agents.hosts`; needs
             root, else the participants share the machine's CPUs): what one participant does
             then cannot raise the load another measures. Four quotas of 0.4 leave a 2-core
@@ -156,8 +185,10 @@ class DemoSettings:
     phase_timeout_s: float = 240.0
     poll_s: float = 2.0
     overload: float = 1.15
-    fill: float = 1.05
-    rest_s: float = 45.0
+    overload_steps: int = 3
+    fill: float = 1.08
+    fill_part: float = 0.5
+    fill_steps: int = 5
     cpus: float | None = 0.4
     network: bool = True
 
@@ -174,8 +205,16 @@ class Phase:
     @property
     def overloaded(self) -> bool:
         """Whether the participants' total load is above the total of their thresholds: no
-        allocation among them can be acceptable."""
+        allocation among them can have every load within its threshold."""
         return bool(self.loads) and sum(self.loads.values()) > sum(self.thresholds.values())
+
+    @property
+    def verdict(self) -> str:
+        """How the phase ended, in words: overloaded (and then whether acceptable, every
+        participant at or over its threshold), acceptable, or not acceptable."""
+        if self.overloaded:
+            return "overloaded, " + ("acceptable (no participant below its threshold)" if self.acceptable else "not acceptable")
+        return "acceptable" if self.acceptable else "not acceptable"
 
     def to_json(self) -> dict:
         return {
@@ -207,6 +246,7 @@ class Demo:
         self._members = {m.name: m for m in MEMBERS}
         self._up_at: dict[str, float] = {}  # monotonic time each agent first answered
         self.inputs = BrokerInputs(settings.workdir)
+        self.fed_tasks: dict[str, list[str]] = {}  # per participant, its tasks whose shares are fed, in the order fed
         self._end_us: dict[str, int | None] = {}  # per participant, the end-of-input mark its replayer wrote
 
     # Setup
@@ -238,7 +278,7 @@ class Demo:
         false, signs the contracts it agreed offline (otherwise `_sign` does, later)."""
         host = self.fed.host(member.name, self.s.cpus)
         options, env = self.inputs.agent(member.name, host.address, member.shares)
-        initial = ["--partitions", f"0-{member.initial - 1}"] if member.initial else []
+        initial = ["--partitions", f"0-{member.tasks - 1}"] if member.tasks else []
         self.fed.start_agent(member.name, self.s.agent_port, [*options, *initial, *self._agent_options(member, contracts=sign)], env)
 
     def _sign(self, member: Member, timeout_s: float = 60.0) -> None:
@@ -268,10 +308,12 @@ class Demo:
         return self.fed.generate_traffic(member.name, s.traffic_s, s.rate, s.sources, s.scanners, member.seed)
 
     def _start_input(self, member: Member, generated: Callable[[], Path]) -> None:
-        """`bpm replay` of the generated traffic into the participant's stream."""
+        """`bpm replay` of the generated traffic into the participant's stream, feeding its first `initial` shares."""
         s = self.s
         target, env = self.inputs.replay(member.name)
-        self.fed_logs[member.name] = self.fed.start_replay(member.name, generated(), target, env, s.window_s, s.lateness_s, s.speedup)
+        self.fed_tasks[member.name] = self.inputs.tasks(member.shares)[:member.initial]
+        self.fed_logs[member.name] = self.fed.start_replay(member.name, generated(), target, env, s.window_s, s.lateness_s, s.speedup,
+                                                           feed=[task[1:] for task in self.fed_tasks[member.name]])
 
     # Observation
 
@@ -297,14 +339,15 @@ class Demo:
                 loads[p["name"]], thresholds[p["name"]] = p["load"], p["threshold"]
         return loads, thresholds
 
-    def _phase(self, name: str, names: list[str], *, until_acceptable: bool, hold_s: float, not_before: float = 0.0,
+    def _phase(self, name: str, names: list[str], *, until: str | None = "acceptable", hold_s: float, not_before: float = 0.0,
                action: Callable[[], None] | None = None) -> Phase:
         """Run `action` (what happens in the phase), then poll for at least `hold_s` and until
-        `not_before` (monotonic); a phase `until_acceptable` then goes on until the allocation
-        of `names` has stayed acceptable, with no new movement and no task in transit
-        (`_in_transit`), for two of an agent's settling times (or the phase timeout, counted
-        from then): the mechanism has come to rest, not only passed through an acceptable
-        allocation between two movements."""
+        `not_before` (monotonic), and then until the allocation of `names` has stayed
+        `until` ("acceptable" or "overloaded"; None: no more) for `_steady_s` (or the phase
+        timeout, counted from then), read on the polls when every task runs somewhere (none
+        in transit, `_in_transit`): it held, not only passed by between two movements. The
+        mechanism may go on trading within it (a participant whose marginal cost is above a
+        partner's price gains by shedding, acceptable or not)."""
         phase = Phase(name, time.time() - self.t0)
         self.phases.append(phase)
         self.say(f"phase: {name}")
@@ -313,103 +356,82 @@ class Demo:
         held_until = max(time.monotonic() + hold_s, not_before)
         steady_s = self._steady_s()
         ok_since = None
-        moved = None
         while True:
             state = self.poll()
             now = time.monotonic()
-            loads, thresholds = self._measured(state, names)
-            ok = len(loads) == len(names) and is_acceptable(list(loads.values()), list(thresholds.values()))
-            ok_since = (ok_since or now) if ok and len(state["movements"]) == moved and not self._in_transit() else None
-            moved = len(state["movements"])
-            phase.loads, phase.thresholds, phase.acceptable = loads, thresholds, ok
-            if now >= held_until and (not until_acceptable or (ok_since is not None and now - ok_since >= steady_s)):
+            # A poll while a task is in transit reads an allocation that is none (the task's
+            # load counts nowhere): it neither ends nor begins the time the goal has held.
+            if not self._in_transit():
+                loads, thresholds = self._measured(state, names)
+                phase.loads, phase.thresholds = loads, thresholds
+                phase.acceptable = len(loads) == len(names) and is_acceptable(list(loads.values()), list(thresholds.values()))
+                ok = phase.acceptable if until == "acceptable" else phase.overloaded
+                ok_since = (ok_since or now) if ok else None
+            if now >= held_until and (until is None or (ok_since is not None and now - ok_since >= steady_s)):
                 break
             if now >= held_until + self.s.phase_timeout_s:
                 break
             time.sleep(self.s.poll_s)
         phase.ended_s = time.time() - self.t0
-        verdict = "acceptable" if phase.acceptable else "overloaded" if phase.overloaded else "not acceptable"
-        self.say(f"  {verdict}: loads {_fmt(phase.loads)} thresholds {_fmt(phase.thresholds)}")
+        self.say(f"  {phase.verdict}: loads {_fmt(phase.loads)} thresholds {_fmt(phase.thresholds)}")
         return phase
 
     def _steady_s(self) -> float:
-        """How long an allocation must last, with no new movement, to count as where the
-        mechanism came to rest: an agent's settling time after the last movement (or two
-        offer periods) and two offer periods after it in which no one moved load."""
+        """How long an allocation must hold to count: an agent's settling time (or two offer
+        periods) and two offer periods more, long enough for every agent to have measured its
+        load on the tasks it runs and to have made an offer on it."""
         return max(2 * self.s.period_s, self.s.agent_settle_s) + 2 * self.s.period_s
 
-    def _raise_load(self, name: str, names: list[str], share: float, steps: int = 1) -> None:
-        """`name` starts queries over its stream's shares that have none until the loads of the
+    def _raise_load(self, name: str, names: list[str], share: float, part: float = 1.0, steps: int = 1) -> None:
+        """`name`'s traffic grows, share by share of its stream (`_feed`), until the loads of the
         tasks of `names`, wherever they run, add up to `share` of the sum of their thresholds
-        (a participant's load is the sum of its tasks': in phase 3 the loads of A, B and C
-        then add up to `fill` times their thresholds). In at most `steps` steps: the first at
-        once, as many as the missing load over what a query measures now (the median of the
-        tasks running), rounded up; a later one only while the total is still within the
-        thresholds, at what each query of the previous step turned out to add, and no less
-        than half of what a query measures itself (a federation near its thresholds churns,
-        and its total moves by a tenth from one reading to the next). Before a later step the
-        total is read at rest (`_wait_rest`): once the agents have spread the new load,
-        participants that keep up measure it, where a saturated one reports late, and high
-        (the batches its starts slowed count as demand).
+        (in phase 3 the loads of A, B and C then add up to `fill` times their thresholds).
 
-        How much load a query brings depends on the machine and varies from run to run, and
-        measuring it puts the load where it is meant to be on a fast machine and a busy one
-        alike. Steps decided on loads read before the new queries are measured and at rest
-        stop short or overshoot: a new query's first batches cost more than its later ones,
-        and the load a participant reports lags behind what it starts (one run's phase 3,
-        three steps so decided, started 13 queries, took 290 s and left the loads of A, B and
-        C at 1.33 times their thresholds, with no room for D). A query's own load overstates
-        what one more adds (each agent splits what its processes use, their fixed part too,
-        among its tasks), so a first step stops short rather than overshoots; and loads
-        measured soon after the JVMs started can overstate them several times (one run's
-        phase 2 started a single query and A never passed its threshold): a second step
-        corrects both, at the price of a rest (phase 2 takes one step, phase 3 two)."""
-        _, thresholds = self._measured(self.poll(), names)
-        total, limit = sum(self._task_loads(names)), sum(thresholds.values())
-        each = None
+        The first step feeds `part` of the shares the missing load takes at what a task
+        measures now (the median of the tasks running), at least one. Then, while the total
+        is still short and at most `steps` steps in all, a step on a fresh reading (`_total`)
+        feeds as many as the missing load takes at what each share of the previous step
+        turned out to add. What a task costs varies from run to run (0.06 to 0.2 of a
+        participant) and grows with its participant's load (a busier JVM collects garbage and
+        compiles more, a full quota delays every batch), and a task's own load overstates
+        what one more adds (each agent splits all its processes use, their fixed part too,
+        among its tasks): a single step sized on the loads of a lightly loaded federation
+        overshoots or stops short (one run's fed eleven shares at once and left the loads of
+        A, B and C at 1.4 times their thresholds, with no room for D)."""
+        before = count = None
         for step in range(steps):
-            missing = share * limit - total
-            free = self._idle_tasks(name)
-            # A later step only while the loads are still within the thresholds: the phase's point not made yet.
-            if missing <= 0 or (each is not None and total > limit) or not free:
+            # The first reading is the previous phase's, at rest; a later one waits out one load window after the step.
+            total, limit = self._total(names, settle_s=self.s.agent_settle_s if step else 0.0, over_s=2 * self.s.period_s if step else 0.0)
+            spare = self._spare_tasks(name)
+            added = (total - before) / count if count else 0.0
+            measured = [load for load in self._task_loads(names) if load]
+            # By what a step added; by what a task measures at first, or when the step seems to
+            # have added less than half of that (a participant's report late, a reading taken
+            # while load was in flight between two hosts).
+            trusted = measured and added >= statistics.median(measured) / 2
+            each, scale = ([added], 1.0) if trusted else (measured, part)
+            estimate = queries_to_add(share * limit, [total], each, len(spare))
+            if not estimate:
                 return
-            count = min(len(free), math.ceil(missing / each)) if each else self._queries_to_fill(names, share, len(free))
-            self._start_queries(name, free[:count], f" (the loads add up to {total:.2f} of {share * limit:.2f})")
-            if step == steps - 1:
-                return
-            before, (total, limit) = total, self._wait_rest(names)
-            own = [load for load in self._task_loads(names) if load]
-            each = max((total - before) / count, statistics.median(own) / 2 if own else 0.02)
+            before, count = total, min(len(spare), max(1, math.ceil(scale * estimate)))
+            self._feed(name, spare[:count], f" (the loads add up to {total:.2f} of {share * limit:.2f})")
 
-    def _wait_rest(self, names: list[str]) -> tuple[float, float]:
-        """Poll until every task of `names` has a measured load, and then until no movement has
-        started and no task has been in transit for `_steady_s`, or for at most `rest_s`
-        more; the sum of the loads of the tasks of `names` (the median over the polls of the
-        last `_steady_s`, or since the last movement) and of their thresholds.
-
-        A saturated participant may go on shedding for minutes, one task after another as
-        its partners make room; the total moves little meanwhile (a task's load counts where
-        it last ran until its new host measures it)."""
-        deadline = time.monotonic() + self.s.phase_timeout_s
-        measured_at = None
-        state = self.poll()
-        count, since, totals = len(state["movements"]), time.monotonic(), []
+    def _total(self, names: list[str], settle_s: float = 0.0, over_s: float = 0.0) -> tuple[float, float]:
+        """The loads of the tasks of `names` wherever they run, and their thresholds, each summed;
+        after `settle_s` (a task's load is over a window: one fed a moment ago counts for part
+        of it), the loads as the median of the polls over `over_s`, so that one poll's noise (a
+        tenth of the total from one reading to the next) does not decide. A task's load
+        counts where it last ran until its new host measures it: loads in transit count."""
+        start = time.monotonic()
+        totals = []
         while True:
+            _, thresholds = self._measured(self.poll(), names)
             now = time.monotonic()
-            _, thresholds = self._measured(state, names)
-            loads = self._task_loads(names)
-            if measured_at is None and all(loads):
-                measured_at = now
-            if measured_at is not None:
-                totals.append((now, sum(loads)))
-            steady = now - since >= self._steady_s()
-            if now >= deadline or (measured_at is not None and (steady or now - measured_at >= self.s.rest_s)):
-                recent = [total for at, total in totals if at >= now - self._steady_s()] or [sum(loads)]
-                return statistics.median(recent), sum(thresholds.values())
+            if now >= start + settle_s:
+                totals.append(sum(self._task_loads(names)))
+                if now >= start + settle_s + over_s:
+                    return statistics.median(totals), sum(thresholds.values())
             time.sleep(self.s.poll_s)
-            state = self.poll()
-            if len(state["movements"]) != count or self._in_transit():
-                count, since = len(state["movements"]), time.monotonic()
 
     def _in_transit(self) -> set[str]:
         """The tasks the registry places at a live participant that does not run them (yet):
@@ -433,29 +455,22 @@ class Demo:
             running[name] = {t["task_id"]: t for t in tasks if t.get("state") == "running"}
         return running
 
-    def _start_queries(self, name: str, tasks: list[str], why: str = "") -> None:
-        """`name` starts a query over each of `tasks` (its stream's shares); wait until each is measured."""
+    def _feed(self, name: str, tasks: list[str], why: str = "") -> None:
+        """`name`'s replayer feeds the shares of `tasks` (its spare tasks) from now on: its
+        traffic there is monitored, and the tasks' load rises; wait until each is measured."""
         if not tasks:
             return
-        for task in tasks:
-            self._add_query(name, task)
-        self.say(f"  {name} starts queries {', '.join(tasks)}{why}")
-        timeout_s = 60 + 10 * len(tasks)
+        self.fed.feed_more(name, [task[1:] for task in tasks])
+        self.fed_tasks[name] += tasks
+        self.say(f"  {name}'s traffic grows: its tasks {', '.join(tasks)} get input{why}")
+        timeout_s = 60.0
         if not self._wait_tasks_measured(name, {f"{name}.{task}" for task in tasks}, timeout_s):
-            self.say(f"  {name}'s new queries are not all measured after {timeout_s} s (its load window waits for its tasks to stop changing); going on")
+            self.say(f"  {name}'s newly fed tasks are not all measured after {timeout_s:.0f} s (a load window waits for the tasks running at a participant to stop changing); going on")
 
-    def _idle_tasks(self, name: str) -> list[str]:
-        """The tasks over `name`'s stream shares that no task of its processes yet."""
-        with self.fed.operator() as operator:
-            known = {task_key(t) for t in operator.tasks(origin=name)}
-        return [task for task in self.inputs.tasks(self._members[name].shares) if f"{name}.{task}" not in known]
-
-    def _queries_to_fill(self, names: list[str], share: float, most: int) -> int:
-        """How many more queries take the tasks of `names` to `share` of their thresholds (see `_raise_load`), at most `most`."""
-        _, thresholds = self._measured(self.poll(), names)
-        target = share * sum(thresholds.values()) if len(thresholds) == len(names) else None
-        loads = self._task_loads(names)
-        return queries_to_add(target, loads, [load for load in loads if load], most)
+    def _spare_tasks(self, name: str) -> list[str]:
+        """`name`'s tasks whose shares are not fed yet, in order."""
+        fed = set(self.fed_tasks.get(name, []))
+        return [task for task in self.inputs.tasks(self._members[name].shares)[:self._members[name].tasks] if task not in fed]
 
     def _task_loads(self, names: list[str]) -> list[float]:
         """The loads of the tasks of `names`, wherever they run (0 where not measured yet)."""
@@ -499,13 +514,13 @@ class Demo:
             self.fed.start_registry()
             self.say(f"registry on {self.fed.registry_url} (admin UI at {self.fed.registry_url}/, operator key {self.fed.admin_key})")
             self._setup_first(list(MEMBERS), measured=["a", "b", "c"], unsigned={JOINS_LATER})
-            self._phase("1 uneven load: A carries most tasks, every load below its threshold", ["a", "b", "c"], until_acceptable=True,
+            self._phase("1 uneven load: A carries most tasks, every load below its threshold", ["a", "b", "c"],
                         hold_s=s.settle_s, not_before=self._trading_from(["a", "b", "c"]))
-            self._phase("2 A's load rises over its threshold: it sheds load to B and C", ["a", "b", "c"], until_acceptable=True,
-                        hold_s=s.settle_s, action=lambda: self._raise_load("a", ["a"], s.overload))
-            self._phase("3 load rises at B until the federation is overloaded", ["a", "b", "c"], until_acceptable=False, hold_s=s.settle_s,
-                        action=lambda: self._raise_load("b", ["a", "b", "c"], s.fill, steps=2))
-            self._phase("4 D joins (contract with C at 0.8 p): load flows B to C and C to D", ["a", "b", "c", "d"], until_acceptable=True,
+            self._phase("2 A's load rises over its threshold: it sheds load to B and C", ["a", "b", "c"],
+                        hold_s=s.settle_s, action=lambda: self._raise_load("a", ["a"], s.overload, steps=s.overload_steps))
+            self._phase("3 load rises at B until the federation is overloaded", ["a", "b", "c"], until="overloaded", hold_s=s.settle_s,
+                        action=lambda: self._raise_load("b", ["a", "b", "c"], s.fill, part=s.fill_part, steps=s.fill_steps))
+            self._phase("4 D joins (contract with C at 0.8 p): load flows B to C and C to D", ["a", "b", "c", "d"],
                         hold_s=s.settle_s, action=lambda: self._sign(self._members[JOINS_LATER]))
             return self._finish()
         finally:
@@ -525,9 +540,6 @@ class Demo:
         """Per participant: its address, its CPUs (its quota), and whether it had CPU and network of its own."""
         return {name: host.report() for name, host in self.fed.hosts.hosts.items() if name in self._members}
 
-    def _task_params(self) -> dict:
-        return {**self.params.to_dict(), "trigger_s": self.s.trigger_s}
-
     def _setup_first(self, members: list[Member], measured: list[str] | None = None, unsigned: Collection[str] = ()) -> None:
         """Start the members' agents (those in `unsigned` without their contracts) and, while
         their JVMs start, generate their traffic; then replay it into their streams; wait until
@@ -542,7 +554,7 @@ class Demo:
             if m.shares:
                 self._start_input(m, traffic[m.name])
         self.say("agents up; input flowing")
-        self._wait_measured(measured or [m.name for m in members], 180)
+        self._wait_measured(measured or [m.name for m in members], 300)
 
     # Drain and compare
 
@@ -551,7 +563,7 @@ class Demo:
         self.stage = "draining: the input is closed, every task completes its last batch (phase 4 is over)"
         for name in self.fed_logs:
             self.fed.stop_replay(name)
-        queried = {name: self._queried_tasks(name) for name in self.fed_logs}
+        queried = {name: list(self.fed_tasks[name]) for name in self.fed_logs}
         logs = {name: self._queried_input(name, log, queried[name]) for name, log in self.fed_logs.items()}
         self._drain(queried, timeout_s=180)
         state = self.poll()
@@ -584,11 +596,6 @@ class Demo:
             "workdir": str(self.s.workdir),
         }
 
-    def _queried_tasks(self, name: str) -> list[str]:
-        """The tasks over `name`'s stream shares that its processes have started (from their start)."""
-        idle = set(self._idle_tasks(name))
-        return [task for task in self.inputs.tasks(self._members[name].shares) if task not in idle]
-
     def _queried_input(self, name: str, fed: Path, tasks: list[str]) -> Path:
         """What `name`'s tasks were fed: the connections of the fed log (after the lateness rule
         the stream applied to all of it) that fall in the shares of `tasks`, as a Zeek log beside
@@ -605,10 +612,6 @@ class Demo:
         newest = admission.newest_us
         self._end_us[name] = None if newest is None else end_mark_us(newest, self.params)
         return out
-
-    def _add_query(self, name: str, task: str) -> None:
-        """A new task of `name`'s: the query over its stream's share `task`."""
-        self.fed.add_task(name, task, self.inputs.input_uri(name, task), self._task_params())
 
     def _drain(self, queried: dict[str, list[str]], timeout_s: float) -> None:
         """Wait until every task, where it runs now, has completed a batch with the watermark
