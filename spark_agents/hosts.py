@@ -43,7 +43,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PERIOD_US = 100_000
+# The quota is enforced per period: a participant that used its share of a period waits for
+# the next one, every thread of it at once. With the kernel's default of 100 ms, a 0.4-CPU
+# participant stalled up to 60 ms at a time, several times in each micro-batch (each step
+# between the JVM, its Python workers and the broker is a round trip), and its batches took
+# longer than their CPU said: shorter periods make the stalls short.
+PERIOD_US = 10_000
 # The parent of a run's participants gets this weight against everything else on the
 # machine (the registry, replayers, a test runner): up to its quota a participant gets the
 # CPU it asks for, so its capacity is what it is told.
