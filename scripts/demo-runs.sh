@@ -21,9 +21,9 @@ try:
 except ValueError:
     print(f"| {sys.argv[2]} | failed | | | | | | |")
     raise SystemExit
+from bpm_app.demo.run import verdict
 def phase(p):
-    verdict = "overloaded" if p["overloaded"] else "acceptable" if p["acceptable"] else "not acceptable"
-    return f"{verdict}: " + ", ".join(f"{v:.2f}" for _, v in sorted(p["loads"].items()))
+    return f"{verdict(p)}: " + ", ".join(f"{v:.2f}" for _, v in sorted(p["loads"].items()))
 to_d = sum(1 for m in r["movements"] if m["to"] == "d")
 cells = [sys.argv[2], f"{r['elapsed_s'] / 60:.1f} min", *(phase(p) for p in r["phases"]),
          f"{len(r['movements'])} ({to_d} to D)", f"{r['lost_results']} / {r['duplicate_results']} of {r['expected_results']}"]

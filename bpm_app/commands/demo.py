@@ -30,7 +30,7 @@ def demo(
     (SQLite, Spark local), or, with --scenario failover, crash a participant's host while it hosts moved tasks
     and show the federation recover."""
     from bpm_app.demo.report import write_report
-    from bpm_app.demo.run import Demo, DemoSettings
+    from bpm_app.demo.run import Demo, DemoSettings, verdict
 
     if scenario not in ("phases", "failover"):
         raise typer.BadParameter("--scenario is 'phases' or 'failover'")
@@ -66,7 +66,7 @@ def demo(
     else:
         typer.echo(f"report: {folder / 'report.json'} and {folder / 'timeline.png'}")
         for phase in report["phases"]:
-            typer.echo(f"  {phase['name']}: {'acceptable' if phase['acceptable'] else 'overloaded' if phase.get('overloaded') else 'not acceptable'}")
+            typer.echo(f"  {phase['name']}: {verdict(phase)}")
         typer.echo(f"  movements {len(report['movements'])}, lost results {report['lost_results']}, duplicate results {report['duplicate_results']}")
         for f in report.get("failovers", []):
             typer.echo(f"  failover of {f['task']} ({f['mode']}) {f['from']} -> {f['to']}: detected {f['detected_s']} s after the kill, recovery {f['recovery_s']} s")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bpm_app.demo.run import verdict
+
 COLOURS = {"a": "tab:red", "b": "tab:blue", "c": "tab:green", "d": "tab:purple"}
 
 
@@ -60,9 +62,8 @@ def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> No
                 ax.axvline(f["at_s"], color=COLOURS.get(f["to"], "k"), lw=0.8, ls=":")
     first = axes[0, 0]
     for i, phase in enumerate(report["phases"]):
-        verdict = "acceptable" if phase["acceptable"] else "overloaded" if phase.get("overloaded") else "not acceptable"
         # Staggered: a short phase's label does not run into the next one's.
-        first.text(phase["started_s"] + 1, 1.02 + 0.14 * (i % 2), f"phase {phase['name'].split(' ')[0]}: {verdict}",
+        first.text(phase["started_s"] + 1, 1.02 + 0.14 * (i % 2), f"phase {phase['name'].split(' ')[0]}: {verdict(phase)}",
                    transform=first.get_xaxis_transform(), fontsize=8, va="bottom")
     killed = report.get("killed")
     if killed and killed.get("at_s") is not None:

@@ -61,7 +61,7 @@ class Member:
         seed: its traffic's.
         spare: how many shares after those have a task from the start, fed only when a phase
             raises the participant's load: its tasks then have input, and cost their fixed
-            share of a micro-batch each trigger (`Demo._feed`). A task over a share not fed
+            share of a micro-batch each trigger (`Feeding`). A task over a share not fed
             runs no micro-batch and is not offered. Starting tasks is what takes a
             participant's time (each launches its query and the query's Python planner), so
             they all start while the JVMs warm up, not while a phase is measured.
@@ -97,7 +97,7 @@ JOINS_LATER = "d"  # signs its contract in phase 4
 
 @dataclass
 class DemoSettings:
-    """Knobs of the demo; with the defaults a run takes 5 to 10 minutes on a 2-core machine.
+    """Knobs of the demo; with the defaults a run takes about 8 minutes on a 2-core machine.
 
     Attributes:
         price: the reference price p: each agent's threshold is its load where its marginal
@@ -110,18 +110,20 @@ class DemoSettings:
             than p would take load past its threshold. With the range below p and the
             agents' 10% margin (`margin`), a participant sheds down to where its marginal cost
             is about 0.55 q (1.1 x 0.5 q) and a partner takes load only up to where its cost
-            is about 0.9 q. Tasks are large here (see `mm1_scale`): loads go up in steps of
-            about 0.14 (0.29, 0.42, 0.55, 0.68 for one to four tasks), and the cost's
-            per-unit steps between them are about 0.34, 0.54 and 0.97 of p. So a participant
-            over its threshold of 0.63 sheds to a partner well below it, and C passes load on
-            to D (saving above 1.1 x 0.4 p) while it is near its threshold: in phase 4 load
+            is about 0.9 q: with the threshold at 0.63 (`mm1_scale`), a participant sheds to
+            A, B or C while over about 0.5 and a partner takes load while under about 0.61; C
+            passes load on to D (saving above 1.1 x 0.4 p) while over about 0.44 and D takes
+            it while under about 0.57. So the federation holds about 2.4 in all once D has
+            joined, against the 1.89 its first three thresholds add up to; in phase 4 load
             flows B to C and C to D.
         margin: what both sides demand on top of the price when offering and accepting load
             (`bpm agent run --margin`).
         mm1_scale: a in the agents' M/M/1 cost a*u/(1-u); the threshold at price p is
             1 - sqrt(a/p): 0.63 of the participant's CPUs. A task with input costs about 0.06
             to 0.15 of a 0.4-CPU participant (its fixed cost per batch dominates; more on a
-            busier participant), and the idle agent and JVM about 0.1.
+            busier participant), and the idle agent and JVM about 0.1. A lower threshold
+            (0.5) was tried: the federation then holds about 1.85 once D has joined against
+            1.5 for the first three, a margin of three tasks, and phase 3 passed it.
         warmup_s: how long an agent that starts with tasks of its own neither offers nor takes
             load (their first batches, JIT-compiled, cost several times the later ones).
         join_warmup_s: the same for an agent that joins without tasks (D): nothing to wait out
@@ -140,17 +142,14 @@ class DemoSettings:
             is a chain (C passes load on to D, then takes the partner's), about 30 s a step
             (an offer period, a handover, a settling time on each side), so a phase allows
             several steps.
-        overload, overload_steps: phase 2 feeds as many more of A's tasks as it takes for A's
-            tasks to add up to this multiple of A's threshold, in at most `overload_steps`
-            steps (`Demo._raise_load`): what a task costs depends on the machine, and one run's
-            single step left A below its threshold.
+        overload: phase 2 feeds more of A's tasks until A's tasks add up to this multiple of
+            A's threshold (`Feeding`): what a task costs depends on the machine.
         fill: phase 3 feeds B's tasks until the loads of A's, B's and C's tasks add up to this
             multiple of the sum of their thresholds: an overloaded federation, by about a task
             (their sum varies by a few hundredths from poll to poll), and room for the whole
             load once D joins.
-        fill_part, fill_steps: phase 3 feeds B's shares in at most `fill_steps` steps, each
-            `fill_part` of the shares the missing load takes at what a task measures then
-            (`Demo._raise_load`): a task costs more on a busier participant.
+        feed_lag_s: how long after a share is first fed its task's load shows in full: the
+            task's next trigger, then one load window (`Feeding`).
         cpus: each participant's capacity, a CPU quota of its own (`spark_agents.hosts`; needs
             root, else the participants share the machine's CPUs): what one participant does
             then cannot raise the load another measures. Four quotas of 0.4 leave a 2-core
@@ -185,10 +184,8 @@ class DemoSettings:
     phase_timeout_s: float = 240.0
     poll_s: float = 2.0
     overload: float = 1.15
-    overload_steps: int = 3
-    fill: float = 1.08
-    fill_part: float = 0.5
-    fill_steps: int = 5
+    fill: float = 1.05
+    feed_lag_s: float = 25.0
     cpus: float | None = 0.4
     network: bool = True
 
@@ -208,13 +205,6 @@ class Phase:
         allocation among them can have every load within its threshold."""
         return bool(self.loads) and sum(self.loads.values()) > sum(self.thresholds.values())
 
-    @property
-    def verdict(self) -> str:
-        """How the phase ended, in words: overloaded (and then whether acceptable, every
-        participant at or over its threshold), acceptable, or not acceptable."""
-        if self.overloaded:
-            return "overloaded, " + ("acceptable (no participant below its threshold)" if self.acceptable else "not acceptable")
-        return "acceptable" if self.acceptable else "not acceptable"
 
     def to_json(self) -> dict:
         return {
@@ -340,14 +330,15 @@ class Demo:
         return loads, thresholds
 
     def _phase(self, name: str, names: list[str], *, until: str | None = "acceptable", hold_s: float, not_before: float = 0.0,
-               action: Callable[[], None] | None = None) -> Phase:
+               action: Callable[[], None] | None = None, feeding: Feeding | None = None) -> Phase:
         """Run `action` (what happens in the phase), then poll for at least `hold_s` and until
         `not_before` (monotonic), and then until the allocation of `names` has stayed
         `until` ("acceptable" or "overloaded"; None: no more) for `_steady_s` (or the phase
         timeout, counted from then), read on the polls when every task runs somewhere (none
         in transit, `_in_transit`): it held, not only passed by between two movements. The
         mechanism may go on trading within it (a participant whose marginal cost is above a
-        partner's price gains by shedding, acceptable or not)."""
+        partner's price gains by shedding, acceptable or not). With `feeding`, each poll
+        first lets it feed more traffic, and the goal counts only once its target is reached."""
         phase = Phase(name, time.time() - self.t0)
         self.phases.append(phase)
         self.say(f"phase: {name}")
@@ -359,13 +350,15 @@ class Demo:
         while True:
             state = self.poll()
             now = time.monotonic()
+            if feeding is not None:
+                feeding.poll(now)
             # A poll while a task is in transit reads an allocation that is none (the task's
             # load counts nowhere): it neither ends nor begins the time the goal has held.
             if not self._in_transit():
                 loads, thresholds = self._measured(state, names)
                 phase.loads, phase.thresholds = loads, thresholds
                 phase.acceptable = len(loads) == len(names) and is_acceptable(list(loads.values()), list(thresholds.values()))
-                ok = phase.acceptable if until == "acceptable" else phase.overloaded
+                ok = (phase.acceptable if until == "acceptable" else phase.overloaded) and (feeding is None or feeding.reached)
                 ok_since = (ok_since or now) if ok else None
             if now >= held_until and (until is None or (ok_since is not None and now - ok_since >= steady_s)):
                 break
@@ -373,7 +366,7 @@ class Demo:
                 break
             time.sleep(self.s.poll_s)
         phase.ended_s = time.time() - self.t0
-        self.say(f"  {phase.verdict}: loads {_fmt(phase.loads)} thresholds {_fmt(phase.thresholds)}")
+        self.say(f"  {verdict(phase.to_json())}: loads {_fmt(phase.loads)} thresholds {_fmt(phase.thresholds)}")
         return phase
 
     def _steady_s(self) -> float:
@@ -381,57 +374,6 @@ class Demo:
         periods) and two offer periods more, long enough for every agent to have measured its
         load on the tasks it runs and to have made an offer on it."""
         return max(2 * self.s.period_s, self.s.agent_settle_s) + 2 * self.s.period_s
-
-    def _raise_load(self, name: str, names: list[str], share: float, part: float = 1.0, steps: int = 1) -> None:
-        """`name`'s traffic grows, share by share of its stream (`_feed`), until the loads of the
-        tasks of `names`, wherever they run, add up to `share` of the sum of their thresholds
-        (in phase 3 the loads of A, B and C then add up to `fill` times their thresholds).
-
-        The first step feeds `part` of the shares the missing load takes at what a task
-        measures now (the median of the tasks running), at least one. Then, while the total
-        is still short and at most `steps` steps in all, a step on a fresh reading (`_total`)
-        feeds as many as the missing load takes at what each share of the previous step
-        turned out to add. What a task costs varies from run to run (0.06 to 0.2 of a
-        participant) and grows with its participant's load (a busier JVM collects garbage and
-        compiles more, a full quota delays every batch), and a task's own load overstates
-        what one more adds (each agent splits all its processes use, their fixed part too,
-        among its tasks): a single step sized on the loads of a lightly loaded federation
-        overshoots or stops short (one run's fed eleven shares at once and left the loads of
-        A, B and C at 1.4 times their thresholds, with no room for D)."""
-        before = count = None
-        for step in range(steps):
-            # The first reading is the previous phase's, at rest; a later one waits out one load window after the step.
-            total, limit = self._total(names, settle_s=self.s.agent_settle_s if step else 0.0, over_s=2 * self.s.period_s if step else 0.0)
-            spare = self._spare_tasks(name)
-            added = (total - before) / count if count else 0.0
-            measured = [load for load in self._task_loads(names) if load]
-            # By what a step added; by what a task measures at first, or when the step seems to
-            # have added less than half of that (a participant's report late, a reading taken
-            # while load was in flight between two hosts).
-            trusted = measured and added >= statistics.median(measured) / 2
-            each, scale = ([added], 1.0) if trusted else (measured, part)
-            estimate = queries_to_add(share * limit, [total], each, len(spare))
-            if not estimate:
-                return
-            before, count = total, min(len(spare), max(1, math.ceil(scale * estimate)))
-            self._feed(name, spare[:count], f" (the loads add up to {total:.2f} of {share * limit:.2f})")
-
-    def _total(self, names: list[str], settle_s: float = 0.0, over_s: float = 0.0) -> tuple[float, float]:
-        """The loads of the tasks of `names` wherever they run, and their thresholds, each summed;
-        after `settle_s` (a task's load is over a window: one fed a moment ago counts for part
-        of it), the loads as the median of the polls over `over_s`, so that one poll's noise (a
-        tenth of the total from one reading to the next) does not decide. A task's load
-        counts where it last ran until its new host measures it: loads in transit count."""
-        start = time.monotonic()
-        totals = []
-        while True:
-            _, thresholds = self._measured(self.poll(), names)
-            now = time.monotonic()
-            if now >= start + settle_s:
-                totals.append(sum(self._task_loads(names)))
-                if now >= start + settle_s + over_s:
-                    return statistics.median(totals), sum(thresholds.values())
-            time.sleep(self.s.poll_s)
 
     def _in_transit(self) -> set[str]:
         """The tasks the registry places at a live participant that does not run them (yet):
@@ -455,18 +397,6 @@ class Demo:
             running[name] = {t["task_id"]: t for t in tasks if t.get("state") == "running"}
         return running
 
-    def _feed(self, name: str, tasks: list[str], why: str = "") -> None:
-        """`name`'s replayer feeds the shares of `tasks` (its spare tasks) from now on: its
-        traffic there is monitored, and the tasks' load rises; wait until each is measured."""
-        if not tasks:
-            return
-        self.fed.feed_more(name, [task[1:] for task in tasks])
-        self.fed_tasks[name] += tasks
-        self.say(f"  {name}'s traffic grows: its tasks {', '.join(tasks)} get input{why}")
-        timeout_s = 60.0
-        if not self._wait_tasks_measured(name, {f"{name}.{task}" for task in tasks}, timeout_s):
-            self.say(f"  {name}'s newly fed tasks are not all measured after {timeout_s:.0f} s (a load window waits for the tasks running at a participant to stop changing); going on")
-
     def _spare_tasks(self, name: str) -> list[str]:
         """`name`'s tasks whose shares are not fed yet, in order."""
         fed = set(self.fed_tasks.get(name, []))
@@ -476,18 +406,6 @@ class Demo:
         """The loads of the tasks of `names`, wherever they run (0 where not measured yet)."""
         with self.fed.operator() as operator:
             return [t["load"] or 0.0 for t in operator.tasks() if t["origin"] in names]
-
-    def _wait_tasks_measured(self, name: str, tasks: set[str], timeout_s: float) -> bool:
-        """Wait until each of `tasks` (of `name`'s) has a measured load: its start-up is over
-        (its agent starts them one at a time, `TaskHost.starting`)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            self.poll()
-            with self.fed.operator() as operator:
-                if tasks <= {task_key(t) for t in operator.tasks(origin=name) if t["load"]}:
-                    return True
-            time.sleep(self.s.poll_s)
-        return False
 
     def _warmup_s(self, member: Member) -> float:
         return self.s.warmup_s if member.initial else self.s.join_warmup_s
@@ -517,9 +435,9 @@ class Demo:
             self._phase("1 uneven load: A carries most tasks, every load below its threshold", ["a", "b", "c"],
                         hold_s=s.settle_s, not_before=self._trading_from(["a", "b", "c"]))
             self._phase("2 A's load rises over its threshold: it sheds load to B and C", ["a", "b", "c"],
-                        hold_s=s.settle_s, action=lambda: self._raise_load("a", ["a"], s.overload, steps=s.overload_steps))
+                        hold_s=s.settle_s, feeding=Feeding(self, "a", ["a"], s.overload))
             self._phase("3 load rises at B until the federation is overloaded", ["a", "b", "c"], until="overloaded", hold_s=s.settle_s,
-                        action=lambda: self._raise_load("b", ["a", "b", "c"], s.fill, part=s.fill_part, steps=s.fill_steps))
+                        feeding=Feeding(self, "b", ["a", "b", "c"], s.fill))
             self._phase("4 D joins (contract with C at 0.8 p): load flows B to C and C to D", ["a", "b", "c", "d"],
                         hold_s=s.settle_s, action=lambda: self._sign(self._members[JOINS_LATER]))
             return self._finish()
@@ -644,6 +562,63 @@ class Demo:
 
         self.say("reference: the plain computation over what each participant's queried shares were fed")
         return {name: compute(read_logs([log]), self.params) for name, log in logs.items()}
+
+
+class Feeding:
+    """A phase's load rise: `name`'s replayer feeds its spare tasks' shares, a poll at a time,
+    until the loads of the tasks of `names`, wherever they run, add up to `share` of the sum
+    of their thresholds (in phase 3 the loads of A's, B's and C's tasks then add up to `fill`
+    times their thresholds).
+
+    At each poll it feeds one more share (two while far short) while the load measured now
+    and what the shares fed in the last `feed_lag_s` will add, at what a task measures now
+    (the median of the tasks running), stay below the target. A task's load shows in full
+    only after its next trigger and one load window, and what a task costs varies from run
+    to run (0.06 to 0.2 of a participant) and grows with its participant's load (a busier
+    JVM collects garbage and compiles more, a full quota delays every batch): steps sized on
+    readings of a lightly loaded federation overshot (one run fed nine shares at once and
+    left B saturated, 1.13 against a threshold of 0.5, with no room for the load once D
+    joined), and steps waiting for fresh readings took a minute each. A share at a time,
+    counting what is on its way, stops within a task or two of the target and feeds more if
+    the loads later fall short of it. `reached` says the target has been met once.
+
+    Attributes:
+        reached: whether the loads have reached the target at least once.
+    """
+
+    def __init__(self, demo: Demo, name: str, names: list[str], share: float) -> None:
+        self.demo, self.name, self.names, self.share = demo, name, names, share
+        self.fed_at: list[float] = []  # when each share was fed (monotonic)
+        self.totals: list[float] = []  # the last polls' totals
+        self.reached = False
+
+    def poll(self, now: float) -> None:
+        demo = self.demo
+        _, thresholds = demo._measured(demo.state, self.names)
+        loads = demo._task_loads(self.names)
+        self.totals = [*self.totals[-2:], sum(loads)]
+        total = statistics.median(self.totals)  # one poll's noise (a tenth of the total) does not decide
+        if len(thresholds) < len(self.names):
+            return
+        target = self.share * sum(thresholds.values())
+        self.reached = self.reached or total >= target
+        measured = [load for load in loads if load]
+        coming = sum(1 for t in self.fed_at if now - t < demo.s.feed_lag_s) * (statistics.median(measured) if measured else 0.0)
+        spare = demo._spare_tasks(self.name)
+        count = min(2, queries_to_add(target, [total + coming], measured, len(spare)))
+        if count:
+            tasks = spare[:count]
+            demo.fed.feed_more(self.name, [task[1:] for task in tasks])
+            demo.fed_tasks[self.name] += tasks
+            self.fed_at += [now] * count
+            demo.say(f"  {self.name}'s traffic grows: its tasks {', '.join(tasks)} get input "
+                     f"(the loads add up to {total:.2f}, {coming:.2f} on its way, of {target:.2f})")
+
+
+def verdict(phase: dict) -> str:
+    """How a phase ended, in a word or two, from its report entry: overloaded (the loads above
+    the thresholds' total, whatever else), acceptable, or not acceptable."""
+    return "overloaded" if phase.get("overloaded") else "acceptable" if phase["acceptable"] else "not acceptable"
 
 
 def queries_to_add(target: float | None, loads: list[float], query_loads: list[float], most: int) -> int:
