@@ -33,6 +33,13 @@ def _query(params: dict[str, Any]) -> QueryParams:
     return QueryParams(**{k: v for k, v in params.items() if k in _QUERY_FIELDS})
 
 
+def default_load_window_s(trigger_s: float) -> float:
+    """How long an agent's loads average over: several batches (15 s, at least three triggers),
+    since one batch may last longer than a measuring interval, and batches of similar tasks
+    cost quite different CPU."""
+    return max(15.0, 3 * trigger_s)
+
+
 class SparkTasks:
     """The agent's view of a `TaskHost`: query parameters travel as the registry's JSON.
 
@@ -45,9 +52,7 @@ class SparkTasks:
         self.host = host
         self.trigger_s = trigger_s
         self.cost_model = cost_model
-        # Loads average over several batches (15 s, at least three triggers): one batch may last
-        # longer than a measuring interval, and batches of similar tasks cost quite different CPU.
-        self.load_window_s = load_window_s or max(15.0, 3 * trigger_s)
+        self.load_window_s = load_window_s or default_load_window_s(trigger_s)
         # A task's first batches here (two triggers by default) are its start-up, not its load.
         self.startup_s = 2 * trigger_s if startup_s is None else startup_s
         self.min_window_s = self.load_window_s / 2

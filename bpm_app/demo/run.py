@@ -49,6 +49,7 @@ from bpm_app.demo.inputs import BrokerInputs
 from spark_agents.streams.feed import end_mark_us, end_watermark_ms
 from bpm.zeek.definitions import QueryParams, ResultRow
 from spark_agents.hosts import Hosts
+from spark_agents.runtime import default_load_window_s
 
 
 @dataclass(frozen=True)
@@ -148,8 +149,6 @@ class DemoSettings:
             multiple of the sum of their thresholds: an overloaded federation, by about a task
             (their sum varies by a few hundredths from poll to poll), and room for the whole
             load once D joins.
-        feed_lag_s: how long after a share is first fed its task's load shows in full: the
-            task's next trigger, then one load window (`Feeding`).
         cpus: each participant's capacity, a CPU quota of its own (`spark_agents.hosts`; needs
             root, else the participants share the machine's CPUs): what one participant does
             then cannot raise the load another measures. Four quotas of 0.4 leave a 2-core
@@ -185,7 +184,6 @@ class DemoSettings:
     poll_s: float = 2.0
     overload: float = 1.15
     fill: float = 1.05
-    feed_lag_s: float = 25.0
     cpus: float | None = 0.4
     network: bool = True
 
@@ -571,7 +569,7 @@ class Feeding:
     times their thresholds).
 
     At each poll it feeds one more share (two while far short) while the load measured now
-    and what the shares fed in the last `feed_lag_s` will add, at what a task measures now
+    and what the shares fed within a lag will add, at what a task measures now
     (the median of the tasks running), stay below the target. A task's load shows in full
     only after its next trigger and one load window, and what a task costs varies from run
     to run (0.06 to 0.2 of a participant) and grows with its participant's load (a busier
@@ -580,7 +578,10 @@ class Feeding:
     left B saturated, 1.13 against a threshold of 0.5, with no room for the load once D
     joined), and steps waiting for fresh readings took a minute each. A share at a time,
     counting what is on its way, stops within a task or two of the target and feeds more if
-    the loads later fall short of it. `reached` says the target has been met once.
+    the loads later fall short of it. The lag is the task's next trigger and one of its
+    agent's load windows (`spark_agents.runtime.default_load_window_s`: 40 s in all with a
+    10 s trigger); 25 s was too short, and phase 2 fed seven shares where four were enough.
+    `reached` says the target has been met once.
 
     Attributes:
         reached: whether the loads have reached the target at least once.
@@ -603,7 +604,8 @@ class Feeding:
         target = self.share * sum(thresholds.values())
         self.reached = self.reached or total >= target
         measured = [load for load in loads if load]
-        coming = sum(1 for t in self.fed_at if now - t < demo.s.feed_lag_s) * (statistics.median(measured) if measured else 0.0)
+        lag_s = demo.s.trigger_s + default_load_window_s(demo.s.trigger_s)
+        coming = sum(1 for t in self.fed_at if now - t < lag_s) * (statistics.median(measured) if measured else 0.0)
         spare = demo._spare_tasks(self.name)
         count = min(2, queries_to_add(target, [total + coming], measured, len(spare)))
         if count:
