@@ -270,20 +270,25 @@ def steady_window_start(now_s: float, window_s: float, started_s: Iterable[float
 
 
 def demand(loads: dict[str, float], samples: Iterable[BatchSample], trigger_s: dict[str, float | None]) -> dict[str, float]:
-    """Each task's load as the CPU it needs to keep up with its trigger.
+    """Each task's load as the CPU it needs to keep up with its input.
 
-    A batch that takes D seconds of wall time against a trigger interval T < D used its CPU
-    over D seconds where keeping up would need it within T: when the host cannot give a
-    task the CPU it needs (other tasks, other processes on the same cores), the CPU it got
-    understates its load by D / T. Tasks that keep up (D <= T) are unchanged. D is the
-    median over the window, so one catch-up batch (after a start or a handover) does not set it.
+    A task that cannot get the CPU it needs (its host's quota is spent) falls behind: each
+    batch starts as soon as the one before ends, reads what arrived meanwhile, and takes
+    longer than that one by the ratio of what the task needs to what it gets. The CPU it got
+    then understates its load by that ratio: a batch's duration over the time since the
+    batch before started (at least the trigger interval T). A task that keeps up has batches
+    shorter than that interval and is unchanged; so is one whose batches take longer than
+    T but no longer from one to the next (it keeps up with larger batches). Duration over T
+    alone read a growing backlog as growing demand: a saturated participant reported twice
+    its load a minute later, with no more input. The ratio is the median over the window, so
+    one catch-up batch (after a start or a handover) does not set it.
     """
-    durations: dict[str, list[float]] = {}
+    batches: dict[str, list[BatchSample]] = {}
     for s in samples:
-        durations.setdefault(s.task_id, []).append(s.duration_s)
+        batches.setdefault(s.task_id, []).append(s)
     out = {}
     for task, load in loads.items():
-        trigger, batches = trigger_s.get(task), durations.get(task)
-        lag = statistics.median(batches) / trigger if trigger and batches else 1.0
-        out[task] = load * max(1.0, lag)
+        trigger, ran = trigger_s.get(task), sorted(batches.get(task, []), key=lambda s: s.start_s)
+        ratios = [b.duration_s / max(trigger, b.start_s - a.start_s) for a, b in zip(ran, ran[1:])] if trigger else []
+        out[task] = load * max(1.0, statistics.median(ratios)) if ratios else load
     return out

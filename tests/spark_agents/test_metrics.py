@@ -141,15 +141,21 @@ def test_a_steady_window_starts_after_the_last_change_and_every_start_up():
     assert steady_window_start(100, 15, started_s=[97], stopped_s=[], startup_s=10) == 107, "still starting up: no window"
 
 
-def test_demand_scales_the_load_of_a_task_that_falls_behind_its_trigger():
+def test_demand_scales_the_load_of_a_task_that_falls_further_behind_each_batch():
     from spark_agents.metrics import demand
 
-    samples = [b("slow", 0, 6, cpu=0.6), b("slow", 6, 4, cpu=0.4), b("slow", 10, 5, cpu=0.5),
-               b("fast", 0, 1, cpu=0.5), b("fast", 1, 30, cpu=0.5), b("fast", 31, 1, cpu=0.5)]
-    loads = {"slow": 0.1, "fast": 0.05, "idle": 0.0}
-    out = demand(loads, samples, {"slow": 2.0, "fast": 2.0, "idle": 2.0})
-    assert out == {"slow": pytest.approx(0.25), "fast": 0.05, "idle": 0.0}, "5 s batches against a 2 s trigger: 2.5x; one catch-up batch is not the rule"
-    assert demand(loads, samples, {"slow": None}) ["slow"] == 0.1, "no trigger: back-to-back batches are the plan"
+    # "slow" gets 4/5 of what it needs: each batch starts when the one before ends and takes 1.25x as long.
+    slow = [b("slow", 0, 4, cpu=0.4), b("slow", 4, 5, cpu=0.5), b("slow", 9, 6.25, cpu=0.6), b("slow", 15.25, 7.8, cpu=0.8)]
+    # "big" keeps up with batches longer than its trigger: each reads what came during the one before, in as long.
+    big = [b("big", 0, 5, cpu=0.5), b("big", 5, 5, cpu=0.5), b("big", 10, 5, cpu=0.5)]
+    fast = [b("fast", 0, 1, cpu=0.5), b("fast", 2, 30, cpu=0.5), b("fast", 32, 1, cpu=0.5), b("fast", 34, 1, cpu=0.5)]
+    loads = {"slow": 0.1, "big": 0.2, "fast": 0.05, "idle": 0.0}
+    out = demand(loads, slow + big + fast, {"slow": 2.0, "big": 2.0, "fast": 2.0, "idle": 2.0})
+    assert out["slow"] == pytest.approx(0.125, rel=0.01), "needs 1.25x what it gets"
+    assert out["big"] == 0.2, "steady batches longer than the trigger: it keeps up, its load is what it gets"
+    assert out["fast"] == 0.05, "one catch-up batch is not the rule"
+    assert out["idle"] == 0.0
+    assert demand(loads, slow, {"slow": None})["slow"] == 0.1, "no trigger: back-to-back batches are the plan"
 
 
 def test_a_cpu_series_never_goes_back_when_a_process_leaves_the_tree():
