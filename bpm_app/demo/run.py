@@ -584,9 +584,12 @@ class Feeding:
     left B saturated, 1.13 against a threshold of 0.5, with no room for the load once D
     joined), and steps waiting for fresh readings took a minute each. A share at a time,
     counting what is on its way, stops within a task or two of the target and feeds more if
-    the loads later fall short of it. The lag is the task's next trigger and one of its
-    agent's load windows (`spark_agents.runtime.default_load_window_s`: 40 s in all with a
-    10 s trigger); 25 s was too short, and phase 2 fed seven shares where four were enough.
+    the loads later fall short of it. The lag is the task's next trigger and two of its
+    agent's load windows (`spark_agents.runtime.default_load_window_s`: 70 s in all with a
+    10 s trigger): a participant that sheds and takes tasks meanwhile begins its window
+    again at each change. With 25 s phase 2 fed seven shares where four were enough; with
+    one window (40 s) phase 3 fed all twelve of B's spare shares in one run, as B's
+    readings stood still while it traded, and the loads went on to 2.31 against 1.89.
     `reached` says the target has been met once.
 
     Attributes:
@@ -596,21 +599,24 @@ class Feeding:
     def __init__(self, demo: Demo, name: str, names: list[str], share: float) -> None:
         self.demo, self.name, self.names, self.share = demo, name, names, share
         self.fed_at: list[float] = []  # when each share was fed (monotonic)
-        self.totals: list[float] = []  # the last polls' totals
+        self.totals: list[tuple[float, float]] = []  # (when, total) of the polls within the lag
         self.reached = False
 
     def poll(self, now: float) -> None:
         demo = self.demo
         _, thresholds = demo._measured(demo.state, self.names)
         loads = demo._task_loads(self.names)
-        self.totals = [*self.totals[-2:], sum(loads)]
-        total = statistics.median(self.totals)  # one poll's noise (a tenth of the total) does not decide
+        lag_s = demo.s.trigger_s + 2 * default_load_window_s(demo.s.trigger_s)
+        self.totals = [(t, v) for t, v in self.totals if now - t < lag_s] + [(now, sum(loads))]
+        # Only feeding raises the total, so the highest reading within the lag stands for it:
+        # readings dip while participants trade (1.76 to 1.47 in one run, with no share fed
+        # less), and a dip is no reason to feed more.
+        total = max(v for _, v in self.totals)
         if len(thresholds) < len(self.names):
             return
         target = self.share * sum(thresholds.values())
         self.reached = self.reached or total >= target
         measured = [load for load in loads if load]
-        lag_s = demo.s.trigger_s + default_load_window_s(demo.s.trigger_s)
         coming = sum(1 for t in self.fed_at if now - t < lag_s) * (statistics.median(measured) if measured else 0.0)
         spare = demo._spare_tasks(self.name)
         count = min(2, queries_to_add(target, [total + coming], measured, len(spare)))

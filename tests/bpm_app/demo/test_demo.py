@@ -8,6 +8,7 @@ import pytest
 from bpm_app.demo.report import write_report
 from bpm_app.demo.run import Demo, DemoSettings
 from bpm.federation.views import seconds
+from bpm.negotiation.decisions import is_acceptable
 from spark_agents.hosts import CpuHosts
 from spark_agents.network import HostNetwork, ip
 from tests.conftest import free_port
@@ -37,10 +38,16 @@ def test_federation_moves_load_and_loses_nothing(tmp_path):
     joined = demo.t0 + report["phases"][3]["started_s"]
     assert all(seconds(m["started_at"]) >= joined for m in report["movements"] if "d" in (m["from"], m["to"])), "D trades only once it has joined"
     phases = report["phases"]
-    assert [p["acceptable"] for p in phases] == [True, True, phases[2]["acceptable"], True], phases
-    # Phase 3 aims at an overloaded federation; whether it gets there is measured over runs
-    # (docs/benchmarks.md, "Demo runs"): here, that the report says it as its loads have it.
-    assert phases[2]["overloaded"] == (sum(phases[2]["loads"].values()) > sum(phases[2]["thresholds"].values())), phases[2]
+    assert [p["acceptable"] for p in phases[:2]] == [True, True], phases[:2]
+    # Phase 3 aims at an overloaded federation and phase 4 at an acceptable one again; how
+    # often a run gets there depends on what its queries cost, which varies from run to run,
+    # and is measured over runs in a row (scripts/demo-runs.sh, docs/benchmarks.md, "Demo
+    # runs"). Here: that the report says each as its loads have it.
+    for phase, names in zip(phases[2:], ("abc", "abcd")):
+        loads, thresholds = phase["loads"], phase["thresholds"]
+        assert set(loads) == set(thresholds) == set(names), phase
+        assert phase["overloaded"] == (sum(loads.values()) > sum(thresholds.values())), phase
+        assert phase["acceptable"] == is_acceptable([loads[n] for n in thresholds], list(thresholds.values())), phase
     assert (tmp_path / "report" / "timeline.png").stat().st_size > 10_000
     if CpuHosts.available() is None and HostNetwork.available() is None:  # root on Linux, as in CI: every participant a host
         assert set(report["hosts"]) == {"a", "b", "c", "d"}
