@@ -279,8 +279,7 @@ def demand(loads: dict[str, float], samples: Iterable[BatchSample], trigger_s: d
     batch before started (at least the trigger interval T). A task that keeps up has batches
     shorter than that interval and is unchanged; so is one whose batches take longer than
     T but no longer from one to the next (it keeps up with larger batches). Duration over T
-    alone read a growing backlog as growing demand: a saturated participant reported twice
-    its load a minute later, with no more input. The ratio is the median over the window, so
+    alone reads a growing backlog as growing demand. The ratio is the median over the window, so
     one catch-up batch (after a start or a handover) does not set it.
     """
     batches: dict[str, list[BatchSample]] = {}
