@@ -574,8 +574,8 @@ class Feeding:
     of their thresholds (in phase 3 the loads of A's, B's and C's tasks then add up to `fill`
     times their thresholds).
 
-    At each poll it feeds one more share (two while far short) while the load measured now
-    and what the shares fed within a lag will add, at what a task measures now
+    At each poll it feeds one more share (two while far short) while the highest load read
+    within a lag and what the shares fed within it will add, at what a task measures now
     (the median of the tasks running), stay below the target. A task's load shows in full
     only after its next trigger and one load window, and what a task costs varies from run
     to run (0.06 to 0.2 of a participant) and grows with its participant's load (a busier
