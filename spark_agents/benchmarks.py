@@ -48,8 +48,9 @@ class CsvFiles:
         self.count = 0
         root.mkdir(parents=True, exist_ok=True)
 
-    def read(self, spark):
-        """The streaming DataFrame of the rows, through Spark's file source."""
+    def read(self, spark, owed_batch: bool = False):
+        """The streaming DataFrame of the rows, through Spark's file source (the benchmark's
+        queries start fresh: no checkpoint owes them a batch)."""
         return spark.readStream.schema(STREAM_SCHEMA_DDL).option("maxFilesPerTrigger", self.batch_files).csv(str(self.root))
 
     def append(self, k: int, records: Iterable[StreamRecord]) -> int:

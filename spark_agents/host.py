@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from bpm.costs import CostFunction, MM1Cost, fit_cost_function
 from bpm.names import UnsafeName, check_name
 from bpm.zeek.definitions import QueryParams
-from spark_agents.checkpoint import committed_watermark_ms, owes_watermark_batch, processed_seq
+from spark_agents.checkpoint import committed_watermark_ms, processed_seq
 from spark_agents.hosts import cpu_capacity
 from spark_agents.listener import BatchRecorder, TaskCpuMeter
 from spark_agents.metrics import (
@@ -205,15 +205,13 @@ class TaskHost:
         an interrupt breaks the Python callback (and with it, later batches of the driver).
         Should a new trigger begin before the stop lands, Spark abandons that batch
         uncommitted; the next start runs it again, and the fence drops what was written.
-        A task that has read the end of its input stops only after the batch that emits its
-        last windows (`owes_watermark_batch`): resumed elsewhere, it would never run it.
+        A task stopped before the batch that its watermark owes runs it where it resumes
+        (`spark_agents.broker.source.JetStreamReader.latestOffset`).
         """
         task = self._task(task_id)
         query = task.query
         if query is not None:
             deadline = time.monotonic() + timeout_s
-            while query.isActive and self._owes_last_windows(task) and time.monotonic() < deadline:
-                time.sleep(0.05)
             task.output_done.clear()
             while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
                 if task.output_done.wait(0.01):
@@ -222,18 +220,6 @@ class TaskHost:
             task.query = None
             task.stopped_s = time.time()
         return task.checkpoint_dir
-
-    @staticmethod
-    def _owes_last_windows(task: HostedTask) -> bool:
-        """A task that has read all there is in its key groups and owes the batch of its new watermark would,
-        resumed elsewhere, wait for input that may never come (at the end of a finite input,
-        its last windows). While input flows, the next batch wherever it resumes applies the watermark."""
-        if not owes_watermark_batch(task.checkpoint_dir):
-            return False
-        try:
-            return task.source.pending(task.read_position() or 0) == 0
-        except Exception:  # the broker unreachable: nothing to wait for
-            return False
 
     def _output_done(self, task_id: str, batch_id: int, cpu_s: float) -> None:
         """Called by a task's output function as it returns, with the CPU it used here."""

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bpm.zeek.definitions import PORT_PROTOCOLS, QueryParams, ResultRow
+from spark_agents.checkpoint import owes_watermark_batch
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -104,12 +105,13 @@ def start_query(
 ) -> StreamingQuery:
     """Start the task's streaming query over `source` (`source.read(spark)`: the stream's
     rows), its rows to `sink`, resuming from `checkpoint_dir` when it holds a checkpoint (the
-    source's start applies only to a fresh one).
+    source's start applies only to a fresh one; a checkpoint that owes the batch of a new
+    watermark gets it, `spark_agents.checkpoint.owes_watermark_batch`).
 
     `trigger_s` sets a processing-time trigger; None runs micro-batches back to back.
     """
     writer = (
-        per_source(source.read(spark), params)
+        per_source(source.read(spark, owed_batch=owes_watermark_batch(checkpoint_dir)), params)
         .writeStream.queryName(task_id)
         .outputMode("append")
         .option("checkpointLocation", str(checkpoint_dir))

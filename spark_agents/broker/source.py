@@ -3,11 +3,13 @@
 `spark.readStream.format("bpm_jetstream")` with the options `url`, `user`, `password`,
 `filter` (the subject filter of the task's key groups, `bpm.keygroups.subject_filter`) and
 optionally `startSeq` (the stream sequence to start after: a task started from the newest
-input, or replaying from an acknowledged position) and `maxMessagesPerTrigger` (bounds a
-micro-batch while catching up).
+input, or replaying from an acknowledged position), `maxMessagesPerTrigger` (bounds a
+micro-batch while catching up) and `owedBatch` ("true": the checkpoint the query resumes
+from owes the batch of a new watermark, `JetStreamReader.latestOffset`).
 
 An offset is `{"seq": n}`: every message of the stream up to sequence `n` that the filter
-selects has been read. Offsets live in Spark's checkpoint, so a checkpoint handed to
+selects has been read (`{"seq": n, "resumed": k}` after the k-th resumption that owed a
+batch with nothing new: see `JetStreamReader.latestOffset`). Offsets live in Spark's checkpoint, so a checkpoint handed to
 another host resumes exactly where it stopped, reading the origin's stream over the
 network. Each micro-batch reads its range through a short-lived consumer of the
 origin's server, filtered to the task's key groups, and yields Arrow record batches
@@ -132,6 +134,7 @@ class JetStreamReader(DataSourceStreamReader):
         self.stream = options.get("stream", INPUT)
         self.start = int(options.get("startseq", "0"))
         self.max_messages = int(options.get("maxmessagespertrigger", "0")) or None
+        self._owed = options.get("owedbatch") == "true"  # until the first offset of this run of the query
 
     def initialOffset(self) -> dict:
         return {"seq": self.start}
@@ -139,10 +142,21 @@ class JetStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
         """The stream's newest sequence, or `start` itself when nothing new is in this task's
         key groups: then Spark runs no micro-batch, and a task over key groups that receive
-        nothing costs its participant next to nothing."""
+        nothing costs its participant next to nothing.
+
+        Except when the query resumes from a checkpoint that owes a batch (`owedBatch`) with
+        nothing new: then, once, an offset of the same sequence marked as one more
+        resumption, which Spark plans as a batch without rows. Spark runs the batch that a
+        new watermark owes (the one that emits the windows it closes) only after a batch of
+        the same run; a query restarted from a checkpoint whose last batch moved the
+        watermark on (`spark_agents.checkpoint.owes_watermark_batch`: a task stopped, failed
+        or handed over just after reading the end of its input) would otherwise wait for
+        input that may never come. The batch without rows runs with that watermark,
+        restored from the commit log, and emits those windows."""
         broker = connection(self.url, self.user, self.password)
+        owed, self._owed = self._owed, False
         if start is not None and not broker.call(_pending(broker.js, self.stream, self.filter, int(start["seq"]))):
-            return start
+            return {**start, "resumed": int(start.get("resumed", 0)) + 1} if owed else start
         newest = broker.last_seq(self.stream)
         if self.max_messages is not None and start is not None:
             newest = min(newest, int(start["seq"]) + self.max_messages)
@@ -211,14 +225,17 @@ class JetStreamInput:
         broker = self.connection()
         return broker.call(_pending(broker.js, INPUT, subject_filter(self.participant, self.prefix), after))
 
-    def options(self) -> dict[str, str]:
+    def options(self, owed_batch: bool = False) -> dict[str, str]:
         options = {"url": self.url, "user": self.user, "password": self.password,
                    "filter": subject_filter(self.participant, self.prefix), "startSeq": str(self.start_seq)}
         if self.max_messages is not None:
             options["maxMessagesPerTrigger"] = str(self.max_messages)
+        if owed_batch:
+            options["owedBatch"] = "true"
         return options
 
-    def read(self, spark):
-        """The streaming DataFrame of the rows (the stream's schema)."""
+    def read(self, spark, owed_batch: bool = False):
+        """The streaming DataFrame of the rows (the stream's schema); `owed_batch`: the query
+        resumes from a checkpoint that owes the batch of a new watermark."""
         register(spark)
-        return spark.readStream.format(NAME).options(**self.options()).load()
+        return spark.readStream.format(NAME).options(**self.options(owed_batch)).load()

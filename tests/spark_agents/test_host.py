@@ -14,7 +14,7 @@ from spark_agents.streams.feed import Feeder, end_mark_us, end_watermark_ms, fee
 from bpm.zeek.definitions import QueryParams
 from bpm.zeek.generator import TrafficProfile, generate
 from bpm.zeek.reference import compute
-from spark_agents.checkpoint import committed_watermark_ms
+from spark_agents.checkpoint import committed_watermark_ms, owes_watermark_batch
 from spark_agents.handover import pack, unpack
 from spark_agents.host import TaskError, TaskHost
 from spark_agents.metrics import IntervalSample
@@ -118,18 +118,34 @@ def test_a_checkpoint_packed_for_a_handover_resumes_without_its_history(spark, h
         other.close()
 
 
-def test_a_task_that_read_the_end_of_its_input_stops_only_after_its_last_windows(host, broker, source):
-    """Spark runs the batch that the end mark's watermark brings only after a batch of the same
-    run: a task stopped before it and resumed elsewhere would never emit its last windows."""
+def test_a_task_stopped_before_its_last_windows_emits_them_where_it_resumes(spark, host, tmp_path, broker, source):
+    """Spark runs the batch that the end mark's watermark owes only after a batch of the same
+    run; a task stopped just after reading the end mark, resumed elsewhere with nothing new to
+    read, runs it all the same (its source plans a batch without rows) and emits its last windows."""
     conns = generate(TrafficProfile(duration_s=120, rate=40, sources=50), seed=23)
     feeder = feed_all(BrokerStream(broker, "a"), conns, PARAMS)
     last = broker.last_seq()
-    task = host.start_task("a.p0", source(), params=PARAMS, trigger_s=3.0, sink=sink(broker, "a.p0"))
+    task = host.start_task("a.p0", source(), params=PARAMS, trigger_s=3.0, sink=sink(broker, "a.p0", 1))
     assert task.trigger_s == staggered_trigger_s("a.p0", 3.0)
     wait_for(lambda: task.position == last)  # the batch that read the end mark; the next trigger is up to 3.3 s away
     checkpoint = host.stop_task("a.p0")
-    assert committed_watermark_ms(checkpoint) == end_watermark_ms(end_mark_us(feeder.admission.newest_us, PARAMS), PARAMS)
-    assert broker_outputs(broker, ["a.p0"]).rows == set(compute(conns, PARAMS))
+    assert owes_watermark_batch(checkpoint), "stopped before the batch of its new watermark"
+    end_ms = end_watermark_ms(end_mark_us(feeder.admission.newest_us, PARAMS), PARAMS)
+    assert (committed_watermark_ms(checkpoint) or 0) < end_ms
+    unpack(pack(checkpoint), tmp_path / "elsewhere", epoch=2)
+
+    other = TaskHost(spark, tmp_path / "other", interval_s=1.0)
+    try:
+        resumed = other.start_task("a.p0", source(), tmp_path / "elsewhere", params=PARAMS, trigger_s=0.2, sink=sink(broker, "a.p0", 2))
+        wait_for(lambda: committed_watermark_ms(tmp_path / "elsewhere") == end_ms and resumed.batches, timeout_s=60)
+        time.sleep(1.0)
+        batches = resumed.batches
+        time.sleep(1.5)
+        assert resumed.batches == batches and resumed.rows == 0, "batches without rows, then none while nothing new comes"
+        after = broker_outputs(broker, ["a.p0"])
+        assert after.rows == set(compute(conns, PARAMS)) and after.duplicates == []
+    finally:
+        other.close()
 
 
 def test_measurements_status_and_http(host, broker, source):
