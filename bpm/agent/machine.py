@@ -21,8 +21,9 @@ Events:
     `TasksChanged` — a task started or stopped here: the load window is mixed until
         `settle_s` has passed.
 
-Instructions: `Contracts`, `Gather`, `Accept`, `Refuse`, `End`, `MakeOffer`, and `Wait` — the record
-of a decision not taken, once each time its cause changes.
+Instructions: `Contracts`, `Gather`, `Accept`, `Refuse`, `End`, `MakeOffer`, `Split` and `Merge`
+(tasks over their key groups, `bpm.negotiation.granularity`, when the machine has a
+`fixed_cost`), and `Wait` — the record of a decision not taken, once each time its cause changes.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ from bpm.negotiation import (
     Offer,
     Task,
     after_answer,
+    choose_merge,
     choose_offer,
+    choose_split,
     evaluate_offer,
     movements_to_end,
     settle,
@@ -74,6 +77,8 @@ class View:
         offerable: the tasks it may offer (`bpm.federation.views.offerable_tasks`).
         outstanding: whether an offer of its own waits for an answer.
         handing_over: whether tasks it gave away still run here (its load still counts them).
+        split: the key-group prefixes of its own tasks that were split, whose halves may
+            merge back (`bpm.negotiation.choose_merge`).
     """
 
     now_s: float
@@ -85,6 +90,7 @@ class View:
     offerable: tuple[Task, ...] = ()
     outstanding: bool = False
     handing_over: bool = False
+    split: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +182,20 @@ class MakeOffer:
 
 
 @dataclass(frozen=True, slots=True)
+class Split:
+    """Split `task` over its key groups into two halves (`bpm.keygroups.halves`)."""
+
+    task: Task
+
+
+@dataclass(frozen=True, slots=True)
+class Merge:
+    """Merge the halves `tasks` (key groups p0 and p1) back into one task over p."""
+
+    tasks: tuple[Task, Task]
+
+
+@dataclass(frozen=True, slots=True)
 class Wait:
     """A decision not taken: `cause` is short (`warming_up`, `settling`, `handing_over`, or one
     of `bpm.negotiation.why_no_offer`'s), `message` says it with the figures behind it."""
@@ -184,7 +204,7 @@ class Wait:
     message: str
 
 
-Instruction = Contracts | Gather | Accept | Refuse | End | MakeOffer | Wait
+Instruction = Contracts | Gather | Accept | Refuse | End | MakeOffer | Split | Merge | Wait
 
 # ---- the machine -------------------------------------------------------------------------------
 
@@ -203,7 +223,12 @@ class Mechanism:
             ends a movement) it neither answers, ends nor offers: until its load window has
             seen only the tasks it runs now.
         margin, hysteresis: the relative margins of `bpm.negotiation`.
+        fixed_cost: what a running task costs whatever its input, in units of load: with
+            it, own tasks split where their size keeps load from moving and merge back
+            where it no longer does (`bpm.negotiation.granularity`); None: tasks keep
+            their size.
         refused: partner -> when it refused the last offer made to it (`after_answer`).
+        split_s: when it last split a task.
         changed_s: when the tasks running here last changed.
         waiting: the cause of the last decision not taken (recorded once per change).
         next_period_s: when the next period is due (`Tick`).
@@ -216,7 +241,9 @@ class Mechanism:
     settle_s: float = 0.0
     margin: float = DEFAULT_MARGIN
     hysteresis: float = DEFAULT_HYSTERESIS
+    fixed_cost: float | None = None
     refused: dict[str, float] = field(default_factory=dict)
+    split_s: float = -math.inf
     changed_s: float = -math.inf
     waiting: str | None = None
     next_period_s: float = -math.inf
@@ -310,13 +337,45 @@ class Mechanism:
         if view.handing_over:
             return self._wait("handing_over", "tasks of an accepted offer still run here")
         tasks = [t for t in view.offerable if t.id not in gone]
+        if not view.outstanding and self._all_refused(view.contracts):
+            split = self._split(view, load, tasks)
+            if split is not None:
+                return [split]
         offer = choose_offer(load=load, cost=view.cost, tasks=tasks, contracts=view.contracts, refused_last=self.refused,
                              outstanding=view.outstanding, margin=self.margin, me=self.name)
-        if offer is None:
-            return self._wait(*why_no_offer(load=load, cost=view.cost, tasks=tasks, contracts=view.contracts,
-                                            outstanding=view.outstanding, margin=self.margin))
+        if offer is not None:
+            self.waiting = None
+            return [MakeOffer(offer)]
+        cause, message = why_no_offer(load=load, cost=view.cost, tasks=tasks, contracts=view.contracts,
+                                      outstanding=view.outstanding, margin=self.margin)
+        regrain: Split | Merge | None = None
+        if cause == "lumpy":
+            regrain = self._split(view, load, tasks)
+        elif cause in ("below_price", "no_contract") and self.fixed_cost is not None:
+            pair = choose_merge(load=load, cost=view.cost, tasks=tasks, contracts=view.contracts, split=view.split,
+                                margin=self.margin, hysteresis=self.hysteresis, me=self.name)
+            regrain = None if pair is None else Merge(pair)
+        if regrain is None:
+            return self._wait(cause, message)
         self.waiting = None
-        return [MakeOffer(offer)]
+        return [regrain]
+
+    def _all_refused(self, contracts: Sequence[Contract]) -> bool:
+        """Whether every partner refused the last offer made to it, since the last split: the
+        tasks offered are too large for the room the partners have at the price."""
+        return bool(contracts) and all(self.refused.get(c.partner, -math.inf) > self.split_s for c in contracts)
+
+    def _split(self, view: View, load: float, tasks: list[Task]) -> Split | None:
+        """With a fixed cost per task: a split where every task is too large to move, for this
+        participant's saving ("lumpy") or for its partners' room (they all refused)."""
+        if self.fixed_cost is None:
+            return None
+        task = choose_split(load=load, cost=view.cost, tasks=tasks, contracts=view.contracts, fixed_cost=self.fixed_cost,
+                            margin=self.margin, me=self.name)
+        if task is None:
+            return None
+        self.split_s = view.now_s
+        return Split(task)
 
     def _wait(self, cause: str, message: str) -> list[Instruction]:
         if cause == self.waiting:

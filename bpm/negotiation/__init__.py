@@ -15,6 +15,7 @@ from bpm.negotiation.decisions import (
     settle_price,
     why_no_offer,
 )
+from bpm.negotiation.granularity import choose_merge, choose_split, piece_load, split_depth
 from bpm.negotiation.models import DEFAULT_HYSTERESIS, DEFAULT_MARGIN, Acceptance, Contract, Movement, Offer, Task
 
 __all__ = [
@@ -26,13 +27,17 @@ __all__ = [
     "Offer",
     "Task",
     "after_answer",
+    "choose_merge",
     "choose_offer",
+    "choose_split",
     "contract_order",
     "evaluate_offer",
     "is_acceptable",
     "movements_to_end",
     "not_offerable",
+    "piece_load",
     "settle",
     "settle_price",
+    "split_depth",
     "why_no_offer",
 ]

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from bpm.keygroups import check_prefix
+
 DEFAULT_HYSTERESIS = 0.1
 """Relative margin on ending movements (Borealis used 0.1); see `bpm.negotiation.decisions`."""
 
@@ -59,16 +61,22 @@ class Task:
         origin: the participant it belongs to ("" when the caller does not say); a task
             is never offered to its own origin, which gets it back by ending a movement.
         ha_mode: its effective HA mode where it runs (`bpm.ha.effective_mode`).
+        groups: the key groups of its origin's stream it covers, as a prefix
+            (`bpm.keygroups`: "" all, "0" the first half, ...), when it may split and merge
+            over them (`bpm.negotiation.granularity`); None when it does not.
     """
 
     id: str
     load: float
     origin: str = ""
     ha_mode: str = "none"
+    groups: str | None = None
 
     def __post_init__(self) -> None:
         if not (self.load > 0 and math.isfinite(self.load)):
             raise ValueError(f"task {self.id}: load must be a finite number > 0, got {self.load!r}")
+        if self.groups is not None:
+            check_prefix(self.groups)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,11 @@ A participant may fail (`fail`): it stops trading and its own tasks stop with it
 origin of every task it hosted decides where the task goes with the live agents' HA state
 machine (`bpm.ha.machine.HAMachine`), and the movements that carried it end. The simulator
 keeps no replicas, so every task fails over to its origin, as under upstream backup.
+
+With a fixed cost per task (`fixed_cost`), tasks are made of key groups: each
+participant's stream has `bpm.keygroups.KEY_GROUPS` key groups with a load each
+(`set_stream`), a task over a prefix of them carries their load plus the fixed cost, and
+participants split and merge their own tasks as their machines decide (`Split`, `Merge`).
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bpm.agent.machine import Accept, Answered, End, EndsDue, Incoming, MakeOffer, Mechanism, OfferDue, OfferReceived, View
+from bpm.agent.machine import Accept, Answered, End, EndsDue, Incoming, MakeOffer, Mechanism, Merge, OfferDue, OfferReceived, Split, View
 from bpm.costs.base import CostFunction
 from bpm.ha import task_mode, with_live_partners
 from bpm.ha.machine import FailOver, HAMachine, Here, Observed
+from bpm.keygroups import groups as key_groups, halves
 from bpm.negotiation import DEFAULT_HYSTERESIS, DEFAULT_MARGIN, Contract, Movement, Task, is_acceptable
 
 
@@ -50,6 +56,7 @@ class Participant:
         min_price: the lowest `price_min` of its contracts (below it no offer can pay).
         ha: its side of high availability (decides its tasks' failovers).
         failed: whether it failed (it no longer trades; its partners fail its tasks over).
+        split: key-group prefixes of its own tasks that were split (their halves may merge).
     """
 
     name: str
@@ -68,6 +75,7 @@ class Participant:
     min_price: float = math.inf
     ha: HAMachine | None = None
     failed: bool = False
+    split: set[str] = field(default_factory=set)
 
     def add_contract(self, contract: Contract) -> None:
         self.contracts.append(contract)
@@ -80,7 +88,7 @@ class Event:
 
     round: int
     time_s: float
-    kind: str  # "move", "refuse", "end", "failover"
+    kind: str  # "move", "refuse", "end", "failover", "split", "merge"
     origin: str
     host: str
     load: float
@@ -100,6 +108,8 @@ class Federation:
         forward: whether a host may pass tasks it hosts on to its own partners (a
             movement of its own: it pays the next host, and is still paid by the
             origin). When the origin takes its tasks back, the chain unwinds.
+        fixed_cost: what a running task costs whatever its input; with it, own tasks split
+            and merge over their key groups. None: tasks keep their size.
         now_s: the simulated clock.
         rounds: rounds stepped so far.
         events: every movement, refusal and ending, when `record` is True.
@@ -114,8 +124,13 @@ class Federation:
         forward: bool = True,
         seed: int = 0,
         record: bool = False,
+        fixed_cost: float | None = None,
     ) -> None:
         self.period_s = period_s
+        self.fixed_cost = fixed_cost
+        self.streams: dict[str, np.ndarray] = {}  # participant -> the load of each key group of its stream
+        self.split_count = 0
+        self.merge_count = 0
         self.hysteresis = hysteresis
         self.margin = margin
         self.forward = forward
@@ -153,7 +168,8 @@ class Federation:
                 raise ValueError("give a threshold or a reference price")
             threshold = cost.threshold(reference_price)
         p = Participant(name=name, cost=cost, threshold=threshold,
-                        machine=Mechanism(name, period_s=self.period_s, margin=self.margin, hysteresis=self.hysteresis), ha=HAMachine(name))
+                        machine=Mechanism(name, period_s=self.period_s, margin=self.margin, hysteresis=self.hysteresis, fixed_cost=self.fixed_cost),
+                        ha=HAMachine(name))
         self.index[name] = len(self.participants)
         self.participants.append(p)
         return p
@@ -177,6 +193,20 @@ class Federation:
             p.home[t.id] = t
             p.load += t.load
             p.own_load += t.load
+
+    def set_stream(self, name: str, group_loads: Sequence[float]) -> None:
+        """The load of each key group of `name`'s stream (without the fixed cost per task):
+        what the pieces of its tasks carry when they split and merge."""
+        self.streams[name] = np.asarray(group_loads, dtype=float)
+
+    def task_over(self, origin: str, groups: str) -> Task:
+        """`origin`'s task over key groups `groups`: their load plus the fixed cost."""
+        share = key_groups(groups)
+        load = (self.fixed_cost or 0.0) + float(self.streams[origin][share.start:share.stop].sum())
+        return Task(f"{origin}/{groups}", load, origin, groups=groups)
+
+    def task_count(self) -> int:
+        return sum(len(p.home) + len(p.hosted) for p in self.participants)
 
     # ---- views ----------------------------------------------------------------------------------
 
@@ -253,12 +283,16 @@ class Federation:
         p = self.participants[i]
         if p.failed or not p.contracts or not (p.home or (self.forward and p.hosted)):
             return 0
-        # A task's per-unit saving never exceeds the marginal cost at the current load.
-        if p.cost.marginal(p.load) <= p.min_price * (1.0 + self.margin):
+        # A task's per-unit saving never exceeds the marginal cost at the current load
+        # (a participant with split tasks may still merge them).
+        if p.cost.marginal(p.load) <= p.min_price * (1.0 + self.margin) and not p.split:
             return 0
         tasks = [*p.home.values(), *p.hosted.values()] if self.forward else list(p.home.values())
         contracts = with_live_partners(p.contracts, self._status) if self._status else tuple(p.contracts)
-        made = p.machine.handle(OfferDue(View(now_s=self.now_s, load=p.load, cost=p.cost, contracts=contracts, offerable=tuple(tasks))))
+        made = p.machine.handle(OfferDue(View(now_s=self.now_s, load=p.load, cost=p.cost, contracts=contracts, offerable=tuple(tasks),
+                                              split=tuple(sorted(p.split)))))
+        if made and isinstance(made[0], Split | Merge):
+            return self._regrain(p, made[0])
         if not made or not isinstance(made[0], MakeOffer):
             return 0
         offer = made[0].offer
@@ -296,6 +330,32 @@ class Federation:
         if self.record:
             passed_on = sum(1 for t in moved if t.origin != p.name)
             self.events.append(Event(self.rounds, self.now_s, "move", p.name, q.name, m.load, price, len(m.task_ids), passed_on=passed_on))
+        return 1
+
+    def _regrain(self, p: Participant, instruction: Split | Merge) -> int:
+        """Carry out a split or a merge of `p`'s own tasks at home; returns 1."""
+        if isinstance(instruction, Split):
+            old = [instruction.task]
+            new = [self.task_over(p.name, g) for g in halves(instruction.task.groups or "")]
+            p.split.add(instruction.task.groups or "")
+            self.split_count += 1
+        else:
+            old = list(instruction.tasks)
+            parent = (old[0].groups or "")[:-1]
+            new = [self.task_over(p.name, parent)]
+            p.split.discard(parent)
+            self.merge_count += 1
+        for t in old:
+            del p.home[t.id]
+        for t in new:
+            p.home[t.id] = t
+        change = math.fsum(t.load for t in new) - math.fsum(t.load for t in old)
+        p.load = max(p.load + change, 0.0)
+        p.own_load = max(p.own_load + change, 0.0)
+        self._touch(self.index[p.name])
+        if self.record:
+            kind = "split" if isinstance(instruction, Split) else "merge"
+            self.events.append(Event(self.rounds, self.now_s, kind, p.name, p.name, change, 0.0, len(new)))
         return 1
 
     def _end_movements(self) -> int:

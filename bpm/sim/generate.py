@@ -8,6 +8,11 @@ participants off and K = 2 makes cycles); each has the price range
 `[p (1 - E/2), p (1 + E/2)]` centred on p (E = 0: fixed price p). The tasks add up
 to `load_factor` times the sum of the thresholds and start unevenly (see
 `initial_tasks`).
+
+With `split`, each participant's tasks cover shares of its stream's key groups
+(`task_shares`), every task costs `fixed_cost` whatever its input, and the rest of its
+load is spread unevenly over its key groups (`group_loads`); participants split and merge
+their tasks (`bpm.negotiation.granularity`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from bpm.costs import CostFunction, MM1Cost, QuadraticCost
+from bpm.keygroups import KEY_GROUPS, groups
 from bpm.negotiation import DEFAULT_HYSTERESIS, DEFAULT_MARGIN, Task
 from bpm.sim.federation import Federation
 
@@ -43,6 +49,8 @@ class SimConfig:
     margin: float = DEFAULT_MARGIN
     forward: bool = True
     max_rounds: int = 500
+    split: bool = False
+    fixed_cost: float = 0.005
 
     def __post_init__(self) -> None:
         if self.participants < 2:
@@ -61,6 +69,10 @@ class SimConfig:
             raise ValueError(f"cost_model must be one of {COST_MODELS}")
         if not 0 < self.threshold_min <= self.threshold_max < 0.95:
             raise ValueError("need 0 < threshold_min <= threshold_max < 0.95")
+        if not 0 <= self.fixed_cost < 0.05:
+            raise ValueError("fixed_cost must be in [0, 0.05)")
+        if self.split and self.tasks_per_participant > 16:
+            raise ValueError(f"with split, at most 16 tasks per participant on average (a stream has {KEY_GROUPS} key groups)")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -108,17 +120,50 @@ def build_federation(config: SimConfig, seed: int, run: int = 0, *, record: bool
     graph_rng = np.random.default_rng([seed, run, 2])
     n = config.participants
     p = config.reference_price
-    fed = Federation(period_s=config.period_s, hysteresis=config.hysteresis, margin=config.margin, forward=config.forward, seed=int(np.random.default_rng([seed, run, 3]).integers(2**63)), record=record)
+    fed = Federation(period_s=config.period_s, hysteresis=config.hysteresis, margin=config.margin, forward=config.forward,
+                     seed=int(np.random.default_rng([seed, run, 3]).integers(2**63)), record=record,
+                     fixed_cost=config.fixed_cost if config.split else None)
     thresholds = load_rng.uniform(config.threshold_min, config.threshold_max, n)
     for i in range(n):
         fed.add_participant(f"p{i}", make_cost(config.cost_model, float(thresholds[i]), p, load_rng), float(thresholds[i]))
     e = config.price_range
     for a, b in contract_graph(n, config.contracts_per_participant, graph_rng):
         fed.add_contract(f"p{a}", f"p{b}", p * (1 - e / 2), p * (1 + e / 2), min_duration_s=config.min_duration_s)
+    group_rng = np.random.default_rng([seed, run, 4])
     for owner, tasks in enumerate(initial_tasks(config, thresholds, load_rng)):
-        if tasks:
-            fed.add_tasks(f"p{owner}", tasks)
+        if not tasks:
+            continue
+        name = f"p{owner}"
+        if config.split:
+            shares = task_shares(len(tasks))
+            fed.set_stream(name, group_loads([t.load for t in tasks], shares, config.fixed_cost, group_rng))
+            tasks = [fed.task_over(name, share) for share in shares]
+        fed.add_tasks(name, tasks)
     return fed
+
+
+def task_shares(n: int) -> list[str]:
+    """Key-group prefixes of `n` tasks that cover a stream together (1 to `KEY_GROUPS`):
+    the shortest prefix halved, leftmost first, until there are `n`."""
+    if not 1 <= n <= KEY_GROUPS:
+        raise ValueError(f"a stream has {KEY_GROUPS} key groups: 1 to {KEY_GROUPS} tasks, not {n}")
+    shares = [""]
+    while len(shares) < n:
+        k = min(range(len(shares)), key=lambda i: (len(shares[i]), shares[i]))
+        shares[k:k + 1] = [shares[k] + "0", shares[k] + "1"]
+    return shares
+
+
+def group_loads(sizes: list[float], shares: list[str], fixed_cost: float, rng: np.random.Generator) -> np.ndarray:
+    """The load of each key group of a stream whose tasks over `shares` have loads `sizes`
+    (each the fixed cost plus its key groups' loads): a task's input spreads over its key
+    groups unevenly (weights drawn from a flat Dirichlet distribution: a half of a task
+    carries anything from a little to most of it)."""
+    out = np.zeros(KEY_GROUPS)
+    for size, share in zip(sizes, shares):
+        span = groups(share)
+        out[span.start:span.stop] = max(size - fixed_cost, 0.0) * rng.dirichlet(np.ones(len(span)))
+    return out
 
 
 def initial_tasks(config: SimConfig, thresholds: np.ndarray, rng: np.random.Generator) -> list[list[Task]]:

@@ -37,6 +37,8 @@ class RunResult:
         lower_bound: the divisible optimum of the same total load.
         worse_off: participants whose cost per second (processing plus payments) ends
             above what running all their own tasks at home would cost.
+        tasks_start, tasks_end: tasks in the federation at the start and at the end.
+        splits, merges: tasks split and merged over the run (with `SimConfig.split`).
     """
 
     seed: int
@@ -58,6 +60,10 @@ class RunResult:
     lower_bound: float
     worse_off: int
     elapsed_s: float
+    tasks_start: int = 0
+    tasks_end: int = 0
+    splits: int = 0
+    merges: int = 0
 
     @property
     def cost_ratio(self) -> float:
@@ -86,6 +92,7 @@ def simulate_once(config: SimConfig, seed: int, run: int = 0) -> RunResult:
             first.append(f.rounds)
 
     initial_cost = fed.total_cost()
+    tasks_start = fed.task_count()
     stable = fed.run(max_rounds=config.max_rounds, on_round=on_round)
     loads = fed.loads()
     lower, _ = divisible_optimum([p.cost for p in fed.participants], float(loads.sum()))
@@ -111,6 +118,10 @@ def simulate_once(config: SimConfig, seed: int, run: int = 0) -> RunResult:
         lower_bound=lower,
         worse_off=int(np.sum(now > alone * (1 + 1e-9) + 1e-12)),
         elapsed_s=time.perf_counter() - start,
+        tasks_start=tasks_start,
+        tasks_end=fed.task_count(),
+        splits=fed.split_count,
+        merges=fed.merge_count,
     )
 
 
@@ -140,6 +151,8 @@ def summarize(config: SimConfig, results: Sequence[RunResult], elapsed_s: float)
         "hysteresis": config.hysteresis,
         "margin": config.margin,
         "forward": config.forward,
+        "split": config.split,
+        "fixed_cost": config.fixed_cost if config.split else None,
         "acceptable_fraction": sum(r.reached_acceptable for r in results) / n if n else None,
         "acceptable_at_end_fraction": sum(r.acceptable_at_end for r in results) / n if n else None,
         "within_one_task_fraction": sum(r.within_one_task for r in results) / n if n else None,
@@ -153,6 +166,9 @@ def summarize(config: SimConfig, results: Sequence[RunResult], elapsed_s: float)
         "median_initial_cost_ratio": _median(r.initial_cost_ratio for r in results),
         "max_cost_ratio": max((r.cost_ratio for r in results), default=None),
         "worse_off_participants": sum(r.worse_off for r in results),
+        "median_splits": _median(r.splits for r in results),
+        "median_merges": _median(r.merges for r in results),
+        "max_task_ratio": max((r.tasks_end / r.tasks_start for r in results if r.tasks_start), default=None),
         "elapsed_s": elapsed_s,
     }
 

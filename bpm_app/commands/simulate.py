@@ -70,6 +70,8 @@ def simulate(
     hysteresis: Annotated[float, typer.Option(help="Relative margin on ending movements.")] = 0.1,
     margin: Annotated[float, typer.Option(help="Relative margin on offering and accepting load.")] = 0.0,
     forward: Annotated[bool, typer.Option("--forward/--no-forward", help="Whether hosts may pass hosted tasks on.")] = True,
+    split: Annotated[bool, typer.Option("--split/--no-split", help="Whether tasks split and merge over their key groups.")] = False,
+    fixed_cost: Annotated[float, typer.Option(help="With --split: what a running task costs whatever its input (share of a participant's capacity).")] = 0.005,
     runs: Annotated[int, typer.Option(help="Runs (random federations) per setting.")] = 20,
     seed: Annotated[int, typer.Option(help="Seed: the same seed gives the same results.")] = 0,
     jobs: Annotated[int, typer.Option(help="Processes to spread runs over (0: one per CPU).")] = 1,
@@ -95,7 +97,7 @@ def simulate(
         base = SimConfig(
             participants=participants, contracts_per_participant=contracts_per_participant, price_range=price_range,
             load_factor=load_factor, skew=skew, tasks_per_participant=tasks_per_participant, cost_model=cost_model,
-            hysteresis=hysteresis, margin=margin, forward=forward, max_rounds=max_rounds,
+            hysteresis=hysteresis, margin=margin, forward=forward, max_rounds=max_rounds, split=split, fixed_cost=fixed_cost,
         )
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
@@ -146,6 +148,7 @@ def _summary_table(s: dict) -> None:
         ("skew", s["skew"]),
         ("tasks per participant", s["tasks_per_participant"]),
         ("cost model", s["cost_model"]),
+        ("tasks split and merge", f"yes, fixed cost {s['fixed_cost']:g} per task" if s["split"] else "no"),
         ("reached an acceptable allocation", f"{s['acceptable_fraction']:.0%} of runs"),
         ("acceptable at the end", f"{s['acceptable_at_end_fraction']:.0%} of runs"),
         ("acceptable within one task", f"{s['within_one_task_fraction']:.0%} of runs"),
@@ -157,6 +160,8 @@ def _summary_table(s: dict) -> None:
         ("median cost / lower bound", _fmt(s["median_cost_ratio"])),
         ("median cost / lower bound at the start", _fmt(s["median_initial_cost_ratio"])),
         ("participants worse off than alone", s["worse_off_participants"]),
+        ("median splits / merges", f"{_fmt(s['median_splits'], 1)} / {_fmt(s['median_merges'], 1)}"),
+        ("most tasks at the end / at the start", _fmt(s["max_task_ratio"], 2)),
         ("elapsed", f"{s['elapsed_s']:.2f} s"),
     ]
     for k, v in rows:
@@ -243,6 +248,8 @@ def bench_simulate(
     runs: Annotated[int, typer.Option(help="Runs for the quality goal (K=4, E=0.1, load factor 0.8).")] = 100,
     participants: Annotated[int, typer.Option(help="Participants per run for the quality goal.")] = 100,
     cost_model: Annotated[str, typer.Option(help="Cost model for every run.")] = "mm1",
+    split: Annotated[bool, typer.Option("--split/--no-split", help="Whether tasks split and merge over their key groups.")] = False,
+    fixed_cost: Annotated[float, typer.Option(help="With --split: what a running task costs whatever its input (share of a participant's capacity).")] = 0.005,
     seed: Annotated[int, typer.Option()] = 0,
     jobs: Annotated[int, typer.Option(help="Processes for the quality runs (0: one per CPU); timings always use one.")] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -252,7 +259,11 @@ def bench_simulate(
     from bpm.sim.runner import default_jobs, run_many, summarize
 
     limits = {1000: 30.0, 10000: 300.0}
-    base = SimConfig(participants=participants, contracts_per_participant=4, price_range=0.1, load_factor=0.8, cost_model=cost_model)
+    try:
+        base = SimConfig(participants=participants, contracts_per_participant=4, price_range=0.1, load_factor=0.8, cost_model=cost_model,
+                         split=split, fixed_cost=fixed_cost)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
     start = time.perf_counter()
     with _progress(runs, "quality runs", sys.stderr.isatty() and not json_out) as advance:
         (results,) = run_many([base], runs, seed, jobs=default_jobs() if jobs <= 0 else jobs, progress=advance)
@@ -261,6 +272,9 @@ def bench_simulate(
     quality["goal_met"] = bool(
         quality["acceptable_fraction"] >= 0.99 and quality["median_cost_ratio"] is not None and quality["median_cost_ratio"] <= 1.1
     )
+    if split:  # splitting's own goal: strictly acceptable at the end, at most 1.5 times the tasks
+        quality["split_goal"] = {"acceptable_at_end_fraction_min": 0.99, "max_task_ratio_max": 1.5}
+        quality["split_goal_met"] = bool(quality["acceptable_at_end_fraction"] >= 0.99 and (quality["max_task_ratio"] or 0) <= 1.5)
     scale = []
     for n in _ints(sizes):
         config = replace(base, participants=n)
@@ -280,6 +294,8 @@ def bench_simulate(
         return
     _summary_table(quality)
     typer.echo(f"quality goal (>= 99% acceptable, median cost ratio <= 1.1) met: {quality['goal_met']}")
+    if split:
+        typer.echo(f"splitting goal (>= 99% acceptable at the end, at most 1.5 times the tasks) met: {quality['split_goal_met']}")
     for s in scale:
         limit = f" (goal {s['limit_s']:.0f} s: {'met' if s['within_limit'] else 'missed'})" if s["limit_s"] else ""
         typer.echo(f"{s['participants']} participants, {s['tasks']} tasks: {s['elapsed_s']:.1f} s, {s['rounds']} rounds{limit}")

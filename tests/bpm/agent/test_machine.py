@@ -11,9 +11,11 @@ from bpm.agent.machine import (
     Incoming,
     MakeOffer,
     Mechanism,
+    Merge,
     OfferReceived,
     Period,
     Refuse,
+    Split,
     TasksChanged,
     Tick,
     View,
@@ -86,3 +88,45 @@ def test_a_task_that_a_period_sends_home_is_not_offered_in_the_same_period():
     out = m.handle(Period(View(now_s=20.0, load=0.9, cost=COST, contracts=(Contract("3", "c", 1.0, 1.2),), movements=(moved,), offerable=(hosted,))))
     assert isinstance(out[0], End) and out[0].movement.id == "m1"
     assert not any(isinstance(i, MakeOffer) for i in out), out
+
+
+def _shares(loads: dict[str, float]) -> tuple[Task, ...]:
+    return tuple(Task(f"a/{g}", load, "a", groups=g) for g, load in loads.items())
+
+
+def test_a_participant_splits_a_task_too_large_to_move_and_offers_a_half_next():
+    """Just over its threshold with tasks too large for their saving to beat the price
+    ("lumpy"), a machine with a fixed cost per task splits one; without one it waits."""
+    tasks = _shares({"00": 0.14, "01": 0.13, "10": 0.125, "11": 0.125})  # 0.52 against a threshold of 0.5
+    view = View(now_s=0.0, load=0.52, cost=COST, contracts=(B, C), offerable=tasks)
+    assert [w.cause for w in Mechanism("a").handle(Period(view))] == ["lumpy"]
+    [split] = Mechanism("a", fixed_cost=0.01).handle(Period(view))
+    assert isinstance(split, Split) and split.task.groups in ("10", "11")
+    halves = _shares({"00": 0.14, "01": 0.13, split.task.groups + "0": 0.05, split.task.groups + "1": 0.085,
+                      "1" + ("1" if split.task.groups == "10" else "0"): 0.125})
+    [made] = Mechanism("a", fixed_cost=0.01).handle(Period(View(now_s=1.0, load=0.53, cost=COST, contracts=(B, C), offerable=halves)))
+    assert isinstance(made, MakeOffer) and made.offer.tasks[0].load == 0.05
+
+
+def test_a_participant_whose_partners_all_refused_splits_before_offering_the_same_tasks_again():
+    m = Mechanism("a", fixed_cost=0.005)
+    [first] = m.handle(Period(_view(0.0, offerable=_shares({"0": 0.48, "1": 0.48}))))
+    assert isinstance(first, MakeOffer)
+    m.handle(Answered("b", False, 1.0))
+    [second] = m.handle(Period(_view(2.0, offerable=_shares({"0": 0.48, "1": 0.48}))))
+    assert isinstance(second, MakeOffer) and second.offer.partner == "c", "one partner refused: the other is tried"
+    m.handle(Answered("c", False, 3.0))
+    [split] = m.handle(Period(_view(4.0, offerable=_shares({"0": 0.48, "1": 0.48}))))
+    assert isinstance(split, Split), "every partner refused the task as it is"
+    [after] = m.handle(Period(_view(5.0, offerable=_shares({"00": 0.245, "01": 0.24, "1": 0.48}))))
+    assert isinstance(after, MakeOffer), "the halves are offered, to partners that refused before the split"
+
+
+def test_halves_of_a_split_merge_back_where_the_participant_no_longer_sheds():
+    halves = _shares({"00": 0.05, "01": 0.06, "1": 0.1})
+    view = View(now_s=0.0, load=0.21, cost=COST, contracts=(B, C), offerable=halves, split=("0",))
+    [merge] = Mechanism("a", fixed_cost=0.01).handle(Period(view))
+    assert isinstance(merge, Merge) and {t.groups for t in merge.tasks} == {"00", "01"}
+    assert [w.cause for w in Mechanism("a", fixed_cost=0.01).handle(Period(View(now_s=0.0, load=0.21, cost=COST, contracts=(B, C),
+                                                                                   offerable=halves)))] == ["below_price"], \
+        "nothing was split: nothing merges"

@@ -166,6 +166,12 @@ def test_cli_sweep_poster_and_bench(tmp_path) -> None:
     assert b["scale"][0]["participants"] == 50 and "goal_met" in b["quality"]
     bad = runner.invoke(app, ["simulate", "--scenario", "nope"])
     assert bad.exit_code != 0
+    split = runner.invoke(app, ["bench", "simulate", "--sizes", "", "--runs", "2", "--participants", "20", "--jobs", "1", "--split", "--json"])
+    assert split.exit_code == 0, split.output
+    quality = json.loads(split.output)["quality"]
+    assert quality["split"] and quality["fixed_cost"] == 0.005 and "split_goal_met" in quality and quality["median_splits"] is not None
+    too_many = runner.invoke(app, ["simulate", "--split", "--tasks-per-participant", "40", "--runs", "1"])
+    assert too_many.exit_code != 0 and "16 tasks" in too_many.output
 
 
 def test_a_failed_participant_s_tasks_fail_over_to_their_origins_and_nobody_offers_to_it() -> None:
@@ -188,3 +194,35 @@ def test_a_failed_participant_s_tasks_fail_over_to_their_origins_and_nobody_offe
     fed.run(max_rounds=10)
     assert all(e.host != "b" for e in fed.events[before:] if e.kind in ("move", "refuse")), "no offer goes to a failed partner"
     assert {(e.by, e.origin, e.host) for e in fed.events if e.kind == "failover"} == {(t, "a", "b") for t in at_b}
+
+
+def _key_groups_of(fed: Federation) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for p in fed.participants:
+        for t in (*p.home.values(), *p.hosted.values()):
+            out.setdefault(t.origin, []).append(t.groups)
+    return out
+
+
+def test_tasks_that_split_and_merge_keep_every_key_group_once_and_count_their_fixed_cost() -> None:
+    """With splitting on (K = 4, E = 0.1, M/M/1, where tasks of a tenth of a participant are
+    too lumpy to reach an acceptable allocation): each participant's tasks still cover each
+    of its key groups exactly once, its load is its key groups' load plus a fixed cost per
+    task, and more runs end acceptable than without splitting."""
+    from bpm.keygroups import KEY_GROUPS, groups
+
+    config = SimConfig(participants=40, contracts_per_participant=4, price_range=0.1, cost_model="mm1", split=True, fixed_cost=0.005)
+    fed = build_federation(config, 3, 0)
+    fed.run(max_rounds=config.max_rounds)
+    assert fed.split_count > 0
+    for origin, shares in _key_groups_of(fed).items():
+        covered = sorted(g for share in shares for g in groups(share))
+        assert covered == list(range(KEY_GROUPS)), f"{origin}'s tasks cover every key group once"
+        p = fed.participants[fed.index[origin]]
+        assert p.own_load == pytest.approx(float(fed.streams[origin].sum()) + config.fixed_cost * len(shares))
+    assert sum(p.load for p in fed.participants) == pytest.approx(_total_task_load(fed))
+    with_split = [simulate_once(config, 0, r) for r in range(4)]
+    without = [simulate_once(replace(config, split=False), 0, r) for r in range(4)]
+    assert sum(r.acceptable_at_end for r in with_split) > sum(r.acceptable_at_end for r in without)
+    assert all(r.tasks_end <= 1.5 * r.tasks_start and r.splits > 0 for r in with_split)
+    assert all(r.splits == r.merges == 0 and r.tasks_end == r.tasks_start for r in without)
