@@ -337,15 +337,14 @@ class Mechanism:
         if view.handing_over:
             return self._wait("handing_over", "tasks of an accepted offer still run here")
         tasks = [t for t in view.offerable if t.id not in gone]
-        if not view.outstanding and self._all_refused(view.contracts):
-            split = self._split(view, load, tasks)
-            if split is not None:
-                return [split]
         offer = choose_offer(load=load, cost=view.cost, tasks=tasks, contracts=view.contracts, refused_last=self.refused,
                              outstanding=view.outstanding, margin=self.margin, me=self.name)
         if offer is not None:
+            # The best offer left goes to a partner that refused one since the last split:
+            # the tasks are too large for the room the partners have at the price.
+            split = self._split(view, load, tasks) if self.refused.get(offer.partner, -math.inf) > self.split_s else None
             self.waiting = None
-            return [MakeOffer(offer)]
+            return [split or MakeOffer(offer)]
         cause, message = why_no_offer(load=load, cost=view.cost, tasks=tasks, contracts=view.contracts,
                                       outstanding=view.outstanding, margin=self.margin)
         regrain: Split | Merge | None = None
@@ -360,14 +359,9 @@ class Mechanism:
         self.waiting = None
         return [regrain]
 
-    def _all_refused(self, contracts: Sequence[Contract]) -> bool:
-        """Whether every partner refused the last offer made to it, since the last split: the
-        tasks offered are too large for the room the partners have at the price."""
-        return bool(contracts) and all(self.refused.get(c.partner, -math.inf) > self.split_s for c in contracts)
-
     def _split(self, view: View, load: float, tasks: list[Task]) -> Split | None:
         """With a fixed cost per task: a split where every task is too large to move, for this
-        participant's saving ("lumpy") or for its partners' room (they all refused)."""
+        participant's saving ("lumpy") or for its partners' room (refused)."""
         if self.fixed_cost is None:
             return None
         task = choose_split(load=load, cost=view.cost, tasks=tasks, contracts=view.contracts, fixed_cost=self.fixed_cost,

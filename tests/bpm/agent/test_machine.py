@@ -108,7 +108,7 @@ def test_a_participant_splits_a_task_too_large_to_move_and_offers_a_half_next():
     assert isinstance(made, MakeOffer) and made.offer.tasks[0].load == 0.05
 
 
-def test_a_participant_whose_partners_all_refused_splits_before_offering_the_same_tasks_again():
+def test_a_participant_whose_partners_refused_splits_before_offering_the_same_tasks_again():
     m = Mechanism("a", fixed_cost=0.005)
     [first] = m.handle(Period(_view(0.0, offerable=_shares({"0": 0.48, "1": 0.48}))))
     assert isinstance(first, MakeOffer)
@@ -117,7 +117,7 @@ def test_a_participant_whose_partners_all_refused_splits_before_offering_the_sam
     assert isinstance(second, MakeOffer) and second.offer.partner == "c", "one partner refused: the other is tried"
     m.handle(Answered("c", False, 3.0))
     [split] = m.handle(Period(_view(4.0, offerable=_shares({"0": 0.48, "1": 0.48}))))
-    assert isinstance(split, Split), "every partner refused the task as it is"
+    assert isinstance(split, Split), "every partner refused the task as it is: the best offer left goes to one that refused"
     [after] = m.handle(Period(_view(5.0, offerable=_shares({"00": 0.245, "01": 0.24, "1": 0.48}))))
     assert isinstance(after, MakeOffer), "the halves are offered, to partners that refused before the split"
 
