@@ -65,9 +65,10 @@ def choose_split(
 ) -> Task | None:
     """The task to split in two now so that load can move, or None.
 
-    Asked when `choose_offer` makes no offer although the marginal cost is above the
-    lowest price of the contracts with margin (`why_no_offer` says "lumpy"): every task is
-    too large for its own saving to beat the price. Candidates are the participant's own
+    Asked when no task can move as it is (`bpm.agent.machine.Mechanism`): `choose_offer`
+    makes no offer although the marginal cost is above the lowest price with margin
+    (`why_no_offer` says "lumpy"), or its best offer left goes to a partner that refused
+    one since the last split. Nothing is split below that price. Candidates are the participant's own
     tasks (origin `me`) that still split; the one whose piece pays after the fewest
     halvings (`split_depth`) splits, the smallest on a tie. One halving at a time: the
     halves run and are measured before the next decision.
