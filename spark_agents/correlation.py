@@ -1,0 +1,236 @@
+"""The correlated result live: alerts shared over the participants' brokers, DPC at the correlating participant.
+
+Each participant that opts in publishes its alerts for every window it closes on its own
+broker, in the stream `ALERTS` (subject `alerts.<participant>.<window start>`, one
+message per window, its sources, empty or not: an empty message says the window is
+closed). A partner it shares with reads that stream as a user of its own that may read
+`ALERTS` and nothing else (`alerts_reader`), with a password the sharing participant makes
+up and gives it. The correlating participant follows its own stream and each partner's
+(`follow`), turns what arrives into `bpm.dpc` events, and publishes every version the
+machine decides in the stream `CORRELATED` of its own broker (subject
+`corr.<window start>`, deduplicated by window and version), from which `read_correlated`
+rebuilds the versions in order.
+
+Nothing a partner sends is trusted: a message that does not parse, names another
+participant than the broker's owner, a window of zero or more than a day, or a source that
+is not an IP address is recorded as refused and skipped (`parse_alerts`).
+
+Under a partition the partner's broker does not answer; the follower keeps trying (a
+connection that reconnects on its own, requests with short timeouts) and, once the link
+heals, reads on from the next message it has not seen: what the partner closed meanwhile
+arrives in order, late, and corrects the tentative windows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import nats
+from nats.js.api import StorageType, StreamConfig
+
+from bpm.dpc import Alerts, CorrelatedRow, Correlator, Ignored, Publish, Tick
+from bpm.keygroups import token
+from bpm.names import check_name
+from spark_agents.broker.server import User, inbox_prefix
+from spark_agents.broker.stream import Broker
+
+log = logging.getLogger(__name__)
+
+ALERTS = "ALERTS"
+CORRELATED = "CORRELATED"
+MAX_WINDOW_S = 86_400
+MAX_SOURCES = 100_000
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a broker is and who connects to it."""
+
+    url: str
+    user: str
+    password: str
+
+
+def alerts_reader(partner: str, password: str) -> User:
+    """The user `partner` reads this participant's alerts as: the stream's state and its messages, nothing else."""
+    return User(partner, password, publish=(f"$JS.API.STREAM.INFO.{ALERTS}", f"$JS.API.STREAM.MSG.GET.{ALERTS}"),
+                subscribe=(f"{inbox_prefix(partner)}.>",))
+
+
+def ensure_streams(broker: Broker, *, correlated: bool) -> None:
+    """Create `ALERTS` (and `CORRELATED` when this participant correlates) on its own broker."""
+
+    async def ensure() -> None:
+        wanted = [(ALERTS, "alerts.>")] + ([(CORRELATED, "corr.>")] if correlated else [])
+        for name, subjects in wanted:
+            try:
+                await broker.js.stream_info(name)
+            except nats.js.errors.NotFoundError:
+                await broker.js.add_stream(StreamConfig(name=name, subjects=[subjects], storage=StorageType.FILE,
+                                                        duplicate_window=600.0))
+
+    broker.call(ensure())
+
+
+def share_alerts(broker: Broker, participant: str, window: tuple[int, int], sources: Iterable[str]) -> int:
+    """Publish `participant`'s alerts for a closed window on its own broker; a second publish of the window is dropped."""
+    start, end = window
+    body = {"participant": participant, "window_start": start, "window_end": end, "sources": sorted(set(sources)), "final": True}
+    subject = f"alerts.{token(participant)}.{start}"
+    ack = broker.call(broker.js.publish(subject, json.dumps(body).encode(), stream=ALERTS,
+                                        headers={"Nats-Msg-Id": f"{participant}.{start}"}))
+    return ack.seq
+
+
+def parse_alerts(data: bytes, owner: str, at: float) -> Alerts:
+    """A message of `owner`'s `ALERTS` stream as an event; ValueError saying what is wrong with it."""
+    try:
+        body = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise ValueError("not a JSON object")
+    if body.get("participant") != owner:
+        raise ValueError(f"alerts of {str(body.get('participant'))[:80]!r} on {owner}'s broker")
+    start, end = body.get("window_start"), body.get("window_end")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (start, end)) or not 0 < end - start <= MAX_WINDOW_S:
+        raise ValueError("window_start and window_end must be whole seconds, the window at most a day long")
+    sources = body.get("sources")
+    if not isinstance(sources, list) or len(sources) > MAX_SOURCES:
+        raise ValueError(f"sources must be a list of at most {MAX_SOURCES} addresses")
+    try:
+        addresses = frozenset(ipaddress.ip_address(s).compressed for s in sources if isinstance(s, str))
+    except ValueError as exc:
+        raise ValueError(f"a source is not an IP address: {exc}") from None
+    if len(addresses) != len(sources) or not all(isinstance(s, str) for s in sources):
+        raise ValueError("sources must be distinct IP addresses")
+    final = body.get("final", True)
+    if not isinstance(final, bool):
+        raise ValueError("final must be true or false")
+    return Alerts(owner, (start, end), addresses, at, final)
+
+
+async def follow(owner: str, endpoint: Endpoint, events: asyncio.Queue, stop: asyncio.Event, *, poll_s: float = 0.2,
+                 timeout_s: float = 2.0, refused: Callable[[str, str], None] | None = None) -> None:
+    """Put every message of `owner`'s `ALERTS` stream on `events`, in order, as `Alerts`, until `stop`.
+
+    Reads by sequence number: a connection lost to a partition is made again, and reading
+    resumes at the first message not read yet.
+    """
+    nc = None
+    next_seq = 1
+    while not stop.is_set():
+        try:
+            if nc is None:
+                # pings every second: a link cut without a reset shows as a stale connection
+                # within seconds, and the client connects again (not after TCP's back-off)
+                nc = await nats.connect(endpoint.url, user=endpoint.user, password=endpoint.password, connect_timeout=timeout_s,
+                                        allow_reconnect=True, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+                                        ping_interval=1, max_outstanding_pings=2, inbox_prefix=inbox_prefix(endpoint.user))
+            js = nc.jetstream(timeout=timeout_s)
+            state = (await js.stream_info(ALERTS)).state
+            next_seq = max(next_seq, state.first_seq)
+            while next_seq <= state.last_seq and not stop.is_set():
+                try:
+                    msg = await js.get_msg(ALERTS, next_seq)
+                except nats.js.errors.NotFoundError:
+                    next_seq += 1  # removed by the stream's limits: nothing to read there
+                    continue
+                next_seq += 1
+                try:
+                    events.put_nowait(parse_alerts(msg.data, owner, time.time()))
+                except ValueError as exc:
+                    if refused is not None:
+                        refused(owner, str(exc))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # unreachable, refused or timed out: try again at the next poll
+            log.debug("alerts of %s: %s: %s", owner, type(exc).__name__, exc)
+            if nc is not None and nc.is_closed:
+                nc = None
+        try:
+            await asyncio.wait_for(stop.wait(), poll_s)
+        except TimeoutError:
+            pass
+    if nc is not None:
+        await nc.close()
+
+
+def publish_json(p: Publish) -> dict:
+    return {"window_start": p.window[0], "window_end": p.window[1], "version": p.version, "stable": p.stable,
+            "added": [r.to_json() for r in p.added], "retracted": [r.to_json() for r in p.retracted],
+            "missing": list(p.missing), "due_at": p.due_at, "at": p.at}
+
+
+def publish_from_json(body: Mapping) -> Publish:
+    return Publish((int(body["window_start"]), int(body["window_end"])), int(body["version"]), bool(body["stable"]),
+                   tuple(CorrelatedRow.from_json(r) for r in body["added"]), tuple(CorrelatedRow.from_json(r) for r in body["retracted"]),
+                   tuple(body["missing"]), float(body["due_at"]), float(body["at"]))
+
+
+async def correlate_live(me: str, sources: Mapping[str, Endpoint], stop: asyncio.Event, *, bound_s: float = 10.0,
+                         on_publish: Callable[[Publish], None] | None = None, poll_s: float = 0.2) -> Correlator:
+    """Run participant `me`'s correlated result until `stop`: follow every source's alerts
+    (`me`'s own among them), step the DPC machine, publish each version on `me`'s broker."""
+    check_name(me, "participant name")
+    if me not in sources:
+        raise ValueError(f"{me}'s own broker must be among the sources")
+    machine = Correlator(frozenset(sources), bound_s=bound_s)
+    events: asyncio.Queue = asyncio.Queue()
+
+    def refused(owner: str, why: str) -> None:
+        log.warning("refused alerts from %s: %s", owner, why)
+
+    followers = [asyncio.create_task(follow(name, ep, events, stop, poll_s=poll_s, refused=refused)) for name, ep in sources.items()]
+    own = sources[me]
+    nc = await nats.connect(own.url, user=own.user, password=own.password, max_reconnect_attempts=-1, inbox_prefix=inbox_prefix(own.user))
+    js = nc.jetstream(timeout=10.0)
+    try:
+        while not stop.is_set():
+            due = machine.next_due()
+            wait = poll_s if due is None else min(poll_s, max(0.0, due - time.time()))
+            try:
+                event = await asyncio.wait_for(events.get(), wait)
+            except TimeoutError:
+                event = Tick(time.time())
+            for instruction in machine.handle(event):
+                if isinstance(instruction, Ignored):
+                    log.info("ignored alerts of %s for %s: %s", instruction.participant, instruction.window, instruction.why)
+                    continue
+                body = json.dumps(publish_json(instruction)).encode()
+                await js.publish(f"corr.{instruction.window[0]}", body, stream=CORRELATED,
+                                 headers={"Nats-Msg-Id": f"{instruction.window[0]}.{instruction.version}"})
+                if on_publish is not None:
+                    on_publish(instruction)
+    finally:
+        stop.set()
+        await asyncio.gather(*followers, return_exceptions=True)
+        await nc.close()
+    return machine
+
+
+def read_stream(broker: Broker, stream: str) -> list[bytes]:
+    """Every message of `stream` on `broker`, in order."""
+
+    async def read() -> list[bytes]:
+        state = (await broker.js.stream_info(stream)).state
+        out = []
+        for seq in range(state.first_seq, state.last_seq + 1):
+            try:
+                out.append((await broker.js.get_msg(stream, seq)).data)
+            except nats.js.errors.NotFoundError:
+                continue
+        return out
+
+    return broker.call(read())
+
+
+def read_correlated(broker: Broker) -> list[Publish]:
+    """Every version published on this participant's `CORRELATED` stream, in order."""
+    return [publish_from_json(json.loads(data)) for data in read_stream(broker, CORRELATED)]

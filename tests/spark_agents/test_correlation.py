@@ -1,0 +1,93 @@
+"""The correlated result live: partners' alerts validated, read only as granted, and DPC across real partitions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import nats
+import pytest
+
+from bpm_app.bench.partition import PartitionSettings, run_partition_bench
+from spark_agents.broker.server import NatsServer, User
+from spark_agents.broker.stream import Broker
+from spark_agents.correlation import ALERTS, Endpoint, alerts_reader, ensure_streams, follow, parse_alerts, share_alerts
+from spark_agents.network import HostNetwork
+
+needs_namespaces = pytest.mark.skipif(HostNetwork.available() is not None, reason=f"cannot make network namespaces here: {HostNetwork.available()}")
+
+
+def body(**fields) -> bytes:
+    message = {"participant": "b", "window_start": 60, "window_end": 120, "sources": ["10.0.0.1"], "final": True}
+    return json.dumps(message | fields).encode()
+
+
+def test_a_partners_alerts_parse_into_an_event():
+    event = parse_alerts(body(sources=["10.0.0.1", "2001:db8:0::1"]), "b", at=5.0)
+    assert (event.participant, event.window, event.sources, event.at) == ("b", (60, 120), {"10.0.0.1", "2001:db8::1"}, 5.0)
+
+
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [
+        (b"\xff", "not JSON"),
+        (b"[1]", "not a JSON object"),
+        (body(participant="c"), "alerts of 'c' on b's broker"),
+        (body(window_end=60), "window"),
+        (body(window_start=-60), "window"),
+        (body(window_start=True), "window"),
+        (body(window_end=60 + 86_401), "window"),
+        (body(sources="10.0.0.1"), "sources must be a list"),
+        (body(sources=["../../etc"]), "not an IP address"),
+        (body(sources=["10.0.0.1", 7]), "distinct IP addresses"),
+        (body(sources=["10.0.0.1", "10.0.0.1"]), "distinct IP addresses"),
+        (body(final="yes"), "final"),
+    ],
+)
+def test_hostile_alerts_are_refused_with_a_reason(data, why):
+    with pytest.raises(ValueError, match=why):
+        parse_alerts(data, "b", at=0.0)
+
+
+@pytest.mark.slow
+def test_a_partner_reads_the_alerts_it_is_granted_in_order_skips_bad_ones_and_cannot_write(tmp_path):
+    with NatsServer.on_free_ports("b", tmp_path / "store", [User("b", "owner-pass"), alerts_reader("a", "reader-pass")]) as server:
+        with Broker(server.url, "b", "owner-pass") as owner:
+            ensure_streams(owner, correlated=False)
+            share_alerts(owner, "b", (0, 60), ["10.0.0.1"])
+            owner.call(owner.js.publish("alerts.b.60", body(participant="c", window_start=60), stream=ALERTS))
+            share_alerts(owner, "b", (120, 180), [])
+            share_alerts(owner, "b", (120, 180), ["10.0.0.9"])  # a second publish of a window is dropped
+
+        async def read():
+            events, stop, refused = asyncio.Queue(), asyncio.Event(), []
+            reader = asyncio.create_task(follow("b", Endpoint(server.url, "a", "reader-pass"), events, stop,
+                                                refused=lambda owner, why: refused.append(why)))
+            got = [await asyncio.wait_for(events.get(), 10) for _ in range(2)]
+            stop.set()
+            await reader
+            nc = await nats.connect(server.url, user="a", password="reader-pass")
+            try:
+                with pytest.raises(Exception):  # noqa: B017 - the server refuses the publish (no answer comes)
+                    await nc.jetstream(timeout=1).publish("alerts.b.240", body(window_start=240, window_end=300))
+            finally:
+                await nc.close()
+            return got, refused
+
+        got, refused = asyncio.run(read())
+    assert [(e.window, e.sources) for e in got] == [((0, 60), {"10.0.0.1"}), ((120, 180), frozenset())]
+    assert refused == ["alerts of 'c' on b's broker"]
+
+
+@pytest.mark.slow
+@needs_namespaces
+@pytest.mark.parametrize("cut", ["host", "link"])
+def test_the_correlated_result_flows_through_a_partition_tentative_and_is_corrected_to_the_plain_result(tmp_path, cut):
+    settings = PartitionSettings(lengths_s=(6.0,), cut=cut, bound_s=1.5, window_s=1, lead_s=3.0, recover_s=6.0)
+    report = run_partition_bench(settings, tmp_path)
+    (p,) = report["partitions"]
+    assert p["published_during_partition"] > 0, report  # results kept flowing while b was unreachable
+    assert p["tentative_windows"] > 0 and p["tentative_rows"] > 0, report
+    assert p["tentative_outside_partition"] == 0, report
+    assert p["unstable_windows"] == p["lost_results"] == p["duplicate_results"] == p["extra_results"] == 0, report
+    assert p["stabilisation_s"] is not None, report
