@@ -54,6 +54,16 @@ def _newest_completed(root: Path) -> tuple[dict, dict] | None:
         return None
 
 
+def batch_watermark_ms(checkpoint_dir: str | Path, batch_id: int) -> int | None:
+    """The watermark (epoch ms) batch `batch_id` runs with, from its offset-log entry (written
+    before the batch runs): windows ending before it are emitted in that batch or earlier."""
+    try:
+        watermark = _metadata(Path(checkpoint_dir) / "offsets" / str(batch_id)).get("batchWatermarkMs")
+    except (FileNotFoundError, ValueError):
+        return None
+    return watermark if isinstance(watermark, int) else None
+
+
 def committed_watermark_ms(checkpoint_dir: str | Path) -> int | None:
     """The watermark (epoch ms) of the newest completed batch: every window ending by then has
     been emitted. None before the first completed batch."""

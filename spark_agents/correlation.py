@@ -88,6 +88,60 @@ def share_alerts(broker: Broker, participant: str, window: tuple[int, int], sour
     return ack.seq
 
 
+class OwnAlerts:
+    """A participant's alerts per closed window, read from its tasks' results on its own broker.
+
+    Every task writes its rows and, once a window is closed at it, a progress mark
+    (`spark_agents.broker.results`); wherever a task runs, its results go to its origin. A
+    window is closed at the participant when every task that has written anything has
+    closed it; then its alerts are final: the sources of its `connections` and `ports` rows
+    over all tasks, none when no task raised one. A task that never wrote anything (no input
+    reached it) holds nothing back. `poll` returns the windows closed since the last poll,
+    oldest first: every window that ends after `since` (when sharing began), empty ones
+    included, each once.
+
+    Attributes:
+        after: per task, the results sequence read up to.
+        closed: per task, the end of the newest window it closed (None: none yet).
+        sources: alerting sources of windows not returned yet.
+        next_end: the end of the next window to return.
+    """
+
+    def __init__(self, broker: Broker, window_s: int, since: int) -> None:
+        self.broker = broker
+        self.window_s = window_s
+        self.after: dict[str, int] = {}
+        self.closed: dict[str, int | None] = {}
+        self.sources: dict[tuple[int, int], set[str]] = {}
+        self.next_end = since // window_s * window_s + window_s
+
+    def poll(self, tasks: Iterable[str]) -> list[tuple[tuple[int, int], frozenset[str]]]:
+        from bpm.dpc import ALERT_KINDS
+        from bpm.zeek.definitions import ResultRow
+        from spark_agents.broker.results import read_messages
+
+        tasks = list(tasks)
+        for task in tasks:
+            for seq, body, _ in read_messages(self.broker, task, self.after.get(task, 0)):
+                self.after[task] = seq
+                self.closed.setdefault(task, None)
+                if body.get("kind") == "batch":
+                    for row in map(ResultRow.from_json, body["rows"]):
+                        if row.kind in ALERT_KINDS and row.window_end >= self.next_end:
+                            self.sources.setdefault((row.window_start, row.window_end), set()).add(row.key)
+                elif body.get("kind") == "progress":
+                    self.closed[task] = max(self.closed[task] or body["closed"], body["closed"])
+        marks = [self.closed[t] for t in tasks if t in self.closed]
+        if not marks or None in marks:
+            return []
+        out = []
+        while self.next_end <= min(marks):
+            window = (self.next_end - self.window_s, self.next_end)
+            out.append((window, frozenset(self.sources.pop(window, ()))))
+            self.next_end += self.window_s
+        return out
+
+
 def parse_alerts(data: bytes, owner: str, at: float) -> Alerts:
     """A message of `owner`'s `ALERTS` stream as an event; ValueError saying what is wrong with it."""
     try:

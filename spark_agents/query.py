@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bpm.zeek.definitions import PORT_PROTOCOLS, QueryParams, ResultRow
-from spark_agents.checkpoint import owes_watermark_batch
+from spark_agents.checkpoint import batch_watermark_ms, owes_watermark_batch
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -75,20 +75,37 @@ def batch_results(batch: DataFrame, params: QueryParams) -> list[ResultRow]:
     return sorted(rows)
 
 
+def closed_window_end(watermark_ms: int, params: QueryParams) -> int:
+    """The end (epoch seconds) of the newest window a batch running with `watermark_ms` has
+    closed: windows that end before the watermark are out of the state (one ending exactly
+    at it counts at the next batch)."""
+    return (watermark_ms - 1) // 1000 // params.window_s * params.window_s
+
+
 class BatchWriter:
     """The foreachBatch function of a task: hands each batch's rows (also an empty list) to
-    `sink(batch_id, rows)`; an exception it raises fails the query.
+    `sink(batch_id, rows)`; an exception it raises fails the query. A sink that says how far
+    its windows are closed (`closed_through(window_end)`, the output fence) is told after
+    each batch, from the watermark the batch ran with (read in `checkpoint_dir`): a reader of
+    the results then knows a window without rows from one still open.
 
     `on_cpu(task_id, batch_id, seconds)`, when given, receives the CPU time the function used
     in this process (Spark calls it on a callback thread, so the thread's CPU clock is its own).
     """
 
-    def __init__(self, task_id: str, params: QueryParams, sink: Sink, on_cpu: Callable[[str, int, float], None] | None = None) -> None:
+    def __init__(self, task_id: str, params: QueryParams, sink: Sink, on_cpu: Callable[[str, int, float], None] | None = None,
+                 checkpoint_dir: str | Path | None = None) -> None:
         self.task_id, self.params, self.sink, self.on_cpu = task_id, params, sink, on_cpu
+        self.checkpoint_dir = checkpoint_dir
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.thread_time()
         self.sink(batch_id, batch_results(batch, self.params))
+        closed_through = getattr(self.sink, "closed_through", None)
+        if closed_through is not None and self.checkpoint_dir is not None:
+            watermark = batch_watermark_ms(self.checkpoint_dir, batch_id)
+            if watermark:
+                closed_through(closed_window_end(watermark, self.params))
         if self.on_cpu is not None:
             self.on_cpu(self.task_id, batch_id, time.thread_time() - started)
 
@@ -115,7 +132,7 @@ def start_query(
         .writeStream.queryName(task_id)
         .outputMode("append")
         .option("checkpointLocation", str(checkpoint_dir))
-        .foreachBatch(BatchWriter(task_id, params, sink, on_cpu))
+        .foreachBatch(BatchWriter(task_id, params, sink, on_cpu, checkpoint_dir))
     )
     if trigger_s is not None:
         writer = writer.trigger(processingTime=f"{round(trigger_s * 1000)} milliseconds")

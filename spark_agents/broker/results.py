@@ -1,9 +1,10 @@
 """A task's results on its origin's broker, written through an epoch fence the broker enforces.
 
 The origin's server keeps the stream `RESULTS` (subjects `out.<origin>.<task>`). A task's
-subject holds, in order, *claims* and *batches*: a claim says that an epoch holds the
-task's output from now on; a batch carries the rows of one micro-batch, its writer's
-epoch and the end of the newest window written so far. Every publish names the sequence
+subject holds, in order, *claims*, *batches* and *progress* marks: a claim says that an
+epoch holds the task's output from now on; a batch carries the rows of one micro-batch, its
+writer's epoch and the end of the newest window written so far; a progress mark says that
+every window ending by its `closed` time is out (`FencedSink.closed_through`), rows or none. Every publish names the sequence
 of the last message it expects on the subject (`Nats-Expected-Last-Subject-Sequence`), so
 the broker itself refuses a write that something else preceded: a compare-and-set.
 
@@ -131,6 +132,19 @@ class BrokerFence:
             # publish whose acknowledgement was lost (then its rows are written and drop out).
 
 
+    def progress(self, epoch: int, closed: int) -> None:
+        """Publish that every window ending by `closed` has been written, at `epoch` (refused like a write)."""
+        while True:
+            current, seq = self._last()
+            self._check(current, epoch)
+            if current.epoch != epoch:
+                self.claim(epoch)
+                continue
+            body = {"kind": "progress", "epoch": epoch, "window_end": current.window_end, "closed": closed}
+            if self._publish(body, seq) is not None:
+                return
+
+
 def broker_sink(broker: Broker, task_id: str, epoch: int | None) -> FencedSink:
     """Task `task_id`'s sink writing through its fence on its origin's broker (`broker`: a
     connection to it) at `epoch`; None: an active-standby replica's, its rows held back."""
@@ -148,8 +162,9 @@ class ResultBatch:
     at: float = 0.0  # when the broker stored it (seconds since the epoch)
 
 
-def read_results(broker: Broker, task_id: str, after: int = 0) -> list[ResultBatch]:
-    """Every batch task `task_id` has written after stream sequence `after`, in order."""
+def read_messages(broker: Broker, task_id: str, after: int = 0) -> list[tuple[int, dict, float]]:
+    """Every message (claim, batch, progress) on task `task_id`'s results subject after stream
+    sequence `after`, in order: (sequence, body, when the broker stored it)."""
     from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
     subject = results_subject(task_id)
@@ -174,12 +189,13 @@ def read_results(broker: Broker, task_id: str, after: int = 0) -> list[ResultBat
         await js.delete_consumer(STREAM, info.name)
         return out
 
-    batches = []
-    for seq, data, at in broker.call(fetch_all()):
-        body = json.loads(data)
-        if body["kind"] == "batch":
-            batches.append(ResultBatch(seq, body["epoch"], body["batch_id"], [ResultRow.from_json(r) for r in body["rows"]], at))
-    return batches
+    return [(seq, json.loads(data), at) for seq, data, at in broker.call(fetch_all())]
+
+
+def read_results(broker: Broker, task_id: str, after: int = 0) -> list[ResultBatch]:
+    """Every batch task `task_id` has written after stream sequence `after`, in order."""
+    return [ResultBatch(seq, body["epoch"], body["batch_id"], [ResultRow.from_json(r) for r in body["rows"]], at)
+            for seq, body, at in read_messages(broker, task_id, after) if body["kind"] == "batch"]
 
 
 def broker_outputs(broker: Broker, tasks: Iterable[str]) -> OutputSet:

@@ -61,6 +61,7 @@ class Fence(Protocol):
     def check(self, epoch: int) -> None: ...
     def claim(self, epoch: int) -> FenceState: ...
     def write(self, epoch: int, batch_id: int, rows: Iterable[ResultRow], run: str) -> tuple[int | None, int]: ...
+    def progress(self, epoch: int, closed: int) -> None: ...
 
 
 class FencedSink:
@@ -79,6 +80,7 @@ class FencedSink:
         written: rows written; dropped: rows left out as already written.
         held: rows held back, per batch id (standby only).
         batches: the fence's sequence of each batch it wrote.
+        closed: the end of the newest window it said was closed (`closed_through`).
     """
 
     def __init__(self, fence: Fence, epoch: int | None, run: str | None = None) -> None:
@@ -89,6 +91,7 @@ class FencedSink:
         self.dropped = 0
         self.held: dict[int, list[ResultRow]] = {}
         self.batches: list[int] = []
+        self.closed: int | None = None
         self._claimed = False
         self._lock = threading.Lock()
 
@@ -118,6 +121,18 @@ class FencedSink:
         if seq is not None:
             self.written += len(rows) - dropped
             self.batches.append(seq)
+
+    def closed_through(self, window_end: int) -> None:
+        """Say, through the fence, that every window ending by `window_end` has been written
+        (a primary's, once per newly closed window; a standby says nothing)."""
+        with self._lock:
+            if self.epoch is None or (self.closed is not None and window_end <= self.closed):
+                return
+            if not self._claimed:
+                self.fence.claim(self.epoch)
+                self._claimed = True
+            self.fence.progress(self.epoch, window_end)
+            self.closed = window_end
 
     def _hold(self, batch_id: int, rows: list[ResultRow]) -> None:
         after = self.fence.state().window_end

@@ -91,3 +91,53 @@ def test_the_correlated_result_flows_through_a_partition_tentative_and_is_correc
     assert p["tentative_outside_partition"] == 0, report
     assert p["unstable_windows"] == p["lost_results"] == p["duplicate_results"] == p["extra_results"] == 0, report
     assert p["stabilisation_s"] is not None, report
+
+
+@pytest.mark.slow
+def test_a_participant_s_alerts_come_from_its_tasks_results_window_by_window_once_every_task_closed_it(spark, nats_server, broker, tmp_path):
+    """Two tasks over halves of a's stream; the alerts per closed window are the plain computation's, empty windows included."""
+    from bpm.dpc import alerting_sources
+    from bpm.zeek.definitions import QueryParams
+    from bpm.zeek.generator import TrafficProfile, generate
+    from bpm.zeek.reference import compute
+    from spark_agents.broker.results import BrokerFence
+    from spark_agents.broker.source import JetStreamInput
+    from spark_agents.broker.stream import BrokerStream
+    from spark_agents.correlation import OwnAlerts
+    from spark_agents.ha.fence import FencedSink
+    from spark_agents.query import start_query
+    from spark_agents.streams.feed import Feeder
+
+    server, owner = nats_server
+    params = QueryParams(window_s=30)
+    conns = generate(TrafficProfile(duration_s=240.0, rate=150.0), seed=5)
+    feeder = Feeder(BrokerStream(broker, "a"), params)
+    tasks = {"a.t0": "0", "a.t1": "1"}
+
+    def run() -> None:
+        for task, prefix in tasks.items():
+            source = JetStreamInput(server.url, owner.name, owner.password, "a", prefix, max_messages=64)
+            sink = FencedSink(BrokerFence(broker, task), 1)
+            query = start_query(spark, task, source, tmp_path / task, params, sink)
+            try:
+                query.processAllAvailable()
+            finally:
+                query.stop()
+
+    since = int(conns[0].ts)
+    own = OwnAlerts(broker, params.window_s, since)
+    assert own.poll(tasks) == [], "nothing written yet"
+    feeder.feed(conns[: len(conns) // 2], 2000)
+    run()
+    first = own.poll(tasks)
+    feeder.feed(conns[len(conns) // 2 :], 2000)
+    feeder.close()
+    run()
+    rest = own.poll(tasks)
+    assert own.poll(tasks) == [], "a window is returned once"
+    expected = alerting_sources(compute(conns, params))
+    windows = [w for w, _ in first + rest]
+    assert first and rest, "windows closed in both halves"
+    assert windows == [(e - 30, e) for e in range(windows[0][1], windows[-1][1] + 1, 30)], "every window in order, none twice"
+    assert windows[0][0] <= since < windows[0][1] and max(expected) <= windows[-1], "from sharing's start to the last window"
+    assert {w: s for w, s in first + rest if s} == expected

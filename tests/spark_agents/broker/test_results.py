@@ -10,7 +10,7 @@ from bpm.zeek.definitions import QueryParams, ResultRow
 from bpm.zeek.generator import TrafficProfile, generate
 from bpm.zeek.reference import compute
 from spark_agents import handover
-from spark_agents.broker.results import BrokerFence, read_results
+from spark_agents.broker.results import BrokerFence, read_messages, read_results
 from spark_agents.broker.source import JetStreamInput
 from spark_agents.broker.stream import BrokerStream
 from spark_agents.ha.fence import FencedError, FencedSink
@@ -45,6 +45,21 @@ def test_the_broker_refuses_a_fenced_host_s_late_write_and_each_window_is_writte
     assert [b.rows for b in read_results(broker, "a.t0", after=written[0].seq)] == [[_row(30)]], "from a sequence on"
     assert new.state().epoch == 2 and new.state().window_end == 30
     assert read_results(broker, "a.other") == []
+
+
+def test_a_primary_says_how_far_its_windows_are_closed_through_the_fence_once_per_window(broker):
+    sink = FencedSink(BrokerFence(broker, "a.t1"), 1)
+    sink.closed_through(60)
+    sink.closed_through(60)  # nothing new closed: nothing published
+    sink(0, [_row(90)])
+    sink.closed_through(120)
+    FencedSink(BrokerFence(broker, "a.t1"), None).closed_through(180)  # a standby says nothing
+    bodies = [body for _, body, _ in read_messages(broker, "a.t1")]
+    assert [(b["kind"], b.get("closed")) for b in bodies] == [("claim", None), ("progress", 60), ("batch", None), ("progress", 120)]
+    assert bodies[-1]["window_end"] == 90, "a progress mark keeps the newest window written"
+    BrokerFence(broker, "a.t1").claim(2)
+    with pytest.raises(FencedError):
+        sink.closed_through(180)  # a host that lost its task says nothing more either
 
 
 def test_a_task_moved_with_its_checkpoint_gives_the_plain_computation_s_rows(spark, nats_server, broker, tmp_path):
