@@ -88,9 +88,9 @@ def heartbeat(name: schemas.NamePath, body: schemas.Heartbeat, request: Request,
     The answer is also its change feed: the notices of changes that concern it that it has
     not acknowledged yet (`acknowledged` in the body deletes those acted on), and the
     liveness of the participants that concern it (`api.services.changes`)."""
-    participant = service.heartbeat(session, caller, name, body, now)
-    notices, partners = service.feed(session, participant, body.acknowledged)
     timeout_s = request.app.state.settings.heartbeat_timeout_s
+    participant = service.heartbeat(session, caller, name, body, now, timeout_s)
+    notices, partners = service.feed(session, participant, body.acknowledged)
     return _out(
         request, participant, service.hosted_by(session, participant.id), now, schemas.HeartbeatOut,
         changes=[schemas.ChangeOut(id=c.id, kind=c.kind) for c in notices],

@@ -350,7 +350,7 @@ def failover(
     events.record(
         session,
         "task.failover",
-        f"{me.name} failed task #{task.id} {task_label(task)} over from {failed.name} ({status}, silent {age:.1f} s) "
+        f"{me.name} failed task #{task.id} {task_label(task)} over from {failed.name} (unreachable: silent {age:.1f} s, {status}) "
         f"to {target.name} ({mode}); epoch {body.expected_epoch} -> {task.epoch}"
         + (f": {body.reason}" if body.reason else ""),
         actor=me.name,

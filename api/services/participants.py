@@ -120,14 +120,19 @@ def hosted_task_ids(session: Session, participant_ids: list[int]) -> dict[int, l
     return hosted
 
 
-def heartbeat(session: Session, caller: Principal, name: str, body: schemas.Heartbeat, now: datetime) -> Participant:
+def heartbeat(session: Session, caller: Principal, name: str, body: schemas.Heartbeat, now: datetime,
+              timeout_s: float | None = None) -> Participant:
     """Record the participant's load report, in a fixed number of statements however many
-    tasks it reports (an agent's heartbeat is the registry's most frequent request)."""
+    tasks it reports (an agent's heartbeat is the registry's most frequent request). A
+    heartbeat after a silence past `timeout_s` is recorded as the participant being
+    reachable again (`participant.healed`)."""
     mine = caller.participant is not None and caller.participant.name == name
     participant = caller.participant if mine else get(session, name)
     if not mine:
         raise Forbidden(f"only {name} may send its heartbeat")
     previous = participant.heartbeat_at
+    if previous is not None and timeout_s is not None and (now - previous).total_seconds() > timeout_s:
+        _healed(session, participant, previous, now)
     participant.heartbeat_at = now
     participant.load = body.load
     participant.threshold = body.threshold
@@ -147,6 +152,27 @@ def heartbeat(session: Session, caller: Principal, name: str, body: schemas.Hear
         connection.execute(_TRIM_SAMPLES, {"host": participant.id, "before": now - SAMPLE_RETENTION})
     session.flush()
     return participant
+
+
+def _healed(session: Session, participant: Participant, silent_since: datetime, now: datetime) -> None:
+    """Record that `participant`, silent since `silent_since` (crashed, or cut off by a
+    partition: the registry cannot tell), is heard from again, and what was failed over
+    from it meanwhile: tasks it no longer hosts, whose output its epoch may no longer write."""
+    from api.models import Task as TaskModel
+
+    lost = session.execute(
+        select(Failover.task_id, Failover.to_epoch, TaskModel.name)
+        .join(TaskModel, TaskModel.id == Failover.task_id)
+        .where(Failover.failed_id == participant.id, Failover.kind == "failover", Failover.detected_at >= silent_since)
+        .order_by(Failover.id)
+    ).all()
+    gap = (now - silent_since).total_seconds()
+    taken = f"; failed over from it meanwhile: {', '.join(f'#{t} {n} (now epoch {e})' for t, e, n in lost)}" if lost else ""
+    events.record(
+        session, "participant.healed", f"{participant.name} is reachable again after {gap:.1f} s of silence{taken}",
+        actor=participant.name, subject=participant.name,
+        data={"silent_s": round(gap, 3), "failed_over_task_ids": [t for t, _, _ in lost]}, at=now,
+    )
 
 
 def hosted_by(session: Session, participant_id: int) -> list[int]:

@@ -172,7 +172,13 @@ def test_failover_refused_while_the_host_lives_then_done_with_fencing(registry, 
     assert registry.ok("GET", "/tasks?host=b", keys["b"]) == []
     assert registry.ok("GET", f"/tasks/{tid}")["load"] == 0.5
     assert registry.call("POST", f"/movements/{movement['id']}/end", keys["b"]).status_code == 409
-    assert [e["kind"] for e in registry.ok("GET", "/events?kind=task.failover", keys["b"])] == ["task.failover"]
+    (failover,) = registry.ok("GET", "/events?kind=task.failover", keys["b"])
+    assert "from b (unreachable: silent 4.0 s, suspected)" in failover["message"]
+    (healed,) = registry.ok("GET", "/events?kind=participant.healed", keys["b"])
+    assert healed["subject"] == "b" and healed["data"] == {"silent_s": 4.0, "failed_over_task_ids": [tid]}
+    assert healed["message"] == f"b is reachable again after 4.0 s of silence; failed over from it meanwhile: #{tid} t0 (now epoch 2)"
+    beat(registry, keys, "b")
+    assert len(registry.ok("GET", "/events?kind=participant.healed", keys["b"])) == 1, "only after a silence"
     assert registry.ok("GET", "/failovers", keys["b"])[0]["id"] == record["id"]  # b, the failed host, reads it
 
 
