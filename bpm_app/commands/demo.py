@@ -21,8 +21,9 @@ def demo(
     report_dir: Annotated[Path, typer.Option("--report", help="Report folder: report.json and timeline.png.")] = Path("demo-report"),
     port: Annotated[int, typer.Option(help="Registry port (the admin UI is served there too).")] = 8700,
     phase_timeout: Annotated[float, typer.Option(help="Longest wait of a phase for an acceptable allocation, seconds.")] = 240.0,
-    scenario: Annotated[str, typer.Option(help="'phases' (the four phases of load management) or 'failover' (kill -9 of a participant hosting moved tasks, and the recovery).")] = "phases",
-    ha_mode: Annotated[HAMode, typer.Option(help="The contracts' HA mode in the failover scenario.")] = HAMode.passive_standby,
+    scenario: Annotated[str, typer.Option(help="'phases' (the four phases of load management), 'failover' (kill -9 of a participant hosting moved tasks, and the recovery) or 'partition' (the same participant cut off from every other host, then healed).")] = "phases",
+    ha_mode: Annotated[HAMode, typer.Option(help="The contracts' HA mode in the failover and partition scenarios.")] = HAMode.passive_standby,
+    cut_for: Annotated[float, typer.Option(min=1.0, help="How long the partition scenario keeps the participant cut off, seconds from the cut.")] = 30.0,
     cpus: Annotated[float, typer.Option(min=0.0, help="Each participant's capacity: a CPU quota of its own (a cgroup; needs root). 0: the participants share the machine's CPUs.")] = 0.4,
     hosts: Annotated[bool, typer.Option("--hosts/--no-hosts", help="Each participant and the registry in a network namespace of its own, on a private bridge (needs root); else loopback addresses 127.0.0.2 on.")] = True,
 ) -> None:
@@ -32,14 +33,17 @@ def demo(
     from bpm_app.demo.report import write_report
     from bpm_app.demo.run import Demo, DemoSettings, verdict
 
-    if scenario not in ("phases", "failover"):
-        raise typer.BadParameter("--scenario is 'phases' or 'failover'")
+    if scenario not in ("phases", "failover", "partition"):
+        raise typer.BadParameter("--scenario is 'phases', 'failover' or 'partition'")
+    if scenario == "partition" and not hosts:
+        raise typer.BadParameter("--scenario partition cuts a host's links: it needs --hosts")
 
     def make(**kw):
-        if scenario == "failover":
+        if scenario in ("failover", "partition"):
             from bpm_app.demo.failover import FailoverDemo
 
-            return FailoverDemo(settings, ha_mode=ha_mode.value, **kw)
+            fault = "cut" if scenario == "partition" else "crash"
+            return FailoverDemo(settings, ha_mode=ha_mode.value, fault=fault, cut_s=cut_for, **kw)
         return Demo(settings, **kw)
 
     if workdir.exists():
@@ -69,7 +73,10 @@ def demo(
             typer.echo(f"  {phase['name']}: {verdict(phase)}")
         typer.echo(f"  movements {len(report['movements'])}, lost results {report['lost_results']}, duplicate results {report['duplicate_results']}")
         for f in report.get("failovers", []):
-            typer.echo(f"  failover of {f['task']} ({f['mode']}) {f['from']} -> {f['to']}: detected {f['detected_s']} s after the kill, recovery {f['recovery_s']} s")
+            typer.echo(f"  failover of {f['task']} ({f['mode']}) {f['from']} -> {f['to']}: detected {f['detected_s']} s after the fault, recovery {f['recovery_s']} s")
+        if report.get("healed"):
+            h = report["healed"]
+            typer.echo(f"  healed at {h['at_s']} s: heard from again after {h['heard_after_s']} s, stopped the tasks it lost after {h['stopped_lost_tasks_after_s']} s")
 
 
 def _run(runner) -> dict:

@@ -12,9 +12,18 @@
 4. The federation runs on without B; then the input closes, every task drains, and the
    alerts are compared with the plain computation (`bpm.zeek.reference`) over exactly what was fed.
 
-The report adds `failovers` (each with `task`, `mode`, `detected_s`: from the kill to the
-registry's detection, `recovery_s`: from the detection to the task's first output after
-it), `repairs` and `killed`. It reuses the phases scenario's federation and settings
+With `fault="cut"` (`bpm demo --scenario partition`) B's host is not killed but cut off
+from every other host (the registry's included) by a network partition: its processes
+run on, unheard. A fails B's tasks over exactly as after a crash (silence cannot tell the
+two apart); then the link heals, B is heard from again (the registry records it as
+`participant.healed`), learns from the registry's answer that it lost the tasks and stops
+them, and whatever B's tasks still try to write at their old epoch is refused by the
+fence. Phase 4 then runs with B back.
+
+The report adds `failovers` (each with `task`, `mode`, `detected_s`: from the kill or cut
+to the registry's detection, `recovery_s`: from the detection to the task's first output
+after it), `repairs` and `killed` (with a cut: `cut`, and `healed` with when B was heard
+from again and when it stopped running the tasks it lost). It reuses the phases scenario's federation and settings
 (`bpm_app.demo.run`), with a 5 s trigger: A's six tasks then take it over its threshold.
 Each participant is a host with a network and storage of its own (`spark_agents.hosts`), but
 without a CPU quota: each measures its load against one core, with the cost curve and price
@@ -47,7 +56,10 @@ class FailoverDemo(Demo):
     """The failover scenario on the phases scenario's federation (see the module text)."""
 
     def __init__(self, settings: DemoSettings, view: Callable[[dict], None] | None = None, say: Callable[[str], None] = print,
-                 ha_mode: str = "passive_standby", recover_timeout_s: float = 120.0) -> None:
+                 ha_mode: str = "passive_standby", recover_timeout_s: float = 120.0, fault: str = "crash",
+                 cut_s: float = 30.0) -> None:
+        if fault not in ("crash", "cut"):
+            raise ValueError("fault is 'crash' or 'cut'")
         super().__init__(dataclasses.replace(settings, trigger_s=FAILOVER_TRIGGER_S, mm1_scale=FAILOVER_MM1_SCALE,
                                              spread=FAILOVER_SPREAD, cpus=None), view, say)
         self._members = {m.name: m for m in FAILOVER_MEMBERS}
@@ -56,6 +68,9 @@ class FailoverDemo(Demo):
         self.killed_at: float | None = None
         self.lost_tasks: list[str] = []
         self.recovered: list[dict] = []  # tasks whose movement ended as their host died: restarted from their copy
+        self.fault = fault
+        self.cut_s = cut_s  # how long B stays cut off (from the cut; at least until its tasks recovered elsewhere)
+        self.healed: dict | None = None
 
     def _contracts(self, member: Member) -> list[AgreedTerms]:
         """The phases scenario's contracts, each with the HA mode."""
@@ -82,6 +97,8 @@ class FailoverDemo(Demo):
         names = [m.name for m in FAILOVER_MEMBERS]
         try:
             self._open_hosts()
+            if self.fault == "cut" and self.fed.hosts.net is None:
+                raise RuntimeError("a partition needs hosts with networks of their own (run as root on Linux, with iproute2)")
             self.fed.start_registry()
             self.say(f"registry on {self.fed.registry_url} (admin UI at {self.fed.registry_url}/, operator key {self.fed.admin_key})")
             self.say(f"contracts under {self.ha_mode}")
@@ -90,7 +107,11 @@ class FailoverDemo(Demo):
             self._phase("2 A sheds load to B and C", names, hold_s=s.settle_s)
             self._kill_when_copied()
             self._recover()
-            self._phase("4 the federation runs on without B", ["a", "c"], hold_s=s.settle_s)
+            if self.fault == "cut":
+                self._heal()
+                self._phase("4 B is back", names, hold_s=s.settle_s)
+            else:
+                self._phase("4 the federation runs on without B", ["a", "c"], hold_s=s.settle_s)
             return self._finish_failover()
         finally:
             self.fed.close()
@@ -111,13 +132,46 @@ class FailoverDemo(Demo):
                 raise TimeoutError(f"{VICTIM} hosted no moved task within {2 * timeout_s:.0f} s; see {self.s.workdir / 'logs'}")
             time.sleep(self.s.poll_s)
         self.lost_tasks = [f"{t['origin']}.{t['name']}" for t in hosted]
-        self.say(f"{VICTIM}'s host crashes (every process in it killed at once) while it hosts {', '.join(self.lost_tasks)}")
         self.killed_at = time.time()
-        self.fed.hosts.crash(VICTIM)
+        if self.fault == "cut":
+            self.say(f"{VICTIM}'s host is cut off from every other host (a network partition) while it hosts {', '.join(self.lost_tasks)}")
+            self.fed.hosts.cut(VICTIM)
+        else:
+            self.say(f"{VICTIM}'s host crashes (every process in it killed at once) while it hosts {', '.join(self.lost_tasks)}")
+            self.fed.hosts.crash(VICTIM)
+
+    def _heal(self, timeout_s: float = 120.0) -> None:
+        """Heal B's link once it has been cut off `cut_s`; wait until B is heard from again and runs none of the tasks it lost."""
+        time.sleep(max(0.0, self.killed_at + self.cut_s - time.time()))
+        self.fed.hosts.heal(VICTIM)
+        healed_at = time.time()
+        self.say(f"{VICTIM}'s link heals after {healed_at - self.killed_at:.0f} s")
+        heard = stopped = None
+        events: list[dict] = []
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and (heard is None or stopped is None):
+            self.poll()
+            with self.fed.operator() as operator:
+                events = operator.events(kind="participant.healed", limit=10)
+            if heard is None and any(e["subject"] == VICTIM for e in events):
+                heard = time.time()
+                self.say(f"  {VICTIM} is heard from again {heard - healed_at:.1f} s after the heal")
+            running = self._running().get(VICTIM)
+            if heard is not None and running is not None and not set(running) & set(self.lost_tasks):
+                stopped = time.time()
+                self.say(f"  {VICTIM} runs none of the tasks it lost ({stopped - healed_at:.1f} s after the heal)")
+            time.sleep(self.s.poll_s)
+        self.healed = {
+            "at_s": round(healed_at - self.t0, 1),
+            "heard_after_s": None if heard is None else round(heard - healed_at, 1),
+            "stopped_lost_tasks_after_s": None if stopped is None else round(stopped - healed_at, 1),
+            "events": [e["message"] for e in events if e["subject"] == VICTIM],
+        }
 
     def _recover(self) -> None:
         """Phase 3: poll until every task B hosted was failed over and produces output again."""
-        phase = Phase(f"3 {VICTIM}'s host crashed: detection and failover", time.time() - self.t0)
+        what = "is cut off" if self.fault == "cut" else "crashed"
+        phase = Phase(f"3 {VICTIM}'s host {what}: detection and failover", time.time() - self.t0)
         self.phases.append(phase)
         self.say(f"phase: {phase.name}")
         deadline = time.monotonic() + self.recover_timeout_s
@@ -137,7 +191,7 @@ class FailoverDemo(Demo):
             self.say(f"not every task of {VICTIM} recovered within {self.recover_timeout_s:.0f} s")
         phase.ended_s = time.time() - self.t0
         for f in self.failover_rows(self.state.get("failovers", [])):
-            self.say(f"  {f['task']}: {f['mode']} {f['from']} -> {f['to']}, detected {f['detected_s']} s after the kill, recovered {f['recovery_s']} s after detection")
+            self.say(f"  {f['task']}: {f['mode']} {f['from']} -> {f['to']}, detected {f['detected_s']} s after the {'kill' if self.fault == 'crash' else 'cut'}, recovered {f['recovery_s']} s after detection")
 
     def failover_rows(self, records: list[dict]) -> list[dict]:
         """The failovers as the report shows them: times relative to the kill and the demo's start."""
@@ -158,10 +212,12 @@ class FailoverDemo(Demo):
     def _finish_failover(self) -> dict:
         report = self._finish()
         records = self.state.get("failovers", [])
-        report["scenario"] = "failover"
+        report["scenario"] = "partition" if self.fault == "cut" else "failover"
         report["ha_mode"] = self.ha_mode
         report["killed"] = {"participant": VICTIM, "at_s": round(self.killed_at - self.t0, 1) if self.killed_at else None,
-                            "hosted": self.lost_tasks}
+                            "hosted": self.lost_tasks, "fault": self.fault}
+        if self.fault == "cut":
+            report["healed"] = self.healed
         report["failovers"] = self.failover_rows(records)
         report["recovered_without_failover"] = [{"message": e["message"], "at": e["at"]} for e in self.recovered]
         report["repairs"] = [

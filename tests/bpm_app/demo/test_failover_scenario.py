@@ -1,5 +1,6 @@
 """End to end: a registry and three agents as real processes; a kill -9 of the participant that
-hosts moved tasks under passive standby, the failover, and the alerts against the plain computation."""
+hosts moved tasks under passive standby (or its host cut off, then healed), the failover, and
+the alerts against the plain computation."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 from bpm_app.demo.failover import FailoverDemo
 from bpm_app.demo.report import write_report
 from bpm_app.demo.run import DemoSettings
+from spark_agents.network import HostNetwork
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.slow
@@ -32,3 +34,25 @@ def test_a_killed_host_fails_over_and_nothing_is_lost_or_repeated(tmp_path):
     assert report["lost_results"] == 0
     assert report["duplicate_results"] == 0
     assert all(p["status"] != "alive" for p in demo.state["participants"] if p["name"] == "b")
+
+
+@pytest.mark.skipif(HostNetwork.available() is not None, reason=f"cannot make network namespaces here: {HostNetwork.available()}")
+def test_a_host_cut_off_is_failed_over_and_once_healed_stops_what_it_lost_and_nothing_is_lost_or_repeated(tmp_path):
+    settings = DemoSettings(workdir=tmp_path / "run", port=free_port(), agent_port=free_port(), settle_s=10, phase_timeout_s=60)
+    settings.workdir.mkdir()
+    demo = FailoverDemo(settings, say=lambda msg: print(msg, flush=True), ha_mode="passive_standby", fault="cut", cut_s=25)
+    report = demo.run()
+    write_report(report, tmp_path / "report", demo.t0)
+
+    assert report["scenario"] == "partition" and report["killed"]["hosted"], "the participant cut off hosted moved tasks"
+    failovers = {f["task"]: f for f in report["failovers"]}
+    for task in report["killed"]["hosted"]:
+        f = failovers[task]
+        assert f["from"] == "b" and f["to"] == "a" and f["completed"], f
+    healed = report["healed"]
+    assert healed["heard_after_s"] is not None, "b is heard from again once its link heals"
+    assert healed["stopped_lost_tasks_after_s"] is not None, "b stops the tasks that were failed over while it was cut off"
+    assert any("b is reachable again" in message for message in healed["events"]), healed
+    assert report["expected_results"] > 0
+    assert report["lost_results"] == 0
+    assert report["duplicate_results"] == 0
