@@ -365,12 +365,21 @@ IdQuery = Annotated[int | None, Query(ge=0, le=MAX_ID)]
 
 
 class TokenCreate(In):
-    task_id: Id
-    purpose: Literal["handover", "delta", "stream"] = Field(
+    task_id: Id | None = Field(default=None, description="The task the call is about (none for alerts)")
+    purpose: Literal["handover", "delta", "stream", "alerts"] = Field(
         description="handover: fetch the task's checkpoint from its previous host; delta: send an HA delta to a replica's holder; "
-                    "stream: ask the task's origin for the credentials that read its broker stream")
+                    "stream: ask the task's origin for the credentials that read its broker stream; "
+                    "alerts: ask a contract partner for the credentials that read the alerts it shares")
     audience: str = Field(min_length=1, max_length=PARTICIPANT_MAX, pattern=NAME_PATTERN, description="The participant the call goes to")
-    epoch: Epoch = Field(description="The task's epoch the call is for: the caller must host the task at it")
+    epoch: Epoch | None = Field(default=None, description="The task's epoch the call is for: the caller must host the task at it (none for alerts)")
+
+    @model_validator(mode="after")
+    def _about_a_task(self) -> TokenCreate:
+        if self.purpose == "alerts" and (self.task_id is not None or self.epoch is not None):
+            raise ValueError("a token for alerts is about no task: leave task_id and epoch out")
+        if self.purpose != "alerts" and (self.task_id is None or self.epoch is None):
+            raise ValueError(f"a token for {self.purpose} is about one task at one epoch: task_id and epoch are required")
+        return self
 
 
 class TokenOut(Out):

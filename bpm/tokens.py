@@ -2,7 +2,8 @@
 
 The registry signs a token (Ed25519, a JWT) for one call between two parties: `sub` the
 caller, `aud` the agent called, `purpose` (a `handover` fetch of a checkpoint, an HA
-`delta`, the `stream` credentials of the task's origin's broker), the task's key and epoch. It issues one only to a caller the rules allow (the
+`delta`, the `stream` credentials of the task's origin's broker), the task's key and epoch;
+or `alerts`, the credentials that read a contract partner's shared alerts, about no task. It issues one only to a caller the rules allow (the
 task's host at that epoch). The agent called verifies it against the registry's public
 keys (`GET /api/v1/keys`, open) and trusts no name in the request itself.
 """
@@ -15,7 +16,7 @@ import jwt
 
 ISSUER = "bpm-registry"
 ALGORITHM = "EdDSA"
-PURPOSES = ("handover", "delta", "stream")
+PURPOSES = ("handover", "delta", "stream", "alerts")
 TTL_S = 120  # a token is asked for just before its call, and refreshed well before it lapses
 LEEWAY_S = 5  # clocks of separate hosts differ a little
 
@@ -33,8 +34,8 @@ class Grant:
     caller: str
     audience: str
     purpose: str
-    task: str
-    epoch: int
+    task: str | None
+    epoch: int | None
     expires_at: float
 
 
@@ -46,10 +47,11 @@ def key_id(token: str) -> str | None:
         return None
 
 
-def verify(token: str | None, public_pem: str | None, *, audience: str, purpose: str, task: str, epoch: int, now: float) -> Grant:
+def verify(token: str | None, public_pem: str | None, *, audience: str, purpose: str, task: str | None, epoch: int | None,
+           now: float) -> Grant:
     """The grant `token` carries, if the registry key `public_pem` signed it for exactly this
-    call (audience, purpose, task, epoch) and it has not expired at `now` (the verifier's
-    clock, in seconds since the epoch); else TokenRefused."""
+    call (audience, purpose, task, epoch: None for a call about no task) and it has not
+    expired at `now` (the verifier's clock, in seconds since the epoch); else TokenRefused."""
     if not token:
         raise TokenRefused(401, "missing credential: send 'Authorization: Bearer <token>' with a token the registry issued for this call")
     if public_pem is None:

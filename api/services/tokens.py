@@ -11,12 +11,13 @@ from api import schemas, signing
 from api.auth import Principal
 from api.errors import Conflict, Forbidden, Invalid
 from api.models import Replica
-from api.services import events, participants, tasks
+from api.services import contracts, events, participants, tasks
 from api.services.ha import task_label
 
 
 def issue(session: Session, caller: Principal, body: schemas.TokenCreate, now: datetime) -> schemas.TokenOut:
-    """A token for the caller's call to `body.audience` about one task at one epoch.
+    """A token for the caller's call to `body.audience` about one task at one epoch (or, for
+    `alerts`, to a contract partner: `_alerts`).
 
     Only the task's host at that epoch gets one: for a handover it fetches the checkpoint
     from the task's previous host; for a delta it sends an HA delta to a holder of an
@@ -26,10 +27,12 @@ def issue(session: Session, caller: Principal, body: schemas.TokenCreate, now: d
     gets one for a stream too.
     """
     me = caller.require_participant()
-    task = tasks.get(session, body.task_id)
     audience = participants.get(session, body.audience)
     if audience.id == me.id:
         raise Invalid("a token is for a call to another participant")
+    if body.purpose == "alerts":
+        return _alerts(session, me, audience, now)
+    task = tasks.get(session, body.task_id)
     replicates = body.purpose == "stream" and session.scalar(
         select(Replica.id).where(Replica.task_id == task.id, Replica.participant_id == me.id, Replica.state == "active",
                                  Replica.role == "active_standby")
@@ -48,6 +51,17 @@ def issue(session: Session, caller: Principal, body: schemas.TokenCreate, now: d
         if holds is None:
             raise Forbidden(f"{audience.name} holds no active replica of task #{task.id}; deltas go only to replica holders")
     claims = {"sub": me.name, "aud": audience.name, "purpose": body.purpose, "task": task_label(task), "task_id": task.id, "epoch": task.epoch}
+    token, expires = signing.sign(session, claims, now)
+    return schemas.TokenOut(token=token, expires_at=expires, kid=signing.current(session, now).kid)
+
+
+def _alerts(session: Session, me, audience, now: datetime) -> schemas.TokenOut:
+    """A token for `me` to ask `audience` for the credentials that read its shared alerts:
+    only between two parties of a contract in force (whether `audience` shares is its own choice)."""
+    contract = contracts.active_between(session, me.id, audience.id)
+    if contract is None or not contracts.in_force(contract, now):
+        raise Forbidden(f"{me.name} and {audience.name} have no contract in force; alerts are shared only between contract partners")
+    claims = {"sub": me.name, "aud": audience.name, "purpose": "alerts", "task": None, "task_id": None, "epoch": None}
     token, expires = signing.sign(session, claims, now)
     return schemas.TokenOut(token=token, expires_at=expires, kid=signing.current(session, now).kid)
 

@@ -280,3 +280,23 @@ def test_a_stream_token_goes_to_the_host_and_to_holders_of_an_active_standby_rep
     assert token("c", "handover").status_code == 409, "only the host fetches a checkpoint"
     refused = token("d")
     assert refused.status_code == 409 and "only its host" in refused.json()["detail"]
+
+
+def test_an_alerts_token_goes_only_between_contract_partners_and_names_no_task(registry, moved):
+    from bpm.tokens import verify
+
+    keys, task, _ = moved
+
+    def token(who, audience, **extra):
+        return registry.call("POST", "/tokens", keys[who], json={"purpose": "alerts", "audience": audience, **extra})
+
+    issued = token("c", "a")
+    assert issued.status_code == 201
+    (key,) = registry.ok("GET", "/keys")
+    grant = verify(issued.json()["token"], key["public_key"], audience="a", purpose="alerts", task=None, epoch=None,
+                   now=registry.clock.now.timestamp())
+    assert (grant.caller, grant.task, grant.epoch) == ("c", None, None)
+    refused = token("b", "c")
+    assert refused.status_code == 403 and "no contract in force" in refused.json()["detail"]
+    assert token("c", "a", task_id=task["id"], epoch=1).status_code == 422
+    assert registry.call("POST", "/tokens", keys["b"], json={"purpose": "stream", "audience": "a"}).status_code == 422
