@@ -37,7 +37,7 @@ from nats.js.api import StorageType, StreamConfig
 from bpm.dpc import Alerts, CorrelatedRow, Correlator, Ignored, Publish, Tick
 from bpm.keygroups import token
 from bpm.names import check_name
-from spark_agents.broker.server import User, inbox_prefix
+from spark_agents.broker.server import User, inbox_prefix, partner_user
 from spark_agents.broker.stream import Broker
 
 log = logging.getLogger(__name__)
@@ -59,8 +59,7 @@ class Endpoint:
 
 def alerts_reader(partner: str, password: str) -> User:
     """The user `partner` reads this participant's alerts as: the stream's state and its messages, nothing else."""
-    return User(partner, password, publish=(f"$JS.API.STREAM.INFO.{ALERTS}", f"$JS.API.STREAM.MSG.GET.{ALERTS}"),
-                subscribe=(f"{inbox_prefix(partner)}.>",))
+    return partner_user(partner, password, (), alerts=True)
 
 
 def ensure_streams(broker: Broker, *, correlated: bool) -> None:

@@ -46,6 +46,7 @@ class OwnBroker:
         self.url = f"nats://{advertise or host}:{port}"
         self.server = NatsServer(name, self.folder / "store", port=port, http_port=http_port, users=[self._owner()], host=host)
         self._grants: dict[str, frozenset[tuple[str, str, bool]]] = {}
+        self._readers: frozenset[str] = frozenset()  # partners that read the alerts this participant shares
         self._lock = threading.RLock()  # over the grants, the partners' passwords and the owner's connection
         self._owner_connection = None
         self._retention = None
@@ -96,18 +97,21 @@ class OwnBroker:
         """A task of this participant's reads its own stream as the owner."""
         return JetStreamInput(where.url, self.name, self.password, where.participant, where.prefix)
 
-    def grant(self, hosted: Grants) -> bool:
+    def grant(self, hosted: Grants, readers: Iterable[str] | None = None) -> bool:
         """Let each partner read the key groups and write the results of exactly the tasks it
-        hosts, and read the key groups of the tasks it replicates (nobody else anything);
-        reloads the server only when that changed. Returns whether it did."""
+        hosts, and read the key groups of the tasks it replicates, and the partners in
+        `readers` read the alerts this participant shares (None: those who read them so far);
+        nobody else anything. Reloads the server only when that changed. Returns whether it did."""
         wanted = {check_name(p, "participant name"): frozenset(tasks) for p, tasks in hosted.items() if p != self.name}
         wanted = {p: tasks for p, tasks in wanted.items() if tasks}
         with self._lock:
-            if wanted == self._grants:
+            alerts = self._readers if readers is None else frozenset(check_name(p, "participant name") for p in readers) - {self.name}
+            if wanted == self._grants and alerts == self._readers:
                 return False
-            users = [self._owner()] + [partner_user(p, self._password(p), sorted(tasks)) for p, tasks in sorted(wanted.items())]
+            users = [self._owner()] + [partner_user(p, self._password(p), sorted(wanted.get(p, ())), alerts=p in alerts)
+                                       for p in sorted(set(wanted) | alerts)]
             self.server.reload(users)
-            self._grants = wanted
+            self._grants, self._readers = wanted, alerts
             return True
 
     def granted(self) -> dict[str, frozenset[tuple[str, str, bool]]]:

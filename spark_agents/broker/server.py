@@ -82,10 +82,12 @@ class User:
                 f"{{publish: {{allow: {_subjects(self.publish)}}}, subscribe: {{allow: {_subjects(self.subscribe)}}}}}}}")
 
 
-def partner_user(name: str, password: str, granted: Iterable[tuple[str, str, bool]]) -> User:
+def partner_user(name: str, password: str, granted: Iterable[tuple[str, str, bool]], *, alerts: bool = False) -> User:
     """The user a contract partner connects as: it reads only the key groups of the tasks it
     hosts or replicates and writes only the results of those it hosts. `granted` holds
-    (task key, key-group prefix, whether it writes the results) triples.
+    (task key, key-group prefix, whether it writes the results) triples. With `alerts` it
+    also reads the alerts this participant shares (`spark_agents.correlation`): the state
+    and the messages of the stream `ALERTS`, nothing it could write.
 
     Reading is creating a consumer on the input stream, which JetStream's API subject names
     with its filter (`$JS.API.CONSUMER.CREATE.INPUT.<consumer>.<filter>`), so a filter
@@ -104,6 +106,10 @@ def partner_user(name: str, password: str, granted: Iterable[tuple[str, str, boo
     for task, prefix, writes in granted:
         origin = task.partition(".")[0]
         publish += [f"$JS.API.CONSUMER.CREATE.{INPUT}.*.{subject_filter(origin, prefix)}"] + ([results_subject(task)] if writes else [])
+    if alerts:
+        from spark_agents.correlation import ALERTS
+
+        publish += [f"$JS.API.STREAM.INFO.{ALERTS}", f"$JS.API.STREAM.MSG.GET.{ALERTS}"]
     return User(name, password, publish=tuple(publish), subscribe=(f"{inbox_prefix(name)}.>",))
 
 

@@ -141,3 +141,28 @@ def test_a_participant_s_alerts_come_from_its_tasks_results_window_by_window_onc
     assert windows == [(e - 30, e) for e in range(windows[0][1], windows[-1][1] + 1, 30)], "every window in order, none twice"
     assert windows[0][0] <= since < windows[0][1] and max(expected) <= windows[-1], "from sharing's start to the last window"
     assert {w: s for w, s in first + rest if s} == expected
+
+
+@pytest.mark.slow
+def test_an_own_broker_lets_the_partners_it_names_read_its_alerts_beside_the_tasks_they_host(tmp_path):
+    from spark_agents.broker.access import OwnBroker
+    from spark_agents.broker.server import BrokerError, free_port
+    from spark_agents.correlation import read_stream
+
+    own = OwnBroker("b", tmp_path / "b", "owner-pass", port=free_port(), http_port=free_port()).start()
+    try:
+        with Broker(own.server.url, "b", "owner-pass") as owner:
+            ensure_streams(owner, correlated=False)
+            share_alerts(owner, "b", (0, 60), ["10.0.0.1"])
+        assert own.grant({"a": [("b.t0", "0", True)]}, readers=["a", "c"])
+        assert not own.grant({"a": [("b.t0", "0", True)]}), "readers kept: nothing to reload"
+        for partner in ("a", "c"):
+            creds = own.credentials(partner)
+            with Broker(creds["url"], creds["user"], creds["password"], timeout_s=2) as theirs:
+                assert len(read_stream(theirs, ALERTS)) == 1
+        assert own.grant({"a": [("b.t0", "0", True)]}, readers=["c"])
+        creds = own.credentials("a")
+        with Broker(creds["url"], creds["user"], creds["password"], timeout_s=2) as theirs, pytest.raises(BrokerError, match="(?i)permissions"):
+            read_stream(theirs, ALERTS)
+    finally:
+        own.stop()
