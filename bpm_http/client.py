@@ -116,7 +116,7 @@ class RegistryClient:
         self._http.headers["Authorization"] = f"Bearer {key}"
 
     # Call tokens between agents
-    def call_token(self, task_id: int, purpose: str, audience: str, epoch: int) -> dict:
+    def call_token(self, task_id: int | None, purpose: str, audience: str, epoch: int | None) -> dict:
         return self.request("POST", "/tokens", json={"task_id": task_id, "purpose": purpose, "audience": audience, "epoch": epoch})
 
     def signing_keys(self) -> list[dict]:

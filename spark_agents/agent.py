@@ -69,9 +69,11 @@ from bpm.agent.machine import (
     Wait,
 )
 from bpm.negotiation import DEFAULT_HYSTERESIS, DEFAULT_MARGIN
+from bpm.zeek.definitions import QueryParams
 from spark_agents import handover
 from spark_agents.broker.access import OwnBroker, ask_credentials
 from spark_agents.broker.source import JetStreamInput
+from spark_agents.correlation import Correlation, Endpoint, ask_alerts_credentials
 from spark_agents.credentials import Credentials, write_private
 from spark_agents.ha_agent import HADuties
 
@@ -108,6 +110,7 @@ class OwnTask:
     params: dict = field(default_factory=dict)
 
 
+CORRELATE_S = 2.0  # how often the agent shares newly closed windows and checks whom it correlates with
 KEY_FILE = "participant.key"  # in the agent's work folder: the key it registered with, or rotated to
 
 
@@ -154,6 +157,10 @@ class AgentConfig:
             methods of `spark_agents.runtime.SparkTasks`).
         ha_interval_s: how often a host ships passive-standby deltas and acknowledges the stream.
         fetch_timeout_s: how long one tick waits for a previous host to release a checkpoint.
+        correlate: whether the agent shares its alerts with its contract partners and
+            correlates them with those they share (`spark_agents.correlation`; needs its own broker).
+        availability_bound_s: how long the correlated result waits for a partner's alerts
+            before it publishes a window tentative.
     """
 
     name: str
@@ -175,6 +182,8 @@ class AgentConfig:
     ha: bool = True
     ha_interval_s: float = 2.0
     fetch_timeout_s: float = 20.0
+    correlate: bool = False
+    availability_bound_s: float = 10.0
 
 
 @dataclass
@@ -222,6 +231,7 @@ class Agent:
         broker: OwnBroker | None = None,
         ask_stream: Callable[[str, str, int, str], tuple[str, str]] | None = None,  # (endpoint, task key, epoch, token) -> (user, password)
         send_ack: Callable[[str, str, int, int, str], None] | None = None,  # (endpoint, task key, epoch, sequence, token)
+        ask_alerts: Callable[[str, str], Endpoint] | None = None,  # (endpoint, token) -> where and how to read its alerts
     ) -> None:
         self.config = config
         self.broker = broker
@@ -259,6 +269,10 @@ class Agent:
         self.credentials = Credentials(client, config.name, clock)
         self.ask_stream = ask_stream or (lambda endpoint, key, epoch, token: ask_credentials(endpoint, key, epoch, token, config.name))
         self.send_ack_to = send_ack or send_stream_ack
+        self.ask_alerts = ask_alerts or (lambda endpoint, token: ask_alerts_credentials(endpoint, token, config.name))
+        self.correlation: Correlation | None = None
+        self._correlated_at = float("-inf")
+        self._alert_readers: set[str] = set()  # partners that asked for my alerts on the registry's token
         self._beat_lock = threading.Lock()
         self._last_beat = 0.0
         self.ha = HADuties(self, interval_s=config.ha_interval_s) if config.ha and hasattr(host, "ha_take_over") else None
@@ -356,6 +370,8 @@ class Agent:
         finally:
             if self.ha is not None:
                 self.ha.close()
+            if self.correlation is not None:
+                self.correlation.close()
 
     def keep_alive(self, stop: threading.Event) -> None:
         """Repeat the last heartbeat whenever the loop has sent none for a tick.
@@ -392,6 +408,8 @@ class Agent:
             if "task" in self._stale:
                 self.guarded("sync", self.sync)
         self.guarded("mechanism", self.mechanism)
+        if self.config.correlate:
+            self.guarded("correlation", self.correlate)
 
     def read(self) -> None:
         """Read again the kinds of record that changed (`Seen`); each kind's notices are
@@ -675,6 +693,50 @@ class Agent:
                   f"{'' if hosts else ', as its replica'})")
         return self.broker.credentials(caller)
 
+    def correlate(self) -> None:
+        """Every `CORRELATE_S`: share my alerts of the windows closed since, and correlate them
+        with those of my partners under a contract in force that share theirs."""
+        now = self.clock()
+        if now - self._correlated_at < CORRELATE_S:
+            return
+        self._correlated_at = now
+        if self.broker is None:
+            raise RuntimeError(f"{self.config.name} correlates alerts over its own broker, and runs none")
+        partners = {c.partner for c in self._contracts}
+        if self._alert_readers - partners:  # a contract ended: its partner reads my alerts no more
+            self._alert_readers &= partners
+            self.broker.grant(self.broker_grants(), readers=self._alert_readers)
+        if self.correlation is None:
+            windows = {int(t.params.get("window_s", QueryParams().window_s)) for t in self.config.tasks} or {QueryParams().window_s}
+            if len(windows) > 1:
+                raise RuntimeError(f"{self.config.name}'s tasks have windows of {sorted(windows)} s: alerts are correlated over one window")
+            self.correlation = Correlation(self.config.name, self.broker.url, self.broker.password, window_s=windows.pop(),
+                                           bound_s=self.config.availability_bound_s)
+            self.note("correlation.started", f"{self.config.name} shares its alerts with its partners and correlates theirs "
+                      f"(availability bound {self.config.availability_bound_s:g} s)")
+        mine = [key for key in self._task_ids if key.partition(".")[0] == self.config.name]
+
+        def ask(partner: str) -> Endpoint:
+            return self.ask_alerts(self.endpoint(partner), self.credentials.token(None, "alerts", partner, None))
+
+        self.correlation.step(mine, partners, now, ask)
+
+    def alerts_credentials_to_caller(self, token: str | None) -> dict[str, str]:
+        """The credentials of my broker with which a contract partner reads the alerts I share:
+        the caller shows the registry's token (purpose `alerts`). LookupError when I share
+        none; PermissionError when my last read of my contracts has none in force with it."""
+        if not self.config.correlate or self.broker is None:
+            raise LookupError(f"{self.config.name} shares no alerts")
+        caller = self.credentials.verify(token, "alerts", None, None).caller
+        if caller not in {c.partner for c in self._contracts}:
+            raise PermissionError(f"{self.config.name} has no contract in force with {caller}")
+        with self._lock:
+            self._alert_readers.add(caller)
+            readers = set(self._alert_readers)
+        if self.broker.grant(self.broker_grants(), readers=readers):
+            self.note("alerts.shared", f"let {caller} read {self.config.name}'s alerts")
+        return self.broker.credentials(caller)
+
     def endpoint(self, participant: str) -> str:
         if participant not in self._endpoints:
             self._endpoints[participant] = self.client.participant(participant)["endpoint"]
@@ -905,5 +967,6 @@ class Agent:
             "partners": dict(self.seen.partners),
             "unread_changes": sorted(set(self._notices.values()) | self._stale),
             "ha": self.ha.status() if self.ha is not None else None,
+            "correlation": self.correlation.status() if self.correlation is not None else None,
             "records": [r.__dict__ for r in list(self.records)[-50:]],
         }

@@ -6,7 +6,7 @@ message per window, its sources, empty or not: an empty message says the window 
 closed). A partner it shares with reads that stream as a user of its own that may read
 `ALERTS` and nothing else (`alerts_reader`), with a password the sharing participant makes
 up and gives it. The correlating participant follows its own stream and each partner's
-(`follow`), turns what arrives into `bpm.dpc` events, and publishes every version the
+(`follow`, `LiveCorrelator`), turns what arrives into `bpm.dpc` events, and publishes every version the
 machine decides in the stream `CORRELATED` of its own broker (subject
 `corr.<window start>`, deduplicated by window and version), from which `read_correlated`
 rebuilds the versions in order.
@@ -27,14 +27,18 @@ import asyncio
 import ipaddress
 import json
 import logging
+import math
+import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import nats
 from nats.js.api import StorageType, StreamConfig
 
-from bpm.dpc import Alerts, CorrelatedRow, Correlator, Ignored, Publish, Tick
+from bpm.dpc import Alerts, CorrelatedRow, Correlator, Ignored, Members, Publish, Tick
 from bpm.keygroups import token
 from bpm.names import check_name
 from spark_agents.broker.server import User, inbox_prefix, partner_user
@@ -96,23 +100,25 @@ class OwnAlerts:
     closed it; then its alerts are final: the sources of its `connections` and `ports` rows
     over all tasks, none when no task raised one. A task that never wrote anything (no input
     reached it) holds nothing back. `poll` returns the windows closed since the last poll,
-    oldest first: every window that ends after `since` (when sharing began), empty ones
-    included, each once.
+    oldest first, each once, empty ones included: from the earliest window any task wrote
+    on in the first poll that found something (or the window holding `since`, when given);
+    a correlating partner does not wait for this participant's alerts of earlier windows
+    (`bpm.dpc.Correlator.started`).
 
     Attributes:
         after: per task, the results sequence read up to.
         closed: per task, the end of the newest window it closed (None: none yet).
         sources: alerting sources of windows not returned yet.
-        next_end: the end of the next window to return.
+        next_end: the end of the next window to return (None: not known yet).
     """
 
-    def __init__(self, broker: Broker, window_s: int, since: int) -> None:
+    def __init__(self, broker: Broker, window_s: int, since: int | None = None) -> None:
         self.broker = broker
         self.window_s = window_s
         self.after: dict[str, int] = {}
         self.closed: dict[str, int | None] = {}
         self.sources: dict[tuple[int, int], set[str]] = {}
-        self.next_end = since // window_s * window_s + window_s
+        self.next_end = None if since is None else since // window_s * window_s + window_s
 
     def poll(self, tasks: Iterable[str]) -> list[tuple[tuple[int, int], frozenset[str]]]:
         from bpm.dpc import ALERT_KINDS
@@ -120,16 +126,26 @@ class OwnAlerts:
         from spark_agents.broker.results import read_messages
 
         tasks = list(tasks)
+        first = None  # the earliest window end written, while the first window is not known
         for task in tasks:
             for seq, body, _ in read_messages(self.broker, task, self.after.get(task, 0)):
                 self.after[task] = seq
                 self.closed.setdefault(task, None)
+                ends = []
                 if body.get("kind") == "batch":
                     for row in map(ResultRow.from_json, body["rows"]):
-                        if row.kind in ALERT_KINDS and row.window_end >= self.next_end:
+                        ends.append(row.window_end)
+                        if row.kind in ALERT_KINDS and (self.next_end is None or row.window_end >= self.next_end):
                             self.sources.setdefault((row.window_start, row.window_end), set()).add(row.key)
                 elif body.get("kind") == "progress":
+                    ends.append(body["closed"])
                     self.closed[task] = max(self.closed[task] or body["closed"], body["closed"])
+                if ends and self.next_end is None:
+                    first = min([*ends, first] if first is not None else ends)
+        if self.next_end is None:
+            if first is None:
+                return []
+            self.next_end = first
         marks = [self.closed[t] for t in tasks if t in self.closed]
         if not marks or None in marks:
             return []
@@ -227,45 +243,198 @@ def publish_from_json(body: Mapping) -> Publish:
                    tuple(body["missing"]), float(body["due_at"]), float(body["at"]))
 
 
-async def correlate_live(me: str, sources: Mapping[str, Endpoint], stop: asyncio.Event, *, bound_s: float = 10.0,
-                         on_publish: Callable[[Publish], None] | None = None, poll_s: float = 0.2) -> Correlator:
-    """Run participant `me`'s correlated result until `stop`: follow every source's alerts
-    (`me`'s own among them), step the DPC machine, publish each version on `me`'s broker."""
-    check_name(me, "participant name")
-    if me not in sources:
-        raise ValueError(f"{me}'s own broker must be among the sources")
-    machine = Correlator(frozenset(sources), bound_s=bound_s)
-    events: asyncio.Queue = asyncio.Queue()
+class LiveCorrelator:
+    """Participant `me`'s correlated result, run on a thread of its own until `close()`: it
+    follows every source's alerts (`me`'s own among them), steps the DPC machine and
+    publishes each version on `me`'s broker. `set_sources` changes whom it follows (a
+    partner that signs or ends a contract): new windows then need exactly those.
 
-    def refused(owner: str, why: str) -> None:
-        log.warning("refused alerts from %s: %s", owner, why)
+    Attributes:
+        published: versions published, tentative: of them tentative, refused: partner
+            messages refused, last: when each source's alerts last arrived.
+    """
 
-    followers = [asyncio.create_task(follow(name, ep, events, stop, poll_s=poll_s, refused=refused)) for name, ep in sources.items()]
-    own = sources[me]
-    nc = await nats.connect(own.url, user=own.user, password=own.password, max_reconnect_attempts=-1, inbox_prefix=inbox_prefix(own.user))
-    js = nc.jetstream(timeout=10.0)
+    def __init__(self, me: str, own: Endpoint, *, bound_s: float = 10.0, poll_s: float = 0.2) -> None:
+        self.me = check_name(me, "participant name")
+        self.own = own
+        self.bound_s = bound_s
+        self.poll_s = poll_s
+        self.machine = Correlator(frozenset({me}), bound_s=bound_s)
+        self.published = self.tentative = self.refused = 0
+        self.last: dict[str, float] = {}
+        self._sources: dict[str, Endpoint] = {me: own}
+        self._lock = threading.Lock()
+        self._changed = True
+        self._loop = asyncio.new_event_loop()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._run(),), name=f"correlate {me}", daemon=True)
+
+    def start(self) -> LiveCorrelator:
+        self._thread.start()
+        return self
+
+    def set_sources(self, partners: Mapping[str, Endpoint]) -> None:
+        """Follow these partners (and `me`) from now on."""
+        wanted = {self.me: self.own, **{p: ep for p, ep in partners.items() if p != self.me}}
+        with self._lock:
+            if wanted != self._sources:
+                self._sources, self._changed = wanted, True
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    def status(self) -> dict:
+        with self._lock:
+            sources = sorted(self._sources)
+        return {"sources": sources, "bound_s": self.bound_s, "open_windows": len(self.machine.open), "stable_windows": len(self.machine.stable),
+                "published": self.published, "tentative": self.tentative, "refused": self.refused,
+                "last_alerts": {p: round(t, 3) for p, t in self.last.items()}}
+
+    async def _run(self) -> None:
+        events: asyncio.Queue = asyncio.Queue()
+        followers: dict[str, tuple[Endpoint, asyncio.Event, asyncio.Task]] = {}
+
+        def refused(owner: str, why: str) -> None:
+            self.refused += 1
+            log.warning("refused alerts from %s: %s", owner, why)
+
+        nc = await nats.connect(self.own.url, user=self.own.user, password=self.own.password, max_reconnect_attempts=-1,
+                                inbox_prefix=inbox_prefix(self.own.user))
+        js = nc.jetstream(timeout=10.0)
+        try:
+            while not self._stop.is_set():
+                with self._lock:
+                    sources, changed, self._changed = dict(self._sources), self._changed, False
+                if changed:
+                    for name in [n for n, (ep, _, _) in followers.items() if sources.get(n) != ep]:
+                        followers.pop(name)[1].set()
+                    for name, ep in sources.items():
+                        if name not in followers:
+                            stop = asyncio.Event()
+                            followers[name] = (ep, stop, asyncio.create_task(follow(name, ep, events, stop, poll_s=self.poll_s, refused=refused)))
+                    await self._publish(js, self.machine.handle(Members(frozenset(sources), time.time())))
+                due = self.machine.next_due()
+                wait = self.poll_s if due is None else min(self.poll_s, max(0.0, due - time.time()))
+                try:
+                    event = await asyncio.wait_for(events.get(), wait)
+                    self.last[event.participant] = event.at
+                except TimeoutError:
+                    event = Tick(time.time())
+                await self._publish(js, self.machine.handle(event))
+        finally:
+            for _, stop, _ in followers.values():
+                stop.set()
+            await asyncio.gather(*(task for _, _, task in followers.values()), return_exceptions=True)
+            await nc.close()
+
+    async def _publish(self, js, instructions) -> None:
+        for instruction in instructions:
+            if isinstance(instruction, Ignored):
+                log.info("ignored alerts of %s for %s: %s", instruction.participant, instruction.window, instruction.why)
+                continue
+            body = json.dumps(publish_json(instruction)).encode()
+            await js.publish(f"corr.{instruction.window[0]}", body, stream=CORRELATED,
+                             headers={"Nats-Msg-Id": f"{instruction.window[0]}.{instruction.version}"})
+            self.published += 1
+            self.tentative += not instruction.stable
+
+
+_NATS_URL = re.compile(r"^nats://[A-Za-z0-9.:\[\]-]{1,253}:[0-9]{1,5}$")
+
+
+def ask_alerts_credentials(endpoint: str, token: str, me: str, *, timeout_s: float = 10.0) -> Endpoint:
+    """Where and as whom this participant, `me`, reads the alerts the partner at `endpoint`
+    shares: asked with the registry's token for the call (purpose `alerts`). The answer is
+    checked before use (a `nats://` address on the host of the partner's agent, the user
+    `me`, a plain password); LookupError
+    when the partner shares none, RuntimeError for anything else."""
+    import httpx
+
+    from spark_agents.broker.access import _PASSWORD
+
     try:
-        while not stop.is_set():
-            due = machine.next_due()
-            wait = poll_s if due is None else min(poll_s, max(0.0, due - time.time()))
+        response = httpx.get(f"{endpoint.rstrip('/')}/alerts/credentials", timeout=timeout_s, headers={"Authorization": f"Bearer {token}"})
+    except httpx.HTTPError as exc:
+        raise RuntimeError(f"cannot ask {endpoint} for its alerts: {exc}") from exc
+    if response.status_code == 404:
+        raise LookupError(f"{endpoint} shares no alerts")
+    if response.status_code != 200:
+        raise RuntimeError(f"{endpoint} refuses its alerts: {response.status_code} {response.text[:200]}")
+    try:
+        body = response.json()
+        url, user, password = body["url"], body["user"], body["password"]
+    except (ValueError, KeyError, TypeError):
+        raise RuntimeError(f"{endpoint} answered with something else than credentials") from None
+    if not (isinstance(url, str) and _NATS_URL.match(url)) or user != me or not (isinstance(password, str) and _PASSWORD.match(password)):
+        raise RuntimeError(f"{endpoint} answered with credentials that are not {me}'s on a NATS server")
+    if urlsplit(url).hostname != urlsplit(endpoint).hostname:
+        # where its agent is, as the registry lists it: a partner does not send me to connect elsewhere
+        raise RuntimeError(f"{endpoint} points at a broker on another host ({url})")
+    return Endpoint(url, user, password)
+
+
+class Correlation:
+    """A participant's duties in the correlated result, which its agent runs when it opts in
+    (`bpm agent run --correlate`): share its alerts of every closed window on its own broker
+    (`OwnAlerts`, `share_alerts`), and correlate them with those of its contract partners
+    that share theirs (`LiveCorrelator`), asking each for its credentials (`ask`) once a
+    contract is in force, again after `retry_s` when it refused or could not be reached.
+    The correlation starts with the first partner that shares: a window correlated alone
+    would be published stable without rows, before the partners' alerts could count.
+
+    Attributes:
+        partners: the partners followed, with where their alerts are read.
+        refused: per partner not followed, when it was last asked and why it gave nothing.
+        shared: windows of alerts shared so far.
+    """
+
+    def __init__(self, me: str, url: str, password: str, *, window_s: int, since: int | None = None, bound_s: float = 10.0,
+                 retry_s: float = 30.0) -> None:
+        self.me = me
+        self.retry_s = retry_s
+        self.owner = Broker(url, me, password)
+        ensure_streams(self.owner, correlated=True)
+        self.alerts = OwnAlerts(self.owner, window_s, since)
+        self.own = Endpoint(url, me, password)
+        self.bound_s = bound_s
+        self.live: LiveCorrelator | None = None
+        self.partners: dict[str, Endpoint] = {}
+        self.refused: dict[str, tuple[float, str]] = {}
+        self.shared = 0
+
+    def step(self, tasks: Iterable[str], partners: Iterable[str], now: float, ask: Callable[[str], Endpoint]) -> None:
+        """Share what closed since the last step; follow the partners in `partners` (contracts in force) and only them."""
+        for window, sources in self.alerts.poll(tasks):
+            share_alerts(self.owner, self.me, window, sources)
+            self.shared += 1
+        partners = set(partners) - {self.me}
+        for partner in sorted(partners - set(self.partners)):
+            if now - self.refused.get(partner, (-math.inf, ""))[0] < self.retry_s:
+                continue
             try:
-                event = await asyncio.wait_for(events.get(), wait)
-            except TimeoutError:
-                event = Tick(time.time())
-            for instruction in machine.handle(event):
-                if isinstance(instruction, Ignored):
-                    log.info("ignored alerts of %s for %s: %s", instruction.participant, instruction.window, instruction.why)
-                    continue
-                body = json.dumps(publish_json(instruction)).encode()
-                await js.publish(f"corr.{instruction.window[0]}", body, stream=CORRELATED,
-                                 headers={"Nats-Msg-Id": f"{instruction.window[0]}.{instruction.version}"})
-                if on_publish is not None:
-                    on_publish(instruction)
-    finally:
-        stop.set()
-        await asyncio.gather(*followers, return_exceptions=True)
-        await nc.close()
-    return machine
+                self.partners[partner] = ask(partner)
+                self.refused.pop(partner, None)
+            except Exception as exc:  # it shares none, refuses, or cannot be reached: ask again later
+                self.refused[partner] = (now, f"{type(exc).__name__}: {exc}")
+        for partner in set(self.partners) - partners:
+            del self.partners[partner]
+        if self.live is None and self.partners:
+            self.live = LiveCorrelator(self.me, self.own, bound_s=self.bound_s)
+            self.live.set_sources(self.partners)
+            self.live.start()
+        elif self.live is not None:
+            self.live.set_sources(self.partners)
+
+    def status(self) -> dict:
+        live = self.live.status() if self.live is not None else {"sources": [self.me], "bound_s": self.bound_s}
+        return {**live, "shared_windows": self.shared, "refused": {p: why for p, (_, why) in sorted(self.refused.items())}}
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.close()
+        self.owner.close()
 
 
 def read_stream(broker: Broker, stream: str) -> list[bytes]:
@@ -274,7 +443,7 @@ def read_stream(broker: Broker, stream: str) -> list[bytes]:
     async def read() -> list[bytes]:
         state = (await broker.js.stream_info(stream)).state
         out = []
-        for seq in range(state.first_seq, state.last_seq + 1):
+        for seq in range(max(1, state.first_seq), state.last_seq + 1):
             try:
                 out.append((await broker.js.get_msg(stream, seq)).data)
             except nats.js.errors.NotFoundError:

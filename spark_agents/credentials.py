@@ -30,9 +30,9 @@ class Credentials:
         self._keys_read_at = float("-inf")
         self._reading = threading.Lock()  # one read of the keys at a time
 
-    def token(self, task_id: int, purpose: str, audience: str, epoch: int) -> str:
-        """A token for my call to `audience` about task `task_id` at `epoch`; reused while it
-        has more than half its life left."""
+    def token(self, task_id: int | None, purpose: str, audience: str, epoch: int | None) -> str:
+        """A token for my call to `audience` about task `task_id` at `epoch` (None, None: about
+        no task, as for alerts); reused while it has more than half its life left."""
         wanted = (task_id, purpose, audience, epoch)
         now = self.clock()
         with self._lock:
@@ -46,7 +46,7 @@ class Credentials:
             self._tokens[wanted] = (issued["token"], expires)
         return issued["token"]
 
-    def verify(self, token: str | None, purpose: str, task: str, epoch: int) -> Grant:
+    def verify(self, token: str | None, purpose: str, task: str | None, epoch: int | None) -> Grant:
         """Who calls me with `token` for this purpose, task and epoch; TokenRefused if nobody the registry vouches for."""
         kid = key_id(token) if token else None
         pem = self._keys.get(kid) if kid else None

@@ -145,6 +145,14 @@ def create_agent_app(agent: Agent) -> FastAPI:
         with _refusals((PermissionError, 409), (LookupError, 404)):
             return agent.stream_credentials_to_caller(bearer(authorization), task_key, epoch)
 
+    @app.get("/alerts/credentials", responses=_REFUSED)
+    def alerts_credentials(authorization: Annotated[str | None, Header()] = None):
+        """The credentials with which a contract partner reads the alerts this participant
+        shares (`bpm agent run --correlate`): the caller shows the registry's token for this
+        call (purpose `alerts`, issued only between the parties of a contract in force)."""
+        with _refusals((PermissionError, 403), (LookupError, 404)):
+            return agent.alerts_credentials_to_caller(bearer(authorization))
+
     @app.post("/broker/{task_key}/ack", status_code=204, responses=_REFUSED)
     def broker_ack(task_key: TaskKey, epoch: int = Query(ge=0, le=2**63 - 1), seq: int = Query(ge=0, le=2**63 - 1),
                    authorization: Annotated[str | None, Header()] = None):

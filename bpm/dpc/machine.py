@@ -133,6 +133,8 @@ class Correlator:
             for one (a partner's replay) are ignored rather than opening it anew.
         open: windows not stable yet.
         stable: windows published stable, with their last version.
+        started: the first window each participant shared (its alerts arrive in order):
+            earlier windows do not wait for it.
     """
 
     participants: frozenset[str]
@@ -141,6 +143,7 @@ class Correlator:
     keep_stable: int = 10_000
     open: dict[Window, OpenWindow] = field(default_factory=dict)
     stable: dict[Window, int] = field(default_factory=dict)
+    started: dict[str, Window] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.bound_s < 0:
@@ -165,11 +168,15 @@ class Correlator:
         window = event.window
         if window in self.stable:
             return [Ignored(event.participant, window, "the window is stable")]
+        out: list[Instruction] = []
+        if event.participant in self.participants and event.participant not in self.started:
+            out = self._starts(event.participant, window, event.at)
         w = self.open.get(window)
         if w is None:
             if event.participant not in self.participants:
                 return [Ignored(event.participant, window, "not a participant of the result")]
-            w = self.open[window] = OpenWindow(due_at=event.at, needs=self.participants)
+            needs = frozenset(p for p in self.participants if p not in self.started or self.started[p] <= window)
+            w = self.open[window] = OpenWindow(due_at=event.at, needs=needs)
         if event.participant not in w.needs:
             return [Ignored(event.participant, window, "not a participant of the result")]
         if event.participant in w.final:
@@ -178,10 +185,21 @@ class Correlator:
         if event.final:
             w.final.add(event.participant)
         if w.final >= w.needs:
-            return [self._publish(window, event.at)]
+            return out + [self._publish(window, event.at)]
         if w.rows is not None and self._rows(window, w) != w.rows:
-            return [self._publish(window, event.at)]  # a tentative window corrected while still tentative
-        return []
+            return out + [self._publish(window, event.at)]  # a tentative window corrected while still tentative
+        return out
+
+    def _starts(self, participant: str, first: Window, at: float) -> list[Instruction]:
+        """`participant` shares from window `first` on: open windows before it stop waiting for it."""
+        self.started[participant] = first
+        out = []
+        for window, w in sorted(self.open.items()):
+            if window < first and participant in w.needs and participant not in w.inputs:
+                w.needs = w.needs - {participant}
+                if w.final >= w.needs:
+                    out.append(self._publish(window, at))
+        return out
 
     def _members(self, participants: frozenset[str], at: float) -> list[Instruction]:
         """New windows need `participants`; open ones stop waiting for those who left."""

@@ -23,7 +23,6 @@ flows across the partition, not the query that raises alerts.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import random
@@ -114,7 +113,7 @@ def host_main(config_path: str) -> None:
     run's start and end come on stdin once every broker is up; SIGTERM ends it."""
     from spark_agents.broker.server import NatsServer, User
     from spark_agents.broker.stream import Broker
-    from spark_agents.correlation import Endpoint, alerts_reader, ensure_streams, share_alerts
+    from spark_agents.correlation import Endpoint, LiveCorrelator, alerts_reader, ensure_streams, share_alerts
 
     config = json.loads(Path(config_path).read_text())
     name = config["name"]
@@ -129,9 +128,8 @@ def host_main(config_path: str) -> None:
     run = json.loads(sys.stdin.readline())
     correlating = None
     if config["correlate"]:
-        sources = {name: own} | {p: Endpoint(**ep) for p, ep in config["partners"].items()}
-        correlating = threading.Thread(target=_correlate, args=(name, sources, config["bound_s"], stopping), daemon=True)
-        correlating.start()
+        correlating = LiveCorrelator(name, own, bound_s=config["bound_s"]).start()
+        correlating.set_sources({p: Endpoint(**ep) for p, ep in config["partners"].items()})
     window_s = config["window_s"]
     start = run["start"]
     while start + window_s <= run["end"] and not stopping.is_set():
@@ -141,21 +139,9 @@ def host_main(config_path: str) -> None:
         start += window_s
     stopping.wait()
     if correlating is not None:
-        correlating.join(timeout=10)
+        correlating.close()
     broker.close()
     server.stop()
-
-
-def _correlate(me: str, sources, bound_s: float, stopping: threading.Event) -> None:
-    from spark_agents.correlation import correlate_live
-
-    async def run() -> None:
-        stop = asyncio.Event()
-        watcher = asyncio.create_task(asyncio.to_thread(stopping.wait))
-        watcher.add_done_callback(lambda _: stop.set())
-        await correlate_live(me, sources, stop, bound_s=bound_s)
-
-    asyncio.run(run())
 
 
 # ---- the driver ---------------------------------------------------------------------------------

@@ -89,6 +89,8 @@ def run(
     broker_http_port: Annotated[int | None, typer.Option(min=1, max=65535, help="Health-check port of the broker (default: --broker-port + 1).")] = None,
     broker_address: Annotated[str | None, typer.Option(help="Address partners reach the broker at (default: HOST).")] = None,
     shares: Annotated[int | None, typer.Option(min=1, max=64, help="With --broker-port: its stream split into N equal shares of its 64 key groups (a power of two); --partitions then picks the shares that are its own tasks, named g<bits>.")] = None,
+    correlate: Annotated[bool, typer.Option("--correlate/--no-correlate", help="With --broker-port: share this participant's alerts with its contract partners and correlate them with those they share (per window, sources alerting at two or more participants; tentative while a partner is unreachable).")] = False,
+    availability_bound: Annotated[float, typer.Option(min=0.0, help="With --correlate: seconds a window's correlated result waits for a partner's alerts before it is published tentative.")] = 10.0,
 ) -> None:
     """Run one participant: host its tasks on Spark and trade load with its contract partners."""
     from bpm.keygroups import shares as key_shares
@@ -118,6 +120,8 @@ def run(
             raise typer.BadParameter(f"--partitions {partitions} names shares beyond the {shares or 1} of --shares") from None
     elif partitions:
         raise typer.BadParameter("--partitions needs --broker-port: a participant's own tasks read its own broker's stream")
+    if correlate and broker_port is None:
+        raise typer.BadParameter("--correlate needs --broker-port: alerts are shared on the participant's own broker")
     try:
         agreed = [AgreedTerms.parse(spec) for spec in contract or []]
     except ValueError as exc:
@@ -138,6 +142,8 @@ def run(
         pass_on=pass_on,
         ha=ha,
         ha_interval_s=ha_interval,
+        correlate=correlate,
+        availability_bound_s=availability_bound,
     )
     if cost_model not in ("fitted", "mm1"):
         raise typer.BadParameter("--cost-model is 'fitted' or 'mm1'")

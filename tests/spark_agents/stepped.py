@@ -15,18 +15,20 @@ from api.settings import Settings
 from bpm.keygroups import shares
 from spark_agents.agent import Agent, AgentConfig, OwnTask
 from spark_agents.broker.access import OwnBroker
+from spark_agents.correlation import Endpoint
 from tests.api.conftest import Clock
 
 
 @contextmanager
 def stepped_federation(
     tmp_path: Path, make_host: Callable[[Callable[[], float]], object], task_params: dict | None = None,
-    brokers: Mapping[str, OwnBroker] | None = None,
+    brokers: Mapping[str, OwnBroker] | None = None, correlate: bool = False,
 ) -> Iterator[tuple[RegistryClient, dict[str, Agent], Callable[[str, int], Agent], Clock]]:
     """(operator, agents, add(name, tasks), clock): `add` registers a participant and connects
     its agent, whose host is `make_host(now)`; agents fetch checkpoints from each other directly.
     A participant with a broker in `brokers` runs it and has its tasks over shares of its
-    stream; the others' tasks name no input."""
+    stream; the others' tasks name no input. With `correlate` the agents share their alerts
+    and correlate them (`AgentConfig.correlate`, an availability bound of 2 s)."""
     brokers = brokers or {}
     database_url = f"sqlite:///{tmp_path / 'registry.db'}"
     upgrade(database_url)
@@ -51,6 +53,10 @@ def stepped_federation(
         def send_ack(endpoint, key, epoch, seq, token):
             agents[endpoint.rsplit("/", 1)[-1]].ack_from_caller(token, key, epoch, seq)
 
+        def ask_alerts(endpoint, token):
+            granted = agents[endpoint.rsplit("/", 1)[-1]].alerts_credentials_to_caller(token)
+            return Endpoint(granted["url"], granted["user"], granted["password"])
+
         keys: dict[str, str] = {}
 
         def add(name: str, tasks: int) -> Agent:
@@ -68,10 +74,18 @@ def stepped_federation(
                 if name in brokers else [OwnTask(f"p{i}", "", dict(task_params or {})) for i in range(tasks)],  # no input: the hosts run no query
                 period_s=0.0,
                 reference_price=1.0,
+                correlate=correlate,
+                availability_bound_s=2.0,
             )
-            agent = Agent(config, client, make_host(now), clock=now, fetch=fetch, ask_stream=ask_stream, send_ack=send_ack, broker=brokers.get(name))
+            agent = Agent(config, client, make_host(now), clock=now, fetch=fetch, ask_stream=ask_stream, send_ack=send_ack,
+                          ask_alerts=ask_alerts, broker=brokers.get(name))
             agents[name] = agent
             agent.connect()
             return agent
 
-        yield operator, agents, add, clock
+        try:
+            yield operator, agents, add, clock
+        finally:
+            for agent in agents.values():
+                if agent.correlation is not None:
+                    agent.correlation.close()

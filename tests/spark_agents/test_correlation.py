@@ -124,8 +124,7 @@ def test_a_participant_s_alerts_come_from_its_tasks_results_window_by_window_onc
             finally:
                 query.stop()
 
-    since = int(conns[0].ts)
-    own = OwnAlerts(broker, params.window_s, since)
+    own = OwnAlerts(broker, params.window_s)
     assert own.poll(tasks) == [], "nothing written yet"
     feeder.feed(conns[: len(conns) // 2], 2000)
     run()
@@ -139,7 +138,7 @@ def test_a_participant_s_alerts_come_from_its_tasks_results_window_by_window_onc
     windows = [w for w, _ in first + rest]
     assert first and rest, "windows closed in both halves"
     assert windows == [(e - 30, e) for e in range(windows[0][1], windows[-1][1] + 1, 30)], "every window in order, none twice"
-    assert windows[0][0] <= since < windows[0][1] and max(expected) <= windows[-1], "from sharing's start to the last window"
+    assert windows[0] <= min(expected) and max(expected) <= windows[-1], "from the first window written to the last"
     assert {w: s for w, s in first + rest if s} == expected
 
 
@@ -166,3 +165,72 @@ def test_an_own_broker_lets_the_partners_it_names_read_its_alerts_beside_the_tas
             read_stream(theirs, ALERTS)
     finally:
         own.stop()
+
+
+@pytest.mark.slow
+def test_agents_that_correlate_share_their_alerts_and_publish_the_plain_correlation_stable(tmp_path, spark):
+    """Agents a and b, each its own broker and Spark tasks, under a contract, both correlating:
+    a's stable correlated result is the plain correlation of both participants' results."""
+    import secrets
+    import time
+    import zlib
+
+    from bpm.dpc import CorrelatedView, alerting_sources, plain_correlation
+    from bpm.zeek.definitions import QueryParams
+    from bpm.zeek.generator import TrafficProfile, generate
+    from bpm.zeek.reference import compute
+    from spark_agents.broker.access import OwnBroker
+    from spark_agents.broker.server import free_port
+    from spark_agents.broker.stream import BrokerStream
+    from spark_agents.correlation import read_correlated
+    from spark_agents.host import TaskHost
+    from spark_agents.runtime import SparkTasks
+    from spark_agents.streams.feed import feed_all
+    from tests.spark_agents.stepped import stepped_federation
+
+    params = QueryParams(window_s=10, lateness_s=5, min_connections=15, min_ports=3)
+    conns = list(generate(TrafficProfile(duration_s=120, rate=40, scanners=3), 11))
+    traffic = {"a": conns, "b": [c for c in conns if zlib.crc32(c.orig_h.encode()) % 3 != 0]}  # b sees two sources in three
+    expected = plain_correlation({name: compute(mine, params) for name, mine in traffic.items()})
+    assert len(expected) < sum(len(v) for v in alerting_sources(compute(conns, params)).values()), "some alert only at a"
+    brokers = {n: OwnBroker(n, tmp_path / n / "broker", secrets.token_urlsafe(16), port=free_port(), http_port=free_port()).start() for n in "ab"}
+    hosts = {}
+
+    def make_host(now):
+        name = "ab"[len(hosts)]
+        hosts[name] = SparkTasks(TaskHost(spark, tmp_path / name, interval_s=60), trigger_s=0.2)
+        return hosts[name]
+
+    try:
+        with stepped_federation(tmp_path, make_host, task_params=params.to_dict(), brokers=brokers, correlate=True) as (_, agents, add, clock):
+            a, b = add("a", 1), add("b", 1)
+            contract = a.client.propose("b", 1.0, 2.0, 5.0)
+            b.client.contract_action(contract["id"], "accept")
+            for name, agent in (("a", a), ("b", b)):
+                with Broker(brokers[name].url, name, brokers[name].password) as owner:
+                    feed_all(BrokerStream(owner, name), traffic[name], params, rows_per_flush=500)
+                agent.sync()
+                agent._stale.add("contract")
+                agent._refresh_contracts()
+                hosts[name].host._task(f"{name}.g").query.processAllAvailable()
+            deadline = time.monotonic() + 120
+            with Broker(brokers["a"].url, "a", brokers["a"].password) as owner:
+                while True:
+                    clock.advance(3)
+                    for agent in (a, b):
+                        agent.correlate()
+                    view = CorrelatedView()
+                    for version in read_correlated(owner) if a.correlation is not None else []:
+                        view.apply(version)
+                    if view.stable_rows() >= expected or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.5)
+            status = a.status()["correlation"]
+    finally:
+        for host in hosts.values():
+            host.host.close(stop_tasks=True)
+        for broker in brokers.values():
+            broker.stop()
+    assert view.stable_rows() == expected, status
+    assert not view.tentative_windows() - {max(view.versions)}, "every window stable (the newest may wait for the end of input)"
+    assert status["sources"] == ["a", "b"] and status["refused"] == {} and b.correlation.shared > 0

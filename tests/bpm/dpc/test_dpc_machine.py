@@ -123,3 +123,17 @@ def test_stable_output_is_the_plain_correlation_and_first_results_keep_the_bound
     for window in late_windows:  # tentative only where some alerts came later than the bound
         latest = max(at for at, _, w, _ in arrivals if w == window)
         assert latest > due[window] + bound_s
+
+
+def test_windows_before_a_participant_began_sharing_do_not_wait_for_it():
+    m = Correlator(ABC, bound_s=10)
+    m.handle(Alerts("a", W, frozenset({"s"}), at=0))
+    m.handle(Alerts("b", W, frozenset({"s"}), at=0))
+    (tentative,) = m.handle(Tick(10))
+    assert tentative.missing == ("c",)
+    later = (60, 120)
+    (stable, nothing_yet) = m.handle(Alerts("c", later, frozenset(), at=11)) + [None]
+    assert nothing_yet is None and stable.window == W and stable.stable, "c's first window is after W: W needs a and b only"
+    assert m.handle(Alerts("a", later, frozenset({"s"}), at=12)) == [], "from c's first window on, c's alerts count"
+    (p,) = m.handle(Alerts("b", later, frozenset({"s"}), at=12))
+    assert p.stable and p.added == (CorrelatedRow(60, 120, "s", ("a", "b")),)
