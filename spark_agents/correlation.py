@@ -100,9 +100,10 @@ class OwnAlerts:
     closed it; then its alerts are final: the sources of its `connections` and `ports` rows
     over all tasks, none when no task raised one. A task that never wrote anything (no input
     reached it) holds nothing back. `poll` returns the windows closed since the last poll,
-    oldest first, each once, empty ones included: from the earliest window any task wrote
-    on in the first poll that found something (or the window holding `since`, when given);
-    a correlating partner does not wait for this participant's alerts of earlier windows
+    oldest first, each once, empty ones included: from the one after `shared_end` (the end
+    of the last window shared before, by an earlier run of the agent) or else from the
+    earliest window any task wrote on in the first poll that found something; a correlating
+    partner does not wait for this participant's alerts of earlier windows
     (`bpm.dpc.Correlator.started`).
 
     Attributes:
@@ -112,13 +113,13 @@ class OwnAlerts:
         next_end: the end of the next window to return (None: not known yet).
     """
 
-    def __init__(self, broker: Broker, window_s: int, since: int | None = None) -> None:
+    def __init__(self, broker: Broker, window_s: int, shared_end: int | None = None) -> None:
         self.broker = broker
         self.window_s = window_s
         self.after: dict[str, int] = {}
         self.closed: dict[str, int | None] = {}
         self.sources: dict[tuple[int, int], set[str]] = {}
-        self.next_end = None if since is None else since // window_s * window_s + window_s
+        self.next_end = None if shared_end is None else shared_end + window_s
 
     def poll(self, tasks: Iterable[str]) -> list[tuple[tuple[int, int], frozenset[str]]]:
         from bpm.dpc import ALERT_KINDS
@@ -390,13 +391,13 @@ class Correlation:
         shared: windows of alerts shared so far.
     """
 
-    def __init__(self, me: str, url: str, password: str, *, window_s: int, since: int | None = None, bound_s: float = 10.0,
-                 retry_s: float = 30.0) -> None:
+    def __init__(self, me: str, url: str, password: str, *, window_s: int, bound_s: float = 10.0, retry_s: float = 30.0) -> None:
         self.me = me
         self.retry_s = retry_s
         self.owner = Broker(url, me, password)
         ensure_streams(self.owner, correlated=True)
-        self.alerts = OwnAlerts(self.owner, window_s, since)
+        shared = read_stream(self.owner, ALERTS, last=True)  # an agent restarted goes on after what it shared
+        self.alerts = OwnAlerts(self.owner, window_s, json.loads(shared[0])["window_end"] if shared else None)
         self.own = Endpoint(url, me, password)
         self.bound_s = bound_s
         self.live: LiveCorrelator | None = None
@@ -437,13 +438,13 @@ class Correlation:
         self.owner.close()
 
 
-def read_stream(broker: Broker, stream: str) -> list[bytes]:
-    """Every message of `stream` on `broker`, in order."""
+def read_stream(broker: Broker, stream: str, *, last: bool = False) -> list[bytes]:
+    """Every message of `stream` on `broker`, in order (with `last`, the last one only)."""
 
     async def read() -> list[bytes]:
         state = (await broker.js.stream_info(stream)).state
         out = []
-        for seq in range(max(1, state.first_seq), state.last_seq + 1):
+        for seq in range(max(1, state.last_seq if last else state.first_seq), state.last_seq + 1):
             try:
                 out.append((await broker.js.get_msg(stream, seq)).data)
             except nats.js.errors.NotFoundError:

@@ -129,10 +129,12 @@ def test_a_participant_s_alerts_come_from_its_tasks_results_window_by_window_onc
     feeder.feed(conns[: len(conns) // 2], 2000)
     run()
     first = own.poll(tasks)
+    restarted = OwnAlerts(broker, params.window_s, shared_end=first[-1][0][1])  # an agent that shared `first`, restarted
     feeder.feed(conns[len(conns) // 2 :], 2000)
     feeder.close()
     run()
     rest = own.poll(tasks)
+    assert restarted.poll(tasks) == rest, "a restarted agent goes on after what it shared"
     assert own.poll(tasks) == [], "a window is returned once"
     expected = alerting_sources(compute(conns, params))
     windows = [w for w, _ in first + rest]
