@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 
 # How long a new host waits for the task's first output before it completes the failover anyway.
 FIRST_OUTPUT_WAIT_S = 60.0
+PROBE_S = 1.0  # how long the origin waits for a silent host's own answer before it fails its tasks over
 
 
 class NotHolder(PermissionError):
@@ -120,6 +121,7 @@ class HADuties:
         self.pending: dict[int, Pending] = {}
         self.deltas_applied = 0
         self.resync = False
+        self.reachable: set[str] = set()  # hosts of my tasks silent to the registry that answer me directly
         self._lock = threading.RLock()
         self._view: dict[str, Any] = {"tasks": [], "replicas": [], "partners": {}, "failovers": [], "contracts": [], "movements": []}
 
@@ -176,8 +178,28 @@ class HADuties:
         return status is not None and is_failed(status)
 
     def _status(self) -> dict[str, str]:
-        """Liveness by participant: mine (this loop runs) and that of the participants that concern me."""
-        return {**self._view["partners"], self.me: "alive"}
+        """Liveness by participant: mine (this loop runs) and that of the participants that
+        concern me, as the registry says, except that the host of a task of mine that the
+        registry counts failed but whose agent answers me directly is `reachable`: cut off
+        from the registry only, it goes on processing, and a failover would stop that work
+        for nothing. A host that does not answer within `PROBE_S` is failed over as before."""
+        status = {**self._view["partners"], self.me: "alive"}
+        hosts = {t["host"] for t in self._view["tasks"] if t["origin"] == self.me and t["host"] not in (None, self.me)}
+        for participant in sorted(hosts):
+            if is_failed(status.get(participant, "new")) and self._answers(participant):
+                status[participant] = "reachable"
+                if participant not in self.reachable:
+                    self.agent.note("ha.reachable", f"{participant} is silent to the registry but answers {self.me} directly: "
+                                    "its tasks of mine stay there", subject=participant)
+        self.reachable = {p for p in hosts if status.get(p) == "reachable"}
+        return status
+
+    def _answers(self, participant: str) -> bool:
+        """Whether `participant`'s agent answers its health check, asked directly."""
+        try:
+            return self.http.get(self.agent.endpoint(participant).rstrip("/") + "/healthz", timeout=PROBE_S).status_code == 200
+        except Exception:  # unreachable, refused, timed out, or its endpoint unknown: it does not answer
+            return False
 
     def _partners(self) -> list[str]:
         """My contract partners in force, cheapest first: where repairs go after the origin."""

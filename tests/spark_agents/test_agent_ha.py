@@ -300,6 +300,27 @@ def test_passive_standby_detection_failover_takeover_repair_and_fencing(federati
     assert {"failover.requested", "task.taken_over", "failover.completed", "replica.repaired"} <= set(kinds)
 
 
+def test_a_host_silent_to_the_registry_that_answers_its_origin_keeps_its_tasks_until_it_answers_no_more(federation):
+    operator, agents, add, clock = federation
+    moved = _shed_to_b(operator, agents, add, clock, "passive_standby")
+    answering = {"b"}
+
+    def health(request: httpx.Request) -> httpx.Response:
+        name = request.url.path.strip("/").split("/")[0]
+        return httpx.Response(200 if request.url.path.endswith("/healthz") and name in answering else 503)
+
+    agents["a"].ha.http = httpx.Client(transport=httpx.MockTransport(health))
+    for _ in range(6):  # b is cut off from the registry only: it stops heartbeating, and still answers a
+        _round(agents, clock, "ac")
+    assert {p["name"]: p["status"] for p in operator.participants()}["b"] in ("suspected", "failed")
+    assert operator.failovers() == [], "its origin reaches it: no failover"
+    assert {t["host"] for t in operator.tasks() if t["id"] in {m["id"] for m in moved}} == {"b"}
+    assert [r.message.split()[0] for r in agents["a"].records if r.kind == "ha.reachable"] == ["b"], "said once"
+    answering.clear()  # now cut off from a too
+    failovers = _kill_b_and_detect(operator, agents, clock)
+    assert {f["task"] for f in failovers if f["kind"] == "failover"} == {f"a.{t['name']}" for t in moved}
+
+
 @pytest.mark.parametrize("mode", ["none", "upstream_backup", "active_standby"])
 def test_each_mode_takes_over_its_own_way(federation, mode):
     operator, agents, add, clock = federation
