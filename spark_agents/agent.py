@@ -703,9 +703,12 @@ class Agent:
         if self.broker is None:
             raise RuntimeError(f"{self.config.name} correlates alerts over its own broker, and runs none")
         partners = {c.partner for c in self._contracts}
-        if self._alert_readers - partners:  # a contract ended: its partner reads my alerts no more
-            self._alert_readers &= partners
-            self.broker.grant(self.broker_grants(), readers=self._alert_readers)
+        with self._lock:
+            ended = self._alert_readers - partners  # a contract ended: its partner reads my alerts no more
+            self._alert_readers -= ended
+            readers = set(self._alert_readers)
+        if ended:
+            self.broker.grant(self.broker_grants(), readers=readers)
         if self.correlation is None:
             windows = {int(t.params.get("window_s", QueryParams().window_s)) for t in self.config.tasks} or {QueryParams().window_s}
             if len(windows) > 1:
