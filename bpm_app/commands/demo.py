@@ -29,7 +29,7 @@ def demo(
 ) -> None:
     """Run the four phases of the Borealis poster on a local federation, each participant a host of its own
     (SQLite, Spark local), or, with --scenario failover, crash a participant's host while it hosts moved tasks
-    and show the federation recover."""
+    and show the federation recover (--scenario partition: cut it off from every other host, then heal it)."""
     from bpm_app.demo.report import write_report
     from bpm_app.demo.run import Demo, DemoSettings, verdict
 
