@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 import nats
 from nats.js.api import StorageType, StreamConfig
 
-from bpm.dpc import Alerts, CorrelatedRow, Correlator, Ignored, Members, Publish, Tick
+from bpm.dpc import Alerts, CorrelatedRow, Correlator, Empty, Ignored, Members, Publish, Tick
 from bpm.keygroups import token
 from bpm.names import check_name
 from spark_agents.broker.server import User, inbox_prefix, partner_user
@@ -188,13 +188,15 @@ def parse_alerts(data: bytes, owner: str, at: float) -> Alerts:
 
 async def follow(owner: str, endpoint: Endpoint, events: asyncio.Queue, stop: asyncio.Event, *, poll_s: float = 0.2,
                  timeout_s: float = 2.0, refused: Callable[[str, str], None] | None = None) -> None:
-    """Put every message of `owner`'s `ALERTS` stream on `events`, in order, as `Alerts`, until `stop`.
+    """Put every message of `owner`'s `ALERTS` stream on `events`, in order, as `Alerts`, until
+    `stop` (and `Empty` once, when the stream is found to hold nothing yet).
 
     Reads by sequence number: a connection lost to a partition is made again, and reading
     resumes at the first message not read yet.
     """
     nc = None
     next_seq = 1
+    said_empty = False
     while not stop.is_set():
         try:
             if nc is None:
@@ -205,6 +207,9 @@ async def follow(owner: str, endpoint: Endpoint, events: asyncio.Queue, stop: as
                                         ping_interval=1, max_outstanding_pings=2, inbox_prefix=inbox_prefix(endpoint.user))
             js = nc.jetstream(timeout=timeout_s)
             state = (await js.stream_info(ALERTS)).state
+            if state.last_seq == 0 and not said_empty:  # reachable, and shares no window yet
+                events.put_nowait(Empty(owner, time.time()))
+                said_empty = True
             next_seq = max(next_seq, state.first_seq)
             while next_seq <= state.last_seq and not stop.is_set():
                 try:

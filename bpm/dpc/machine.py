@@ -48,6 +48,15 @@ class Tick:
 
 
 @dataclass(frozen=True, slots=True)
+class Empty:
+    """`participant`'s alerts stream was read at `at` and holds nothing: it shares no window
+    yet (no input reached its tasks), which is not the same as being unreachable."""
+
+    participant: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
 class Members:
     """The participants whose alerts the result needs from `at` on (this one and its sharing partners)."""
 
@@ -55,7 +64,7 @@ class Members:
     at: float
 
 
-Event = Alerts | Tick | Members
+Event = Alerts | Tick | Members | Empty
 
 # ---- instructions ------------------------------------------------------------------------------
 
@@ -135,6 +144,9 @@ class Correlator:
         stable: windows published stable, with their last version.
         started: the first window each participant shared (its alerts arrive in order):
             earlier windows do not wait for it.
+        empty: participants whose stream was read and held nothing (reachable, sharing no
+            window yet): a window that still lacks only their alerts at its bound is
+            published stable without them, not tentative.
     """
 
     participants: frozenset[str]
@@ -144,6 +156,7 @@ class Correlator:
     open: dict[Window, OpenWindow] = field(default_factory=dict)
     stable: dict[Window, int] = field(default_factory=dict)
     started: dict[str, Window] = field(default_factory=dict)
+    empty: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         if self.bound_s < 0:
@@ -154,9 +167,11 @@ class Correlator:
             case Alerts():
                 return self._alerts(event)
             case Tick(at):
-                return [self._publish(window, at) for window, w in sorted(self.open.items()) if w.rows is None and at >= w.due_at + self.bound_s]
+                return self._tick(at)
             case Members(participants, at):
                 return self._members(participants, at)
+            case Empty(participant, at):
+                return self._empty(participant, at)
         raise TypeError(f"not an event: {event!r}")
 
     def next_due(self) -> float | None:
@@ -169,6 +184,7 @@ class Correlator:
         if window in self.stable:
             return [Ignored(event.participant, window, "the window is stable")]
         out: list[Instruction] = []
+        self.empty.discard(event.participant)
         if event.participant in self.participants and event.participant not in self.started:
             out = self._starts(event.participant, window, event.at)
         w = self.open.get(window)
@@ -189,6 +205,26 @@ class Correlator:
         if w.rows is not None and self._rows(window, w) != w.rows:
             return out + [self._publish(window, event.at)]  # a tentative window corrected while still tentative
         return out
+
+    def _tick(self, at: float) -> list[Instruction]:
+        """Windows at their bound: stable when all they lack is alerts of participants that
+        share nothing, else tentative (once: later versions follow arrivals)."""
+        out = []
+        for window, w in sorted(self.open.items()):
+            if at < w.due_at + self.bound_s:
+                continue
+            lacking = w.needs - w.final
+            if lacking and lacking <= self.empty and not lacking & set(w.inputs):
+                w.needs = w.needs - lacking
+                out.append(self._publish(window, at))
+            elif w.rows is None:
+                out.append(self._publish(window, at))
+        return out
+
+    def _empty(self, participant: str, at: float) -> list[Instruction]:
+        if participant in self.participants and participant not in self.started:
+            self.empty.add(participant)
+        return []
 
     def _starts(self, participant: str, first: Window, at: float) -> list[Instruction]:
         """`participant` shares from window `first` on: open windows before it stop waiting for it."""
