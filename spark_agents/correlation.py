@@ -158,8 +158,10 @@ class OwnAlerts:
         return out
 
 
-def parse_alerts(data: bytes, owner: str, at: float) -> Alerts:
-    """A message of `owner`'s `ALERTS` stream as an event; ValueError saying what is wrong with it."""
+def parse_alerts(data: bytes, owner: str, at: float, window_s: int | None = None) -> Alerts:
+    """A message of `owner`'s `ALERTS` stream as an event; ValueError saying what is wrong
+    with it. With `window_s`, the window must be one of the correlation's: that long, and
+    starting at a multiple of it."""
     try:
         body = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -171,6 +173,8 @@ def parse_alerts(data: bytes, owner: str, at: float) -> Alerts:
     start, end = body.get("window_start"), body.get("window_end")
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (start, end)) or not 0 < end - start <= MAX_WINDOW_S:
         raise ValueError("window_start and window_end must be whole seconds, the window at most a day long")
+    if window_s is not None and (end - start != window_s or start % window_s):
+        raise ValueError(f"the window [{start}, {end}) is not one of {window_s} s windows")
     sources = body.get("sources")
     if not isinstance(sources, list) or len(sources) > MAX_SOURCES:
         raise ValueError(f"sources must be a list of at most {MAX_SOURCES} addresses")
@@ -187,7 +191,7 @@ def parse_alerts(data: bytes, owner: str, at: float) -> Alerts:
 
 
 async def follow(owner: str, endpoint: Endpoint, events: asyncio.Queue, stop: asyncio.Event, *, poll_s: float = 0.2,
-                 timeout_s: float = 2.0, refused: Callable[[str, str], None] | None = None) -> None:
+                 timeout_s: float = 2.0, window_s: int | None = None, refused: Callable[[str, str], None] | None = None) -> None:
     """Put every message of `owner`'s `ALERTS` stream on `events`, in order, as `Alerts`, until
     `stop` (and `Empty` once, when the stream is found to hold nothing yet).
 
@@ -219,7 +223,7 @@ async def follow(owner: str, endpoint: Endpoint, events: asyncio.Queue, stop: as
                     continue
                 next_seq += 1
                 try:
-                    events.put_nowait(parse_alerts(msg.data, owner, time.time()))
+                    events.put_nowait(parse_alerts(msg.data, owner, time.time(), window_s))
                 except ValueError as exc:
                     if refused is not None:
                         refused(owner, str(exc))
@@ -260,9 +264,10 @@ class LiveCorrelator:
             messages refused, last: when each source's alerts last arrived.
     """
 
-    def __init__(self, me: str, own: Endpoint, *, bound_s: float = 10.0, poll_s: float = 0.2) -> None:
+    def __init__(self, me: str, own: Endpoint, *, window_s: int | None = None, bound_s: float = 10.0, poll_s: float = 0.2) -> None:
         self.me = check_name(me, "participant name")
         self.own = own
+        self.window_s = window_s
         self.bound_s = bound_s
         self.poll_s = poll_s
         self.machine = Correlator(frozenset({me}), bound_s=bound_s)
@@ -319,7 +324,8 @@ class LiveCorrelator:
                     for name, ep in sources.items():
                         if name not in followers:
                             stop = asyncio.Event()
-                            followers[name] = (ep, stop, asyncio.create_task(follow(name, ep, events, stop, poll_s=self.poll_s, refused=refused)))
+                            followers[name] = (ep, stop, asyncio.create_task(follow(name, ep, events, stop, poll_s=self.poll_s, window_s=self.window_s,
+                                                                                     refused=refused)))
                     await self._publish(js, self.machine.handle(Members(frozenset(sources), time.time())))
                 due = self.machine.next_due()
                 wait = self.poll_s if due is None else min(self.poll_s, max(0.0, due - time.time()))
@@ -427,7 +433,7 @@ class Correlation:
         for partner in set(self.partners) - partners:
             del self.partners[partner]
         if self.live is None and self.partners:
-            self.live = LiveCorrelator(self.me, self.own, bound_s=self.bound_s)
+            self.live = LiveCorrelator(self.me, self.own, window_s=self.alerts.window_s, bound_s=self.bound_s)
             self.live.set_sources(self.partners)
             self.live.start()
         elif self.live is not None:

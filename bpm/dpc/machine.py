@@ -140,6 +140,8 @@ class Correlator:
         min_participants: how many participants must see a source alert for a row.
         keep_stable: how many stable windows are remembered, so that alerts arriving again
             for one (a partner's replay) are ignored rather than opening it anew.
+        max_open: how many windows may be open at once; alerts that would open one more are
+            ignored (a partner cannot fill the memory with windows nobody else closes).
         open: windows not stable yet.
         stable: windows published stable, with their last version.
         started: the first window each participant shared (its alerts arrive in order):
@@ -153,6 +155,7 @@ class Correlator:
     bound_s: float = 10.0
     min_participants: int = MIN_PARTICIPANTS
     keep_stable: int = 10_000
+    max_open: int = 10_000
     open: dict[Window, OpenWindow] = field(default_factory=dict)
     stable: dict[Window, int] = field(default_factory=dict)
     started: dict[str, Window] = field(default_factory=dict)
@@ -191,6 +194,8 @@ class Correlator:
         if w is None:
             if event.participant not in self.participants:
                 return [Ignored(event.participant, window, "not a participant of the result")]
+            if len(self.open) >= self.max_open:
+                return out + [Ignored(event.participant, window, f"{self.max_open} windows are open already")]
             needs = frozenset(p for p in self.participants if p not in self.started or self.started[p] <= window)
             w = self.open[window] = OpenWindow(due_at=event.at, needs=needs)
         if event.participant not in w.needs:

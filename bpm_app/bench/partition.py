@@ -128,7 +128,7 @@ def host_main(config_path: str) -> None:
     run = json.loads(sys.stdin.readline())
     correlating = None
     if config["correlate"]:
-        correlating = LiveCorrelator(name, own, bound_s=config["bound_s"]).start()
+        correlating = LiveCorrelator(name, own, window_s=config["window_s"], bound_s=config["bound_s"]).start()
         correlating.set_sources({p: Endpoint(**ep) for p, ep in config["partners"].items()})
     window_s = config["window_s"]
     start = run["start"]

@@ -49,6 +49,13 @@ def test_hostile_alerts_are_refused_with_a_reason(data, why):
         parse_alerts(data, "b", at=0.0)
 
 
+def test_alerts_of_a_window_that_is_not_one_of_the_correlation_s_are_refused():
+    assert parse_alerts(body(), "b", at=0.0, window_s=60).window == (60, 120)
+    for start, end in ((60, 90), (30, 90)):
+        with pytest.raises(ValueError, match="not one of 60 s windows"):
+            parse_alerts(body(window_start=start, window_end=end), "b", at=0.0, window_s=60)
+
+
 @pytest.mark.slow
 def test_a_partner_reads_the_alerts_it_is_granted_in_order_skips_bad_ones_and_cannot_write(tmp_path):
     with NatsServer.on_free_ports("b", tmp_path / "store", [User("b", "owner-pass"), alerts_reader("a", "reader-pass")]) as server:

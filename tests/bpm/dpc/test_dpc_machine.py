@@ -157,3 +157,11 @@ def test_a_participant_whose_stream_holds_nothing_is_not_waited_for_past_the_bou
     m.handle(Alerts("a", (120, 180), frozenset(), at=30))
     (r,) = m.handle(Tick(40))
     assert not r.stable and r.missing == ("b", "c"), "unreachable or slow, not empty: tentative"
+
+
+def test_alerts_that_would_open_a_window_too_many_are_ignored():
+    m = Correlator(ABC, bound_s=10, max_open=2)
+    m.handle(Alerts("a", (0, 60), frozenset(), at=0))
+    m.handle(Alerts("a", (60, 120), frozenset(), at=0))
+    (ignored,) = m.handle(Alerts("b", (120, 180), frozenset(), at=0))
+    assert isinstance(ignored, Ignored) and "2 windows are open" in ignored.why and len(m.open) == 2
