@@ -107,6 +107,16 @@ class BrokerFence:
             if self._publish({"kind": "claim", "epoch": epoch, "window_end": current.window_end}, seq) is not None:
                 return FenceState(epoch, current.window_end)
 
+    def _held(self, epoch: int) -> tuple[FenceState, int]:
+        """The fence and its last message's sequence once `epoch` holds the output (claimed
+        here if it does not yet); FencedError when a newer epoch does."""
+        while True:
+            current, seq = self._last()
+            self._check(current, epoch)
+            if current.epoch == epoch:
+                return current, seq
+            self.claim(epoch)
+
     def write(self, epoch: int, batch_id: int, rows: Iterable[ResultRow], run: str) -> tuple[int | None, int]:
         """Publish the rows of windows not written yet as one batch of writer `run` at `epoch`.
 
@@ -115,11 +125,7 @@ class BrokerFence:
         """
         rows = list(rows)
         while True:
-            current, seq = self._last()
-            self._check(current, epoch)
-            if current.epoch != epoch:
-                self.claim(epoch)
-                continue
+            current, seq = self._held(epoch)
             fresh = unwritten(rows, current.window_end)
             if not fresh:
                 return None, len(rows)
@@ -135,11 +141,7 @@ class BrokerFence:
     def progress(self, epoch: int, closed: int) -> None:
         """Publish that every window ending by `closed` has been written, at `epoch` (refused like a write)."""
         while True:
-            current, seq = self._last()
-            self._check(current, epoch)
-            if current.epoch != epoch:
-                self.claim(epoch)
-                continue
+            current, seq = self._held(epoch)
             body = {"kind": "progress", "epoch": epoch, "window_end": current.window_end, "closed": closed}
             if self._publish(body, seq) is not None:
                 return
