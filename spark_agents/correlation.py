@@ -360,25 +360,12 @@ def ask_alerts_credentials(endpoint: str, token: str, me: str, *, timeout_s: flo
     """Where and as whom this participant, `me`, reads the alerts the partner at `endpoint`
     shares: asked with the registry's token for the call (purpose `alerts`). The answer is
     checked before use (a `nats://` address on the host of the partner's agent, the user
-    `me`, a plain password); LookupError
-    when the partner shares none, RuntimeError for anything else."""
-    import httpx
+    `me`, a plain password); LookupError when the partner shares none, RuntimeError for
+    anything else."""
+    from spark_agents.broker.access import _PASSWORD, ask_agent
 
-    from spark_agents.broker.access import _PASSWORD
-
-    try:
-        response = httpx.get(f"{endpoint.rstrip('/')}/alerts/credentials", timeout=timeout_s, headers={"Authorization": f"Bearer {token}"})
-    except httpx.HTTPError as exc:
-        raise RuntimeError(f"cannot ask {endpoint} for its alerts: {exc}") from exc
-    if response.status_code == 404:
-        raise LookupError(f"{endpoint} shares no alerts")
-    if response.status_code != 200:
-        raise RuntimeError(f"{endpoint} refuses its alerts: {response.status_code} {response.text[:200]}")
-    try:
-        body = response.json()
-        url, user, password = body["url"], body["user"], body["password"]
-    except (ValueError, KeyError, TypeError):
-        raise RuntimeError(f"{endpoint} answered with something else than credentials") from None
+    body = ask_agent(endpoint, "/alerts/credentials", token, "its alerts", refusals={404: LookupError}, timeout_s=timeout_s)
+    url, user, password = body.get("url"), body["user"], body["password"]
     if not (isinstance(url, str) and _NATS_URL.match(url)) or user != me or not (isinstance(password, str) and _PASSWORD.match(password)):
         raise RuntimeError(f"{endpoint} answered with credentials that are not {me}'s on a NATS server")
     if urlsplit(url).hostname != urlsplit(endpoint).hostname:

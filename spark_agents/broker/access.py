@@ -139,28 +139,39 @@ class OwnBroker:
 _PASSWORD = re.compile(r"^[A-Za-z0-9_-]{8,200}$")
 
 
+def ask_agent(endpoint: str, path: str, token: str, what: str, *, params: Mapping[str, object] | None = None,
+              refusals: Mapping[int, type[Exception]] | None = None, timeout_s: float = 30.0) -> dict:
+    """The JSON object another agent at `endpoint` answers to GET `path`, asked with the
+    registry's `token` for the call, checked to hold a user and a password. A status in
+    `refusals` raises its exception; anything else that goes wrong a RuntimeError (`what`
+    says what was asked, in the message)."""
+    import httpx
+
+    try:
+        response = httpx.get(f"{endpoint.rstrip('/')}{path}", params=params, timeout=timeout_s, headers={"Authorization": f"Bearer {token}"})
+    except httpx.HTTPError as exc:
+        raise RuntimeError(f"cannot ask {endpoint} for {what}: {exc}") from exc
+    if response.status_code in (refusals or {}):
+        raise refusals[response.status_code](f"{endpoint} refuses {what}: {response.text[:200]}")
+    if response.status_code != 200:
+        raise RuntimeError(f"{endpoint} refuses {what}: {response.status_code} {response.text[:200]}")
+    try:
+        body = response.json()
+        body["user"], body["password"]
+    except (ValueError, KeyError, TypeError):
+        raise RuntimeError(f"{endpoint} answered {what} with something else than credentials") from None
+    return body
+
+
 def ask_credentials(endpoint: str, key: str, epoch: int, token: str, me: str, *, timeout_s: float = 30.0) -> tuple[str, str]:
     """(user, password) with which this participant, `me`, reads task `key`'s share of its
     origin's stream: asked of the origin's agent at `endpoint` with the registry's token for
     the call (purpose `stream`). What the origin answers is checked before use: the user
     must be `me`, the password a plain token. A refusal because the registry places the
     task elsewhere now is a PermissionError (a lost race); anything else a RuntimeError."""
-    import httpx
-
-    try:
-        response = httpx.get(f"{endpoint.rstrip('/')}/broker/{key}", params={"epoch": epoch}, timeout=timeout_s,
-                             headers={"Authorization": f"Bearer {token}"})
-    except httpx.HTTPError as exc:
-        raise RuntimeError(f"cannot ask {endpoint} for the stream of {key}: {exc}") from exc
-    if response.status_code == 409:
-        raise PermissionError(f"{endpoint} refuses the stream of {key} at epoch {epoch}: {response.text[:200]}")
-    if response.status_code != 200:
-        raise RuntimeError(f"{endpoint} refuses the stream of {key} at epoch {epoch}: {response.status_code} {response.text[:200]}")
-    try:
-        body = response.json()
-        user, password = body["user"], body["password"]
-    except (ValueError, KeyError, TypeError):
-        raise RuntimeError(f"{endpoint} answered the stream of {key} with something else than credentials") from None
+    what = f"the stream of {key} at epoch {epoch}"
+    body = ask_agent(endpoint, f"/broker/{key}", token, what, params={"epoch": epoch}, refusals={409: PermissionError}, timeout_s=timeout_s)
+    user, password = body["user"], body["password"]
     if user != me or not isinstance(password, str) or not _PASSWORD.match(password):
-        raise RuntimeError(f"{endpoint} answered the stream of {key} with credentials that are not {me}'s")
+        raise RuntimeError(f"{endpoint} answered {what} with credentials that are not {me}'s")
     return user, password
