@@ -67,7 +67,13 @@ def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> No
                    transform=first.get_xaxis_transform(), fontsize=8, va="bottom")
     killed = report.get("killed")
     if killed and killed.get("at_s") is not None:
-        first.text(killed["at_s"] + 1, 0.8, f"{killed['participant']}'s host crashes", transform=first.get_xaxis_transform(), fontsize=8)
+        what = "is cut off" if killed.get("fault") == "cut" else "crashes"
+        first.text(killed["at_s"] + 1, 0.8, f"{killed['participant']}'s host {what}", transform=first.get_xaxis_transform(), fontsize=8)
+    healed = report.get("healed")
+    if healed and healed.get("at_s") is not None:
+        for ax in axes.flat:
+            ax.axvline(healed["at_s"], color="black", lw=1.5, ls="--")
+        first.text(healed["at_s"] + 1, 0.7, f"{killed['participant']}'s link heals", transform=first.get_xaxis_transform(), fontsize=8)
     axes[-1, 0].set_xlabel("seconds since the demo started (load and threshold: share of the participant's own capacity; "
                            "triangles: a task arrives / leaves, in the partner's colour)", fontsize=8)
     title = (
