@@ -1,4 +1,4 @@
-"""High availability of a task under each mode, with a crash of its host mid-stream.
+"""High availability of a task under each mode, with a crash of its host mid-stream, or a partition.
 
 For each mode in turn (one after another, so two Spark processes at a time fit two cores):
 the command starts two worker processes, each with its own SparkSession (`local[1]`) and
@@ -14,14 +14,29 @@ business, tested on its own). `a` runs the task at epoch 1 through the output fe
 origin's broker and does its mode's duties (`spark_agents.ha.roles`);
 `b` is a warm participant that, per mode, does nothing (none, upstream backup), applies the
 deltas `a` sends it over the network (passive standby), or runs the replica with its
-output held back (active standby). `a` beats into a file; the command watches it.
+output held back (active standby). `a` beats over the network (signed UDP datagrams to the
+command, `spark_agents.ha.heartbeat`); the command watches the beats.
 
 After a warm-up, the CPU time of both processes (Python and Spark's JVM with its Python
-workers, from /proc) and the rows `a` processed are measured over an interval; then `a`'s
-host crashes: every process in it is killed with SIGKILL at once. The watcher sees the
-heartbeat silent past the timeout and at once tells `b` to take the task over at epoch 2.
-The feed goes on for a while, then closes (end mark); `b` drains the stream; the results
-on the origin's broker are compared with the plain computation over exactly what was fed.
+workers, from /proc) and the rows `a` processed are measured over an interval; then the
+fault (`HASettings.fault`):
+
+* `crash`: `a`'s host crashes: every process in it is killed with SIGKILL at once. The
+  watcher sees the heartbeat silent past the timeout and at once tells `b` to take the
+  task over at epoch 2.
+* `cut`: `a`'s host is cut off from every other host and from the machine (the origin's
+  broker and the watcher included) for `cut_s`; its processes run on, unheard. The watcher
+  cannot tell a cut from a crash and fails the task over to `b` the same way. Then the
+  link heals: `a`'s query, at its next batch, finds its output claimed at epoch 2 and its
+  write refused by the fence (the query fails); the command then tells `a` that it lost
+  the task (as the registry's answer tells an agent), and `a` stops it and its duties.
+* `link`: only the link between `a` and `b` is cut for `cut_s`, then healed: both still
+  reach the origin and the watcher, so nothing fails over; passive standby's deltas fail
+  while it lasts and resume after.
+
+The feed goes on for a while, then closes (end mark); the task's host (`b` after a
+failover, else `a`) drains the stream; the results on the origin's broker are compared
+with the plain computation over exactly what was fed.
 
 Figures per mode:
 
@@ -35,11 +50,17 @@ Figures per mode:
   (`overhead_method`); `overhead_ratio_unpaired` gives that figure for every mode, and
   `ha_cpu_s_per_1000_rows` the CPU the HA work itself took (the host's duty rounds and the
   backup's applying of deltas, each on its own thread's clock);
-* `detection_s`: from the kill to the detection;
-* `recovery_s`: from the kill to the first output written after it (when the origin's
+* `detection_s`: from the fault to the detection (None with `link`: nothing is detected);
+* `recovery_s`: from the fault to the first output written after it (when the origin's
   broker stored the batch), and `recovery_after_detection_s`, the part after the detection;
+* `partition` (with `cut` and `link`): how long the cut lasted; with `cut`, when after the
+  heal `a`'s query was refused by the fence (`refused_after_heal_s`, its error) and how many
+  batches at `a`'s old epoch reached the output after `b`'s first (`old_epoch_batches_after_takeover`,
+  which the fence keeps at 0); with `link`, whether the task failed over (it must not),
+  the duty rounds of `a` that failed (deltas sent into the cut) and when after the heal the
+  backup applied a delta again;
 * `lost_results`, `duplicate_results`, `unexpected_results` against the plain computation;
-* `delays`: per window written, when (relative to the kill) and its delay, the time it was
+* `delays`: per window written, when (relative to the fault) and its delay, the time it was
   written minus the time the stream reached the window's end (the first flush of the
   feeder that admitted an event at or past it); the plot shows them per mode.
 """
@@ -71,6 +92,7 @@ DETECTION_GOAL_S = 3.0
 RECOVERY_GOALS_S = {"active_standby": 1.0, "passive_standby": 5.0}
 OVERHEAD_GOALS = {"upstream_backup": 1.05, "passive_standby": 1.15}
 BENCH_PARAMS = QueryParams(window_s=10, min_connections=40, min_ports=6, lateness_s=5)
+FAULTS = ("crash", "cut", "link")
 CAUGHT_UP_MESSAGES = 256  # about four flushes of the feeder: one message per key group that got rows
 
 
@@ -95,15 +117,18 @@ class HASettings:
         heartbeat_s: how often the host beats.
         detect_timeout_s: silence after which the host counts as failed.
         warmup_s: run time before measuring.
-        measure_s: the measuring interval before the kill.
+        measure_s: the measuring interval before the fault.
         slices: how many slices the interval is cut into, alternating HA duties off and on (even).
-        after_s: feeding time after the kill, before the stream closes.
+        after_s: feeding time after the fault (after the heal, with a partition), before the stream closes.
         timeout_s: limit of the whole run; step_timeout_s: of any single step.
         lean: run each local driver with `spark_agents.session.LEAN_JVM_OPTIONS`, as agents on a local master do.
         extra_conf: further Spark settings of both sessions.
         params: the monitoring query's parameters (10 s windows: a result about every second of wall time).
         hosts: run `a` and `b` each in a host of its own (a network namespace, `spark_agents.hosts`)
             where the machine allows it: the failure is then a crash of `a`'s host.
+        fault: `crash` (a kill -9 of `a`'s host), `cut` (`a`'s host cut off from all, then healed)
+            or `link` (the link between `a` and `b` cut, then healed); a partition needs hosts.
+        cut_s: how long a partition lasts.
     """
 
     modes: tuple[str, ...] = HA_MODES
@@ -127,13 +152,19 @@ class HASettings:
     extra_conf: tuple[tuple[str, str], ...] = ()
     params: QueryParams = field(default_factory=lambda: BENCH_PARAMS)
     hosts: bool = True
+    fault: str = "crash"
+    cut_s: float = 10.0
 
     def __post_init__(self) -> None:
+        if self.fault not in FAULTS:
+            raise ValueError(f"fault must be one of {', '.join(FAULTS)}; got {self.fault!r}")
+        if self.fault != "crash" and not self.hosts:
+            raise ValueError("a partition needs hosts (network namespaces): leave --hosts on")
         unknown = [m for m in self.modes if m not in HA_MODES]
         if unknown or not self.modes:
             raise ValueError(f"modes must be among {', '.join(HA_MODES)}; got {', '.join(self.modes) or 'none'}")
         if min(self.trigger_s, self.flush_s, self.rate, self.speedup, self.copy_interval_s, self.ack_interval_s,
-               self.heartbeat_s, self.detect_timeout_s, self.measure_s, self.timeout_s, self.step_timeout_s) <= 0:
+               self.heartbeat_s, self.detect_timeout_s, self.measure_s, self.timeout_s, self.step_timeout_s, self.cut_s) <= 0:
             raise ValueError("intervals, rates and time limits must be positive")
         if self.warmup_s < 0 or self.after_s < 0:
             raise ValueError("warm-up and after-failure times must not be negative")
@@ -164,15 +195,28 @@ def _process_cpu_seconds(jvm_pid: int | None) -> float:
     return (spark_cpu_seconds(jvm_pid) if jvm_pid is not None else None) or time.process_time()
 
 
-def _delta_shipper(inbox: tuple[str, int, str]) -> Callable[[bytes], int | None]:
-    """Send passive-standby deltas to the backup's socket (`inbox`: address, port and key); returns its acknowledged position."""
-    conn = Client((inbox[0], inbox[1]), authkey=bytes.fromhex(inbox[2]))
+def _delta_shipper(inbox: tuple[str, int, str], timeout_s: float) -> Callable[[bytes], int | None]:
+    """Send passive-standby deltas to the backup's socket (`inbox`: address, port and key); returns its acknowledged position.
+
+    A delta not answered within `timeout_s` (the link to the backup is cut) fails: the
+    connection is dropped and the next delta connects anew, so a healed link carries deltas
+    again. (The primary keeps what it could not ship and sends it with the next delta.)"""
     lock = threading.Lock()
+    conn: list[Any] = []  # the open connection, if any
 
     def ship(data: bytes) -> int | None:
         with lock:
-            conn.send_bytes(data)
-            status, value = conn.recv()
+            try:
+                if not conn:
+                    conn.append(Client((inbox[0], inbox[1]), authkey=bytes.fromhex(inbox[2])))
+                conn[0].send_bytes(data)
+                if not conn[0].poll(timeout_s):
+                    raise TimeoutError(f"the backup did not answer a delta within {timeout_s:.0f} s")
+                status, value = conn[0].recv()
+            except (OSError, EOFError):
+                if conn:
+                    conn.pop().close()
+                raise
         if status != "ok":
             raise RuntimeError(f"the backup refused a delta: {value}")
         return value
@@ -226,11 +270,25 @@ class HASide(Side):
                                params=params, interval_s=interval_s, ship=ship)
         self._duties[task_id] = duties.start()
 
-    def beat(self, path: str, interval_s: float) -> None:
-        """Start beating into `path`."""
-        from spark_agents.ha.heartbeat import HeartbeatFile
+    def beat(self, key_hex: str, address: str, port: int, interval_s: float) -> None:
+        """Start beating as this participant to the watcher at `address`:`port`, signed with the key."""
+        from spark_agents.ha.heartbeat import HeartbeatSender
 
-        self._beat = HeartbeatFile(path, interval_s).start()
+        self._beat = HeartbeatSender(self.name, bytes.fromhex(key_hex), (address, port), interval_s).start()
+
+    def task_state(self, task_id: str) -> dict[str, Any]:
+        """Whether the task still runs here (`running`, `failed`, `stopped`, or `gone`) and its error."""
+        task = next((t for t in self.host.tasks() if t.task_id == task_id), None)
+        return {"state": "gone", "error": None} if task is None else {"state": task.state, "error": task.error}
+
+    def lose(self, task_id: str) -> None:
+        """This participant lost the task (it was failed over while it was cut off): stop its duties and the task."""
+        duties = self._duties.pop(task_id, None)
+        if duties is not None:
+            duties.stop()
+        if any(t.task_id == task_id for t in self.host.tasks()):
+            self.host.stop_task(task_id)
+            self.host.remove_task(task_id)
 
     def delta_inbox(self, task_id: str) -> tuple[str, int, str]:
         """Be the passive backup of `task_id`: take deltas on a socket at this worker's address; returns its address, port and key."""
@@ -240,21 +298,30 @@ class HASide(Side):
         key = secrets.token_bytes(32)
         self._inbox = listener = Listener((own_address(), 0), authkey=key)
 
-        def serve() -> None:
-            try:
-                conn = listener.accept()
-            except OSError:
-                return
+        applying = threading.Lock()
+
+        def serve_one(conn) -> None:
             with conn:
                 while True:
                     try:
                         data = conn.recv_bytes()
+                        with applying:
+                            try:
+                                answer = ("ok", backup.apply(data).ack_position)
+                            except Exception as exc:  # noqa: BLE001 - the primary keeps the delta and retries
+                                answer = ("error", f"{type(exc).__name__}: {exc}")
+                        conn.send(answer)
                     except (EOFError, OSError):
                         return
-                    try:
-                        conn.send(("ok", backup.apply(data).ack_position))
-                    except Exception as exc:  # noqa: BLE001 - the primary keeps the delta and retries
-                        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+        def serve() -> None:
+            # A primary whose link was cut connects anew once it heals; the old connection ends on its own.
+            while True:
+                try:
+                    conn = listener.accept()
+                except OSError:
+                    return
+                threading.Thread(target=serve_one, args=(conn,), name="bpm-ha-inbox-conn", daemon=True).start()
 
         threading.Thread(target=serve, name="bpm-ha-inbox", daemon=True).start()
         return listener.address[0], listener.address[1], key.hex()
@@ -265,7 +332,7 @@ class HASide(Side):
         from spark_agents.ha.roles import start_primary
 
         query = QueryParams(**params)
-        ship = None if inbox is None else _delta_shipper(inbox)
+        ship = None if inbox is None else _delta_shipper(inbox, ship_timeout_s(interval_s))
         self._sinks[task_id] = start_primary(self.host, task_id, self._stream(source), epoch, query,
                                              trigger_s=trigger_s, checkpoint_dir=self.checkpoint_dir(task_id))
         self._start_duties(task_id, mode, source, query, interval_s, ship)
@@ -397,13 +464,23 @@ def goals(mode: dict[str, Any]) -> dict[str, bool | None]:
         "recovery_after_detection": None if name not in RECOVERY_GOALS_S or after is None else after < RECOVERY_GOALS_S[name],
         "overhead": None if name not in OVERHEAD_GOALS or ratio is None else ratio < OVERHEAD_GOALS[name],
         "precise": None if name not in PRECISE_MODES else mode["lost_results"] == 0 and mode["duplicate_results"] == 0,
+        "partition_safe": _partition_safe(mode.get("partition")),
     }
 
 
-def _emissions(batches: list, reached: list[tuple[float, int]], kill_at: float) -> tuple[list[dict[str, Any]], float | None]:
+def _partition_safe(partition: dict[str, Any] | None) -> bool | None:
+    """A cut-off host's late writes all refused; a cut between host and backup failed nothing over."""
+    if partition is None:
+        return None
+    if "failed_over" in partition:
+        return not partition["failed_over"]
+    return partition.get("old_epoch_batches_after_takeover") == 0 and partition["old_host_state"] != "running"
+
+
+def _emissions(batches: list, reached: list[tuple[float, int]], fault_at: float) -> tuple[list[dict[str, Any]], float | None]:
     """Per window written (`batches`: the task's result batches on the origin's broker): when
-    (relative to the kill), by which epoch, its delay after the feeder's flush that reached
-    its end (`reached`: `PacedFeed.reached`); and the first write after the kill."""
+    (relative to the fault), by which epoch, its delay after the feeder's flush that reached
+    its end (`reached`: `PacedFeed.reached`); and the first write after the fault."""
     import bisect
 
     times, newest = [t for t, _ in reached], [us for _, us in reached]
@@ -415,28 +492,101 @@ def _emissions(batches: list, reached: list[tuple[float, int]], kill_at: float) 
     points = []
     first_after = None
     for batch in batches:
-        if batch.at > kill_at and (first_after is None or batch.at < first_after):
+        if batch.at > fault_at and (first_after is None or batch.at < first_after):
             first_after = batch.at
         for window_end in sorted({r.window_end for r in batch.rows}):
             at = stream_reached(window_end)
-            points.append({"t": round(batch.at - kill_at, 3), "delay_s": None if at is None else round(batch.at - at, 3),
+            points.append({"t": round(batch.at - fault_at, 3), "delay_s": None if at is None else round(batch.at - at, 3),
                            "window_end": window_end, "epoch": batch.epoch})
     points.sort(key=lambda p: p["t"])
     return points, first_after
 
 
+def old_epoch_batches_after_takeover(batches: list) -> int:
+    """Batches at an older epoch stored after the first batch of the newest epoch: what a host
+    that lost its task still wrote (the fence keeps it at 0)."""
+    if not batches:
+        return 0
+    newest = max(b.epoch for b in batches)
+    first = min((b.seq for b in batches if b.epoch == newest), default=None)
+    return sum(1 for b in batches if b.epoch < newest and first is not None and b.seq > first)
+
+
 # -- the run -------------------------------------------------------------------------------------
 
 
+def _heal_cut(mode: str, settings: HASettings, hosts: Hosts, a: RemoteSide, fault_at: float,
+              limit: Callable[[], float], progress: Callable[[str], None]) -> dict[str, Any]:
+    """Heal `a`'s host once it has been cut off `cut_s`; wait until its query has been refused
+    by the fence (or ended otherwise), then tell it that it lost the task."""
+    time.sleep(max(0.0, fault_at + settings.cut_s - time.time()))
+    hosts.heal("a")
+    healed_at = time.time()
+    progress(f"{mode}: the link heals; the old host finds its task taken")
+    deadline = time.monotonic() + limit()
+    while (state := a.call("task_state", TASK_ID, timeout_s=limit()))["state"] == "running":
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    refused = time.time()
+    a.call("lose", TASK_ID, timeout_s=limit())
+    error = state["error"] or ""
+    return {
+        "cut_s": round(healed_at - fault_at, 3),
+        "refused_after_heal_s": None if state["state"] == "running" else round(refused - healed_at, 3),
+        "old_host_state": state["state"],
+        "refused_by_fence": "FencedError" in error,
+        "old_host_error": error.strip().splitlines()[-1][-300:] if error.strip() else None,
+        "stopped_after_heal_s": round(time.time() - healed_at, 3),
+    }
+
+
+def ship_timeout_s(copy_interval_s: float) -> float:
+    """How long a passive-standby primary waits for the backup to answer a delta (`_delta_shipper`)."""
+    return 2 * copy_interval_s
+
+
+def _cut_link(mode: str, settings: HASettings, hosts: Hosts, a: RemoteSide, b: RemoteSide, watcher: Any,
+              limit: Callable[[], float], progress: Callable[[str], None]) -> dict[str, Any]:
+    """Cut the link between `a` and `b` for `cut_s` and heal it: both still reach the origin and
+    the watcher, so nothing may fail over; passive standby's deltas fail meanwhile and resume after."""
+    progress(f"{mode}: the link between the host and the backup is cut for {settings.cut_s:g} s")
+    before = a.call("ha_status", TASK_ID, timeout_s=limit())
+    cut_at = time.time()
+    hosts.cut_link("a", "b")
+    time.sleep(settings.cut_s)
+    hosts.heal_link("a", "b")
+    healed_at = time.time()
+    committed_at_heal = b.call("ha_status", TASK_ID, timeout_s=limit())["backup_committed"]
+    progress(f"{mode}: the link heals")
+    resumed = None
+    if mode == "passive_standby":
+        # A delta sent into the cut fails at the shipper's timeout (perhaps after the heal); the next one connects anew.
+        deadline = time.monotonic() + ship_timeout_s(settings.copy_interval_s) + 10 * settings.copy_interval_s
+        while time.monotonic() < deadline:
+            committed = b.call("ha_status", TASK_ID, timeout_s=limit())["backup_committed"]
+            if committed is not None and committed != committed_at_heal:
+                resumed = round(time.time() - healed_at, 3)
+                break
+            time.sleep(0.2)
+    after = a.call("ha_status", TASK_ID, timeout_s=limit())
+    return {
+        "cut_s": round(healed_at - cut_at, 3),
+        "failed_over": watcher.detected_at is not None,
+        "duty_failures": after["duty_failures"] - before["duty_failures"],
+        "deltas_resumed_after_heal_s": resumed,
+    }
+
+
 def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Callable[[str], None] = lambda what: None) -> dict[str, Any]:
-    """One mode: start the origin's broker and both participants, feed, measure, kill the host,
-    fail over, drain, check the results."""
+    """One mode: start the origin's broker and both participants, feed, measure, crash or cut
+    the host (or the link between the two), fail over, heal, drain, check the results."""
     from bpm.zeek.reference import compute
     from spark_agents.broker.results import broker_outputs, read_results
     from spark_agents.broker.server import NatsServer, User
     from spark_agents.broker.source import JetStreamInput
     from spark_agents.broker.stream import Broker, BrokerStream
-    from spark_agents.ha.heartbeat import HeartbeatWatcher, read_heartbeat
+    from spark_agents.ha.heartbeat import HeartbeatReceiver, HeartbeatWatcher
 
     root = Path(work_dir) / mode
     began = time.monotonic()
@@ -444,15 +594,17 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
     limit = step_limits(settings.timeout_s, settings.step_timeout_s, lambda message: HABenchError(f"{mode}: {message}"))
 
     params = asdict(settings.params)
-    heartbeat = root / "heartbeat-a"
     profile = settings.profile()
     owner = User(ORIGIN, secrets.token_urlsafe(16))
-    a = b = feed = watcher = server = broker = None
+    a = b = feed = watcher = receiver = server = broker = None
     takeover: dict[str, Any] = {}
+    partition: dict[str, Any] | None = None
     # `a` and `b` are hosts of their own where the machine allows it; the origin's broker is
     # on the machine, which every host reaches (the machine's address on the hosts' bridge).
     hosts = Hosts.open("bench-ha", root / "hosts", cpus=False, say=progress) if settings.hosts else None
     try:
+        if settings.fault != "crash" and (hosts is None or hosts.net is None):
+            raise HABenchError(f"a partition ({settings.fault}) needs hosts with networks of their own (root on Linux, with iproute2)")
         progress(f"{mode}: starting the origin's broker and two Spark processes")
         broker_address = hosts.net.gateway if hosts is not None and hosts.net is not None else "127.0.0.1"
         server = NatsServer.on_free_ports(ORIGIN, root / ORIGIN / "broker", [owner], host=broker_address).start()
@@ -468,7 +620,9 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
             b.call("start_replica", TASK_ID, source, params, settings.trigger_s, settings.ack_interval_s, timeout_s=limit())
         interval = settings.copy_interval_s if mode == "passive_standby" else settings.ack_interval_s
         a.call("start_primary", mode, TASK_ID, source, params, settings.trigger_s, 1, interval, inbox, timeout_s=limit())
-        a.call("beat", str(heartbeat), settings.heartbeat_s, timeout_s=limit())
+        beat_key = secrets.token_bytes(32)
+        receiver = HeartbeatReceiver(beat_key, broker_address).start()
+        a.call("beat", beat_key.hex(), *receiver.address, settings.heartbeat_s, timeout_s=limit())
         feed = PacedFeed(BrokerStream(broker, ORIGIN), settings, profile)  # reads flush_s, speedup, seed and params from the settings
         feed.start()
         a.call("wait_new_batch", TASK_ID, -1, limit(), timeout_s=limit() + 30)
@@ -483,7 +637,7 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
             takeover.update(b.call("take_over", mode, TASK_ID, source, params, settings.trigger_s, 2, "a",
                                    settings.ack_interval_s, timeout_s=limit()))
 
-        watcher = HeartbeatWatcher(lambda: read_heartbeat(heartbeat), settings.detect_timeout_s, fail_over).start()
+        watcher = HeartbeatWatcher(lambda: receiver.last_beat("a"), settings.detect_timeout_s, fail_over).start()
         def mark() -> dict[str, dict[str, float]]:
             at_batch = a.call("measure_at_batch", TASK_ID, limit(), timeout_s=limit() + 30)
             return {"a": at_batch, "b": b.call("measure", TASK_ID, timeout_s=limit())}
@@ -497,29 +651,42 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
             marks.append(mark())
         status_a = a.call("ha_status", TASK_ID, timeout_s=limit())
         status_b_before = b.call("ha_status", TASK_ID, timeout_s=limit())
-        progress(f"{mode}: the host crashes (kill -9 of every process in it)")
-        kill_at = time.time()
-        a.kill()
-        if watcher.wait(settings.detect_timeout_s + limit()) is None:
-            raise HABenchError(f"{mode}: the failure was not detected")
-        if watcher.detected_at < kill_at:
-            raise HABenchError(f"{mode}: the host was taken for failed {kill_at - watcher.detected_at:.2f} s before the kill "
-                               f"(its heartbeat stalled past {settings.detect_timeout_s} s); rerun on a quieter machine or with a longer timeout")
-        if watcher.error is not None:
-            raise HABenchError(f"{mode}: the takeover failed: {watcher.error}")
-        progress(f"{mode}: running on the new host")
+        fault_at = time.time()
+        if settings.fault == "link":
+            partition = _cut_link(mode, settings, hosts, a, b, watcher, limit, progress)
+            task_host = a
+        else:
+            if settings.fault == "cut":
+                progress(f"{mode}: the host is cut off from every other host for {settings.cut_s:g} s")
+                hosts.cut("a")
+            else:
+                progress(f"{mode}: the host crashes (kill -9 of every process in it)")
+                a.kill()
+            if watcher.wait(settings.detect_timeout_s + limit()) is None:
+                raise HABenchError(f"{mode}: the failure was not detected")
+            if watcher.detected_at < fault_at:
+                raise HABenchError(f"{mode}: the host was taken for failed {fault_at - watcher.detected_at:.2f} s before the fault "
+                                   f"(its heartbeat stalled past {settings.detect_timeout_s} s); rerun on a quieter machine or with a longer timeout")
+            if watcher.error is not None:
+                raise HABenchError(f"{mode}: the takeover failed: {watcher.error}")
+            progress(f"{mode}: running on the new host")
+            if settings.fault == "cut":
+                partition = _heal_cut(mode, settings, hosts, a, fault_at, limit, progress)
+            task_host = b
         time.sleep(settings.after_s)
         fed = feed.close()
         progress(f"{mode}: draining")
         status_b = b.call("ha_status", TASK_ID, timeout_s=limit())
         drain_began = time.monotonic()
-        b.call("drain", TASK_ID, limit(), timeout_s=limit() + 30)
+        task_host.call("drain", TASK_ID, limit(), timeout_s=limit() + 30)
         drain_s = time.monotonic() - drain_began
         out = broker_outputs(broker, [TASK_ID])
         batches = read_results(broker, TASK_ID)
     finally:
         if watcher is not None:
             watcher.stop()
+        if receiver is not None:
+            receiver.close()
         if feed is not None:
             feed.stop()
         for side in (a, b):
@@ -533,24 +700,28 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
             hosts.close()
 
     expected = compute(itertools.islice(traffic(profile, settings.seed), fed), settings.params)
-    delays, first_after = _emissions(batches, feed.reached, kill_at)
+    delays, first_after = _emissions(batches, feed.reached, fault_at)
     before, after = marks[0], marks[-1]
     cpu = {name: after[name]["cpu_s"] - before[name]["cpu_s"] for name in after}
     rows = after["a"]["rows"] - before["a"]["rows"]
     per_row = sliced_cpu_per_row(marks)
     paired = round(per_row["on"] / per_row["off"], 3) if per_row["on"] and per_row["off"] else None
     ha_cpu = status_a["duty_cpu_s"] + status_b_before["apply_cpu_s"]
-    detection = takeover["detected_at"] - kill_at
-    recovery = None if first_after is None else first_after - kill_at
+    if partition is not None and settings.fault == "cut":
+        partition["old_epoch_batches_after_takeover"] = old_epoch_batches_after_takeover(batches)
+    detection = takeover["detected_at"] - fault_at if takeover else None
+    recovery = None if first_after is None or detection is None else first_after - fault_at
     result = {
         "mode": mode,
+        "fault": settings.fault,
         "overhead_ratio": None if mode == "active_standby" else paired,
         "overhead_method": "against mode none's run" if mode == "active_standby" else "paired",
         "overhead_ratio_paired": paired,
         "overhead_ratio_unpaired": None,
-        "detection_s": round(detection, 3),
+        "detection_s": None if detection is None else round(detection, 3),
         "recovery_s": None if recovery is None else round(recovery, 3),
         "recovery_after_detection_s": None if recovery is None else round(recovery - detection, 3),
+        "partition": partition,
         "lost_results": len(out.lost(expected)),
         "duplicate_results": len(out.duplicates),
         "unexpected_results": len(out.extra(expected)),
@@ -562,10 +733,10 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
         "cpu_s": {name: round(v, 3) for name, v in cpu.items()},
         "rows_measured": int(rows),
         "measured_s": round(after["a"]["time"] - before["a"]["time"], 3),
-        "takeover_s": round(takeover["takeover_s"], 3),
-        "takeover_returned_s": round(takeover["returned_at"] - kill_at, 3),
-        "replayed_messages": takeover["replayed_messages"],
-        "promoted_rows": takeover["promoted_rows"],
+        "takeover_s": round(takeover["takeover_s"], 3) if takeover else None,
+        "takeover_returned_s": round(takeover["returned_at"] - fault_at, 3) if takeover else None,
+        "replayed_messages": takeover.get("replayed_messages"),
+        "promoted_rows": takeover.get("promoted_rows"),
         "host": status_a,
         "new_host": status_b,
         "connections_fed": fed,
@@ -612,14 +783,18 @@ def without_delays(result: dict[str, Any]) -> dict[str, Any]:
     return {**result, "modes": [{k: v for k, v in m.items() if k != "delays"} for m in result["modes"]]}
 
 
+FAULT_WORDS = {"crash": "the kill -9 of the host", "cut": "the cut of the host from all", "link": "the cut of the host-backup link"}
+
+
 def plot_delays(result: dict[str, Any], path: str | Path) -> Path:
-    """A PNG with, per mode, the delay of every window written against the time relative to the kill."""
+    """A PNG with, per mode, the delay of every window written against the time relative to the fault."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     modes = result["modes"]
+    fault = result["settings"].get("fault", "crash")
     fig, axes = plt.subplots(len(modes), 1, figsize=(9, 2.1 * len(modes) + 0.6), sharex=True, squeeze=False)
     colours = {1: "tab:blue", 2: "tab:orange", None: "tab:gray"}
     for ax, mode in zip(axes[:, 0], modes):
@@ -628,18 +803,27 @@ def plot_delays(result: dict[str, Any], path: str | Path) -> Path:
             label = {1: "host (epoch 1)", 2: "after failover (epoch 2)"}.get(epoch, f"epoch {epoch}")
             ax.plot([p["t"] for p in pts], [p["delay_s"] for p in pts], "o", ms=3, color=colours.get(epoch, "tab:green"), label=label)
         ax.axvline(0, color="red", lw=1)
-        ax.axvline(mode["detection_s"], color="red", lw=1, ls="--")
+        title = [mode["mode"]]
+        if mode["detection_s"] is not None:
+            ax.axvline(mode["detection_s"], color="red", lw=1, ls="--")
+            title.append(f"detection {mode['detection_s']:.2f} s")
+        partition = mode.get("partition") or {}
+        if partition.get("cut_s") is not None:
+            ax.axvspan(0, partition["cut_s"], color="red", alpha=0.08)
         if mode["recovery_s"] is not None:
             ax.axvline(mode["recovery_s"], color="black", lw=1, ls=":")
-        recovery = "no output after the kill" if mode["recovery_s"] is None else f"recovery {mode['recovery_s']:.2f} s"
-        lost = f", {mode['lost_results']} results lost" if mode["lost_results"] else ""
-        ax.set_title(f"{mode['mode']}: detection {mode['detection_s']:.2f} s, {recovery}{lost}, "
-                     f"overhead x{mode['overhead_ratio'] if mode['overhead_ratio'] is not None else '?'}", fontsize=9)
+            title.append(f"recovery {mode['recovery_s']:.2f} s")
+        elif mode["detection_s"] is not None:
+            title.append("no output after the fault")
+        if mode["lost_results"]:
+            title.append(f"{mode['lost_results']} results lost")
+        title.append(f"overhead x{mode['overhead_ratio'] if mode['overhead_ratio'] is not None else '?'}")
+        ax.set_title(", ".join(title), fontsize=9)
         ax.set_ylabel("delay, s")
         ax.grid(alpha=0.3)
     axes[0, 0].legend(loc="upper left", fontsize="small")
-    axes[-1, 0].set_xlabel("time of the result relative to the kill -9 of the host, s "
-                           "(red: kill and detection; dotted: first result after the kill)")
+    axes[-1, 0].set_xlabel(f"time of the result relative to {FAULT_WORDS[fault]}, s "
+                           "(red: fault and detection; shaded: the cut; dotted: first result after the fault)")
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=120)

@@ -1,15 +1,21 @@
-"""`bpm bench ha`: the same task under each HA mode, with a crash of its host mid-stream."""
+"""`bpm bench ha`: the same task under each HA mode, with a crash of its host mid-stream or a partition."""
 
 from __future__ import annotations
 
 import json
 import tempfile
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from bpm_app.commands import bench_app
+
+from bpm_app.bench.ha import FAULTS
+
+# The fault as a command-line choice (help lists them, a typo is refused).
+Fault = Enum("Fault", {fault: fault for fault in FAULTS}, type=str)
 
 
 @bench_app.command("ha")
@@ -31,12 +37,14 @@ def bench_ha_command(
     lean: Annotated[bool, typer.Option(help="Run local drivers with the C1 compiler and the serial collector, as agents do.")] = True,
     conf: Annotated[list[str] | None, typer.Option("--conf", help="A further Spark setting of both sessions, KEY=VALUE (repeatable).")] = None,
     timeout: Annotated[float, typer.Option(min=10.0, help="Limit of the whole run, seconds.")] = 1800.0,
+    fault: Annotated[Fault, typer.Option(help="crash: kill -9 of the task's host; cut: its host cut off from all, then healed; link: the link between the host and the backup cut, then healed.")] = Fault.crash,
+    cut_for: Annotated[float, typer.Option(min=0.5, help="How long a partition lasts, seconds.")] = 10.0,
     hosts: Annotated[bool, typer.Option("--hosts/--no-hosts", help="Run the task's host and the backup each in a network namespace of its own (needs root; else loopback addresses).")] = True,
     work_dir: Annotated[Path | None, typer.Option(help="Keep the run's files here (default: a temporary folder, removed).")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of the output delay across the failure, per mode.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Overhead, detection, recovery, lost and duplicated results of each HA mode across a crash of the task's host."""
+    """Overhead, detection, recovery, lost and duplicated results of each HA mode across a crash of the task's host (or a partition)."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -50,6 +58,7 @@ def bench_ha_command(
             speedup=speedup, seed=seed, copy_interval_s=copy_interval, ack_interval_s=ack_interval, heartbeat_s=heartbeat,
             detect_timeout_s=detect_timeout, warmup_s=warmup, measure_s=measure, slices=slices, after_s=after, timeout_s=timeout,
             lean=lean, extra_conf=tuple(_setting(item) for item in conf or ()), hosts=hosts,
+            fault=fault.value, cut_s=cut_for,
         )
     except ValueError as exc:
         typer.secho(str(exc), fg="red", err=True)
@@ -79,7 +88,9 @@ def _modes_table(result: dict):
     from rich import box
     from rich.table import Table
 
-    table = Table(title="HA modes across a kill -9 of the host", box=box.SIMPLE_HEAD)
+    from bpm_app.bench.ha import FAULT_WORDS
+
+    table = Table(title=f"HA modes across {FAULT_WORDS[result['settings']['fault']]}", box=box.SIMPLE_HEAD)
     for column in ("mode", "overhead", "detection s", "recovery s", "after detection s", "lost", "duplicated", "goals"):
         table.add_column(column, justify="left" if column in ("mode", "goals") else "right")
     for m in result["modes"]:

@@ -3,7 +3,7 @@ stream acknowledgements, heartbeats, and the roles of each mode (docs/ha.md)."""
 
 from spark_agents.ha.delta import Applied, Delta, DeltaRefused, DeltaShipper, apply_delta, checkpoint_cut
 from spark_agents.ha.fence import FencedError, FencedSink, FenceState
-from spark_agents.ha.heartbeat import HeartbeatFile, HeartbeatWatcher, read_heartbeat, silent
+from spark_agents.ha.heartbeat import HeartbeatReceiver, HeartbeatSender, HeartbeatWatcher, silent
 from spark_agents.ha.roles import (
     PassiveBackup,
     PrimaryDuties,
@@ -16,8 +16,8 @@ from spark_agents.ha.roles import (
 from spark_agents.ha.upstream import oldest_open_window_us, processed_ack_seq, replay_seq
 
 __all__ = [
-    "Applied", "Delta", "DeltaRefused", "DeltaShipper", "FenceState", "FencedError", "FencedSink", "HeartbeatFile",
-    "HeartbeatWatcher", "PassiveBackup", "PrimaryDuties", "Takeover", "apply_delta", "checkpoint_cut",
-    "consumer_name", "oldest_open_window_us", "processed_ack_seq", "read_heartbeat", "silent", "start_primary",
+    "Applied", "Delta", "DeltaRefused", "DeltaShipper", "FenceState", "FencedError", "FencedSink", "HeartbeatReceiver",
+    "HeartbeatSender", "HeartbeatWatcher", "PassiveBackup", "PrimaryDuties", "Takeover", "apply_delta", "checkpoint_cut",
+    "consumer_name", "oldest_open_window_us", "processed_ack_seq", "silent", "start_primary",
     "replay_seq", "start_replica", "take_over",
 ]

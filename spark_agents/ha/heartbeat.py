@@ -1,22 +1,32 @@
-"""Failure detection by heartbeat timeout.
+"""Failure detection by heartbeat timeout, over the network.
 
-A host process beats (`HeartbeatFile`: the time, written to a file every interval, by a
-thread of the process itself, so the beats stop when the process dies or hangs). A watcher
-(`HeartbeatWatcher`) reads the last beat through any function (the file, the registry's
-liveness, an HTTP status) and calls its `on_failure` once the host has been silent for
-longer than the timeout. It asks no one: the failover starts as soon as one watcher
-notices, and fencing makes a wrong guess (a host that was only slow) safe.
+A host process beats (`HeartbeatSender`: a UDP datagram to the watcher's address every
+interval, from a thread of the process itself, so the beats stop when the process dies or
+hangs, and when its host is cut off from the watcher). Each beat is signed with a key the
+two share (HMAC-SHA256 over the sender's name and a counter); `HeartbeatReceiver` keeps,
+per sender, when (on its own clock) it last received a valid beat, and drops forged,
+malformed and replayed ones. A watcher (`HeartbeatWatcher`) reads the last beat through any
+function (a receiver, the registry's liveness, an HTTP status) and calls its `on_failure`
+once the host has been silent for longer than the timeout. It asks no one: the failover
+starts as soon as one watcher notices, and fencing makes a wrong guess (a host that was
+only slow, or only unreachable) safe.
 """
 
 from __future__ import annotations
 
-import os
+import hashlib
+import hmac
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
+
+from bpm.names import PARTICIPANT_MAX, check_name, is_safe
 
 DEFAULT_TIMEOUT_S = 3.0
+_COUNTER = struct.Struct("!Q")
+_MAC_BYTES = 32
 
 
 def silent(last_beat: float | None, since: float, now: float, timeout_s: float) -> bool:
@@ -25,20 +35,96 @@ def silent(last_beat: float | None, since: float, now: float, timeout_s: float) 
     return now - (last_beat if last_beat is not None else since) > timeout_s
 
 
-class HeartbeatFile:
-    """Beats by writing the time to `path` every `interval_s`, on a daemon thread of this process."""
+def _mac(key: bytes, body: bytes) -> bytes:
+    return hmac.new(key, body, hashlib.sha256).digest()
 
-    def __init__(self, path: str | Path, interval_s: float = 0.25) -> None:
-        self.path = Path(path)
-        self.interval_s = interval_s
+
+def beat_datagram(key: bytes, name: str, counter: int) -> bytes:
+    """One beat: the counter, the sender's name, and their MAC under `key`."""
+    body = _COUNTER.pack(counter) + name.encode()
+    return body + _mac(key, body)
+
+
+def parse_beat(key: bytes, data: bytes) -> tuple[str, int] | None:
+    """(sender, counter) of a valid beat; None for anything forged or malformed."""
+    if len(data) < _COUNTER.size + 1 + _MAC_BYTES:
+        return None
+    body, mac = data[:-_MAC_BYTES], data[-_MAC_BYTES:]
+    if not hmac.compare_digest(mac, _mac(key, body)):
+        return None
+    name = body[_COUNTER.size:].decode("ascii", errors="replace")
+    return (name, _COUNTER.unpack(body[:_COUNTER.size])[0]) if is_safe(name, PARTICIPANT_MAX) else None
+
+
+class HeartbeatReceiver:
+    """Receives signed beats on a UDP port of `address`; `last_beat(name)` is when the last valid one from `name` arrived."""
+
+    def __init__(self, key: bytes, address: str = "127.0.0.1", port: int = 0, clock: Callable[[], float] = time.time) -> None:
+        self.key = key
+        self.clock = clock
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._sock.bind((address, port))
+        self.address: tuple[str, int] = self._sock.getsockname()
+        self._last: dict[str, tuple[int, float]] = {}  # sender -> (its newest counter, when it arrived)
+        self.refused = 0
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bpm-heartbeat-receive", daemon=True)
+
+    def start(self) -> HeartbeatReceiver:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while True:
+            try:
+                data = self._sock.recv(512)
+            except OSError:
+                return  # closed
+            if self._closed.is_set():
+                return
+            beat = parse_beat(self.key, data)
+            with self._lock:
+                newest = self._last.get(beat[0]) if beat else None
+                if beat is None or (newest is not None and beat[1] <= newest[0]):
+                    self.refused += 1  # forged, malformed, or a replay of an older beat
+                    continue
+                self._last[beat[0]] = (beat[1], self.clock())
+
+    def last_beat(self, name: str) -> float | None:
+        with self._lock:
+            newest = self._last.get(name)
+        return None if newest is None else newest[1]
+
+    def close(self) -> None:
+        self._closed.set()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the receiving thread
+        except OSError:
+            pass
+        self._sock.close()
+        if self._thread.is_alive():
+            self._thread.join(timeout=1)
+
+
+class HeartbeatSender:
+    """Beats as `name` to `to` (address, port) every `interval_s`, on a daemon thread of this
+    process. A beat that cannot be sent (no route while the host is cut off) is skipped."""
+
+    def __init__(self, name: str, key: bytes, to: tuple[str, int], interval_s: float = 0.25) -> None:
+        check_name(name, "participant name", PARTICIPANT_MAX)
+        self.name, self.key, self.to, self.interval_s = name, key, to, interval_s
+        self._counter = time.time_ns()  # grows across restarts of the sender
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bpm-heartbeat", daemon=True)
 
     def beat(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        temp.write_text(repr(time.time()))
-        os.replace(temp, self.path)
+        self._counter += 1
+        try:
+            self._sock.sendto(beat_datagram(self.key, self.name, self._counter), self.to)
+        except OSError:
+            pass  # unreachable: the watcher hears silence, which is the point
 
     def _run(self) -> None:
         while True:
@@ -46,7 +132,7 @@ class HeartbeatFile:
             if self._stop.wait(self.interval_s):
                 return
 
-    def start(self) -> HeartbeatFile:
+    def start(self) -> HeartbeatSender:
         self._thread.start()
         return self
 
@@ -54,14 +140,7 @@ class HeartbeatFile:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=self.interval_s + 1)
-
-
-def read_heartbeat(path: str | Path) -> float | None:
-    """The time of the last beat written to `path` (None: never, or unreadable)."""
-    try:
-        return float(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
+        self._sock.close()
 
 
 class HeartbeatWatcher:

@@ -25,14 +25,28 @@ def test_ratios_are_against_mode_none():
 def test_goals_apply_to_the_modes_they_name():
     base = {"detection_s": 2.9, "lost_results": 0, "duplicate_results": 0}
     assert goals({**base, "mode": "active_standby", "recovery_after_detection_s": 0.5, "overhead_ratio": 2.0}) == {
-        "detection_within_3s": True, "recovery_after_detection": True, "overhead": None, "precise": True}
+        "detection_within_3s": True, "recovery_after_detection": True, "overhead": None, "precise": True,
+        "partition_safe": None}
     assert goals({**base, "mode": "passive_standby", "recovery_after_detection_s": 5.5, "overhead_ratio": 1.1}) == {
-        "detection_within_3s": True, "recovery_after_detection": False, "overhead": True, "precise": True}
+        "detection_within_3s": True, "recovery_after_detection": False, "overhead": True, "precise": True,
+        "partition_safe": None}
     gap = goals({**base, "mode": "none", "lost_results": 40, "recovery_after_detection_s": 3.0, "overhead_ratio": 1.0})
-    assert gap == {"detection_within_3s": True, "recovery_after_detection": None, "overhead": None, "precise": None}
+    assert gap == {"detection_within_3s": True, "recovery_after_detection": None, "overhead": None, "precise": None,
+                   "partition_safe": None}
+    cut = {"cut_s": 8.0, "old_host_state": "failed", "old_epoch_batches_after_takeover": 0}
+    assert goals({**base, "mode": "none", "partition": cut})["partition_safe"] is True
+    assert goals({**base, "mode": "none", "partition": {**cut, "old_epoch_batches_after_takeover": 1}})["partition_safe"] is False
+    assert goals({**base, "mode": "none", "partition": {**cut, "old_host_state": "running"}})["partition_safe"] is False
+    link = {"cut_s": 8.0, "failed_over": False}
+    assert goals({**base, "detection_s": None, "mode": "passive_standby", "partition": link})["partition_safe"] is True
+    assert goals({**base, "mode": "passive_standby", "partition": {**link, "failed_over": True}})["partition_safe"] is False
 
 
 def test_settings_refuse_what_cannot_be_measured():
+    with pytest.raises(ValueError, match="fault must be one of"):
+        HASettings(fault="flood")
+    with pytest.raises(ValueError, match="needs hosts"):
+        HASettings(fault="cut", hosts=False)
     with pytest.raises(ValueError, match="modes"):
         HASettings(modes=("mirror",))
     with pytest.raises(ValueError, match="even"):

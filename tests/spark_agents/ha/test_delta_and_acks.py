@@ -1,12 +1,14 @@
 """Delta checkpoints, acknowledgement positions and heartbeats on hand-made checkpoints (no Spark)."""
 
 import os
+import secrets
+import socket
 import time
 
 import pytest
 
 from spark_agents.ha.delta import DeltaRefused, DeltaShipper, apply_delta, applied_copy, checkpoint_cut
-from spark_agents.ha.heartbeat import HeartbeatFile, HeartbeatWatcher, read_heartbeat, silent
+from spark_agents.ha.heartbeat import HeartbeatReceiver, HeartbeatSender, HeartbeatWatcher, beat_datagram, parse_beat, silent
 from spark_agents.ha.upstream import oldest_open_window_us, processed_ack_seq, replay_seq
 
 
@@ -104,21 +106,50 @@ def test_silence_counts_from_the_last_beat_or_from_the_start_of_the_watch():
     assert silent(None, since=5.0, now=8.5, timeout_s=3.0) and not silent(None, since=5.0, now=7.0, timeout_s=3.0)
 
 
-def test_a_watcher_reports_a_host_that_stopped_beating(tmp_path):
-    beats = HeartbeatFile(tmp_path / "hb", interval_s=0.02).start()
+def test_a_watcher_reports_a_host_whose_beats_stopped_arriving():
+    key = secrets.token_bytes(32)
+    receiver = HeartbeatReceiver(key).start()
+    beats = HeartbeatSender("a", key, receiver.address, interval_s=0.02).start()
     seen = []
-    watcher = HeartbeatWatcher(lambda: read_heartbeat(tmp_path / "hb"), timeout_s=0.3, on_failure=lambda at, last: seen.append((at, last)), poll_s=0.01).start()
+    watcher = HeartbeatWatcher(lambda: receiver.last_beat("a"), timeout_s=0.3, on_failure=lambda at, last: seen.append((at, last)), poll_s=0.01).start()
     try:
         time.sleep(0.5)
         assert watcher.detected_at is None, "a beating host is not failed"
+        assert receiver.last_beat("b") is None
         beats.stop()
-        stopped = read_heartbeat(tmp_path / "hb")
+        stopped = receiver.last_beat("a")
         assert watcher.wait(10.0) is not None
         (at, last), = seen
         assert last == stopped and at - last > 0.3
     finally:
         beats.stop()
         watcher.stop()
+        receiver.close()
+
+
+def test_forged_malformed_and_replayed_beats_do_not_count():
+    key = secrets.token_bytes(32)
+    assert parse_beat(key, beat_datagram(key, "a", 7)) == ("a", 7)
+    assert parse_beat(secrets.token_bytes(32), beat_datagram(key, "a", 7)) is None, "another key"
+    assert parse_beat(key, beat_datagram(key, "a", 7)[:-1] + b"x") is None, "a bad MAC"
+    assert parse_beat(key, beat_datagram(key, "../x", 7)) is None, "a name that is no participant's"
+    assert parse_beat(key, b"") is None and parse_beat(key, b"\xff" * 100) is None
+    receiver = HeartbeatReceiver(key).start()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for data in (beat_datagram(b"k" * 32, "a", 1), b"nonsense", beat_datagram(key, "a", 5), beat_datagram(key, "a", 5),
+                     beat_datagram(key, "a", 4)):
+            sock.sendto(data, receiver.address)
+        deadline = time.monotonic() + 5
+        while receiver.refused < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        first = receiver.last_beat("a")
+        assert first is not None and receiver.refused == 4, "two forged ones and two replays refused"
+        with pytest.raises(ValueError):
+            HeartbeatSender("a/b", key, receiver.address)
+    finally:
+        sock.close()
+        receiver.close()
 
 
 def test_upstream_backup_acknowledges_what_the_watermarks_prove_unneeded(checkpoint):
