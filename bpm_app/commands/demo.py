@@ -5,23 +5,47 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from bpm_app.commands import HAMode, app
+from bpm_app.commands import HAMode, app, fail
+
+# What marks a folder as a run folder `bpm demo` made: only such a folder is emptied for a new run.
+RUN_MARK = ".bpm-demo-run"
+
+
+class Scenario(str, Enum):
+    phases = "phases"
+    failover = "failover"
+    partition = "partition"
+
+
+def prepare_workdir(workdir: Path) -> None:
+    """Make `workdir` an empty run folder: remove an earlier run's (it holds `RUN_MARK`), never
+    a folder the demo did not make (the command fails instead, and nothing is deleted)."""
+    if workdir.exists():
+        if not workdir.is_dir():
+            fail(f"--workdir {workdir} is a file, not a folder")
+        if any(workdir.iterdir()):
+            if not (workdir / RUN_MARK).exists():
+                fail(f"--workdir {workdir} holds files that no earlier `bpm demo` run made: choose another folder, or empty it yourself")
+            shutil.rmtree(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / RUN_MARK).write_text("made by bpm demo: removed with its contents when the next run uses this folder\n")
 
 
 @app.command("demo")
 def demo(
     headless: Annotated[bool, typer.Option("--headless", help="No live terminal view.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object on stdout.")] = False,
-    workdir: Annotated[Path, typer.Option(help="Where the run keeps its registry, streams, checkpoints, output and logs.")] = Path("demo-run"),
+    workdir: Annotated[Path, typer.Option(help="Where the run keeps its registry, streams, checkpoints, output and logs (an earlier run's folder is emptied first; any other folder that is not empty is refused).")] = Path("demo-run"),
     report_dir: Annotated[Path, typer.Option("--report", help="Report folder: report.json and timeline.png.")] = Path("demo-report"),
     port: Annotated[int, typer.Option(help="Registry port (the admin UI is served there too).")] = 8700,
     phase_timeout: Annotated[float, typer.Option(help="Longest wait of a phase for an acceptable allocation, seconds.")] = 240.0,
-    scenario: Annotated[str, typer.Option(help="'phases' (the four phases of load management), 'failover' (kill -9 of a participant hosting moved tasks, and the recovery) or 'partition' (the same participant cut off from every other host, then healed).")] = "phases",
+    scenario: Annotated[Scenario, typer.Option(help="phases: the four phases of load management; failover: kill -9 of a participant hosting moved tasks, and the recovery; partition: the same participant cut off from every other host, then healed.")] = Scenario.phases,
     ha_mode: Annotated[HAMode, typer.Option(help="The contracts' HA mode in the failover and partition scenarios.")] = HAMode.passive_standby,
     cut_for: Annotated[float, typer.Option(min=1.0, help="How long the partition scenario keeps the participant cut off, seconds from the cut.")] = 30.0,
     cpus: Annotated[float, typer.Option(min=0.0, help="Each participant's capacity: a CPU quota of its own (a cgroup; needs root). 0: the participants share the machine's CPUs.")] = 0.4,
@@ -33,22 +57,18 @@ def demo(
     from bpm_app.demo.report import write_report
     from bpm_app.demo.run import Demo, DemoSettings, verdict
 
-    if scenario not in ("phases", "failover", "partition"):
-        raise typer.BadParameter("--scenario is 'phases', 'failover' or 'partition'")
-    if scenario == "partition" and not hosts:
+    if scenario == Scenario.partition and not hosts:
         raise typer.BadParameter("--scenario partition cuts a host's links: it needs --hosts")
 
     def make(**kw):
-        if scenario in ("failover", "partition"):
+        if scenario in (Scenario.failover, Scenario.partition):
             from bpm_app.demo.failover import FailoverDemo
 
-            fault = "cut" if scenario == "partition" else "crash"
+            fault = "cut" if scenario == Scenario.partition else "crash"
             return FailoverDemo(settings, ha_mode=ha_mode.value, fault=fault, cut_s=cut_for, **kw)
         return Demo(settings, **kw)
 
-    if workdir.exists():
-        shutil.rmtree(workdir)
-    workdir.mkdir(parents=True)
+    prepare_workdir(workdir)
     settings = DemoSettings(workdir=workdir.resolve(), port=port, phase_timeout_s=phase_timeout, cpus=cpus or None, network=hosts)
     say = (lambda msg: print(msg, file=sys.stderr, flush=True))
     if headless:

@@ -62,7 +62,7 @@ def _fmt(value: Any, digits: int = 3) -> str:
 def simulate(
     participants: Annotated[int, typer.Option(help="Participants in each federation.")] = 100,
     contracts_per_participant: Annotated[int, typer.Option("--contracts-per-participant", "-k", help="Contract partners per participant (random graph).")] = 4,
-    price_range: Annotated[float, typer.Option("--price-range", "-e", help="Relative width E of each price range, centred on the reference price: [p(1-E/2), p(1+E/2)].")] = 0.1,
+    price_range: Annotated[float, typer.Option("--price-range", "-e", help="Relative width E of each price range, centred on the reference price: \\[p(1-E/2), p(1+E/2)].")] = 0.1,
     load_factor: Annotated[float, typer.Option(help="Total load over the sum of the thresholds.")] = 0.8,
     skew: Annotated[float, typer.Option(help="How unevenly load starts: 0 = every participant at the same fraction of its threshold, 1 = from 0 to twice that.")] = 0.5,
     tasks_per_participant: Annotated[float, typer.Option(help="Tasks per participant on average (their granularity).")] = 10.0,
