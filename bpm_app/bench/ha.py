@@ -536,9 +536,16 @@ def _heal_cut(mode: str, settings: HASettings, hosts: Hosts, a: RemoteSide, faul
         "refused_after_heal_s": None if state["state"] == "running" else round(refused - healed_at, 3),
         "old_host_state": state["state"],
         "refused_by_fence": "FencedError" in error,
-        "old_host_error": error.strip().splitlines()[-1][-300:] if error.strip() else None,
+        "old_host_error": _error_line(error),
         "stopped_after_heal_s": round(time.time() - healed_at, 3),
     }
+
+
+def _error_line(error: str) -> str | None:
+    """The line of a failed query's error that names the Python exception (Spark wraps it in its own text and plan)."""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    chosen = [line for line in lines if "Error:" in line or "Exception:" in line] or lines
+    return chosen[-1][:300] if chosen else None
 
 
 def ship_timeout_s(copy_interval_s: float) -> float:
@@ -822,8 +829,8 @@ def plot_delays(result: dict[str, Any], path: str | Path) -> Path:
         ax.set_ylabel("delay, s")
         ax.grid(alpha=0.3)
     axes[0, 0].legend(loc="upper left", fontsize="small")
-    axes[-1, 0].set_xlabel(f"time of the result relative to {FAULT_WORDS[fault]}, s "
-                           "(red: fault and detection; shaded: the cut; dotted: first result after the fault)")
+    axes[-1, 0].set_xlabel(f"time of the result relative to {FAULT_WORDS[fault]}, s\n"
+                           "(red: fault and detection; shaded: the cut, until the heal; dotted: first result after the fault)")
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=120)
