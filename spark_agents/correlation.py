@@ -259,9 +259,14 @@ class LiveCorrelator:
     publishes each version on `me`'s broker. `set_sources` changes whom it follows (a
     partner that signs or ends a contract): new windows then need exactly those.
 
+    A restart goes on from the versions an earlier run published on `me`'s `CORRELATED`
+    stream (`bpm.dpc.Correlator.resume`): it reads every source's alerts again, and publishes
+    only the versions that follow.
+
     Attributes:
         published: versions published, tentative: of them tentative, refused: partner
-            messages refused, last: when each source's alerts last arrived.
+            messages refused, last: when each source's alerts last arrived, resumed: versions
+            of an earlier run it went on from.
     """
 
     def __init__(self, me: str, own: Endpoint, *, window_s: int | None = None, bound_s: float = 10.0, poll_s: float = 0.2) -> None:
@@ -271,7 +276,7 @@ class LiveCorrelator:
         self.bound_s = bound_s
         self.poll_s = poll_s
         self.machine = Correlator(frozenset({me}), bound_s=bound_s)
-        self.published = self.tentative = self.refused = 0
+        self.published = self.tentative = self.refused = self.resumed = 0
         self.last: dict[str, float] = {}
         self._sources: dict[str, Endpoint] = {me: own}
         self._lock = threading.Lock()
@@ -300,7 +305,7 @@ class LiveCorrelator:
         with self._lock:
             sources = sorted(self._sources)
         return {"sources": sources, "bound_s": self.bound_s, "open_windows": len(self.machine.open), "stable_windows": len(self.machine.stable),
-                "published": self.published, "tentative": self.tentative, "refused": self.refused,
+                "published": self.published, "tentative": self.tentative, "refused": self.refused, "resumed": self.resumed,
                 "last_alerts": {p: round(t, 3) for p, t in self.last.items()}}
 
     async def _run(self) -> None:
@@ -314,6 +319,7 @@ class LiveCorrelator:
         nc = await nats.connect(self.own.url, user=self.own.user, password=self.own.password, max_reconnect_attempts=-1,
                                 inbox_prefix=inbox_prefix(self.own.user))
         js = nc.jetstream(timeout=10.0)
+        resumed = False
         try:
             while not self._stop.is_set():
                 with self._lock:
@@ -327,6 +333,11 @@ class LiveCorrelator:
                             followers[name] = (ep, stop, asyncio.create_task(follow(name, ep, events, stop, poll_s=self.poll_s, window_s=self.window_s,
                                                                                      refused=refused)))
                     await self._publish(js, self.machine.handle(Members(frozenset(sources), time.time())))
+                    if not resumed:
+                        # Go on from what an earlier run published (none on a first start).
+                        before = [publish_from_json(json.loads(data)) for data in await stream_messages(js, CORRELATED)]
+                        self.machine.resume(before, time.time())
+                        self.resumed, resumed = len(before), True
                 due = self.machine.next_due()
                 wait = self.poll_s if due is None else min(self.poll_s, max(0.0, due - time.time()))
                 try:
@@ -436,20 +447,25 @@ class Correlation:
         self.owner.close()
 
 
+async def stream_messages(js, stream: str, *, last: bool = False) -> list[bytes]:
+    """Every message of `stream` (through JetStream context `js`), in order (with `last`, the
+    last one only); none when the stream does not exist."""
+    try:
+        state = (await js.stream_info(stream)).state
+    except nats.js.errors.NotFoundError:
+        return []
+    out = []
+    for seq in range(max(1, state.last_seq if last else state.first_seq), state.last_seq + 1):
+        try:
+            out.append((await js.get_msg(stream, seq)).data)
+        except nats.js.errors.NotFoundError:
+            continue
+    return out
+
+
 def read_stream(broker: Broker, stream: str, *, last: bool = False) -> list[bytes]:
     """Every message of `stream` on `broker`, in order (with `last`, the last one only)."""
-
-    async def read() -> list[bytes]:
-        state = (await broker.js.stream_info(stream)).state
-        out = []
-        for seq in range(max(1, state.last_seq if last else state.first_seq), state.last_seq + 1):
-            try:
-                out.append((await broker.js.get_msg(stream, seq)).data)
-            except nats.js.errors.NotFoundError:
-                continue
-        return out
-
-    return broker.call(read())
+    return broker.call(stream_messages(broker.js, stream, last=last))
 
 
 def read_correlated(broker: Broker) -> list[Publish]:

@@ -10,6 +10,10 @@ the version before, so a consumer that applies them in order holds the window's 
 rows (`CorrelatedView`), and once stable exactly what `bpm.dpc.correlation.correlate`
 gives over every participant's alerts.
 
+A correlator that restarts resumes from what it published (`Correlator.resume`, the
+versions read back from its output stream): stable windows stay stable, tentative ones go on
+from their last version and rows, so the alerts it reads again publish only what changed.
+
 Corrections are checkpoint/redo at the granularity of one window: a window's state is the
 alerts received for it (its checkpoint is the empty window), and a correction recomputes
 the window from them and publishes the difference with what was published. Windows are
@@ -22,6 +26,7 @@ live, tests and `bpm bench partition` step it).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from bpm.dpc.correlation import MIN_PARTICIPANTS, CorrelatedRow, correlate
@@ -115,6 +120,8 @@ class OpenWindow:
         final: participants whose alerts for it are final.
         rows: the rows published so far (None: nothing published yet).
         version: the last version published (0: none).
+        hold_until: a resumed window publishes no tentative correction before this (its alerts
+            are read again first); None: not resumed, or past it.
     """
 
     due_at: float
@@ -123,6 +130,7 @@ class OpenWindow:
     final: set[str] = field(default_factory=set)
     rows: frozenset[CorrelatedRow] | None = None
     version: int = 0
+    hold_until: float | None = None
 
     @property
     def missing(self) -> tuple[str, ...]:
@@ -149,6 +157,8 @@ class Correlator:
         empty: participants whose stream was read and held nothing (reachable, sharing no
             window yet): a window that still lacks only their alerts at its bound is
             published stable without them, not tentative.
+        forgotten: the newest stable window no longer remembered (`keep_stable`): alerts for
+            it or an older one are ignored, as for a stable window.
     """
 
     participants: frozenset[str]
@@ -160,6 +170,7 @@ class Correlator:
     stable: dict[Window, int] = field(default_factory=dict)
     started: dict[str, Window] = field(default_factory=dict)
     empty: set[str] = field(default_factory=set)
+    forgotten: Window | None = None
 
     def __post_init__(self) -> None:
         if self.bound_s < 0:
@@ -180,11 +191,31 @@ class Correlator:
     def next_due(self) -> float | None:
         """When the next unpublished window reaches its bound (None: none waits)."""
         waiting = [w.due_at + self.bound_s for w in self.open.values() if w.rows is None]
+        waiting += [w.hold_until for w in self.open.values() if w.hold_until is not None]
         return min(waiting, default=None)
+
+    def resume(self, published: Iterable[Publish], at: float) -> None:
+        """Go on from the versions published before a restart, in the order published:
+        stable windows stay stable (their alerts are ignored if they come again); a tentative
+        window is open again at its last version and rows, needing every participant, and
+        publishes a tentative correction only from `bound_s` after `at` (time for its alerts
+        to be read again), its stable version as soon as they are all in."""
+        view = CorrelatedView()
+        due: dict[Window, float] = {}
+        for publish in published:
+            if view.apply(publish):
+                due.setdefault(publish.window, publish.due_at)
+        for window in sorted(view.versions):
+            if window in view.stable:
+                self.open.pop(window, None)
+                self._remember_stable(window, view.versions[window])
+            else:
+                self.open[window] = OpenWindow(due_at=due[window], needs=self.participants, rows=frozenset(view.rows[window]),
+                                               version=view.versions[window], hold_until=at + self.bound_s)
 
     def _alerts(self, event: Alerts) -> list[Instruction]:
         window = event.window
-        if window in self.stable:
+        if window in self.stable or (self.forgotten is not None and window <= self.forgotten):
             return [Ignored(event.participant, window, "the window is stable")]
         out: list[Instruction] = []
         self.empty.discard(event.participant)
@@ -207,7 +238,7 @@ class Correlator:
             w.final.add(event.participant)
         if w.final >= w.needs:
             return out + [self._publish(window, event.at)]
-        if w.rows is not None and self._rows(window, w) != w.rows:
+        if w.rows is not None and w.hold_until is None and self._rows(window, w) != w.rows:
             return out + [self._publish(window, event.at)]  # a tentative window corrected while still tentative
         return out
 
@@ -216,6 +247,11 @@ class Correlator:
         share nothing, else tentative (once: later versions follow arrivals)."""
         out = []
         for window, w in sorted(self.open.items()):
+            if w.hold_until is not None and at >= w.hold_until:
+                w.hold_until = None  # resumed: what was read again by now corrects it
+                if self._rows(window, w) != w.rows:
+                    out.append(self._publish(window, at))
+                continue
             if at < w.due_at + self.bound_s:
                 continue
             lacking = w.needs - w.final
@@ -269,10 +305,15 @@ class Correlator:
                       () if stable else w.missing, w.due_at, at)
         if stable:
             del self.open[window]
-            self.stable[window] = w.version
-            while len(self.stable) > self.keep_stable:
-                del self.stable[min(self.stable)]
+            self._remember_stable(window, w.version)
         return out
+
+    def _remember_stable(self, window: Window, version: int) -> None:
+        self.stable[window] = version
+        while len(self.stable) > self.keep_stable:
+            oldest = min(self.stable)
+            del self.stable[oldest]
+            self.forgotten = max(oldest, self.forgotten) if self.forgotten is not None else oldest
 
 
 @dataclass

@@ -243,3 +243,46 @@ def test_agents_that_correlate_share_their_alerts_and_publish_the_plain_correlat
     assert view.stable_rows() == expected, status
     assert not view.tentative_windows() - {max(view.versions)}, "every window stable (the newest may wait for the end of input)"
     assert status["sources"] == ["a", "b"] and status["refused"] == {} and b.correlation.shared > 0
+
+
+def test_a_restarted_correlator_goes_on_from_the_versions_it_published(tmp_path):
+    """a's correlator publishes W tentative (b has not shared it), stops; b then shares W and a
+    new correlator at a, reading every source's alerts again, publishes W's next version, stable."""
+    import time
+
+    from spark_agents.correlation import LiveCorrelator, read_correlated
+
+    w = (60, 120)
+    with NatsServer.on_free_ports("a", tmp_path / "a", [User("a", "pa")]) as a_server, \
+            NatsServer.on_free_ports("b", tmp_path / "b", [User("b", "pb"), alerts_reader("a", "ra")]) as b_server, \
+            Broker(a_server.url, "a", "pa") as a, Broker(b_server.url, "b", "pb") as b:
+        ensure_streams(a, correlated=True)
+        ensure_streams(b, correlated=False)
+        for broker, name in ((a, "a"), (b, "b")):
+            share_alerts(broker, name, (0, 60), ["10.0.0.1"])  # both begin sharing here
+        share_alerts(a, "a", w, ["10.0.0.1", "10.0.0.2"])
+
+        def run_until(done, timeout_s=20.0):
+            live = LiveCorrelator("a", Endpoint(a_server.url, "a", "pa"), window_s=60, bound_s=0.5, poll_s=0.05).start()
+            live.set_sources({"b": Endpoint(b_server.url, "a", "ra")})
+            try:
+                deadline = time.monotonic() + timeout_s
+                while not done() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                return live
+            finally:
+                live.close()
+
+        def versions():
+            return [(p.window, p.version, p.stable) for p in read_correlated(a)]
+
+        first = run_until(lambda: ((60, 120), 1, False) in versions())
+        assert versions() == [((0, 60), 1, True), (w, 1, False)] and first.resumed == 0
+        share_alerts(b, "b", w, ["10.0.0.2"])
+        second = run_until(lambda: len(versions()) > 2)
+        time.sleep(1.0)  # anything it would publish twice would be here by now
+        assert versions() == [((0, 60), 1, True), (w, 1, False), (w, 2, True)]
+        assert second.resumed == 2 and second.status()["resumed"] == 2
+        rows = {(r.window_start, r.source) for p in read_correlated(a) for r in p.added} - {
+            (r.window_start, r.source) for p in read_correlated(a) for r in p.retracted}
+        assert rows == {(0, "10.0.0.1"), (60, "10.0.0.2")}

@@ -165,3 +165,62 @@ def test_alerts_that_would_open_a_window_too_many_are_ignored():
     m.handle(Alerts("a", (60, 120), frozenset(), at=0))
     (ignored,) = m.handle(Alerts("b", (120, 180), frozenset(), at=0))
     assert isinstance(ignored, Ignored) and "2 windows are open" in ignored.why and len(m.open) == 2
+
+
+SW, TW = (0, 60), (60, 120)  # stable before the restart; tentative at it
+
+
+def run_until_restart(bound_s=10):
+    """a, b and c close SW on time; then c is cut off: TW is tentative at the bound. Returns what was published."""
+    m = Correlator(ABC, bound_s=bound_s)
+    out = []
+    for event in (Alerts("a", SW, frozenset({"u"}), 60), Alerts("b", SW, frozenset({"u"}), 60), Alerts("c", SW, frozenset(), 61),
+                  Alerts("a", TW, frozenset({"s", "t"}), 120), Alerts("b", TW, frozenset({"t"}), 120.5), Tick(130)):
+        out += published(m.handle(event))
+    assert [(p.window, p.version, p.stable) for p in out] == [(SW, 1, True), (TW, 1, False)]
+    return out
+
+
+def test_a_restarted_correlator_resumes_from_what_it_published_and_publishes_only_what_changed():
+    before = run_until_restart()
+    m = Correlator(ABC, bound_s=10)
+    m.resume(before, at=500)
+    view = CorrelatedView()
+    for p in before:
+        view.apply(p)
+    # Every source's alerts are read again from the start; c's for TW now arrive too.
+    again = []
+    for event in (Alerts("a", SW, frozenset({"u"}), 501), Alerts("a", TW, frozenset({"s", "t"}), 501),
+                  Alerts("b", SW, frozenset({"u"}), 502), Alerts("b", TW, frozenset({"t"}), 502), Alerts("c", SW, frozenset(), 502)):
+        again += m.handle(event)
+    assert published(again) == [], "nothing new: the stable window is ignored, the tentative one waits"
+    assert all(i.why == "the window is stable" for i in again if i.window == SW)
+    (stable,) = published(m.handle(Alerts("c", TW, frozenset({"s"}), 503)))
+    assert (stable.window, stable.version, stable.stable) == (TW, 2, True), "the next version, not a new first one"
+    assert view.apply(stable)
+    assert view.stable_rows() == correlate(SW, {"a": {"u"}, "b": {"u"}, "c": set()}) | correlate(TW, {"a": {"s", "t"}, "b": {"t"}, "c": {"s"}})
+
+
+def test_a_resumed_tentative_window_is_corrected_only_after_the_bound_while_its_alerts_are_read_again():
+    before = run_until_restart()
+    m = Correlator(ABC, bound_s=10)
+    m.resume(before, at=500)
+    assert m.next_due() == 510
+    # Only a's alerts have come again by the bound: b's are still on their way.
+    assert published(m.handle(Alerts("a", TW, frozenset({"s", "t"}), 501))) == []
+    assert published(m.handle(Tick(509))) == []
+    (fix,) = published(m.handle(Tick(510)))  # from a's alone the rows differ: a tentative correction, once
+    assert (fix.version, fix.stable, fix.retracted) == (2, False, (CorrelatedRow(60, 120, "t", ("a", "b")),))
+    (back,) = published(m.handle(Alerts("b", TW, frozenset({"t"}), 511)))  # then corrected as usual
+    assert (back.version, back.stable, back.added) == (3, False, (CorrelatedRow(60, 120, "t", ("a", "b")),))
+
+
+def test_alerts_for_a_stable_window_no_longer_remembered_are_ignored():
+    m = Correlator(frozenset("ab"), bound_s=10, keep_stable=2)
+    for i in range(4):
+        window = (i * 60, i * 60 + 60)
+        m.handle(Alerts("a", window, frozenset({"s"}), i))
+        m.handle(Alerts("b", window, frozenset({"s"}), i))
+    assert sorted(m.stable) == [(120, 180), (180, 240)] and m.forgotten == (60, 120)
+    (ignored,) = m.handle(Alerts("a", (0, 60), frozenset({"s"}), 10))
+    assert isinstance(ignored, Ignored) and (0, 60) not in m.open
