@@ -36,6 +36,11 @@ class TrafficProfile:
         scan_ports: ports a scanner touches per minute.
         busy_prefixes: /24 networks that hold the scanners (several scanners share a /24).
         late_fraction: share of connections that are long-lived and arrive minutes late.
+        shared_scanners: further scanners whose addresses come from `shared_seed` alone, so
+            that participants generating with the same `shared_seed` are probed by the same
+            sources (one scanner sweeping several organisations' networks); each participant's
+            own seed still decides when they probe and whom.
+        shared_seed: the seed of the shared scanners' addresses.
     """
 
     start_ts: float = 1_717_200_000.0
@@ -47,6 +52,8 @@ class TrafficProfile:
     scan_ports: int = 40
     busy_prefixes: int = 2
     late_fraction: float = 0.002
+    shared_scanners: int = 0
+    shared_seed: int = 0
 
 
 def _uid(rng: random.Random) -> str:
@@ -74,6 +81,8 @@ def _connections(profile: TrafficProfile, rng: random.Random) -> Iterator[tuple[
     servers = [f"{rng.randrange(11, 223)}.{rng.randrange(256)}.{rng.randrange(256)}.{rng.randrange(1, 255)}" for _ in range(60)]
     busy = [f"172.16.{rng.randrange(256)}" for _ in range(max(1, profile.busy_prefixes))]
     scanners = [f"{busy[i % len(busy)]}.{rng.randrange(1, 255)}" for i in range(profile.scanners)]
+    shared = random.Random(profile.shared_seed)
+    scanners += [f"172.31.{shared.randrange(256)}.{shared.randrange(1, 255)}" for _ in range(profile.shared_scanners)]
     end = profile.start_ts + profile.duration_s
     ts = profile.start_ts
     while profile.rate > 0:

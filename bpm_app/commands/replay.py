@@ -114,6 +114,8 @@ def generate_command(
     rate: float = typer.Option(200.0, "--rate", min=0, help="Mean connections per second of ordinary sources."),
     sources: int = typer.Option(400, "--sources", min=1, help="Ordinary sources (heavy-tailed activity)."),
     scanners: int = typer.Option(6, "--scanners", min=0, help="Port scanners."),
+    shared_scanners: int = typer.Option(0, "--shared-scanners", min=0, help="Further scanners whose addresses come from --shared-seed alone: logs generated with the same shared seed are probed by the same sources."),
+    shared_seed: int = typer.Option(0, "--shared-seed", help="Seed of the shared scanners' addresses."),
     start: float = typer.Option(1_717_200_000.0, "--start", help="First timestamp (epoch seconds)."),
     seed: int = typer.Option(0, "--seed", help="Random seed; the same seed gives the same log."),
     fmt: str = typer.Option("tsv", "--format", help="tsv (with #fields header) or json (JSON lines)."),
@@ -124,7 +126,9 @@ def generate_command(
 
     if fmt not in ("tsv", "json"):
         fail(f"--format must be tsv or json, not {fmt!r}")
-    conns = generate(TrafficProfile(start_ts=start, duration_s=duration, rate=rate, sources=sources, scanners=scanners), seed)
+    profile = TrafficProfile(start_ts=start, duration_s=duration, rate=rate, sources=sources, scanners=scanners,
+                             shared_scanners=shared_scanners, shared_seed=shared_seed)
+    conns = generate(profile, seed)
     with out.open("w", encoding="utf-8") as handle:
         n = write_tsv(conns, handle) if fmt == "tsv" else write_json(conns, handle)
     Console(stderr=True).print(f"wrote {n} connections to {out}")

@@ -20,6 +20,16 @@ two apart); then the link heals, B is heard from again (the registry records it 
 them, and whatever B's tasks still try to write at their old epoch is refused by the
 fence. Phase 4 then runs with B back.
 
+The partition scenario also plays Delay, Process and Correct: B and C watch networks of
+their own too (one share and one task each), and two scanners probe all three networks
+(`DemoSettings.shared_scanners`). Every agent shares its alerts and correlates them with
+its partners' (`--correlate`); A's correlated result waits up to the availability bound for
+B's alerts while B is cut off, is published tentative, and is corrected to stable once the
+link heals. The report adds `correlation` (A's result read back from its broker: windows,
+versions, tentative windows and rows, the first result's delay, the stabilisation after the
+heal, and whether every window's stable rows equal the plain correlation of the alerts
+each participant shared) and the folder a plot of it (`correlation.png`).
+
 The report adds `failovers` (each with `task`, `mode`, `detected_s`: from the kill or cut
 to the registry's detection, `recovery_s`: from the detection to the task's first output
 after it), `repairs` and `killed` (with a cut: `cut`, and `healed` with when B was heard
@@ -50,6 +60,15 @@ FAILOVER_TRIGGER_S = 5.0
 FAILOVER_MM1_SCALE = 0.36  # a threshold of 0.4 at the reference price
 FAILOVER_SPREAD = 0.3
 VICTIM = "b"
+# The partition scenario's: B and C also have a network of their own to watch (one share,
+# one task each), so that there are alerts to correlate; A correlates them.
+PARTITION_MEMBERS = (
+    Member("a", 8, 6, 11),
+    Member("b", 1, 1, 12),
+    Member("c", 1, 1, 13),
+)
+CORRELATOR = "a"
+SHARED_SCANNERS = 2
 
 
 class FailoverDemo(Demo):
@@ -60,9 +79,12 @@ class FailoverDemo(Demo):
                  cut_s: float = 30.0) -> None:
         if fault not in ("crash", "cut"):
             raise ValueError("fault is 'crash' or 'cut'")
+        cut = fault == "cut"
         super().__init__(dataclasses.replace(settings, trigger_s=FAILOVER_TRIGGER_S, mm1_scale=FAILOVER_MM1_SCALE,
-                                             spread=FAILOVER_SPREAD, cpus=None), view, say)
-        self._members = {m.name: m for m in FAILOVER_MEMBERS}
+                                             spread=FAILOVER_SPREAD, cpus=None, correlate=cut,
+                                             shared_scanners=SHARED_SCANNERS if cut else 0), view, say)
+        self.members = PARTITION_MEMBERS if cut else FAILOVER_MEMBERS
+        self._members = {m.name: m for m in self.members}
         self.ha_mode = ha_mode
         self.recover_timeout_s = recover_timeout_s
         self.killed_at: float | None = None
@@ -86,6 +108,8 @@ class FailoverDemo(Demo):
             state["failovers"] = operator.failovers()
             state["replicas"] = operator.replicas()
         state["killed"] = None if self.killed_at is None else {"participant": VICTIM, "t": round(self.killed_at - self.t0, 1)}
+        if self.s.correlate:
+            state["correlation"] = self._correlation_status()
         if self.view:
             self.view(state)
         return state
@@ -94,7 +118,7 @@ class FailoverDemo(Demo):
 
     def run(self) -> dict:
         s = self.s
-        names = [m.name for m in FAILOVER_MEMBERS]
+        names = [m.name for m in self.members]
         try:
             self._open_hosts()
             if self.fault == "cut" and self.fed.hosts.net is None:
@@ -102,7 +126,7 @@ class FailoverDemo(Demo):
             self.fed.start_registry()
             self.say(f"registry on {self.fed.registry_url} (admin UI at {self.fed.registry_url}/, operator key {self.fed.admin_key})")
             self.say(f"contracts under {self.ha_mode}")
-            self._setup_first(list(FAILOVER_MEMBERS), measured=["a"])
+            self._setup_first(list(self.members), measured=["a"])
             self._phase("1 A carries every task", names, until=None, hold_s=0, not_before=self._trading_from(names))
             self._phase("2 A sheds load to B and C", names, hold_s=s.settle_s)
             self._kill_when_copied()
@@ -193,6 +217,47 @@ class FailoverDemo(Demo):
         for f in self.failover_rows(self.state.get("failovers", [])):
             self.say(f"  {f['task']}: {f['mode']} {f['from']} -> {f['to']}, detected {f['detected_s']} s after the {'kill' if self.fault == 'crash' else 'cut'}, recovered {f['recovery_s']} s after detection")
 
+    # The correlated result (partition scenario)
+
+    def _correlation_status(self) -> dict | None:
+        """The correlator's own account (its agent's `/status`), for the live view; None while it cannot say."""
+        import httpx
+
+        endpoint = self.fed.endpoints.get(CORRELATOR)
+        try:
+            return httpx.get(f"{endpoint}/status", timeout=1.0).json().get("correlation") if endpoint else None
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    def _before_close(self) -> dict:
+        return {"correlation": self._read_correlation()} if self.s.correlate else {}
+
+    def _read_correlation(self, timeout_s: float = 90.0) -> dict:
+        """A's correlated result read back from its broker once every window any participant
+        shared is stable there (or `timeout_s` passed), against the plain correlation of the alerts each shared."""
+        from bpm.dpc import CorrelatedView
+        from spark_agents.correlation import ALERTS, parse_alerts, read_correlated, read_stream
+
+        names = [m.name for m in self.members]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            shared: dict[str, dict] = {}
+            for name in names:
+                with self.inputs.broker(name) as broker:
+                    shared[name] = {e.window: e.sources for e in (parse_alerts(m, name, 0.0) for m in read_stream(broker, ALERTS))}
+            with self.inputs.broker(CORRELATOR) as broker:
+                publishes = read_correlated(broker)
+            view = CorrelatedView()
+            for p in publishes:
+                view.apply(p)
+            windows = sorted({w for alerts in shared.values() for w in alerts})
+            pending = [w for w in windows if w not in view.stable]
+            if not pending or time.monotonic() > deadline:
+                break
+            time.sleep(self.s.poll_s)
+        return correlation_figures(publishes, shared, pending, self.s.availability_bound_s, self.t0,
+                                   None if self.healed is None else self.t0 + self.healed["at_s"])
+
     def failover_rows(self, records: list[dict]) -> list[dict]:
         """The failovers as the report shows them: times relative to the kill and the demo's start."""
         rows = []
@@ -218,6 +283,8 @@ class FailoverDemo(Demo):
                             "hosted": self.lost_tasks, "fault": self.fault}
         if self.fault == "cut":
             report["healed"] = self.healed
+            if report.get("correlation"):
+                self.say(describe_correlation(report["correlation"]))
         report["failovers"] = self.failover_rows(records)
         report["recovered_without_failover"] = [{"message": e["message"], "at": e["at"]} for e in self.recovered]
         report["repairs"] = [
@@ -226,3 +293,52 @@ class FailoverDemo(Demo):
             for f in records if f["kind"] == "repair"
         ]
         return report
+
+
+def correlation_figures(publishes: list, shared: dict[str, dict], pending: list, bound_s: float, t0: float,
+                        healed_at: float | None) -> dict:
+    """The report's account of the correlated result: `publishes`, the versions in the order
+    published; `shared`, each participant's alerts per window as it shared them; `pending`,
+    windows not stable yet. A window's plain correlation is over the participants that shared it."""
+    from bpm.dpc import CorrelatedView, correlate
+
+    view = CorrelatedView()
+    first: dict = {}
+    series = []
+    for p in publishes:
+        view.apply(p)
+        first.setdefault(p.window, p)
+        tentative = sum(len(rows) for w, rows in view.rows.items() if w not in view.stable)
+        stable = sum(len(view.rows[w]) for w in view.stable)
+        series.append({"t": round(p.at - t0, 2), "window_end": p.window[1], "version": p.version, "stable": p.stable,
+                       "delay_s": round(p.at - p.due_at, 2) if p.version == 1 else None,
+                       "tentative_rows": tentative, "stable_rows": stable})
+    plain = {w: correlate(w, {name: alerts[w] for name, alerts in shared.items() if w in alerts}) for w in view.stable}
+    mismatched = [list(w) for w in sorted(view.stable) if frozenset(view.rows[w]) != plain[w]]
+    tentative = {p.window for p in publishes if not p.stable}
+    stabilised = [p.at for p in publishes if p.stable and p.window in tentative]
+    return {
+        "correlator": CORRELATOR,
+        "availability_bound_s": bound_s,
+        "windows": len(view.versions),
+        "stable_windows": len(view.stable),
+        "windows_not_stable": [list(w) for w in pending],
+        "versions": len(publishes),
+        "tentative_windows": len(tentative),
+        "tentative_rows": sum(len(p.added) for p in publishes if not p.stable),
+        "stable_rows": len(view.stable_rows()),
+        "max_first_result_delay_s": round(max((p.at - p.due_at for p in first.values()), default=0.0), 2),
+        "stabilisation_s": round(max(stabilised) - healed_at, 2) if stabilised and healed_at is not None else None,
+        "stable_equals_plain": not mismatched and not pending,
+        "mismatched_windows": mismatched[:10],
+        "series": series,
+    }
+
+
+def describe_correlation(c: dict) -> str:
+    """One line on the correlated result, for the terminal."""
+    tentative = (f"{c['tentative_windows']} windows were tentative ({c['tentative_rows']} rows), stable {c['stabilisation_s']} s after the heal"
+                 if c["tentative_windows"] else "no window was tentative")
+    return (f"correlated result at {c['correlator']}: {c['stable_windows']} windows stable, {c['stable_rows']} rows; {tentative}; "
+            f"first results at most {c['max_first_result_delay_s']} s after due (bound {c['availability_bound_s']:g} s); "
+            f"stable rows {'equal' if c['stable_equals_plain'] else 'DIFFER FROM'} the plain correlation")

@@ -107,14 +107,15 @@ class Federation:
         wait_http(self.endpoints[name] + "/healthz", self.processes[name], log, timeout_s, on_wait=on_wait)
 
     def generate_traffic(self, name: str, duration_s: float, rate: float, sources: int, scanners: int, seed: int,
-                         timeout_s: float = 300) -> Callable[[], Path]:
+                         shared_scanners: int = 0, shared_seed: int = 0, timeout_s: float = 300) -> Callable[[], Path]:
         """Start `bpm generate-traffic`: the participant's recorded connections (a Zeek conn.log),
-        in its host's folder. Returns a function that waits for it and gives the log."""
+        in its host's folder (with `shared_scanners` probing every participant generated with
+        the same `shared_seed`). Returns a function that waits for it and gives the log."""
         log = self.hosts.hosts[name].folder / "traffic" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         process = subprocess.Popen(
             [BPM, "generate-traffic", str(log), "--duration", str(duration_s), "--rate", str(rate), "--sources", str(sources),
-             "--scanners", str(scanners), "--seed", str(seed)],
+             "--scanners", str(scanners), "--seed", str(seed), "--shared-scanners", str(shared_scanners), "--shared-seed", str(shared_seed)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=self.workdir,
         )
 

@@ -12,9 +12,13 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bpm.keygroups import PASSWORD_ENV, StreamLocation, groups, key_group, shares
 from bpm.zeek.results import OutputSet
+
+if TYPE_CHECKING:
+    from spark_agents.broker.stream import Broker
 
 BROKER_PORT = 4222  # on each participant's own address; its health check on the next port
 
@@ -56,10 +60,15 @@ class BrokerInputs:
         chosen = {g for task in tasks for g in groups(task[1:])}
         return lambda prefix: key_group(prefix) in chosen
 
+    def broker(self, name: str) -> Broker:
+        """A connection to `name`'s broker as its owner (while its agent runs); close it after use."""
+        from spark_agents.broker.stream import Broker
+
+        return Broker(f"nats://{self.addresses[name]}:{BROKER_PORT}", name, self.password(name))
+
     def outputs(self, name: str, tasks: list[str]) -> OutputSet:
         """The results of `name`'s tasks, read from its broker (while its agent runs)."""
         from spark_agents.broker.results import broker_outputs
-        from spark_agents.broker.stream import Broker
 
-        with Broker(f"nats://{self.addresses[name]}:{BROKER_PORT}", name, self.password(name)) as broker:
+        with self.broker(name) as broker:
             return broker_outputs(broker, [f"{name}.{task}" for task in tasks])

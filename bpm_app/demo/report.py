@@ -1,4 +1,4 @@
-"""The demo's report folder: `report.json` and the timeline plot."""
+"""The demo's report folder: `report.json`, the timeline plot and, where the run correlated alerts, a plot of the correlated result."""
 
 from __future__ import annotations
 
@@ -14,7 +14,48 @@ def write_report(report: dict, folder: Path, t0_epoch: float | None = None) -> P
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "report.json").write_text(json.dumps(report, indent=2))
     plot_timeline(report, folder / "timeline.png", t0_epoch)
+    if report.get("correlation"):
+        plot_correlation(report, folder / "correlation.png")
     return folder
+
+
+def plot_correlation(report: dict, path: Path) -> None:
+    """The correlated result over the run: each window's first result and its delay against
+    the availability bound (red: published tentative), and the rows held tentative and stable
+    as the versions came; the cut and the heal marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    c = report["correlation"]
+    series = c["series"]
+    fig, (delay, rows) = plt.subplots(2, 1, figsize=(10, 5.5), sharex=True)
+    firsts = [p for p in series if p["delay_s"] is not None]
+    for stable, colour, label in ((True, "tab:blue", "first result stable"), (False, "tab:red", "first result tentative")):
+        pts = [p for p in firsts if p["stable"] == stable]
+        delay.plot([p["t"] for p in pts], [p["delay_s"] for p in pts], "o", ms=3, color=colour, label=label)
+    delay.axhline(c["availability_bound_s"], color="gray", ls="--", lw=1, label="availability bound")
+    delay.set_ylabel("first result, s after due")
+    delay.legend(loc="upper left", fontsize=8)
+    rows.step([p["t"] for p in series], [p["stable_rows"] for p in series], where="post", color="tab:blue", label="stable rows")
+    rows.step([p["t"] for p in series], [p["tentative_rows"] for p in series], where="post", color="tab:red", label="tentative rows")
+    rows.set_ylabel("rows held")
+    rows.legend(loc="upper left", fontsize=8)
+    killed, healed = report.get("killed") or {}, report.get("healed") or {}
+    for ax in (delay, rows):
+        if killed.get("at_s") is not None:
+            ax.axvline(killed["at_s"], color="black", lw=1.2)
+        if healed.get("at_s") is not None:
+            ax.axvline(healed["at_s"], color="black", lw=1.2, ls="--")
+        ax.grid(alpha=0.3)
+    rows.set_xlabel("seconds since the demo started (solid: the host is cut off; dashed: its link heals)", fontsize=8)
+    fig.suptitle(f"Correlated result at {c['correlator']}: {c['stable_windows']} windows, {c['tentative_windows']} tentative "
+                 f"({c['tentative_rows']} rows), stable {c['stabilisation_s']} s after the heal; stable rows "
+                 f"{'equal' if c['stable_equals_plain'] else 'differ from'} the plain correlation", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> None:

@@ -95,6 +95,7 @@ MEMBERS = (
 # from its price (`DemoSettings.spread`).
 CONTRACTS = {("a", "b"): 1.0, ("a", "c"): 1.0, ("b", "c"): 1.0, ("c", "d"): 0.8}
 JOINS_LATER = "d"  # signs its contract in phase 4
+SHARED_SEED = 1  # of the addresses of the scanners that probe every participant (`DemoSettings.shared_scanners`)
 
 
 @dataclass
@@ -156,6 +157,11 @@ class DemoSettings:
             root, else the participants share the machine's CPUs): what one participant does
             then cannot raise the load another measures. Four quotas of 0.4 leave a 2-core
             machine 0.4 CPU for the registry, the replayers and the demo itself. None: no quotas.
+        network: each participant a network namespace of its own (else loopback addresses).
+        correlate: the agents share their alerts and correlate them with their partners'
+            (`bpm agent run --correlate`), with `availability_bound_s` as the bound.
+        shared_scanners: scanners that probe every participant (`bpm generate-traffic
+            --shared-scanners`, one shared seed): sources the correlation finds at several.
     """
 
     workdir: Path
@@ -189,6 +195,9 @@ class DemoSettings:
     fill: float = 1.02
     cpus: float | None = 0.4
     network: bool = True
+    correlate: bool = False
+    availability_bound_s: float = 10.0
+    shared_scanners: int = 0
 
 
 @dataclass
@@ -261,6 +270,7 @@ class Demo:
             "--min-connections", str(s.min_connections), "--min-ports", str(s.min_ports),
             "--trigger", str(s.trigger_s), "--period", str(s.period_s), "--tick", str(s.tick_s), "--sample", str(s.sample_s),
             "--cost-model", "mm1", "--mm1-scale", str(s.mm1_scale), "--warmup", str(self._warmup_s(member)), "--settle", str(s.agent_settle_s),
+            *(["--correlate", "--availability-bound", f"{s.availability_bound_s:g}"] if s.correlate and member.shares else []),
         ]
 
     def _join(self, member: Member, sign: bool = True) -> None:
@@ -295,7 +305,8 @@ class Demo:
     def _generate_input(self, member: Member) -> Callable[[], Path]:
         """Start `bpm generate-traffic` for the participant; the function returned waits for it."""
         s = self.s
-        return self.fed.generate_traffic(member.name, s.traffic_s, s.rate, s.sources, s.scanners, member.seed)
+        return self.fed.generate_traffic(member.name, s.traffic_s, s.rate, s.sources, s.scanners, member.seed,
+                                         shared_scanners=s.shared_scanners, shared_seed=SHARED_SEED)
 
     def _start_input(self, member: Member, generated: Callable[[], Path]) -> None:
         """`bpm replay` of the generated traffic into the participant's stream, feeding its first `initial` shares."""
@@ -490,6 +501,7 @@ class Demo:
         self._drain(queried, timeout_s=180)
         state = self.poll()
         outputs = {name: self.inputs.outputs(name, tasks) for name, tasks in queried.items()}  # while the brokers run
+        more = self._before_close()
         self.say("stopping the federation")
         self.fed.close()
         expected = self._reference(logs)
@@ -516,7 +528,12 @@ class Demo:
             "hosts": self.hosts_report(),
             "elapsed_s": round(time.time() - self.t0, 1),
             "workdir": str(self.s.workdir),
+            **more,
         }
+
+    def _before_close(self) -> dict:
+        """What a scenario reads from the running federation once the tasks drained, for its report."""
+        return {}
 
     def _queried_input(self, name: str, fed: Path, tasks: list[str]) -> Path:
         """What `name`'s tasks were fed: the connections of the fed log (after the lateness rule

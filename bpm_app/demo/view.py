@@ -41,7 +41,18 @@ def render(state: dict) -> Group:
     parts = [table, lines]
     if state.get("killed") or state.get("failovers"):
         parts.append(_failovers(state))
+    if state.get("correlation"):
+        parts.append(_correlation(state["correlation"]))
     return Group(*parts)
+
+
+def _correlation(c: dict) -> Text:
+    """The correlated result as its correlator tells it: versions, tentative ones, open windows, silent sources."""
+    text = Text(f"correlated result ({', '.join(c.get('sources', []))}; bound {c.get('bound_s', 0):g} s): ")
+    text.append(f"{c.get('published', 0)} versions, ")
+    text.append(f"{c.get('tentative', 0)} tentative", style="bold red" if c.get("tentative") else "")
+    text.append(f", {c.get('open_windows', 0)} windows open, {c.get('stable_windows', 0)} stable")
+    return text
 
 
 def _failovers(state: dict) -> Text:

@@ -1,6 +1,6 @@
 """End to end: a registry and three agents as real processes; a kill -9 of the participant that
-hosts moved tasks under passive standby (or its host cut off, then healed), the failover, and
-the alerts against the plain computation."""
+hosts moved tasks under passive standby (or its host cut off, then healed: with the correlated
+result's tentative and stable versions), the failover, and the alerts against the plain computation."""
 
 from __future__ import annotations
 
@@ -56,3 +56,10 @@ def test_a_host_cut_off_is_failed_over_and_once_healed_stops_what_it_lost_and_no
     assert report["expected_results"] > 0
     assert report["lost_results"] == 0
     assert report["duplicate_results"] == 0
+    # Delay, Process and Correct: a's correlated result waited for b's alerts while b was cut
+    # off, went out tentative, and every window ended stable, equal to the plain correlation.
+    corr = report["correlation"]
+    assert corr["stable_rows"] > 0, "the shared scanners are found at several participants"
+    assert corr["tentative_windows"] > 0 and corr["stabilisation_s"] is not None, corr
+    assert corr["windows_not_stable"] == [] and corr["stable_equals_plain"], corr["mismatched_windows"]
+    assert (tmp_path / "report" / "correlation.png").stat().st_size > 0
