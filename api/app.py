@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from api import signing
+from api import metrics, signing
 from api.db import make_engine, session_factories, utcnow
 from api.errors import ERROR_RESPONSES, install_error_handlers
 from api.routers import contracts, ha, ledger, offers, participants, tasks, tokens
@@ -107,6 +107,7 @@ def create_app(
             return JSONResponse({"status": "unavailable", "detail": "the database does not answer"}, status_code=503)
         return {"status": "ok", "version": __version__}
 
+    metrics.install(app)  # after harden: its timer is the outermost middleware
     app.include_router(ui_router)
     return app
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, bindparam, or_, select, update
+from sqlalchemy import and_, bindparam, case, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -158,6 +158,11 @@ def list_offers(session: Session, caller: Principal, state: str | None, now: dat
 
 def state_of(offer: Offer, now: datetime) -> str:
     return "expired" if offer.state == "pending" and offer.expires_at <= now else offer.state
+
+
+def state_sql(now: datetime):
+    """`state_of` as an SQL expression, for counting offers by state in the database."""
+    return case((and_(Offer.state == "pending", Offer.expires_at <= now), "expired"), else_=Offer.state)
 
 
 def _decide(session: Session, offer: Offer, new_state: str, now: datetime, **values) -> None:
