@@ -13,6 +13,6 @@ want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "bootstrap: installing the project and its dependencies (first run takes a few minutes)" >&2
     .venv/bin/python -m pip install --quiet --upgrade pip
-    .venv/bin/python -m pip install --quiet -e ".[dev]"
+    .venv/bin/python -m pip install --quiet -e ".[agent,dev]"
     echo "$want" > "$stamp"
 fi

@@ -61,6 +61,41 @@ def test_each_agent_gets_only_its_own_secrets_and_volume_and_nothing_runs_as_roo
     assert users and users[-1].split(":")[0] not in ("0", "root")
 
 
+def _stages() -> dict[str, list[str]]:
+    """The Dockerfile's build stages: name -> its lines (continuations joined)."""
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    stages: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("FROM "):
+            current = line.split()[-1]
+            stages[current] = [line]
+        elif line and not line.startswith("#") and current is not None:
+            stages[current].append(line)
+    return stages
+
+
+def test_images_pin_a_base_with_java_17_run_unprivileged_and_the_registry_carries_no_spark():
+    stages = _stages()
+    assert set(stages) == {"base", "registry", "agent"}, stages
+    assert re.fullmatch(r"FROM python:3\.11\.\d+-slim-bookworm AS base", stages["base"][0]), "a patch release on Debian 12, which has Java 17"
+    for name in ("registry", "agent"):
+        users = [line.split()[1] for line in stages[name] if line.startswith("USER ")]
+        assert users and users[-1].split(":")[0] not in ("0", "root"), (name, users)
+    registry, agent = " ".join(stages["registry"]), " ".join(stages["agent"])
+    assert "pip install --no-cache-dir ." in registry and "[agent]" not in registry and "openjdk" not in registry
+    assert "HEALTHCHECK" in registry and "/healthz" in registry
+    assert all(package in agent for package in ("openjdk-17-jre-headless", "nats-server", '".[agent]"'))
+    services = _services()
+    assert services["registry"]["build"]["target"] == "registry"
+    for name in ("a", "b", "c", "d", "replay-a", "replay-b", "replay-c"):
+        assert services[name]["build"]["target"] == "agent", name
+    for name in ("postgres", "registry", "a", "b", "c", "d"):
+        assert services[name]["restart"] == "unless-stopped", name
+        assert "healthcheck" in services[name], name
+
+
 @pytest.mark.slow
 def test_registry_service_runs_as_a_local_process(tmp_path):
     """The registry service's own command and environment, with PostgreSQL and the port on loopback."""
