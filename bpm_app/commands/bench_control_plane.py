@@ -36,9 +36,10 @@ def bench_control_plane_command(
     """Run N agents (the real agent and state machine, a simulated Spark host, no JVM) against
     one registry with loads that rise and fall, and report tick lateness, requests and
     registry CPU per agent-second, offers and movements per second, and errors."""
-    from rich.progress import BarColumn, Progress, TextColumn
+    from rich.progress import TaskID
 
     from bpm_app.bench.control_plane import Settings, run
+    from bpm_app.progress import progress
     from spark_agents.metrics import process_tree_cpu_seconds
 
     settings = Settings(agents=agents, seconds=seconds, tasks=tasks, tick_s=tick, heartbeat_s=heartbeat, warmup_s=warmup, period_s=period, threads=threads,
@@ -47,16 +48,15 @@ def bench_control_plane_command(
         database_url = database_url or f"sqlite:///{Path(tmp) / 'bench.db'}"
         process = start_registry(database_url, port, workers, Path(tmp))
         try:
-            with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                          transient=True, disable=as_json) as bar:
-                shown: dict[str, int] = {}
+            with progress() as steps:
+                shown: dict[str, TaskID] = {}
 
-                def progress(phase: str, done: int, total: int) -> None:
+                def report(phase: str, done: int, total: int) -> None:
                     if phase not in shown:
-                        shown[phase] = bar.add_task(phase, total=total)
-                    bar.update(shown[phase], completed=done)
+                        shown[phase] = steps.add(phase, total)
+                    steps.update(shown[phase], completed=done)
 
-                result = run(f"http://127.0.0.1:{port}", "bench-operator-key", settings, Path(tmp), progress,
+                result = run(f"http://127.0.0.1:{port}", "bench-operator-key", settings, Path(tmp), report,
                              lambda: process_tree_cpu_seconds(process.pid))
         finally:
             process.terminate()

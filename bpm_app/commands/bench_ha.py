@@ -46,7 +46,7 @@ def bench_ha_command(
 ) -> None:
     """Overhead, detection, recovery, lost and duplicated results of each HA mode across a crash of the task's host (or a partition)."""
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from bpm_app.progress import progress
 
     from bpm_app.bench.ha import HABenchError, HASettings, plot_delays, run_ha_bench, without_delays
     from bpm_app.bench.move import MoveBenchError
@@ -64,13 +64,12 @@ def bench_ha_command(
         typer.secho(str(exc), fg="red", err=True)
         raise typer.Exit(2) from None
     err = Console(stderr=True)
-    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} modes"), TimeElapsedColumn())
     try:
-        with tempfile.TemporaryDirectory(prefix="bpm-bench-ha-") as tmp, Progress(*columns, console=err, transient=True) as bar:
-            done = bar.add_task("starting", total=len(settings.modes))
+        with tempfile.TemporaryDirectory(prefix="bpm-bench-ha-") as tmp, progress("modes", console=err) as steps:
+            done = steps.add("starting", len(settings.modes))
             root = work_dir or Path(tmp)
             root.mkdir(parents=True, exist_ok=True)
-            result = run_ha_bench(settings, root, lambda what, n: bar.update(done, description=what, completed=n))
+            result = run_ha_bench(settings, root, lambda what, n: steps.update(done, description=what, completed=n))
     except (HABenchError, MoveBenchError) as exc:
         typer.secho(f"bench ha failed: {exc}", fg="red", err=True)
         raise typer.Exit(1) from None

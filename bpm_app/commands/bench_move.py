@@ -32,7 +32,7 @@ def bench_move_command(
 ) -> None:
     """Pause of a task movement between two processes (median, max) against restarting it in one process."""
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from bpm_app.progress import progress
 
     from bpm_app.bench.move import MoveBenchError, MoveSettings, plot_rounds, run_move_bench
 
@@ -45,13 +45,12 @@ def bench_move_command(
         typer.secho(str(exc), fg="red", err=True)
         raise typer.Exit(2) from None
     err = Console(stderr=True)
-    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} rounds"), TimeElapsedColumn())
     try:
-        with tempfile.TemporaryDirectory(prefix="bpm-bench-move-") as tmp, Progress(*columns, console=err, transient=True) as bar:
-            rounds = bar.add_task("starting", total=2 * (warmup + moves))
+        with tempfile.TemporaryDirectory(prefix="bpm-bench-move-") as tmp, progress("rounds", console=err) as steps:
+            rounds = steps.add("starting", 2 * (warmup + moves))
             root = work_dir or Path(tmp)
             root.mkdir(parents=True, exist_ok=True)
-            result = run_move_bench(settings, root, lambda what, done: bar.update(rounds, description=what, completed=done))
+            result = run_move_bench(settings, root, lambda what, done: steps.update(rounds, description=what, completed=done))
     except MoveBenchError as exc:
         typer.secho(f"bench move failed: {exc}", fg="red", err=True)
         raise typer.Exit(1) from None

@@ -30,6 +30,7 @@ def bench_partition_command(
     from rich.console import Console
 
     from bpm_app.bench.partition import PartitionBenchError, PartitionSettings, plot_partitions, run_partition_bench
+    from bpm_app.progress import progress
 
     try:
         settings = PartitionSettings(lengths_s=tuple(float(x) for x in lengths.split(",") if x.strip()), cut=cut, cut_host=cut_host,
@@ -41,8 +42,9 @@ def bench_partition_command(
         with tempfile.TemporaryDirectory(prefix="bpm-bench-partition-") as tmp:
             root = work_dir or Path(tmp)
             root.mkdir(parents=True, exist_ok=True)
-            with err.status("starting") as status:
-                result = run_partition_bench(settings, root, lambda what: status.update(what))
+            with progress(console=err) as steps:
+                step = steps.add("starting")
+                result = run_partition_bench(settings, root, lambda what: steps.update(step, description=what))
     except PartitionBenchError as exc:
         fail(f"bench partition failed: {exc}", 1)
     if plot is not None:

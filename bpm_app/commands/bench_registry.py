@@ -46,7 +46,7 @@ def bench_registry_command(
 ) -> None:
     """Offer-and-accept round trips per second, p50 and p99 latency, with N concurrent clients;
     for a registry it starts itself, the server's CPU per round trip."""
-    from rich.progress import Progress
+    from bpm_app.progress import progress
 
     from bpm_app.bench.registry import bench_registry
     from spark_agents.metrics import process_tree_cpu_seconds
@@ -61,10 +61,10 @@ def bench_registry_command(
             typer.secho("--admin-key (or BPM_ADMIN_KEY) is needed for a running registry", fg="red", err=True)
             raise typer.Exit(2)
         try:
-            with Progress(transient=True, disable=as_json) as bar:
-                setup = bar.add_task("registering participants, contracts and tasks", total=clients)
+            with progress("participants") as steps:
+                setup = steps.add("registering participants, contracts and tasks", clients)
                 server_cpu = (lambda: process_tree_cpu_seconds(process.pid)) if process is not None else (lambda: None)
-                result = bench_registry(url, admin_key, clients, rounds, lambda phase, n: bar.advance(setup, n), server_cpu)
+                result = bench_registry(url, admin_key, clients, rounds, lambda phase, n: steps.update(setup, advance=n), server_cpu)
         finally:
             if process is not None:
                 process.terminate()

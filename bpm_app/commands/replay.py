@@ -6,9 +6,9 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bpm_app.commands import app, fail
+from bpm_app.progress import progress
 
 
 @app.command("replay")
@@ -86,10 +86,9 @@ def replay_command(
     if feed_from_stdin:
         threading.Thread(target=more_from_stdin, name="feed-from-stdin", daemon=True).start()
     fed: list = []
-    columns = (TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TextColumn("rows"), TimeElapsedColumn())
-    with Progress(*columns, console=err) as progress:
-        bar = progress.add_task("replay", total=len(conns))
-        replay(feeder, conns, rate, speedup, flush_interval, stop=stop, on_flush=lambda done: progress.update(bar, completed=done), fed=fed)
+    with progress("rows", console=err) as steps:
+        bar = steps.add("replaying", len(conns))
+        replay(feeder, conns, rate, speedup, flush_interval, stop=stop, on_flush=lambda done: steps.update(bar, completed=done), fed=fed)
     if not feeder.closed:
         feeder.close()
         err.print(f"stopped after {len(fed)} rows fed of {len(conns)}; the stream is closed")

@@ -34,20 +34,13 @@ def _ints(text: str) -> list[int]:
 
 
 @contextmanager
-def _progress(total: int, label: str, enabled: bool) -> Iterator[Any]:
-    """A progress bar on stderr (so --json output stays clean); a no-op when disabled."""
-    if not enabled:
-        yield lambda n: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def _progress(total: int, label: str) -> Iterator[Any]:
+    """Runs done, on stderr (`bpm_app.progress`); yields a function that counts more done."""
+    from bpm_app.progress import progress
 
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=Console(stderr=True), transient=True,
-    ) as bar:
-        task = bar.add_task(label, total=total)
-        yield lambda n: bar.advance(task, n)
+    with progress("runs") as steps:
+        step = steps.add(label, total)
+        yield lambda n: steps.update(step, advance=n)
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -108,7 +101,7 @@ def simulate(
     jobs = default_jobs() if jobs <= 0 else jobs
     configs = sweep_configs(base, _ints(sweep_k), _floats(sweep_e), _floats(sweep_load_factors)) if sweep else [base]
     start = time.perf_counter()
-    with _progress(len(configs) * runs, "simulating", sys.stderr.isatty()) as advance:
+    with _progress(len(configs) * runs, "simulating") as advance:
         results = run_many(configs, runs, seed, jobs=jobs, progress=advance)
     elapsed = time.perf_counter() - start
     summaries = [summarize(c, r, sum(x.elapsed_s for x in r)) for c, r in zip(configs, results)]
@@ -265,7 +258,7 @@ def bench_simulate(
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
     start = time.perf_counter()
-    with _progress(runs, "quality runs", sys.stderr.isatty() and not json_out) as advance:
+    with _progress(runs, "quality runs") as advance:
         (results,) = run_many([base], runs, seed, jobs=default_jobs() if jobs <= 0 else jobs, progress=advance)
     quality = summarize(base, results, time.perf_counter() - start)
     quality["goal"] = {"acceptable_fraction_min": 0.99, "median_cost_ratio_max": 1.1}

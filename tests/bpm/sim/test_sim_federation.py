@@ -143,7 +143,7 @@ runner = CliRunner()
 def test_cli_simulate_json_has_the_promised_fields() -> None:
     result = runner.invoke(app, ["simulate", "--participants", "30", "--runs", "3", "--json"])
     assert result.exit_code == 0, result.output
-    out = json.loads(result.output)
+    out = json.loads(result.stdout)
     for key in ("runs", "participants", "acceptable_fraction", "median_rounds", "median_movements", "median_cost_ratio", "elapsed_s"):
         assert key in out
     assert out["runs"] == 3 and out["participants"] == 30
@@ -154,7 +154,7 @@ def test_cli_sweep_poster_and_bench(tmp_path) -> None:
     result = runner.invoke(app, ["simulate", "--sweep", "--participants", "20", "--runs", "2", "--sweep-k", "1,4",
                                  "--sweep-e", "0,0.2", "--sweep-load-factors", "0.8", "--plot", str(png), "--json"])
     assert result.exit_code == 0, result.output
-    out = json.loads(result.output)
+    out = json.loads(result.stdout)
     assert len(out["cells"]) == 4 and png.stat().st_size > 1000
     table = runner.invoke(app, ["simulate", "--participants", "20", "--runs", "2"])
     assert table.exit_code == 0 and "reached an acceptable allocation" in table.output
@@ -162,13 +162,13 @@ def test_cli_sweep_poster_and_bench(tmp_path) -> None:
     assert poster.exit_code == 0 and "D joins" in poster.output and "A -> B" in poster.output
     bench = runner.invoke(app, ["bench", "simulate", "--sizes", "50", "--runs", "2", "--participants", "20", "--jobs", "1", "--json"])
     assert bench.exit_code == 0, bench.output
-    b = json.loads(bench.output)
+    b = json.loads(bench.stdout)
     assert b["scale"][0]["participants"] == 50 and "goal_met" in b["quality"]
     bad = runner.invoke(app, ["simulate", "--scenario", "nope"])
     assert bad.exit_code != 0
     split = runner.invoke(app, ["bench", "simulate", "--sizes", "", "--runs", "2", "--participants", "20", "--jobs", "1", "--split", "--json"])
     assert split.exit_code == 0, split.output
-    quality = json.loads(split.output)["quality"]
+    quality = json.loads(split.stdout)["quality"]
     assert quality["split"] and quality["fixed_cost"] == 0.005 and "split_goal_met" in quality and quality["median_splits"] is not None
     too_many = runner.invoke(app, ["simulate", "--split", "--tasks-per-participant", "40", "--runs", "1"])
     assert too_many.exit_code != 0 and "16 tasks" in too_many.output
