@@ -44,9 +44,10 @@ app.add_typer(bench_app, name="bench")
 
 
 def fail(message: object, code: int = 2) -> NoReturn:
-    """Print `message` as an error on stderr (as text: brackets in it are not markup) and exit with `code`."""
+    """Print `message` as an error on stderr (as text: brackets in it are not markup; one line, which
+    the terminal may wrap but which is never cut in two) and exit with `code`."""
     from rich.console import Console
     from rich.markup import escape
 
-    Console(stderr=True).print(f"[red]error:[/] {escape(str(message))}")
+    Console(stderr=True).print(f"[red]error:[/] {escape(str(message))}", soft_wrap=True)
     raise typer.Exit(code)

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from bpm_app.commands import HAMode, app
+from bpm_app.commands import HAMode, app, fail
 
 registry_app = typer.Typer(help="Run the contract registry.", no_args_is_help=True)
 participants_app = typer.Typer(help="Register and list participants (adding needs the operator key).", no_args_is_help=True)
@@ -83,12 +83,28 @@ def operator_key(explicit: str | None) -> str | None:
 
 
 def _client(url: str, key: str | None):
+    import httpx
+
     from bpm_http.client import RegistryClient
 
     if not key:
-        typer.secho("no key: pass --key or set BPM_KEY", fg="red", err=True)
-        raise typer.Exit(2)
-    return RegistryClient(url, key)
+        fail("no key: pass --key or set BPM_KEY")
+    try:
+        return RegistryClient(url, key)
+    except httpx.InvalidURL as exc:
+        fail(f"--registry {url!r} is not a URL: {exc}")
+
+
+def _refusal(exc) -> str:
+    """The registry's refusal on one line; a 422's list of invalid fields as `field: why`."""
+    if exc.status == 422 and isinstance(exc.detail, list):
+        fields = [f"{'.'.join(str(p) for p in e.get('loc', [])[1:]) or 'request'}: {e.get('msg', e)}" for e in exc.detail if isinstance(e, dict)]
+        if fields:
+            return f"422: {'; '.join(fields)}"
+    if isinstance(exc.detail, str) and exc.detail.lstrip().startswith("<"):
+        return f"{exc.status} with a web page, not the registry's answer: does --registry (or BPM_REGISTRY_URL) name the registry?"
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 300 else text[:299] + "…"
 
 
 def _run(call):
@@ -100,11 +116,15 @@ def _run(call):
     try:
         return call()
     except RegistryError as exc:
-        typer.secho(f"refused: {exc}", fg="red", err=True)
-        raise typer.Exit(1) from exc
+        fail(f"refused: {_refusal(exc)}", 1)
     except httpx.HTTPError as exc:
-        typer.secho(f"cannot reach the registry: {exc}", fg="red", err=True)
-        raise typer.Exit(1) from exc
+        try:
+            where = f" ({exc.request.method} {exc.request.url})"
+        except RuntimeError:  # an error raised before any request was made
+            where = ""
+        fail(f"cannot reach the registry{where}: {str(exc) or type(exc).__name__}", 1)
+    except json.JSONDecodeError:
+        fail("the answer is not the registry's JSON: does --registry (or BPM_REGISTRY_URL) name the registry?", 1)
 
 
 def _table(rows: list[dict], columns: list[str], title: str) -> None:
