@@ -21,7 +21,7 @@ Fault = Enum("Fault", {fault: fault for fault in FAULTS}, type=str)
 @bench_app.command("ha")
 def bench_ha_command(
     modes: Annotated[str, typer.Option(help="HA modes to run, in order, comma-separated (none is the overhead baseline).")] = "none,upstream_backup,passive_standby,active_standby",
-    master: Annotated[str, typer.Option(help="Spark master of each process's session.")] = "local[1]",
+    spark_master: Annotated[str, typer.Option(help="Spark master of each process's session.")] = "local[1]",
     trigger: Annotated[float, typer.Option(min=0.05, help="The task's micro-batch trigger interval, seconds.")] = 1.0,
     rate: Annotated[float, typer.Option(min=1.0, help="Generated connections per second of event time.")] = 100.0,
     speedup: Annotated[float, typer.Option(min=0.1, help="Event time per second of wall time.")] = 10.0,
@@ -40,7 +40,7 @@ def bench_ha_command(
     fault: Annotated[Fault, typer.Option(help="crash: kill -9 of the task's host; cut: its host cut off from all, then healed; link: the link between the host and the backup cut, then healed.")] = Fault.crash,
     cut_for: Annotated[float, typer.Option(min=0.5, help="How long a partition lasts, seconds.")] = 10.0,
     hosts: Annotated[bool, typer.Option("--hosts/--no-hosts", help="Run the task's host and the backup each in a network namespace of its own (needs root; else loopback addresses).")] = True,
-    work_dir: Annotated[Path | None, typer.Option(help="Keep the run's files here (default: a temporary folder, removed).")] = None,
+    workdir: Annotated[Path | None, typer.Option(help="Keep the run's files here (default: a temporary folder, removed).")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of the output delay across the failure, per mode.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
@@ -54,7 +54,7 @@ def bench_ha_command(
 
     try:
         settings = HASettings(
-            modes=tuple(m.strip() for m in modes.split(",") if m.strip()), master=master, trigger_s=trigger, rate=rate,
+            modes=tuple(m.strip() for m in modes.split(",") if m.strip()), master=spark_master, trigger_s=trigger, rate=rate,
             speedup=speedup, seed=seed, copy_interval_s=copy_interval, ack_interval_s=ack_interval, heartbeat_s=heartbeat,
             detect_timeout_s=detect_timeout, warmup_s=warmup, measure_s=measure, slices=slices, after_s=after, timeout_s=timeout,
             lean=lean, extra_conf=tuple(_setting(item) for item in conf or ()), hosts=hosts,
@@ -67,7 +67,7 @@ def bench_ha_command(
     try:
         with tempfile.TemporaryDirectory(prefix="bpm-bench-ha-") as tmp, progress("modes", console=err) as steps:
             done = steps.add("starting", len(settings.modes))
-            root = work_dir or Path(tmp)
+            root = workdir or Path(tmp)
             root.mkdir(parents=True, exist_ok=True)
             result = run_ha_bench(settings, root, lambda what, n: steps.update(done, description=what, completed=n))
     except (HABenchError, MoveBenchError) as exc:

@@ -17,7 +17,7 @@ def bench_move_command(
     moves: Annotated[int, typer.Option(min=1, help="Measured movements (and as many floor restarts, interleaved).")] = 10,
     warmup: Annotated[int, typer.Option(min=0, help="Unmeasured rounds first, so both sessions have run the task.")] = 2,
     age: Annotated[int, typer.Option(min=0, help="Batches the task runs before the first round (its checkpoint grows until Spark's retention of 100 batches).")] = 100,
-    master: Annotated[str, typer.Option(help="Spark master of both processes' sessions.")] = "local[2]",
+    spark_master: Annotated[str, typer.Option(help="Spark master of both processes' sessions.")] = "local[2]",
     retain: Annotated[int | None, typer.Option(min=1, help="spark.sql.streaming.minBatchesToRetain of both sessions (default: Spark's, 100).")] = None,
     conf: Annotated[list[str] | None, typer.Option("--conf", help="A further Spark setting of both sessions, KEY=VALUE (repeatable).")] = None,
     trigger: Annotated[float, typer.Option(min=0.05, help="The task's micro-batch trigger interval, seconds.")] = 1.0,
@@ -26,7 +26,7 @@ def bench_move_command(
     speedup: Annotated[float, typer.Option(min=0.1, help="Event time per second of wall time.")] = 10.0,
     seed: Annotated[int, typer.Option(help="Seed of the generated traffic.")] = 0,
     timeout: Annotated[float, typer.Option(min=10.0, help="Limit of the whole run, seconds.")] = 900.0,
-    work_dir: Annotated[Path | None, typer.Option(help="Keep the run's files here (default: a temporary folder, removed).")] = None,
+    workdir: Annotated[Path | None, typer.Option(help="Keep the run's files here (default: a temporary folder, removed).")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of every pause beside every floor restart.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
@@ -38,7 +38,7 @@ def bench_move_command(
 
     try:
         extra = tuple(_setting(item) for item in conf or ())
-        settings = MoveSettings(moves=moves, warmup=warmup, age_batches=age, master=master, retain_batches=retain,
+        settings = MoveSettings(moves=moves, warmup=warmup, age_batches=age, master=spark_master, retain_batches=retain,
                                 extra_conf=extra, trigger_s=trigger, flush_s=flush, rate=rate, speedup=speedup,
                                 seed=seed, timeout_s=timeout)
     except ValueError as exc:
@@ -48,7 +48,7 @@ def bench_move_command(
     try:
         with tempfile.TemporaryDirectory(prefix="bpm-bench-move-") as tmp, progress("rounds", console=err) as steps:
             rounds = steps.add("starting", 2 * (warmup + moves))
-            root = work_dir or Path(tmp)
+            root = workdir or Path(tmp)
             root.mkdir(parents=True, exist_ok=True)
             result = run_move_bench(settings, root, lambda what, done: steps.update(rounds, description=what, completed=done))
     except MoveBenchError as exc:

@@ -22,7 +22,7 @@ def bench_partition_command(
     lead: Annotated[float, typer.Option(min=0.0, help="Seconds before each cut.")] = 8.0,
     recover: Annotated[float, typer.Option(min=0.0, help="Seconds after each heal before the next partition's lead.")] = 20.0,
     seed: Annotated[int, typer.Option(help="Seed of the synthetic alerts.")] = 0,
-    work_dir: Annotated[Path | None, typer.Option(help="Keep the run's files here (default: a temporary folder, removed).")] = None,
+    workdir: Annotated[Path | None, typer.Option(help="Keep the run's files here (default: a temporary folder, removed).")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of each window's delay and its tentative and stable rows.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
@@ -40,7 +40,7 @@ def bench_partition_command(
     err = Console(stderr=True)
     try:
         with tempfile.TemporaryDirectory(prefix="bpm-bench-partition-") as tmp:
-            root = work_dir or Path(tmp)
+            root = workdir or Path(tmp)
             root.mkdir(parents=True, exist_ok=True)
             with progress(console=err) as steps:
                 step = steps.add("starting")

@@ -35,7 +35,7 @@ def start_registry(database_url: str, port: int, workers: int, workdir: Path) ->
 
 @bench_app.command("registry")
 def bench_registry_command(
-    url: Annotated[str | None, typer.Option(help="A running registry; by default one is started for the run.")] = None,
+    registry: Annotated[str | None, typer.Option(envvar="BPM_REGISTRY_URL", help="A running registry's base URL; by default one is started for the run.")] = None,
     admin_key: Annotated[str | None, typer.Option(envvar="BPM_ADMIN_KEY", help="Operator key of the running registry.")] = None,
     database_url: Annotated[str | None, typer.Option(help="Database of the registry started for the run (default: a temporary SQLite file).")] = None,
     workers: Annotated[int, typer.Option(min=1, help="Worker processes of the registry started for the run.")] = 1,
@@ -53,6 +53,7 @@ def bench_registry_command(
 
     process = None
     with tempfile.TemporaryDirectory(prefix="bpm-bench-") as tmp:
+        url = registry
         if url is None:
             database_url = database_url or f"sqlite:///{Path(tmp) / 'bench.db'}"
             process = start_registry(database_url, port, workers, Path(tmp))

@@ -34,13 +34,13 @@ def overhead_command(
     rounds: int = typer.Option(4, "--rounds", min=1, help="Interleaved pairs of runs (bare, instrumented)."),
     files: int = typer.Option(24, "--files", min=2, help="Flushes of the feeder into the broker stream (64 messages each)."),
     rows_per_file: int = typer.Option(4000, "--rows-per-file", min=100, help="Rows per flush."),
-    master: str = typer.Option("local[*]", "--master", help="Spark master URL."),
+    spark_master: str = typer.Option("local[*]", "--spark-master", help="Spark master URL."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Rows per second of the query over a broker stream with the host's instrumentation against bare Spark (goal: ratio >= 0.98)."""
     from spark_agents import benchmarks
 
-    _with_spark("overhead", master, as_json,
+    _with_spark("overhead", spark_master, as_json,
                 lambda spark, tmp, progress: benchmarks.overhead(spark, tmp, rounds, files, rows_per_file, progress=progress))
 
 
@@ -50,13 +50,13 @@ def source_command(
     flushes: int = typer.Option(30, "--flushes", min=2, help="Flushes of the feeder: a CSV file each for the file source, 64 messages each of the JetStream input."),
     rows_per_flush: int = typer.Option(4000, "--rows-per-flush", min=100),
     flushes_per_batch: int = typer.Option(2, "--flushes-per-batch", min=1, help="Flushes each micro-batch reads, in both sources."),
-    master: str = typer.Option("local[*]", "--master", help="Spark master URL."),
+    spark_master: str = typer.Option("local[*]", "--spark-master", help="Spark master URL."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Rows per second of the query reading a participant's JetStream input against Spark's file source over the same rows (goal: ratio >= 1.0)."""
     from spark_agents import benchmarks
 
-    _with_spark("source", master, as_json,
+    _with_spark("source", spark_master, as_json,
                 lambda spark, tmp, progress: benchmarks.source(spark, tmp, rounds, flushes, rows_per_flush, flushes_per_batch, progress=progress))
 
 
@@ -68,7 +68,7 @@ def load_model_command(
     interval: float = typer.Option(10.0, "--interval", min=1, help="Measuring interval in seconds (longer: more batches per sample, less noise)."),
     trigger: float = typer.Option(2.0, "--trigger", min=0.1, help="Tasks' trigger interval in seconds."),
     rows_per_batch: int = typer.Option(3000, "--rows-per-batch", min=100),
-    master: str = typer.Option("local[*]", "--master", help="Spark master URL."),
+    spark_master: str = typer.Option("local[*]", "--spark-master", help="Spark master URL."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a PNG of the measurements and the fit here."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -84,7 +84,7 @@ def load_model_command(
         raise typer.BadParameter(str(exc), param_hint="--tasks") from None
     err = Console(stderr=True)
     with tempfile.TemporaryDirectory(prefix="bpm-bench-load-") as tmp, err.status("starting Spark") as status:
-        spark = make_session(master, "bpm-bench-load-model")
+        spark = make_session(spark_master, "bpm-bench-load-model")
         result = benchmarks.load_model(spark, Path(tmp), tasks, level_seconds, interval, trigger, rows_per_batch,
                                        warmup, plot, progress=status.update)
     _report(result, as_json)

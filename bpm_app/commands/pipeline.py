@@ -39,18 +39,18 @@ def run(
     min_connections: int = typer.Option(100, "--min-connections", min=0, help="Alert when a source has more connections than this."),
     min_ports: int = typer.Option(10, "--min-ports", min=0, help="Alert when a source touches more distinct ports than this."),
     lateness: int = typer.Option(60, "--lateness", min=0, help="Seconds a row may lag the newest one seen and still count."),
-    partitions: int = typer.Option(1, "--partitions", min=1, max=64, help="Equal shares of the stream's key groups, one task each: 1, 2, 4, ... or 64."),
-    master: str = typer.Option("local[*]", "--master", help="Spark master URL."),
+    shares: int = typer.Option(1, "--shares", min=1, max=64, help="Equal shares of the stream's key groups, one task each: 1, 2, 4, ... or 64."),
+    spark_master: str = typer.Option("local[*]", "--spark-master", help="Spark master URL."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per result row."),
 ) -> None:
     """Run the monitoring query over finite input to completion and print every result row."""
+    from bpm.keygroups import KeyGroupError
+    from bpm.keygroups import shares as key_shares
     from bpm.zeek.definitions import QueryParams
-
-    from bpm.keygroups import KeyGroupError, shares
 
     err = Console(stderr=True)
     try:
-        shares(partitions)
+        key_shares(shares)
     except KeyGroupError as exc:
         fail(str(exc))
     params = QueryParams(window_s=window, min_connections=min_connections, min_ports=min_ports, lateness_s=lateness)
@@ -61,10 +61,10 @@ def run(
     from spark_agents.session import make_session
 
     with err.status("starting Spark") as status:
-        spark = make_session(master, "bpm-pipeline")
-        status.update(f"running the query over {len(conns)} connections in {partitions} task(s)")
-        result = run_pipeline(spark, conns, params, partitions,
-                              on_task=lambda k: status.update(f"task {k + 1} of {partitions} done"))
+        spark = make_session(spark_master, "bpm-pipeline")
+        status.update(f"running the query over {len(conns)} connections in {shares} task(s)")
+        result = run_pipeline(spark, conns, params, shares,
+                              on_task=lambda k: status.update(f"task {k + 1} of {shares} done"))
     if as_json:
         for row in result.rows:
             print(json.dumps(row.to_json()))

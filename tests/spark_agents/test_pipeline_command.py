@@ -35,5 +35,5 @@ def test_missing_file_and_empty_input_are_clear_errors(tmp_path):
     (tmp_path / "empty.log").write_text("garbage\n")
     result = run(str(tmp_path / "empty.log"))
     assert result.exit_code == 1 and "no connection records" in " ".join(result.stderr.split())
-    uneven = run(str(FIXTURES / "conn.log"), "--partitions", "3")
+    uneven = run(str(FIXTURES / "conn.log"), "--shares", "3")
     assert uneven.exit_code == 2 and "power of two" in " ".join(uneven.stderr.split())

@@ -95,7 +95,7 @@ def test_both_sessions_get_the_retention_asked_for():
 def test_tasks_move_back_and_forth_between_two_processes_without_losing_or_duplicating_results(tmp_path):
     bpm = str(Path(sys.executable).with_name("bpm"))
     args = [bpm, "bench", "move", "--json", "--moves", "3", "--warmup", "1", "--age", "0", "--timeout", "480",
-            "--work-dir", str(tmp_path / "run"), "--plot", str(tmp_path / "move.png")]
+            "--workdir", str(tmp_path / "run"), "--plot", str(tmp_path / "move.png")]
     done = subprocess.run(args, capture_output=True, text=True, timeout=540)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
