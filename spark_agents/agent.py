@@ -27,7 +27,7 @@ import functools
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -242,6 +242,8 @@ class Agent:
         self.errors = 0
         self.races = 0  # steps that lost a race with a partner's change (`_race`)
         self.steps = 0
+        # What it did, counted as it is done (`_execute`); the keys: `spark_agents.exporter.AGENT_COUNTS`.
+        self.counts: Counter[str] = Counter()
         self._lock = threading.RLock()
         self._task_ids: dict[str, int] = {}  # task key -> registry id
         self._released: dict[str, int | None] = {}  # task key -> epoch at which it was handed over (None: the task left my view)
@@ -255,6 +257,7 @@ class Agent:
                                  settle_s=config.settle_s, margin=config.margin, hysteresis=config.hysteresis)
         self._answered: set[int] = set()  # my offers whose answer the machine has seen
         self.last_report: dict[str, Any] = {}
+        self.last_loads: dict[str, float] = {}  # each running task's load by task key, as of `last_report` (whose load is their sum)
         self._reported: dict[str, float] = {}  # task key -> the load its host last reported to the registry
         self._contracts: list = []
         self.seen = Seen()
@@ -814,7 +817,7 @@ class Agent:
         acknowledged = sorted(self._acknowledge)
         self._beat_at = self.clock()
         answer = self._send_heartbeat({**report, "acknowledged": acknowledged})
-        self.last_report = report
+        self.last_report, self.last_loads = report, loads
         self._acknowledge -= set(acknowledged)
         for notice in answer.get("changes", []):
             self._notices[notice["id"]] = notice["kind"]
@@ -847,10 +850,12 @@ class Agent:
                 except RegistryError as exc:
                     self.note("offer.lost", f"offer #{offer_id} could not be accepted: {exc}")
                 else:
+                    self.counts.update(offers_accepted=1, movements_started=len(accepted["accepted_task_ids"]))
                     self.note("offer.accepted", f"accepted tasks {accepted['accepted_task_ids']} from {partner} at {price:.3f}")
             case Refuse(offer_id, partner, reason):
                 try:
                     self.client.reject_offer(int(offer_id), reason)
+                    self.counts["offers_refused"] += 1
                     self.note("offer.refused", f"refused offer #{offer_id} from {partner}: {reason}")
                 except RegistryError as exc:
                     self.note("offer.lost", f"offer #{offer_id}: {exc}")
@@ -860,6 +865,7 @@ class Agent:
                 except RegistryError as exc:
                     self.note("movement.end_refused", f"movement #{m.id}: {exc}")
                 else:
+                    self.counts["movements_ended"] += 1
                     self.note("movement.ended", f"ended movement #{m.id}: task {m.task_ids[0]} returns to {m.origin}")
             case MakeOffer(offer):
                 try:
@@ -871,6 +877,7 @@ class Agent:
                     self._race(f"offer of tasks {list(offer.task_ids)} to {offer.partner}", exc)
                     return []
                 self.seen.offers.append(made)  # pending as far as I know: its answer is read when it is no longer
+                self.counts["offers_made"] += 1
                 self.note("offer.made", f"offered tasks {made['task_ids']} ({offer.load:.3f} load) to {offer.partner} at up to {offer.price_cap:.3f}")
             case Wait(_, message):
                 self.note("offer.none", message)

@@ -30,6 +30,7 @@ from bpm.costs import CostFunction, MM1Cost, fit_cost_function
 from bpm.names import UnsafeName, check_name
 from bpm.zeek.definitions import QueryParams
 from spark_agents.checkpoint import committed_watermark_ms, processed_seq
+from spark_agents.exporter import batch_durations
 from spark_agents.hosts import cpu_capacity
 from spark_agents.listener import BatchRecorder, TaskCpuMeter
 from spark_agents.metrics import (
@@ -122,6 +123,8 @@ class TaskHost:
         cpus: the participant's capacity in CPUs, the denominator of load: what it was told,
             else its cgroup CPU quota where it has one, else Spark's parallelism.
         intervals: recent measuring intervals (bounded).
+        batch_durations: the wall time of each task's batches since it started here, a
+            Prometheus histogram by task (`spark_agents.exporter`).
         factor: process CPU per unit of task CPU over the recorded intervals (see `spark_agents.metrics`).
     """
 
@@ -140,6 +143,7 @@ class TaskHost:
         self.intervals: deque[IntervalSample] = deque(maxlen=history)
         self._tasks: dict[str, HostedTask] = {}
         self._lock = threading.RLock()
+        self.batch_durations = batch_durations()
         self.cpu_meter = TaskCpuMeter(spark)
         self._run_ids: set[str] = set()
         self.recorder = BatchRecorder(self.cpu_meter, on_batch=self._on_batch, accept=self._run_ids.__contains__)
@@ -192,6 +196,7 @@ class TaskHost:
                 trigger_s = staggered_trigger_s(task_id, trigger_s)
             query = start_query(self.spark, task_id, source, checkpoint, params, sink, trigger_s, self._output_done)
             self._run_ids.add(str(query.runId))
+            self.batch_durations.remove(task_id)  # counted afresh, as its batches and rows are
             task = HostedTask(task_id, source, checkpoint, params, trigger_s, query, time.time())
             task.position = task.read_position()
             self._tasks[task_id] = task
@@ -234,6 +239,7 @@ class TaskHost:
             if self._task(task_id).state == "running":
                 raise TaskError(f"task {task_id} is running; stop it first")
             del self._tasks[task_id]
+            self.batch_durations.remove(task_id)
 
     def _task(self, task_id: str) -> HostedTask:
         try:
@@ -274,6 +280,7 @@ class TaskHost:
         task.batches += 1
         task.rows += sample.rows
         task.last_batch = sample
+        self.batch_durations.labels(sample.task_id).observe(sample.duration_s)
         if end_offset and "seq" in end_offset:
             task.position = int(end_offset["seq"])
 

@@ -238,7 +238,7 @@ def run_agent(
         host.start_sampling()
         client = cleanup.enter_context(RegistryClient(registry_url, key))
         agent = Agent(config, client, SparkTasks(host, trigger_s, cost_model), broker=broker)
-        server = uvicorn.Server(uvicorn.Config(create_agent_app(agent), host=bind_host, port=port, log_level="warning"))
+        server = uvicorn.Server(uvicorn.Config(create_agent_app(agent, host), host=bind_host, port=port, log_level="warning"))
         server_thread = threading.Thread(target=server.run, name="bpm-agent-http", daemon=True)
         server_thread.start()
         log.info("%s: agent on %s, Spark %s (driver at %s), registry %s", config.name, config.endpoint, spark_master, driver_host, registry_url)

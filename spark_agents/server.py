@@ -17,11 +17,11 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from bpm.names import KEY_MAX, NAME_PATTERN, TASK_MAX
 from bpm.tokens import TokenRefused
 from spark_agents.credentials import bearer
+from spark_agents.exporter import AgentCollector
 from bpm_http.web import harden
 from spark_agents.ha.delta import DeltaRefused
 from spark_agents.ha_agent import NotHolder
@@ -29,6 +29,7 @@ from spark_agents.handover import MAX_ARCHIVE_BYTES, HandoverNotReady
 
 if TYPE_CHECKING:
     from spark_agents.agent import Agent
+    from spark_agents.host import TaskHost
 
 
 TaskKey = Annotated[str, Path(min_length=1, max_length=KEY_MAX, pattern=NAME_PATTERN)]
@@ -43,35 +44,6 @@ class NewTask(BaseModel):
     params: dict = Field(default_factory=dict)
 
 
-class _AgentCollector:
-    """Reads the agent's last load report at scrape time, so metrics never go stale."""
-
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
-
-    def collect(self):
-        name = self.agent.config.name
-        report = self.agent.last_report
-        load = GaugeMetricFamily("bpm_load", "Participant load (fraction of its capacity)", labels=["participant"])
-        threshold = GaugeMetricFamily("bpm_threshold", "Load at which marginal cost reaches the reference price", labels=["participant"])
-        marginal = GaugeMetricFamily("bpm_marginal_cost", "Marginal cost at the current load", labels=["participant"])
-        task_load = GaugeMetricFamily("bpm_task_load", "Measured load of each hosted task", labels=["participant", "task_id"])
-        if report:
-            load.add_metric([name], report["load"])
-            if report.get("threshold") is not None:
-                threshold.add_metric([name], report["threshold"])
-            marginal.add_metric([name], report["marginal_cost"]["at_load"])
-            for task in report["tasks"]:
-                task_load.add_metric([name, str(task["task_id"])], task["load"])
-        steps = CounterMetricFamily("bpm_agent_steps", "Control loop ticks", labels=["participant"])
-        steps.add_metric([name], self.agent.steps)
-        errors = CounterMetricFamily("bpm_agent_errors", "Control loop steps that failed", labels=["participant"])
-        errors.add_metric([name], self.agent.errors)
-        running = GaugeMetricFamily("bpm_tasks_running", "Tasks running here", labels=["participant"])
-        running.add_metric([name], len(self.agent.host.running()))
-        yield from (load, threshold, marginal, task_load, steps, errors, running)
-
-
 @contextmanager
 def _refusals(*statuses: tuple[type[Exception], int]) -> Iterator[None]:
     """A call between agents refused: a credential the registry did not issue for it (the
@@ -84,11 +56,13 @@ def _refusals(*statuses: tuple[type[Exception], int]) -> Iterator[None]:
         raise HTTPException(next(status for kind, status in statuses if isinstance(exc, kind)), str(exc)) from exc
 
 
-def create_agent_app(agent: Agent) -> FastAPI:
+def create_agent_app(agent: Agent, host: TaskHost | None = None) -> FastAPI:
+    """The agent's endpoint; `host` is the Spark task host its tasks run on, whose
+    measurements its `/metrics` exports beside the agent's (`spark_agents.exporter`)."""
     app = FastAPI(title=f"BPM agent {agent.config.name}")
     harden(app, paths={"/ha/": MAX_ARCHIVE_BYTES})
     metrics = CollectorRegistry()
-    metrics.register(_AgentCollector(agent))
+    metrics.register(AgentCollector(host, agent))  # type: ignore[arg-type]
     handover_lock = threading.Lock()
 
     @app.get("/status")

@@ -1,64 +1,30 @@
-"""The host's measurements over HTTP: Prometheus `/metrics` and a JSON `/status`.
+"""A task host's measurements over HTTP, for a host without an agent (benchmarks):
+Prometheus `/metrics`, the metrics an agent exports (`spark_agents.exporter.AgentCollector`)
+with the host's own measurements for what an agent reports, and a JSON `/status`.
 
-`status_router(host)` can be mounted in the agent's own FastAPI app; `StatusServer` serves
-it alone on a background thread (loopback by default).
+`status_router(host)` serves both; `StatusServer` serves it alone on a background thread
+(loopback by default). An agent's own endpoint serves its metrics (`spark_agents.server`).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from spark_agents.exporter import AgentCollector
 
 if TYPE_CHECKING:
     from spark_agents.host import TaskHost
 
 
-class HostCollector:
-    """Reads the host at scrape time, so the numbers are never older than the scrape."""
-
-    def __init__(self, host: TaskHost) -> None:
-        self.host = host
-
-    def collect(self) -> Iterator[Any]:
-        status = self.host.status()
-        yield GaugeMetricFamily("bpm_participant_cpus", "CPUs of the participant: its capacity, the denominator of load.", value=status["cpus"])
-        yield GaugeMetricFamily("bpm_utilisation", "Sum of the task loads over the last interval.", value=status["utilisation"])
-        if status["cpu_utilisation"] is not None:
-            yield GaugeMetricFamily("bpm_cpu_utilisation", "Spark driver process CPU over the last interval / the participant's CPUs.",
-                                    value=status["cpu_utilisation"])
-        yield GaugeMetricFamily("bpm_marginal_cost", "Marginal cost dD/dL at the current load.",
-                                value=status["marginal_costs"]["marginal"])
-        yield GaugeMetricFamily("bpm_cost_fallback", "1 when the analytic cost model stands in for a fit.",
-                                value=1.0 if status["fallback_used"] else 0.0)
-        load = GaugeMetricFamily("bpm_task_load", "Task load: busy seconds per second / the participant's CPUs.", labels=["task"])
-        running = GaugeMetricFamily("bpm_task_running", "1 while the task runs here.", labels=["task"])
-        duration = GaugeMetricFamily("bpm_task_last_batch_seconds", "Wall time of the task's last batch.", labels=["task"])
-        backlog = GaugeMetricFamily("bpm_task_backlog", "Broker messages the task has not taken yet (any key group's: an upper bound).", labels=["task"])
-        batches = CounterMetricFamily("bpm_task_batches", "Micro-batches finished here.", labels=["task"])
-        rows = CounterMetricFamily("bpm_task_input_rows", "Input rows processed here.", labels=["task"])
-        for task in status["tasks"]:
-            label = [task["task_id"]]
-            load.add_metric(label, task["load"])
-            running.add_metric(label, 1.0 if task["state"] == "running" else 0.0)
-            if task["last_batch_duration_s"] is not None:
-                duration.add_metric(label, task["last_batch_duration_s"])
-            if task["backlog"]["pending"] is not None:
-                backlog.add_metric(label, task["backlog"]["pending"])
-            batches.add_metric(label, task["batches"])
-            rows.add_metric(label, task["rows"])
-        yield from (load, running, duration, backlog, batches, rows)
-
-
 def status_router(host: TaskHost) -> APIRouter:
     """GET /metrics and GET /status for one host."""
     registry = CollectorRegistry()
-    registry.register(HostCollector(host))  # type: ignore[arg-type]
+    registry.register(AgentCollector(host))  # type: ignore[arg-type]
     router = APIRouter()
 
     @router.get("/metrics")

@@ -46,12 +46,14 @@ def test_each_agent_gets_only_its_own_secrets_and_volume_and_nothing_runs_as_roo
         assert env["BPM_KEY"].startswith(f"${{BPM_KEY_{name.upper()}:?"), env
         if name != "d":
             assert env["BPM_NATS_PASSWORD"].startswith(f"${{BPM_NATS_PASSWORD_{name.upper()}:?"), env
-    # Every participant has a volume of its own, which only its replayer shares.
+    # Every participant has a volume of its own, which only its replayer shares; the database
+    # and Prometheus keep theirs (a file mounted from the repository is no volume).
     owners: dict[str, set[str]] = {}
     for service_name, service in services.items():
         for volume in service.get("volumes") or []:
-            owners.setdefault(volume.split(":")[0], set()).add(service_name.removeprefix("replay-"))
-    assert {name: users for name, users in owners.items() if name != "pgdata"} == {f"{n}-data": {n} for n in "abcd"}, owners
+            if not volume.startswith((".", "/")):
+                owners.setdefault(volume.split(":")[0], set()).add(service_name.removeprefix("replay-"))
+    assert owners == {"pgdata": {"postgres"}, "promdata": {"prometheus"}, **{f"{n}-data": {n} for n in "abcd"}}, owners
     for name, service in services.items():
         if service.get("image", "").startswith("bpm-federation"):
             user = str(service.get("user", "0"))
@@ -91,7 +93,7 @@ def test_images_pin_a_base_with_java_17_run_unprivileged_and_the_registry_carrie
     assert services["registry"]["build"]["target"] == "registry"
     for name in ("a", "b", "c", "d", "replay-a", "replay-b", "replay-c"):
         assert services[name]["build"]["target"] == "agent", name
-    for name in ("postgres", "registry", "a", "b", "c", "d"):
+    for name in ("postgres", "registry", "a", "b", "c", "d", "prometheus"):
         assert services[name]["restart"] == "unless-stopped", name
         assert "healthcheck" in services[name], name
 

@@ -178,8 +178,8 @@ def test_measurements_status_and_http(host, broker, source):
         assert all(t["backlog"] == {"pending": 0, "unit": "messages"} and t["state"] == "running" for t in status["tasks"])
         assert status["cpus"] == 2 and "marginal" in status["marginal_costs"]
         metrics = httpx.get(f"{url}/metrics", timeout=30).text
-        assert 'bpm_task_load{task="p0"}' in metrics and "bpm_task_batches_total" in metrics
-        assert "bpm_utilisation" in metrics
+        assert 'bpm_task_load{task="p0"}' in metrics and 'bpm_task_batches_total{task="p0"}' in metrics
+        assert "bpm_load " in metrics and 'bpm_task_batch_duration_seconds_bucket{le="+Inf",task="p0"}' in metrics
     finally:
         server.stop()
 
