@@ -38,6 +38,7 @@ from pathlib import Path
 
 PARTICIPANTS = ("a", "b", "c")
 CORRELATOR = "a"
+CUTS = ("host", "link")  # b cut off from every host; only the link between b and the correlator
 BROKER_PORT = 4222
 HTTP_PORT = 8222
 
@@ -79,8 +80,8 @@ class PartitionSettings:
     def __post_init__(self) -> None:
         if not self.lengths_s or any(length <= 0 for length in self.lengths_s):
             raise ValueError("partition lengths must be positive seconds")
-        if self.cut not in ("host", "link"):
-            raise ValueError("cut must be 'host' or 'link'")
+        if self.cut not in CUTS:
+            raise ValueError(f"cut must be one of {', '.join(CUTS)}")
         if self.cut_host not in PARTICIPANTS or self.cut_host == CORRELATOR:
             raise ValueError(f"the participant cut off must be one of {', '.join(p for p in PARTICIPANTS if p != CORRELATOR)}")
         if self.window_s < 1 or self.bound_s < 0 or self.lead_s < 0 or self.recover_s < self.bound_s:

@@ -13,8 +13,13 @@ import typer
 
 from bpm.ha import HA_MODES
 
-# A task's HA mode as a command-line choice: help lists the modes, a typo is refused.
-HAMode = Enum("HAMode", {mode: mode for mode in HA_MODES}, type=str)
+def choice(name: str, values) -> type[Enum]:
+    """`values` as a command-line choice: help and completion list them, a typo is refused."""
+    return Enum(name, {value: value for value in values}, type=str)  # type: ignore[return-value]
+
+
+# A task's HA mode as a command-line choice.
+HAMode = choice("HAMode", HA_MODES)
 
 app = typer.Typer(
     name="bpm",

@@ -8,7 +8,10 @@ from typing import Annotated
 
 import typer
 
-from bpm_app.commands import app
+from bpm_app.commands import app, choice
+
+# How the agent prices its load: fitted to its measured batches, or the M/M/1 form alone.
+AgentCostModel = choice("AgentCostModel", ("fitted", "mm1"))
 
 agent_app = typer.Typer(help="Run a participant's agent.", no_args_is_help=True)
 app.add_typer(agent_app, name="agent")
@@ -76,7 +79,7 @@ def run(
     sample: Annotated[float, typer.Option(help="Load measuring interval, seconds.")] = 5.0,
     cpus: Annotated[float | None, typer.Option(min=0.01, help="The participant's capacity in CPUs, against which its load is measured (default: its cgroup CPU quota when it has one, else Spark's parallelism).")] = None,
     reference_price: Annotated[float | None, typer.Option(help="Price at which the threshold is reported (default: cheapest contract).")] = None,
-    cost_model: Annotated[str, typer.Option(help="'fitted' (from measured batch durations, M/M/1 until samples suffice) or 'mm1' (the analytic form only).")] = "fitted",
+    cost_model: Annotated[AgentCostModel, typer.Option(help="fitted: from measured batch durations, M/M/1 until samples suffice; mm1: the analytic form only.")] = AgentCostModel.fitted,
     mm1_scale: Annotated[float, typer.Option(help="Scale a of the M/M/1 cost a*u/(1-u) when --cost-model mm1.")] = 1.0,
     warmup: Annotated[float, typer.Option(help="Seconds after start during which the agent neither offers nor takes load (JIT compilation inflates the CPU measured).")] = 30.0,
     settle: Annotated[float, typer.Option(min=0.0, help="Seconds after a task starts or stops here during which the agent neither offers, answers offers nor ends movements, so that it decides on a load window (15 s) that saw only the tasks it runs now.")] = 15.0,
@@ -145,11 +148,9 @@ def run(
         correlate=correlate,
         availability_bound_s=availability_bound,
     )
-    if cost_model not in ("fitted", "mm1"):
-        raise typer.BadParameter("--cost-model is 'fitted' or 'mm1'")
     from bpm.costs import MM1Cost
 
-    fixed = MM1Cost(a=mm1_scale, c=1.0) if cost_model == "mm1" else None
+    fixed = MM1Cost(a=mm1_scale, c=1.0) if cost_model == AgentCostModel.mm1 else None
     api_key = participant_key(registry, name, endpoint, workdir, key, admin_key)
     driver_host, driver_bind = driver_addresses(spark_master, host, spark_driver_host, spark_bind_address)
     run_agent(config, registry_url=registry, key=api_key, bind_host=host, port=port, spark_master=spark_master,

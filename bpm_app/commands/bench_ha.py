@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import json
 import tempfile
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from bpm_app.commands import bench_app
+from bpm_app.commands import bench_app, choice
 
 from bpm_app.bench.ha import FAULTS
 
-# The fault as a command-line choice (help lists them, a typo is refused).
-Fault = Enum("Fault", {fault: fault for fault in FAULTS}, type=str)
+Fault = choice("Fault", FAULTS)
 
 
 @bench_app.command("ha")

@@ -9,13 +9,16 @@ from typing import Annotated
 
 import typer
 
-from bpm_app.commands import bench_app, fail
+from bpm_app.bench.partition import CUTS
+from bpm_app.commands import bench_app, choice, fail
+
+Cut = choice("Cut", CUTS)
 
 
 @bench_app.command("partition")
 def bench_partition_command(
     lengths: Annotated[str, typer.Option(help="Partition lengths in seconds, in order, comma-separated.")] = "5,15,30,60",
-    cut: Annotated[str, typer.Option(help="host: cut the participant off from every other host; link: only from the correlating participant.")] = "host",
+    cut: Annotated[Cut, typer.Option(help="host: cut the participant off from every other host; link: only from the correlating participant.")] = Cut.host,
     cut_host: Annotated[str, typer.Option(help="The participant cut off (b or c).")] = "b",
     bound: Annotated[float, typer.Option(min=0.0, help="Availability bound of the correlated result, seconds.")] = 10.0,
     window: Annotated[int, typer.Option(min=1, help="Window length, seconds of wall time.")] = 2,
@@ -33,7 +36,7 @@ def bench_partition_command(
     from bpm_app.progress import progress
 
     try:
-        settings = PartitionSettings(lengths_s=tuple(float(x) for x in lengths.split(",") if x.strip()), cut=cut, cut_host=cut_host,
+        settings = PartitionSettings(lengths_s=tuple(float(x) for x in lengths.split(",") if x.strip()), cut=cut.value, cut_host=cut_host,
                                      bound_s=bound, window_s=window, lead_s=lead, recover_s=max(recover, bound), seed=seed)
     except ValueError as exc:
         fail(exc)

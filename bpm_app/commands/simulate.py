@@ -12,7 +12,11 @@ from typing import Annotated, Any, Iterator, Optional
 
 import typer
 
-from bpm_app.commands import app, bench_app
+from bpm.sim.generate import COST_MODELS
+from bpm_app.commands import app, bench_app, choice
+
+CostModel = choice("CostModel", COST_MODELS)
+Scenario = choice("Scenario", ("poster",))
 
 SWEEP_K = "1,2,3,4,6,8"
 SWEEP_E = "0,0.05,0.1,0.2,0.5"
@@ -59,7 +63,7 @@ def simulate(
     load_factor: Annotated[float, typer.Option(help="Total load over the sum of the thresholds.")] = 0.8,
     skew: Annotated[float, typer.Option(help="How unevenly load starts: 0 = every participant at the same fraction of its threshold, 1 = from 0 to twice that.")] = 0.5,
     tasks_per_participant: Annotated[float, typer.Option(help="Tasks per participant on average (their granularity).")] = 10.0,
-    cost_model: Annotated[str, typer.Option(help="mm1 (Borealis' M/M/1 delay), quadratic, or mixed.")] = "mm1",
+    cost_model: Annotated[CostModel, typer.Option(help="mm1 (Borealis' M/M/1 delay), quadratic, or mixed.")] = CostModel.mm1,
     hysteresis: Annotated[float, typer.Option(help="Relative margin on ending movements.")] = 0.1,
     margin: Annotated[float, typer.Option(help="Relative margin on offering and accepting load.")] = 0.0,
     forward: Annotated[bool, typer.Option("--forward/--no-forward", help="Whether hosts may pass hosted tasks on.")] = True,
@@ -69,7 +73,7 @@ def simulate(
     seed: Annotated[int, typer.Option(help="Seed: the same seed gives the same results.")] = 0,
     jobs: Annotated[int, typer.Option(help="Processes to spread runs over (0: one per CPU).")] = 1,
     max_rounds: Annotated[int, typer.Option(help="Rounds after which a run stops even if load still moves.")] = 500,
-    scenario: Annotated[Optional[str], typer.Option(help="'poster': the Borealis demonstration's four phases.")] = None,
+    scenario: Annotated[Optional[Scenario], typer.Option(help="poster: the Borealis demonstration's four phases.")] = None,
     sweep: Annotated[bool, typer.Option(help="Run the grid --sweep-k x --sweep-e x --sweep-load-factors.")] = False,
     sweep_k: Annotated[str, typer.Option(help="Contracts per participant for --sweep.")] = SWEEP_K,
     sweep_e: Annotated[str, typer.Option(help="Price ranges for --sweep.")] = SWEEP_E,
@@ -82,14 +86,12 @@ def simulate(
     from bpm.sim import SimConfig
 
     if scenario is not None:
-        if scenario != "poster":
-            raise typer.BadParameter(f"unknown scenario {scenario!r}; the one scenario is 'poster'", param_hint="--scenario")
         _poster(hysteresis=hysteresis, seed=seed, json_out=json_out)
         return
     try:
         base = SimConfig(
             participants=participants, contracts_per_participant=contracts_per_participant, price_range=price_range,
-            load_factor=load_factor, skew=skew, tasks_per_participant=tasks_per_participant, cost_model=cost_model,
+            load_factor=load_factor, skew=skew, tasks_per_participant=tasks_per_participant, cost_model=cost_model.value,
             hysteresis=hysteresis, margin=margin, forward=forward, max_rounds=max_rounds, split=split, fixed_cost=fixed_cost,
         )
     except ValueError as err:
@@ -240,7 +242,7 @@ def bench_simulate(
     sizes: Annotated[str, typer.Option(help="Federation sizes to time, one run each.")] = "1000,10000",
     runs: Annotated[int, typer.Option(help="Runs for the quality goal (K=4, E=0.1, load factor 0.8).")] = 100,
     participants: Annotated[int, typer.Option(help="Participants per run for the quality goal.")] = 100,
-    cost_model: Annotated[str, typer.Option(help="Cost model for every run.")] = "mm1",
+    cost_model: Annotated[CostModel, typer.Option(help="Cost model for every run.")] = CostModel.mm1,
     split: Annotated[bool, typer.Option("--split/--no-split", help="Whether tasks split and merge over their key groups.")] = False,
     fixed_cost: Annotated[float, typer.Option(help="With --split: what a running task costs whatever its input (share of a participant's capacity).")] = 0.005,
     seed: Annotated[int, typer.Option()] = 0,
@@ -253,7 +255,7 @@ def bench_simulate(
 
     limits = {1000: 30.0, 10000: 300.0}
     try:
-        base = SimConfig(participants=participants, contracts_per_participant=4, price_range=0.1, load_factor=0.8, cost_model=cost_model,
+        base = SimConfig(participants=participants, contracts_per_participant=4, price_range=0.1, load_factor=0.8, cost_model=cost_model.value,
                          split=split, fixed_cost=fixed_cost)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
