@@ -12,6 +12,7 @@ from typing import NoReturn
 import typer
 
 from bpm.ha import HA_MODES
+from bpm_app.logs import FORMATS
 
 def choice(name: str, values) -> type[Enum]:
     """`values` as a command-line choice: help and completion list them, a typo is refused."""
@@ -20,6 +21,8 @@ def choice(name: str, values) -> type[Enum]:
 
 # A task's HA mode as a command-line choice.
 HAMode = choice("HAMode", HA_MODES)
+# How a long-running command writes its logs (`bpm_app.logs`).
+LogFormat = choice("LogFormat", FORMATS)
 
 app = typer.Typer(
     name="bpm",

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from bpm_app.commands import app, choice
+from bpm_app.commands import LogFormat, app, choice
 
 # How the agent prices its load: fitted to its measured batches, or the M/M/1 form alone.
 AgentCostModel = choice("AgentCostModel", ("fitted", "mm1"))
@@ -94,6 +93,7 @@ def run(
     shares: Annotated[int | None, typer.Option(min=1, max=64, help="With --broker-port: its stream split into N equal shares of its 64 key groups (a power of two); --partitions then picks the shares that are its own tasks, named g<bits>.")] = None,
     correlate: Annotated[bool, typer.Option("--correlate/--no-correlate", help="With --broker-port: share this participant's alerts with its contract partners and correlate them with those they share (per window, sources alerting at two or more participants; tentative while a partner is unreachable).")] = False,
     availability_bound: Annotated[float, typer.Option(min=0.0, help="With --correlate: seconds a window's correlated result waits for a partner's alerts before it is published tentative.")] = 10.0,
+    log_format: Annotated[LogFormat, typer.Option(help="text, or json: one JSON object per line (time, level, logger, message, participant).")] = LogFormat.text,
 ) -> None:
     """Run one participant: host its tasks on Spark and trade load with its contract partners."""
     from bpm.keygroups import shares as key_shares
@@ -103,9 +103,9 @@ def run(
     from spark_agents.runtime import participant_key, run_agent
     from spark_agents.session import driver_addresses
 
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s")
-    for noisy in ("httpx", "py4j", "py4j.clientserver", "uvicorn.access"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    from bpm_app.logs import configure
+
+    configure(log_format.value, participant=name)
     workdir = (workdir or Path("bpm-agents") / name).resolve()
     endpoint = endpoint or f"http://{host}:{port}"
     params = {**QueryParams(window, min_connections, min_ports, lateness).to_dict(), "trigger_s": trigger}

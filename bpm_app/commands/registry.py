@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from bpm_app.commands import HAMode, app, fail
+from bpm_app.commands import HAMode, LogFormat, app, fail
 
 registry_app = typer.Typer(help="Run the contract registry.", no_args_is_help=True)
 participants_app = typer.Typer(help="Register and list participants (adding needs the operator key).", no_args_is_help=True)
@@ -34,11 +35,13 @@ def serve(
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     workers: Annotated[int, typer.Option(min=1, help="Worker processes (more than one needs a non-SQLite database to pay off).")] = 1,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    log_format: Annotated[LogFormat, typer.Option(help="text, or json: one JSON object per line (time, level, logger, message).")] = LogFormat.text,
 ) -> None:
     """Serve the registry's JSON API, docs (/docs) and admin UI; migrates the database first."""
     import uvicorn
 
     from api.app import ProductionKeyMissing, create_app, resolve_admin_key
+    from bpm_app.logs import configure, uvicorn_config
     from api.migrate import upgrade
     from api.settings import Settings
 
@@ -56,14 +59,16 @@ def serve(
     except Exception as exc:
         typer.secho(f"cannot migrate {settings.database_url}: {exc}", fg="red", err=True)
         raise typer.Exit(2) from exc
-    typer.echo(f"registry on http://{host}:{port} (database {_safe_url(settings.database_url)})", err=True)
+    configure(log_format.value)
+    logging.getLogger("bpm.registry").info("registry on http://%s:%s (database %s)", host, port, _safe_url(settings.database_url))
+    log_config = uvicorn_config(log_format.value, log_level)
     if workers > 1:
         # Each worker builds its app from the environment, so pass the resolved values down.
         os.environ["BPM_DATABASE_URL"] = settings.database_url
         os.environ["BPM_ADMIN_KEY"] = admin_key
-        uvicorn.run("api.app:create_app_from_env", factory=True, host=host, port=port, workers=workers, log_level=log_level)
+        uvicorn.run("api.app:create_app_from_env", factory=True, host=host, port=port, workers=workers, log_level=log_level, log_config=log_config)
     else:
-        uvicorn.run(create_app(settings, admin_key=admin_key, migrate=False), host=host, port=port, log_level=log_level)
+        uvicorn.run(create_app(settings, admin_key=admin_key, migrate=False), host=host, port=port, log_level=log_level, log_config=log_config)
 
 
 def _safe_url(url: str) -> str:
