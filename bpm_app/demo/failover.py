@@ -20,6 +20,14 @@ two apart); then the link heals, B is heard from again (the registry records it 
 them, and whatever B's tasks still try to write at their old epoch is refused by the
 fence. Phase 4 then runs with B back.
 
+With `fault="registry"` (`bpm demo --scenario registry-cut`) only the link between B's host
+and the registry's is cut: B still reaches A and C, and they reach it. The registry hears
+no heartbeat and counts B failed; A, the origin of the tasks B hosts, asks B's agent
+itself before failing them over, finds it answering, and leaves them where they are
+(`ha.reachable` in A's record). B goes on processing them, writing their results to A's
+broker, through the cut; once the link heals B is heard from again, still running every
+one of them, and nothing was failed over. The report's `registry_cut` says so.
+
 The partition scenario also plays Delay, Process and Correct: B and C watch networks of
 their own too (one share and one task each), and two scanners probe all three networks
 (`DemoSettings.shared_scanners`). Every agent shares its alerts and correlates them with
@@ -47,6 +55,8 @@ import dataclasses
 import time
 from collections.abc import Callable
 
+import httpx
+
 from bpm_app.demo.run import Demo, DemoSettings, Member, Phase
 from bpm.federation.views import AgreedTerms, seconds
 
@@ -69,6 +79,8 @@ PARTITION_MEMBERS = (
 )
 CORRELATOR = "a"
 SHARED_SCANNERS = 2
+# crash: B's host killed; cut: cut off from every host; registry: cut off from the registry's host only.
+FAULTS = ("crash", "cut", "registry")
 
 
 class FailoverDemo(Demo):
@@ -77,8 +89,8 @@ class FailoverDemo(Demo):
     def __init__(self, settings: DemoSettings, view: Callable[[dict], None] | None = None, say: Callable[[str], None] = print,
                  ha_mode: str = "passive_standby", recover_timeout_s: float = 120.0, fault: str = "crash",
                  cut_s: float = 30.0) -> None:
-        if fault not in ("crash", "cut"):
-            raise ValueError("fault is 'crash' or 'cut'")
+        if fault not in FAULTS:
+            raise ValueError(f"fault is one of {', '.join(FAULTS)}")
         cut = fault == "cut"
         super().__init__(dataclasses.replace(settings, trigger_s=FAILOVER_TRIGGER_S, mm1_scale=FAILOVER_MM1_SCALE,
                                              spread=FAILOVER_SPREAD, cpus=None, correlate=cut,
@@ -93,6 +105,7 @@ class FailoverDemo(Demo):
         self.fault = fault
         self.cut_s = cut_s  # how long B stays cut off (from the cut; at least until its tasks recovered elsewhere)
         self.healed: dict | None = None
+        self.registry_cut: dict | None = None
 
     def _contracts(self, member: Member) -> list[AgreedTerms]:
         """The phases scenario's contracts, each with the HA mode."""
@@ -107,7 +120,7 @@ class FailoverDemo(Demo):
         with self.fed.operator() as operator:
             state["failovers"] = operator.failovers()
             state["replicas"] = operator.replicas()
-        state["killed"] = None if self.killed_at is None else {"participant": VICTIM, "t": round(self.killed_at - self.t0, 1)}
+        state["killed"] = None if self.killed_at is None else {"participant": VICTIM, "t": round(self.killed_at - self.t0, 1), "fault": self.fault}
         if self.s.correlate:
             state["correlation"] = self._correlation_status()
         if self.view:
@@ -121,7 +134,7 @@ class FailoverDemo(Demo):
         names = [m.name for m in self.members]
         try:
             self._open_hosts()
-            if self.fault == "cut" and self.fed.hosts.net is None:
+            if self.fault != "crash" and self.fed.hosts.net is None:
                 raise RuntimeError("a partition needs hosts with networks of their own (run as root on Linux, with iproute2)")
             self.fed.start_registry()
             self.say(f"registry on {self.fed.registry_url} (admin UI at {self.fed.registry_url}/, operator key {self.fed.admin_key})")
@@ -130,11 +143,16 @@ class FailoverDemo(Demo):
             self._phase("1 A carries every task", names, until=None, hold_s=0, not_before=self._trading_from(names))
             self._phase("2 A sheds load to B and C", names, hold_s=s.settle_s)
             self._kill_when_copied()
-            self._recover()
-            if self.fault == "cut":
+            if self.fault == "registry":
+                self._ride_out()
+                self._heal()
+                self._phase("4 B is heard from again", names, hold_s=s.settle_s)
+            elif self.fault == "cut":
+                self._recover()
                 self._heal()
                 self._phase("4 B is back", names, hold_s=s.settle_s)
             else:
+                self._recover()
                 self._phase("4 the federation runs on without B", ["a", "c"], hold_s=s.settle_s)
             return self._finish_failover()
         finally:
@@ -160,14 +178,21 @@ class FailoverDemo(Demo):
         if self.fault == "cut":
             self.say(f"{VICTIM}'s host is cut off from every other host (a network partition) while it hosts {', '.join(self.lost_tasks)}")
             self.fed.hosts.cut(VICTIM)
+        elif self.fault == "registry":
+            self.say(f"{VICTIM}'s host is cut off from the registry only (it still reaches A and C) while it hosts {', '.join(self.lost_tasks)}")
+            self.fed.hosts.cut_link(self.fed.REGISTRY, VICTIM)
         else:
             self.say(f"{VICTIM}'s host crashes (every process in it killed at once) while it hosts {', '.join(self.lost_tasks)}")
             self.fed.hosts.crash(VICTIM)
 
     def _heal(self, timeout_s: float = 120.0) -> None:
-        """Heal B's link once it has been cut off `cut_s`; wait until B is heard from again and runs none of the tasks it lost."""
+        """Heal B's link once it has been cut off `cut_s`; wait until B is heard from again and
+        runs none of the tasks it lost (with `fault="registry"`: still runs every task it hosted)."""
         time.sleep(max(0.0, self.killed_at + self.cut_s - time.time()))
-        self.fed.hosts.heal(VICTIM)
+        if self.fault == "registry":
+            self.fed.hosts.heal_link(self.fed.REGISTRY, VICTIM)
+        else:
+            self.fed.hosts.heal(VICTIM)
         healed_at = time.time()
         self.say(f"{VICTIM}'s link heals after {healed_at - self.killed_at:.0f} s")
         heard = stopped = None
@@ -181,16 +206,50 @@ class FailoverDemo(Demo):
                 heard = time.time()
                 self.say(f"  {VICTIM} is heard from again {heard - healed_at:.1f} s after the heal")
             running = self._running().get(VICTIM)
-            if heard is not None and running is not None and not set(running) & set(self.lost_tasks):
+            if self.fault == "registry":
+                if heard is not None and running is not None and set(self.lost_tasks) <= set(running):
+                    stopped = time.time()  # nothing to stop: it kept them
+                    self.say(f"  {VICTIM} still runs every task it hosted ({stopped - healed_at:.1f} s after the heal)")
+            elif heard is not None and running is not None and not set(running) & set(self.lost_tasks):
                 stopped = time.time()
                 self.say(f"  {VICTIM} runs none of the tasks it lost ({stopped - healed_at:.1f} s after the heal)")
             time.sleep(self.s.poll_s)
+        after = "ran_its_tasks_after_s" if self.fault == "registry" else "stopped_lost_tasks_after_s"
         self.healed = {
             "at_s": round(healed_at - self.t0, 1),
             "heard_after_s": None if heard is None else round(heard - healed_at, 1),
-            "stopped_lost_tasks_after_s": None if stopped is None else round(stopped - healed_at, 1),
+            after: None if stopped is None else round(stopped - healed_at, 1),
             "events": [e["message"] for e in events if e["subject"] == VICTIM],
         }
+
+    def _ride_out(self) -> None:
+        """Phase 3 under a cut of B's link to the registry only: for `cut_s`, watch that nothing
+        of B's is failed over and that B goes on running what it hosts; A's agent notes that B
+        answers it directly."""
+        phase = Phase(f"3 {VICTIM}'s link to the registry is cut: {VICTIM} goes on processing", time.time() - self.t0)
+        self.phases.append(phase)
+        self.say(f"phase: {phase.name}")
+        polls = kept = 0
+        silent = False
+        while time.time() < self.killed_at + self.cut_s:
+            state = self.poll()
+            polls += 1
+            running = self._running().get(VICTIM) or {}
+            kept += set(self.lost_tasks) <= set(running)
+            silent = silent or any(p["name"] == VICTIM and p["status"] == "failed" for p in state["participants"])
+            phase.loads, phase.thresholds = self._measured(state, ["a", "b", "c"])
+            time.sleep(self.s.poll_s)
+        phase.ended_s = time.time() - self.t0
+        failovers = [f for f in self.failover_rows(self.state.get("failovers", [])) if f["from"] == VICTIM]
+        try:
+            records = httpx.get(self.fed.endpoints["a"] + "/status", timeout=10).json().get("records", [])
+        except (httpx.HTTPError, ValueError):
+            records = []
+        reachable = [r["message"] for r in records if r.get("kind") == "ha.reachable"]
+        self.registry_cut = {"polls": polls, "polls_running_every_task": kept, "registry_counted_it_failed": silent,
+                             "failovers": failovers, "origin_noted": reachable}
+        self.say(f"  {VICTIM} ran every task it hosted at {kept} of {polls} polls; {len(failovers)} failed over; "
+                 f"the registry counted it failed: {silent}; A noted: {reachable[-1] if reachable else 'nothing'}")
 
     def _recover(self) -> None:
         """Phase 3: poll until every task B hosted was failed over and produces output again."""
@@ -221,8 +280,6 @@ class FailoverDemo(Demo):
 
     def _correlation_status(self) -> dict | None:
         """The correlator's own account (its agent's `/status`), for the live view; None while it cannot say."""
-        import httpx
-
         endpoint = self.fed.endpoints.get(CORRELATOR)
         try:
             return httpx.get(f"{endpoint}/status", timeout=1.0).json().get("correlation") if endpoint else None
@@ -277,10 +334,13 @@ class FailoverDemo(Demo):
     def _finish_failover(self) -> dict:
         report = self._finish()
         records = self.state.get("failovers", [])
-        report["scenario"] = "partition" if self.fault == "cut" else "failover"
+        report["scenario"] = {"cut": "partition", "registry": "registry-cut"}.get(self.fault, "failover")
         report["ha_mode"] = self.ha_mode
         report["killed"] = {"participant": VICTIM, "at_s": round(self.killed_at - self.t0, 1) if self.killed_at else None,
                             "hosted": self.lost_tasks, "fault": self.fault}
+        if self.fault == "registry":
+            report["healed"] = self.healed
+            report["registry_cut"] = self.registry_cut
         if self.fault == "cut":
             report["healed"] = self.healed
             if report.get("correlation"):

@@ -108,7 +108,7 @@ def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> No
                    transform=first.get_xaxis_transform(), fontsize=8, va="bottom")
     killed = report.get("killed")
     if killed and killed.get("at_s") is not None:
-        what = "is cut off" if killed.get("fault") == "cut" else "crashes"
+        what = {"cut": "is cut off", "registry": "is cut off from the registry"}.get(killed.get("fault"), "crashes")
         first.text(killed["at_s"] + 1, 0.8, f"{killed['participant']}'s host {what}", transform=first.get_xaxis_transform(), fontsize=8)
     healed = report.get("healed")
     if healed and healed.get("at_s") is not None:

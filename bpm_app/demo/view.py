@@ -6,6 +6,9 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+# What happened to the participant's host, by the failover scenario's fault.
+FAULT_WORDS = {"crash": "crashed", "cut": "was cut off", "registry": "was cut off from the registry"}
+
 
 def _bar(load: float | None, threshold: float | None, width: int = 30) -> Text:
     if load is None:
@@ -60,7 +63,8 @@ def _failovers(state: dict) -> Text:
     text = Text()
     killed = state.get("killed")
     if killed:
-        text.append(f"{killed['participant']}'s host crashed at t = {killed['t']:.0f} s\n", style="bold red")
+        what = FAULT_WORDS.get(killed.get("fault"), "crashed")
+        text.append(f"{killed['participant']}'s host {what} at t = {killed['t']:.0f} s\n", style="bold red")
     for f in state.get("failovers", []):
         done = f"recovered in {f['recovery_s']:.2f} s" if f["recovery_s"] is not None else ("complete" if f["completed_at"] else "taking over")
         if f["kind"] == "failover":

@@ -13,14 +13,21 @@ from spark_agents.network import HostNetwork
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.slow
+needs_namespaces = pytest.mark.skipif(HostNetwork.available() is not None, reason=f"cannot make network namespaces here: {HostNetwork.available()}")
+
+
+def run_scenario(tmp_path, **kw):
+    """The failover scenario under passive standby with short phases; its report (also written under tmp_path/report) and the demo."""
+    settings = DemoSettings(workdir=tmp_path / "run", port=free_port(), agent_port=free_port(), settle_s=10, phase_timeout_s=60)
+    settings.workdir.mkdir()
+    demo = FailoverDemo(settings, say=lambda msg: print(msg, flush=True), ha_mode="passive_standby", **kw)
+    report = demo.run()
+    write_report(report, tmp_path / "report", demo.t0)
+    return report, demo
 
 
 def test_a_killed_host_fails_over_and_nothing_is_lost_or_repeated(tmp_path):
-    settings = DemoSettings(workdir=tmp_path / "run", port=free_port(), agent_port=free_port(), settle_s=10, phase_timeout_s=60)
-    settings.workdir.mkdir()
-    demo = FailoverDemo(settings, say=lambda msg: print(msg, flush=True), ha_mode="passive_standby")
-    report = demo.run()
-    write_report(report, tmp_path / "report", demo.t0)
+    report, demo = run_scenario(tmp_path)
 
     assert report["killed"]["hosted"], "the killed participant hosted moved tasks"
     failovers = {f["task"]: f for f in report["failovers"]}
@@ -36,13 +43,9 @@ def test_a_killed_host_fails_over_and_nothing_is_lost_or_repeated(tmp_path):
     assert all(p["status"] != "alive" for p in demo.state["participants"] if p["name"] == "b")
 
 
-@pytest.mark.skipif(HostNetwork.available() is not None, reason=f"cannot make network namespaces here: {HostNetwork.available()}")
+@needs_namespaces
 def test_a_host_cut_off_is_failed_over_and_once_healed_stops_what_it_lost_and_nothing_is_lost_or_repeated(tmp_path):
-    settings = DemoSettings(workdir=tmp_path / "run", port=free_port(), agent_port=free_port(), settle_s=10, phase_timeout_s=60)
-    settings.workdir.mkdir()
-    demo = FailoverDemo(settings, say=lambda msg: print(msg, flush=True), ha_mode="passive_standby", fault="cut", cut_s=25)
-    report = demo.run()
-    write_report(report, tmp_path / "report", demo.t0)
+    report, _ = run_scenario(tmp_path, fault="cut", cut_s=25)
 
     assert report["scenario"] == "partition" and report["killed"]["hosted"], "the participant cut off hosted moved tasks"
     failovers = {f["task"]: f for f in report["failovers"]}
@@ -63,3 +66,20 @@ def test_a_host_cut_off_is_failed_over_and_once_healed_stops_what_it_lost_and_no
     assert corr["tentative_windows"] > 0 and corr["stabilisation_s"] is not None, corr
     assert corr["windows_not_stable"] == [] and corr["stable_equals_plain"], corr["mismatched_windows"]
     assert (tmp_path / "report" / "correlation.png").stat().st_size > 0
+
+
+@needs_namespaces
+def test_a_host_cut_off_from_the_registry_only_keeps_processing_what_it_hosts_and_nothing_is_lost_or_repeated(tmp_path):
+    report, _ = run_scenario(tmp_path, fault="registry", cut_s=20)
+
+    assert report["scenario"] == "registry-cut" and report["killed"]["hosted"], "b hosted moved tasks when its registry link was cut"
+    cut = report["registry_cut"]
+    assert cut["registry_counted_it_failed"], "the registry heard no heartbeat and counted b failed"
+    assert cut["failovers"] == [] and not report["failovers"], "nothing was failed over: a asked b directly"
+    assert any("answers a directly" in message for message in cut["origin_noted"]), cut
+    assert cut["polls"] > 0 and cut["polls_running_every_task"] == cut["polls"], "b ran every task it hosted throughout"
+    healed = report["healed"]
+    assert healed["heard_after_s"] is not None and healed["ran_its_tasks_after_s"] is not None, healed
+    assert report["expected_results"] > 0
+    assert report["lost_results"] == 0
+    assert report["duplicate_results"] == 0
