@@ -71,12 +71,10 @@ async function call(path, { method = 'GET', body } = {}) {
   return payload;
 }
 
-// The API has no "who am I" endpoint. A participant's ledger always lists exactly its own
-// balance; the operator's lists nobody or both sides of every movement (two names or more).
+// Who the key belongs to, as the registry says (`GET /me`): the operator, or one participant.
 async function identify() {
-  const ledger = await call('/ledger');
-  if (ledger.balances.length === 1) return { operator: false, name: ledger.balances[0].participant };
-  return { operator: true, name: 'operator' };
+  const me = await call('/me');
+  return { operator: me.role === 'operator', name: me.name };
 }
 
 // ---------------------------------------------------------------- signing in and out
@@ -328,7 +326,7 @@ function renderParticipants() {
   const { participants, tasks = [] } = state.data;
   show('participants-summary', [participants.map((p) => [p.name, p.status, p.load, p.threshold])], () => participantSummary(participants));
   show('participants-table', [participants, tasks], () => {
-    if (!participants.length) return empty('No participants yet.', 'The operator registers them: bpm participants add NAME ENDPOINT.');
+    if (!participants.length) return empty('No participants yet.', 'The operator registers them: bpm participants add NAME --endpoint URL.');
     const byId = new Map(tasks.map((t) => [t.id, t]));
     return table(
       'Participants',
