@@ -10,7 +10,10 @@ from typing import Annotated
 
 import typer
 
-from bpm_app.commands import HAMode, LogFormat, app, fail
+from bpm.contracts import ContractState
+from bpm_app.commands import HAMode, LogFormat, app, choice, fail
+
+ContractStateChoice = choice("ContractStateChoice", [state.value for state in ContractState])
 
 registry_app = typer.Typer(help="Run the contract registry.", no_args_is_help=True)
 participants_app = typer.Typer(help="Register and list participants (adding needs the operator key).", no_args_is_help=True)
@@ -255,14 +258,14 @@ _action_command("terminate", "Terminate CONTRACT_ID (either party).")
 @contracts_app.command("list")
 def contracts_list(
     participant: Annotated[str | None, typer.Option(help="Only this participant's contracts.")] = None,
-    state: Annotated[str | None, typer.Option(help="Only contracts in this state.")] = None,
+    state: Annotated[ContractStateChoice | None, typer.Option(help="Only contracts in this state.")] = None,
     registry: RegistryUrl = DEFAULT_URL,
     key: Key = None,
     as_json: AsJson = False,
 ) -> None:
     """List the contracts your key may read."""
     with _client(registry, key or operator_key(None)) as client:
-        rows = _run(lambda: client.contracts(participant, state))
+        rows = _run(lambda: client.contracts(participant, state.value if state else None))
     if as_json:
         typer.echo(json.dumps(rows))
     else:

@@ -120,6 +120,17 @@ def test_offers_state_is_a_choice():
     assert result.exit_code == 2 and "pending" in result.output and "withdrawn" in result.output
 
 
+def test_contracts_list_filters_by_a_state_it_names():
+    result = CliRunner().invoke(app, ["contracts", "list", "--state", "nope"], env=WIDE)
+    assert result.exit_code == 2 and all(state in result.output for state in ("proposed", "active", "terminated"))
+
+
+def test_contracts_list_by_state(federation):
+    active = listed(federation, "contracts", "list", "--state", "active")
+    assert active and all(c["state"] == "active" for c in active)
+    assert listed(federation, "contracts", "list", "--state", "terminated") == []
+
+
 def test_movements_list(federation):
     ids = federation.ids
     table = bpm(federation, "movements", "list")
