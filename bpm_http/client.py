@@ -52,6 +52,10 @@ class RegistryClient:
             raise RegistryError(response.status_code, body.get("detail"), body)
         return response.json() if response.content else None
 
+    def me(self) -> dict:
+        """Who the key in use belongs to: `{"name", "role"}` (operator or participant)."""
+        return self.request("GET", "/me")
+
     def healthy(self) -> bool:
         try:
             return self._http.get("/healthz").status_code == 200

@@ -172,12 +172,20 @@ class SparkTasks:
 
 
 def participant_key(registry_url: str, name: str, endpoint: str, workdir: Path, key: str | None, admin_key: str | None) -> str:
-    """This participant's key: given, else kept from an earlier run, else obtained by registering."""
+    """This participant's key: given, else kept from an earlier run, else obtained by registering.
+
+    A key given (`--key`, `BPM_KEY`) that the registry refuses gives way to the one kept in
+    the work folder when the registry accepts that one: the agent rotated its key
+    (`POST /key/rotate`) since it was configured, and keeps the new one there."""
     key_file = workdir / KEY_FILE
+    kept = key_file.read_text().strip() if key_file.exists() else None
     if key:
+        if kept and kept != key and not _is_key_of(registry_url, name, key) and _is_key_of(registry_url, name, kept):
+            log.warning("%s: the key given is refused; using the one %s keeps (rotated since)", name, key_file)
+            return kept
         return key
-    if key_file.exists():
-        return key_file.read_text().strip()
+    if kept:
+        return kept
     if not admin_key:
         raise SystemExit(f"{name} has no key: pass --key, or the operator key (--admin-key / BPM_ADMIN_KEY) to register it")
     with RegistryClient(registry_url, admin_key) as operator:
@@ -188,6 +196,16 @@ def participant_key(registry_url: str, name: str, endpoint: str, workdir: Path, 
     write_key(key_file, created["api_key"])
     log.info("registered %s at %s", name, endpoint)
     return created["api_key"]
+
+
+def _is_key_of(registry_url: str, name: str, key: str) -> bool:
+    """Whether the registry takes `key` as `name`'s (False too when it cannot be asked)."""
+    try:
+        with RegistryClient(registry_url, key) as client:
+            me = client.me()
+    except Exception:  # refused, or no answer: not a key to prefer
+        return False
+    return me.get("role") == "participant" and me.get("name") == name
 
 
 def run_agent(
