@@ -34,8 +34,8 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 @registry_app.command("serve")
 def serve(
     database_url: Annotated[str | None, typer.Option("--database-url", envvar="BPM_DATABASE_URL", help="SQLAlchemy URL (default: SQLite file ./bpm-registry.db).")] = None,
-    host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    host: Annotated[str | None, typer.Option(help="Address to bind (default: BPM_HOST, else loopback, 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port to listen on (default: BPM_PORT, else 8000).")] = None,
     workers: Annotated[int, typer.Option(min=1, help="Worker processes (more than one needs a non-SQLite database to pay off).")] = 1,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
     log_format: Annotated[LogFormat, typer.Option(help="text, or json: one JSON object per line (time, level, logger, message).")] = LogFormat.text,
@@ -50,6 +50,7 @@ def serve(
 
     overrides = {"database_url": database_url} if database_url else {}
     settings = Settings(**overrides)
+    host, port = host or settings.host, port or settings.port
     try:
         admin_key, generated = resolve_admin_key(settings)
     except ProductionKeyMissing as exc:

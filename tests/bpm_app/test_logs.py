@@ -45,11 +45,12 @@ def test_an_unknown_format_is_refused():
 
 
 def test_the_registry_logs_json_lines_only(tmp_path):
+    """Also: its port from the settings' BPM_PORT when --port is not given."""
     port = free_port()
     bpm = str(Path(sys.executable).with_name("bpm"))
-    process = subprocess.Popen([bpm, "registry", "serve", "--database-url", f"sqlite:///{tmp_path / 'r.db'}", "--port", str(port),
-                                "--log-format", "json"], cwd=tmp_path, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "BPM_ADMIN_KEY": "k"})
+    process = subprocess.Popen([bpm, "registry", "serve", "--database-url", f"sqlite:///{tmp_path / 'r.db'}", "--log-format", "json"],
+                               cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "BPM_ADMIN_KEY": "k", "BPM_PORT": str(port)})
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
