@@ -75,6 +75,26 @@ def serve(
         uvicorn.run(create_app(settings, admin_key=admin_key, migrate=False), host=host, port=port, log_level=log_level, log_config=log_config)
 
 
+@registry_app.command("migrate")
+def migrate(
+    database_url: Annotated[str | None, typer.Option("--database-url", envvar="BPM_DATABASE_URL", help="SQLAlchemy URL (default: SQLite file ./bpm-registry.db).")] = None,
+    revision: Annotated[str, typer.Option(help="Alembic revision to migrate to: head (the newest), or an earlier one to go back to.")] = "head",
+) -> None:
+    """Migrate the registry's database without starting the registry (`serve` migrates to head itself)."""
+    from api.migrate import downgrade, upgrade
+    from api.settings import Settings
+
+    url = database_url or Settings().database_url
+    try:
+        if revision == "head":
+            upgrade(url)
+        else:
+            downgrade(url, revision)
+    except Exception as exc:
+        fail(f"cannot migrate {_safe_url(url)} to {revision}: {exc}", 1)
+    typer.echo(f"{_safe_url(url)} is at {revision}", err=True)
+
+
 def _safe_url(url: str) -> str:
     from sqlalchemy.engine import make_url
 
