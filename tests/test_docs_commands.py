@@ -188,7 +188,7 @@ Outside a block `bpm nosuch --wrong` is prose, not a command.
 bpm registry serve --port 8000 --no-such-option   # a comment: --ignored
 export X=1 && bpm participants add <name> --endpoint http://$HOST:9000 \\
     --registry "$URL" --json | jq .
-bpm registry migrate --database-url x
+bpm registry vacuum --database-url x
 key=$(docker-compose exec -T registry bpm participants add a --endpoint http://a:9000 --wrong-too)
 .venv/bin/bpm demo --headless --workdir=/tmp/run --no-hosts
 scripts/bootstrap.sh && scripts/no-such-script.sh
@@ -201,14 +201,14 @@ def test_the_extractor_finds_every_command_and_reports_what_does_not_exist():
     assert [c.args for c in commands] == [
         ("registry", "serve", "--port", "8000", "--no-such-option"),
         ("participants", "add", "PLACEHOLDER", "--endpoint", "http://$HOST:9000", "--registry", "$URL", "--json"),
-        ("registry", "migrate", "--database-url", "x"),
+        ("registry", "vacuum", "--database-url", "x"),
         ("participants", "add", "a", "--endpoint", "http://a:9000", "--wrong-too"),
         ("demo", "--headless", "--workdir=/tmp/run", "--no-hosts"),
     ]
     found = [problems(c) for c in commands]
     assert len(found[0]) == 1 and "has no option --no-such-option" in found[0][0]
     assert found[1] == []
-    assert len(found[2]) == 1 and "has no subcommand 'migrate'" in found[2][0]
+    assert len(found[2]) == 1 and "has no subcommand 'vacuum'" in found[2][0]
     assert len(found[3]) == 1 and "has no option --wrong-too" in found[3][0]
     assert found[4] == []
     assert [p for p in scripts(SAMPLE) if not (ROOT / p).is_file()] == ["scripts/no-such-script.sh"]
