@@ -75,6 +75,14 @@ def serve(
         uvicorn.run(create_app(settings, admin_key=admin_key, migrate=False), host=host, port=port, log_level=log_level, log_config=log_config)
 
 
+@registry_app.command("rotate-signing-key")
+def rotate_signing_key(registry: RegistryUrl = DEFAULT_URL, key: Key = None, as_json: AsJson = False) -> None:
+    """Operator: the registry signs new call tokens with a new key; tokens signed with the old one verify until they lapse."""
+    with _client(registry, key or operator_key(None)) as client:
+        rotated = _run(client.rotate_signing_key)
+    typer.echo(json.dumps(rotated) if as_json else f"the registry now signs with key {rotated['kid']}; tokens signed before verify until they lapse")
+
+
 @registry_app.command("migrate")
 def migrate(
     database_url: Annotated[str | None, typer.Option("--database-url", envvar="BPM_DATABASE_URL", help="SQLAlchemy URL (default: SQLite file ./bpm-registry.db).")] = None,

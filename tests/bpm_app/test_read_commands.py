@@ -291,3 +291,11 @@ def test_follow_prints_new_events_once_in_order_and_stops_on_ctrl_c(federation):
         printed.append(int(lines.get().split()[0]))
     assert printed[3:] == made
     assert "Traceback" not in process.stderr.read()
+
+
+def test_the_operator_rotates_the_signing_key_and_a_participant_may_not(federation):
+    before = {k["kid"] for k in federation.operator.signing_keys()}
+    rotated = listed(federation, "registry", "rotate-signing-key")
+    assert rotated["kid"] not in before and rotated["kid"] in {k["kid"] for k in federation.operator.signing_keys()}
+    refused = bpm(federation, "registry", "rotate-signing-key", key=federation.keys["west"])
+    one_line_error(refused, "operator")
