@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 import time
 from datetime import UTC, datetime
-from enum import Enum
 from typing import Annotated
 
 import typer
 
-from bpm_app.commands import app
-from bpm_app.commands.registry import DEFAULT_URL, AsJson, Key, RegistryUrl, _client, _run, _table, operator_key
+from bpm_app.commands import app, choice
+from bpm_app.commands.registry import DEFAULT_URL, AsJson, Key, RegistryUrl, _client, _read, _run, _show, _table, operator_key
 
 tasks_app = typer.Typer(help="Read the tasks the registry knows (any key).", no_args_is_help=True)
 offers_app = typer.Typer(help="Read offers (a participant's key: those it made or received; the operator's: all).", no_args_is_help=True)
@@ -25,28 +24,10 @@ app.add_typer(offers_app, name="offers")
 app.add_typer(movements_app, name="movements")
 
 
-class OfferState(str, Enum):
-    """An offer's state as the registry reports it (a pending offer past its expiry is expired)."""
-
-    pending = "pending"
-    accepted = "accepted"
-    rejected = "rejected"
-    withdrawn = "withdrawn"
-    expired = "expired"
-
-
-class MovementState(str, Enum):
-    """A movement's state: active while it accrues; ended by a party; failed by a failover."""
-
-    active = "active"
-    ended = "ended"
-    failed = "failed"
-
-
-def _read(registry: str, key: str | None, call):
-    """One read with the caller's key, or the operator's (as `participants list` takes it)."""
-    with _client(registry, key or operator_key(None)) as client:
-        return _run(lambda: call(client))
+# An offer's state as the registry reports it (a pending offer past its expiry is expired).
+OfferState = choice("OfferState", ("pending", "accepted", "rejected", "withdrawn", "expired"))
+# A movement's state: active while it accrues; ended by a party; failed by a failover.
+MovementState = choice("MovementState", ("active", "ended", "failed"))
 
 
 def _when(value: str | None) -> str:
@@ -83,14 +64,6 @@ def _num(value: float | None, spec: str = "g") -> str:
 
 def _ids(ids: list[int] | None) -> str:
     return ",".join(str(i) for i in ids or [])
-
-
-def _show(rows, as_json: bool, columns: list[str], title: str, cells) -> None:
-    """The API's objects as JSON, or a table of `cells(row)` (a dict of formatted columns)."""
-    if as_json:
-        typer.echo(json.dumps(rows))
-    else:
-        _table([cells(row) for row in rows], columns, title)
 
 
 @tasks_app.command("list")

@@ -164,6 +164,20 @@ def _run(call):
         fail("the answer is not the registry's JSON: does --registry (or BPM_REGISTRY_URL) name the registry?", 1)
 
 
+def _read(registry: str, key: str | None, call):
+    """One read with the caller's key, or else the operator's."""
+    with _client(registry, key or operator_key(None)) as client:
+        return _run(lambda: call(client))
+
+
+def _show(rows, as_json: bool, columns: list[str], title: str, cells=lambda row: row) -> None:
+    """The API's objects as JSON, or a table of `cells(row)` (a dict of formatted columns)."""
+    if as_json:
+        typer.echo(json.dumps(rows))
+    else:
+        _table([cells(row) for row in rows], columns, title)
+
+
 def _table(rows: list[dict], columns: list[str], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -196,12 +210,8 @@ def participants_add(
 @participants_app.command("list")
 def participants_list(registry: RegistryUrl = DEFAULT_URL, key: Key = None, as_json: AsJson = False) -> None:
     """List participants with liveness and load."""
-    with _client(registry, key or operator_key(None)) as client:
-        rows = _run(client.participants)
-    if as_json:
-        typer.echo(json.dumps(rows))
-    else:
-        _table(rows, ["name", "endpoint", "status", "load", "threshold", "heartbeat_age_s"], "participants")
+    rows = _read(registry, key, lambda c: c.participants())
+    _show(rows, as_json, ["name", "endpoint", "status", "load", "threshold", "heartbeat_age_s"], "participants")
 
 
 @participants_app.command("rotate-key")
@@ -293,9 +303,5 @@ def contracts_list(
     as_json: AsJson = False,
 ) -> None:
     """List the contracts your key may read."""
-    with _client(registry, key or operator_key(None)) as client:
-        rows = _run(lambda: client.contracts(participant, state.value if state else None))
-    if as_json:
-        typer.echo(json.dumps(rows))
-    else:
-        _table(rows, CONTRACT_COLUMNS, "contracts")
+    rows = _read(registry, key, lambda c: c.contracts(participant, state.value if state else None))
+    _show(rows, as_json, CONTRACT_COLUMNS, "contracts")
