@@ -508,8 +508,8 @@ def old_epoch_batches_after_takeover(batches: list) -> int:
     if not batches:
         return 0
     newest = max(b.epoch for b in batches)
-    first = min((b.seq for b in batches if b.epoch == newest), default=None)
-    return sum(1 for b in batches if b.epoch < newest and first is not None and b.seq > first)
+    first = min(b.seq for b in batches if b.epoch == newest)
+    return sum(1 for b in batches if b.epoch < newest and b.seq > first)
 
 
 # -- the run -------------------------------------------------------------------------------------

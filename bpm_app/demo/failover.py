@@ -55,8 +55,6 @@ import dataclasses
 import time
 from collections.abc import Callable
 
-import httpx
-
 from bpm_app.demo.run import Demo, DemoSettings, Member, Phase
 from bpm.federation.views import AgreedTerms, seconds
 
@@ -241,10 +239,7 @@ class FailoverDemo(Demo):
             time.sleep(self.s.poll_s)
         phase.ended_s = time.time() - self.t0
         failovers = [f for f in self.failover_rows(self.state.get("failovers", [])) if f["from"] == VICTIM]
-        try:
-            records = httpx.get(self.fed.endpoints["a"] + "/status", timeout=10).json().get("records", [])
-        except (httpx.HTTPError, ValueError):
-            records = []
+        records = (self._agent_status("a") or {}).get("records", [])
         reachable = [r["message"] for r in records if r.get("kind") == "ha.reachable"]
         self.registry_cut = {"polls": polls, "polls_running_every_task": kept, "registry_counted_it_failed": silent,
                              "failovers": failovers, "origin_noted": reachable}
@@ -280,11 +275,7 @@ class FailoverDemo(Demo):
 
     def _correlation_status(self) -> dict | None:
         """The correlator's own account (its agent's `/status`), for the live view; None while it cannot say."""
-        endpoint = self.fed.endpoints.get(CORRELATOR)
-        try:
-            return httpx.get(f"{endpoint}/status", timeout=1.0).json().get("correlation") if endpoint else None
-        except (httpx.HTTPError, ValueError):
-            return None
+        return (self._agent_status(CORRELATOR, timeout_s=1.0) or {}).get("correlation")
 
     def _before_close(self) -> dict:
         return {"correlation": self._read_correlation()} if self.s.correlate else {}
@@ -292,7 +283,6 @@ class FailoverDemo(Demo):
     def _read_correlation(self, timeout_s: float = 90.0) -> dict:
         """A's correlated result read back from its broker once every window any participant
         shared is stable there (or `timeout_s` passed), against the plain correlation of the alerts each shared."""
-        from bpm.dpc import CorrelatedView
         from spark_agents.correlation import ALERTS, parse_alerts, read_correlated, read_stream
 
         names = [m.name for m in self.members]
@@ -304,16 +294,11 @@ class FailoverDemo(Demo):
                     shared[name] = {e.window: e.sources for e in (parse_alerts(m, name, 0.0) for m in read_stream(broker, ALERTS))}
             with self.inputs.broker(CORRELATOR) as broker:
                 publishes = read_correlated(broker)
-            view = CorrelatedView()
-            for p in publishes:
-                view.apply(p)
-            windows = sorted({w for alerts in shared.values() for w in alerts})
-            pending = [w for w in windows if w not in view.stable]
-            if not pending or time.monotonic() > deadline:
-                break
+            figures = correlation_figures(publishes, shared, self.s.availability_bound_s, self.t0,
+                                          None if self.healed is None else self.t0 + self.healed["at_s"])
+            if not figures["windows_not_stable"] or time.monotonic() > deadline:
+                return figures
             time.sleep(self.s.poll_s)
-        return correlation_figures(publishes, shared, pending, self.s.availability_bound_s, self.t0,
-                                   None if self.healed is None else self.t0 + self.healed["at_s"])
 
     def failover_rows(self, records: list[dict]) -> list[dict]:
         """The failovers as the report shows them: times relative to the kill and the demo's start."""
@@ -338,13 +323,12 @@ class FailoverDemo(Demo):
         report["ha_mode"] = self.ha_mode
         report["killed"] = {"participant": VICTIM, "at_s": round(self.killed_at - self.t0, 1) if self.killed_at else None,
                             "hosted": self.lost_tasks, "fault": self.fault}
+        if self.fault != "crash":
+            report["healed"] = self.healed
         if self.fault == "registry":
-            report["healed"] = self.healed
             report["registry_cut"] = self.registry_cut
-        if self.fault == "cut":
-            report["healed"] = self.healed
-            if report.get("correlation"):
-                self.say(describe_correlation(report["correlation"]))
+        if report.get("correlation"):
+            self.say(describe_correlation(report["correlation"]))
         report["failovers"] = self.failover_rows(records)
         report["recovered_without_failover"] = [{"message": e["message"], "at": e["at"]} for e in self.recovered]
         report["repairs"] = [
@@ -355,11 +339,11 @@ class FailoverDemo(Demo):
         return report
 
 
-def correlation_figures(publishes: list, shared: dict[str, dict], pending: list, bound_s: float, t0: float,
-                        healed_at: float | None) -> dict:
+def correlation_figures(publishes: list, shared: dict[str, dict], bound_s: float, t0: float, healed_at: float | None) -> dict:
     """The report's account of the correlated result: `publishes`, the versions in the order
-    published; `shared`, each participant's alerts per window as it shared them; `pending`,
-    windows not stable yet. A window's plain correlation is over the participants that shared it."""
+    published; `shared`, each participant's alerts per window as it shared them (a window
+    any participant shared and no stable version covers is not stable yet). A window's plain
+    correlation is over the participants that shared it."""
     from bpm.dpc import CorrelatedView, correlate
 
     view = CorrelatedView()
@@ -373,6 +357,7 @@ def correlation_figures(publishes: list, shared: dict[str, dict], pending: list,
         series.append({"t": round(p.at - t0, 2), "window_end": p.window[1], "version": p.version, "stable": p.stable,
                        "delay_s": round(p.at - p.due_at, 2) if p.version == 1 else None,
                        "tentative_rows": tentative, "stable_rows": stable})
+    pending = sorted({w for alerts in shared.values() for w in alerts} - view.stable)
     plain = {w: correlate(w, {name: alerts[w] for name, alerts in shared.items() if w in alerts}) for w in view.stable}
     mismatched = [list(w) for w in sorted(view.stable) if frozenset(view.rows[w]) != plain[w]]
     tentative = {p.window for p in publishes if not p.stable}

@@ -400,17 +400,24 @@ class Demo:
         """Per participant, the tasks its agent last reported running (its `/status`), by key;
         the agents asked at once (a saturated one answers late, and a poll waited for each in turn)."""
 
-        def ask(endpoint: str) -> dict[str, dict] | None:
-            try:
-                status = httpx.get(endpoint + "/status", timeout=10).json()
-            except (httpx.HTTPError, ValueError):
+        def ask(name: str) -> dict[str, dict] | None:
+            status = self._agent_status(name)
+            if status is None:
                 return None
             tasks = status.get("last_report", {}).get("details", {}).get("host", {}).get("tasks", [])
             return {t["task_id"]: t for t in tasks if t.get("state") == "running"}
 
         with ThreadPoolExecutor(max_workers=len(self.fed.endpoints) or 1) as pool:
-            answers = dict(zip(self.fed.endpoints, pool.map(ask, self.fed.endpoints.values())))
+            answers = dict(zip(self.fed.endpoints, pool.map(ask, self.fed.endpoints)))
         return {name: tasks for name, tasks in answers.items() if tasks is not None}
+
+    def _agent_status(self, name: str, timeout_s: float = 10.0) -> dict | None:
+        """Participant `name`'s agent's `/status`; None while it cannot say."""
+        endpoint = self.fed.endpoints.get(name)
+        try:
+            return httpx.get(endpoint + "/status", timeout=timeout_s).json() if endpoint else None
+        except (httpx.HTTPError, ValueError):
+            return None
 
     def _spare_tasks(self, name: str) -> list[str]:
         """`name`'s tasks whose shares are not fed yet, in order."""

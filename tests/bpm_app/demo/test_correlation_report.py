@@ -22,7 +22,7 @@ def published(t0=1000.0):
 
 
 def test_figures_say_what_was_tentative_how_late_and_that_stable_equals_the_plain_correlation(tmp_path):
-    c = correlation_figures(published(), SHARED, [], 10.0, t0=1000.0, healed_at=1040.0)
+    c = correlation_figures(published(), SHARED, 10.0, t0=1000.0, healed_at=1040.0)
     assert (c["windows"], c["stable_windows"], c["versions"], c["tentative_windows"]) == (2, 2, 3, 1)
     assert c["tentative_rows"] == 0 and c["stable_rows"] == 2  # W1: s at a and b; W2: t at a and b (s only at a)
     assert c["max_first_result_delay_s"] == 10.0 and c["stabilisation_s"] == 0.5
@@ -36,7 +36,7 @@ def test_figures_say_what_was_tentative_how_late_and_that_stable_equals_the_plai
 
 def test_a_window_whose_stable_rows_differ_from_the_plain_correlation_is_named():
     wrong = {**SHARED, "c": {W2: frozenset({"s"})}}  # as if c had shared an alert the correlator never took in
-    c = correlation_figures(published(), wrong, [], 10.0, t0=1000.0, healed_at=1040.0)
+    c = correlation_figures(published(), wrong, 10.0, t0=1000.0, healed_at=1040.0)
     assert not c["stable_equals_plain"] and c["mismatched_windows"] == [[10, 20]]
-    pending = correlation_figures(published()[:1], SHARED, [W2], 10.0, t0=1000.0, healed_at=None)
+    pending = correlation_figures(published()[:1], SHARED, 10.0, t0=1000.0, healed_at=None)
     assert not pending["stable_equals_plain"] and pending["windows_not_stable"] == [[10, 20]] and pending["stabilisation_s"] is None
