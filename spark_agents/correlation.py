@@ -335,7 +335,7 @@ class LiveCorrelator:
                     await self._publish(js, self.machine.handle(Members(frozenset(sources), time.time())))
                     if not resumed:
                         # Go on from what an earlier run published (none on a first start).
-                        before = [publish_from_json(json.loads(data)) for data in await stream_messages(js, CORRELATED)]
+                        before = await correlated_versions(js)
                         self.machine.resume(before, time.time())
                         self.resumed, resumed = len(before), True
                 due = self.machine.next_due()
@@ -468,6 +468,11 @@ def read_stream(broker: Broker, stream: str, *, last: bool = False) -> list[byte
     return broker.call(stream_messages(broker.js, stream, last=last))
 
 
+async def correlated_versions(js) -> list[Publish]:
+    """Every version published on this participant's `CORRELATED` stream (through JetStream context `js`), in order."""
+    return [publish_from_json(json.loads(data)) for data in await stream_messages(js, CORRELATED)]
+
+
 def read_correlated(broker: Broker) -> list[Publish]:
     """Every version published on this participant's `CORRELATED` stream, in order."""
-    return [publish_from_json(json.loads(data)) for data in read_stream(broker, CORRELATED)]
+    return broker.call(correlated_versions(broker.js))
