@@ -68,7 +68,7 @@ from bpm.agent.machine import (
     View,
     Wait,
 )
-from bpm.negotiation import DEFAULT_HYSTERESIS, DEFAULT_MARGIN
+from bpm.negotiation import DEFAULT_HYSTERESIS
 from bpm.zeek.definitions import QueryParams
 from spark_agents import handover
 from spark_agents.broker.access import OwnBroker, ask_credentials
@@ -76,6 +76,7 @@ from spark_agents.broker.source import JetStreamInput
 from spark_agents.correlation import Correlation, Endpoint, ask_alerts_credentials
 from spark_agents.credentials import Credentials, write_private
 from spark_agents.ha_agent import HADuties
+from spark_agents.settings import default
 
 if TYPE_CHECKING:
     from spark_agents.ha.inputs import TaskInput
@@ -129,7 +130,7 @@ def write_key(path: Path, key: str) -> None:
 
 @dataclass
 class AgentConfig:
-    """How one participant's agent runs.
+    """How one participant's agent runs (its defaults those of `bpm agent run`, `spark_agents.settings`).
 
     Attributes:
         period_s: how often the mechanism runs (offers, answers, ends); Borealis used 7 s.
@@ -167,23 +168,23 @@ class AgentConfig:
     workdir: Path
     endpoint: str
     tasks: list[OwnTask] = field(default_factory=list)
-    period_s: float = 7.0
-    tick_s: float = 0.5
-    heartbeat_s: float = 1.0
+    period_s: float = default("period")
+    tick_s: float = default("tick")
+    heartbeat_s: float = default("heartbeat")
     resync_s: float = 300.0
     hysteresis: float = DEFAULT_HYSTERESIS
-    margin: float = DEFAULT_MARGIN
+    margin: float = default("margin")
     reference_price: float | None = None
     offer_ttl_s: float = 20.0
     contracts: list[AgreedTerms] = field(default_factory=list)
-    warmup_s: float = 0.0
-    pass_on: bool = True
-    settle_s: float = 0.0
-    ha: bool = True
-    ha_interval_s: float = 2.0
+    warmup_s: float = default("warmup")
+    pass_on: bool = default("pass_on")
+    settle_s: float = default("settle")
+    ha: bool = default("ha")
+    ha_interval_s: float = default("ha_interval")
     fetch_timeout_s: float = 20.0
-    correlate: bool = False
-    availability_bound_s: float = 10.0
+    correlate: bool = default("correlate")
+    availability_bound_s: float = default("availability_bound")
 
 
 @dataclass

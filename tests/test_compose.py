@@ -42,7 +42,7 @@ def test_each_agent_gets_only_its_own_secrets_and_volume_and_nothing_runs_as_roo
     services = _services()
     for name in "abcd":
         env = services[name]["environment"]
-        assert set(env) == {"BPM_REGISTRY_URL", "BPM_KEY"} | ({"BPM_NATS_PASSWORD"} if name != "d" else set()), env
+        assert set(env) == {"BPM_KEY"} | ({"BPM_NATS_PASSWORD"} if name != "d" else set()), env
         assert env["BPM_KEY"].startswith(f"${{BPM_KEY_{name.upper()}:?"), env
         if name != "d":
             assert env["BPM_NATS_PASSWORD"].startswith(f"${{BPM_NATS_PASSWORD_{name.upper()}:?"), env
@@ -138,27 +138,36 @@ def _services() -> dict:
     return yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
 
 
-def _option_pairs(args: list[str]) -> list[tuple[str, str]]:
-    return [(args[i], args[i + 1]) for i in range(len(args) - 1) if args[i].startswith("--")]
+# Where an agent's container finds its settings (the compose file mounts deploy/agents/NAME.toml there).
+CONFIG_IN_CONTAINER = "/etc/bpm/agent.toml"
+# Settings that place an agent in its container rather than in the federation.
+PLACE = {"host", "port", "endpoint", "workdir", "registry", "broker_port", "broker_http_port", "broker_address"}
 
 
-def test_participants_run_the_demos_agent_command_and_options():
-    """The compose participants are the demo's agents: same command, same options and contracts."""
+def agent_config(service: dict) -> Path:
+    """The configuration file of an agent's service: its command reads it where the service mounts it."""
+    command = service["command"]
+    assert command == ["bpm", "agent", "run", "--config", CONFIG_IN_CONTAINER], command
+    [mounted] = [v.split(":")[0] for v in service["volumes"] if v.split(":")[1] == CONFIG_IN_CONTAINER]
+    assert all(v.endswith(":ro") for v in service["volumes"] if CONFIG_IN_CONTAINER in v), "mounted read-only"
+    return ROOT / mounted
+
+
+def test_participants_run_the_demos_agent_settings():
+    """The compose participants are the demo's agents: the same settings and contracts."""
     from bpm_app.demo.run import MEMBERS, Demo, DemoSettings
+    from spark_agents.settings import AgentSettings
 
     demo = Demo(DemoSettings(workdir=Path("/data")), say=lambda _: None)
     services = _services()
     for member in MEMBERS:
-        command = services[member.name]["command"]
-        assert command[:3] == ["bpm", "agent", "run"]
-        expected = _option_pairs(demo._agent_options(member))
-        if member.initial:
-            expected.append(("--partitions", f"0-{member.initial - 1}"))
+        settings = AgentSettings.load(agent_config(services[member.name]))
         inputs, _ = demo.inputs.agent(member.name, "127.0.0.2", member.shares)
-        expected += [pair for pair in _option_pairs(inputs) if pair[0] != "--broker-port"]
-        assert sorted(set(expected)) == sorted(set(_option_pairs(command)) - {
-            (k, v) for k, v in _option_pairs(command) if k in ("--name", "--host", "--port", "--endpoint", "--workdir", "--broker-port", "--broker-address")
-        }), member.name
+        initial = {"partitions": f"0-{member.initial - 1}"} if member.initial else {}
+        expected = AgentSettings(name=member.name, **inputs, **initial, **demo._agent_settings(member))
+        assert settings.model_dump(exclude=PLACE) == expected.model_dump(exclude=PLACE), member.name
+        assert settings.workdir == Path(f"/data/agents/{member.name}") and settings.endpoint == f"http://{member.name}:9000"
+        assert (settings.broker_port is None) == (member.shares == 0)
     assert services["d"].get("profiles") == ["join"], "d joins later"
     for member in MEMBERS:
         assert float(services[member.name]["cpus"]) == demo.s.cpus, f"{member.name} has the demo's CPU capacity"
@@ -243,12 +252,11 @@ def test_the_federation_services_run_as_local_processes_and_move_load(tmp_path):
                 secrets[f"BPM_KEY_{name.upper()}"] = operator.add_participant(name, local(f"http://{name}:9000"))["api_key"]
         for name, address in addresses.items():
             service = services[name]
-            command = [BPM, *(local(a, name) for a in service["command"][1:])]
-            command[command.index("--host") + 1] = address
-            command[command.index("--port") + 1] = str(ports[name])
-            command[command.index("--broker-port") + 1] = str(brokers[name][0])
-            command[command.index("--broker-http-port") + 1] = str(brokers[name][1])
-            command[command.index("--broker-address") + 1] = address
+            config = tmp_path / f"{name}.toml"  # the service's file with this machine's folders and URLs
+            config.write_text(local(agent_config(service).read_text(), name))
+            # Its command, with the options that override the file's container addresses.
+            command = [BPM, *service["command"][1:-1], str(config), "--host", address, "--port", str(ports[name]),
+                       "--broker-port", str(brokers[name][0]), "--broker-http-port", str(brokers[name][1]), "--broker-address", address]
             assert "BPM_ADMIN_KEY" not in environment(service), "an agent gets no operator key"
             start(name, command, service)
         bin_dir = str(Path(BPM).parent)

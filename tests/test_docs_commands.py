@@ -181,6 +181,18 @@ def test_documented_scripts_exist(name):
     assert missing == []
 
 
+def test_documented_agent_configuration_files_are_valid(tmp_path):
+    """Every TOML block of the documents is a file `bpm agent run --config` takes."""
+    from spark_agents.settings import AgentSettings
+
+    blocks = [block for _, text in _documents() for block in re.findall(r"```toml\n(.*?)```", text, re.S)]
+    assert blocks, "the deployment guide shows an agent's configuration file"
+    for block in blocks:
+        config = tmp_path / "agent.toml"
+        config.write_text(block)
+        AgentSettings.load(config)
+
+
 SAMPLE = """
 Outside a block `bpm nosuch --wrong` is prose, not a command.
 

@@ -12,7 +12,9 @@ import yaml
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from spark_agents.settings import AgentSettings
 from tests.spark_agents.test_agent_metrics import AGENT_METRICS
+from tests.test_compose import agent_config
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "deploy/prometheus.yml"
@@ -47,16 +49,17 @@ def _targets(config: dict) -> dict[str, dict[str, str]]:
 
 def test_prometheus_scrapes_the_registry_and_every_agent_of_the_compose_file():
     services = _yaml("docker-compose.yml")["services"]
-    agents = {name: s for name, s in services.items() if isinstance(s.get("command"), list) and s["command"][:3] == ["bpm", "agent", "run"]}
+    agents = {name: AgentSettings.load(agent_config(s)) for name, s in services.items()
+              if isinstance(s.get("command"), list) and s["command"][:3] == ["bpm", "agent", "run"]}
     assert set(agents) == set("abcd")
     targets = _targets(_yaml(CONFIG))
     registry = f"registry:{_option(services['registry']['command'], '--port')}"
     assert registry in targets and "participant" not in targets[registry], targets
-    for name, service in agents.items():
-        target = f"{name}:{_option(service['command'], '--port')}"
+    for name, settings in agents.items():
+        target = f"{name}:{settings.port}"
         assert targets.get(target, {}).get("participant") == name, (target, targets)
-        assert _option(service["command"], "--name") == name
-    assert set(targets) == {registry} | {f"{name}:{_option(s['command'], '--port')}" for name, s in agents.items()}
+        assert settings.name == name
+    assert set(targets) == {registry} | {f"{name}:{s.port}" for name, s in agents.items()}
 
 
 def test_the_prometheus_service_reads_the_configuration_and_shares_no_participant_s_volume():

@@ -26,6 +26,7 @@ from bpm_http.client import RegistryClient
 from bpm_app.processes import wait_http
 from spark_agents.hosts import Host, Hosts
 from spark_agents.runtime import KEY_FILE
+from spark_agents.settings import AgentSettings
 
 BPM = str(Path(sys.executable).with_name("bpm"))
 
@@ -89,18 +90,20 @@ class Federation:
         """The registry as participant `name`, with the key its agent got when it registered itself."""
         return RegistryClient(self.registry_url, (self._agent_workdir(name) / KEY_FILE).read_text().strip())
 
-    def start_agent(self, name: str, port: int, options: list[str], env: dict[str, str] | None = None) -> None:
-        """`bpm agent run` with `options` (its input, tasks, contracts, ...) inside host `name`
-        (`host`), listening on its address: the agent registers itself with the operator key on
-        its first run, and measures its load against its host's CPU quota where it has one."""
+    def start_agent(self, name: str, port: int, settings: dict[str, object], env: dict[str, str] | None = None) -> Path:
+        """`bpm agent run --config FILE` inside host `name`, listening on its address: FILE, in
+        the host's folder, holds `settings` (`spark_agents.settings.AgentSettings` by name: its
+        input, tasks, contracts, ...) and its place in the federation. The agent registers
+        itself with the operator key on its first run, and measures its load against its host's
+        CPU quota where it has one. Returns FILE."""
         host = self.hosts.hosts[name]
         _require_free(host, port)
-        args = [
-            BPM, "agent", "run", "--name", name, "--registry", self.registry_url, "--host", host.address, "--port", str(port),
-            "--workdir", str(self._agent_workdir(name)), *options,
-        ]
+        config = host.folder / "agent.toml"
+        config.write_text(AgentSettings(name=name, registry=self.registry_url, host=host.address, port=port,
+                                        workdir=self._agent_workdir(name), **settings).toml())
         self.endpoints[name] = f"http://{host.address}:{port}"
-        self._spawn(name, name, args, {"BPM_ADMIN_KEY": self.admin_key, **(env or {})})
+        self._spawn(name, name, [BPM, "agent", "run", "--config", str(config)], {"BPM_ADMIN_KEY": self.admin_key, **(env or {})})
+        return config
 
     def wait_agent(self, name: str, timeout_s: float = 180, on_wait: Callable[[], None] | None = None) -> None:
         log = self.workdir / "logs" / f"{name}.log"

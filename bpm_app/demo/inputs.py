@@ -34,12 +34,13 @@ class BrokerInputs:
     def password(self, name: str) -> str:
         return self.passwords.setdefault(name, secrets.token_urlsafe(16))
 
-    def agent(self, name: str, address: str, count: int) -> tuple[list[str], dict[str, str]]:
-        """`bpm agent run`'s options and environment for participant `name` at `address`
-        with a stream of `count` shares (none: it runs no broker, and hosts others' tasks only)."""
+    def agent(self, name: str, address: str, count: int) -> tuple[dict[str, object], dict[str, str]]:
+        """`bpm agent run`'s settings (`spark_agents.settings.AgentSettings`) and environment for
+        participant `name` at `address` with a stream of `count` shares (none: it runs no broker,
+        and hosts others' tasks only)."""
         self.addresses[name] = address
-        options = ["--broker-port", str(BROKER_PORT), "--broker-http-port", str(BROKER_PORT + 1), "--shares", str(count)] if count else []
-        return options, {PASSWORD_ENV: self.password(name)}
+        settings = {"broker_port": BROKER_PORT, "broker_http_port": BROKER_PORT + 1, "shares": count} if count else {}
+        return settings, {PASSWORD_ENV: self.password(name)}
 
     def replay(self, name: str) -> tuple[list[str], dict[str, str]]:
         """`bpm replay`'s options and environment that publish into `name`'s stream."""

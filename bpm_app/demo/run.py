@@ -261,25 +261,26 @@ class Demo:
                 terms.append(AgreedTerms(partner, price * (1 - s.spread), price, s.min_duration_s))
         return terms
 
-    def _agent_options(self, member: Member, contracts: bool = True) -> list[str]:
-        """`bpm agent run`'s options for `member`, its `--contract`s unless `contracts` is false."""
+    def _agent_settings(self, member: Member, contracts: bool = True) -> dict[str, object]:
+        """`bpm agent run`'s settings for `member` (`spark_agents.settings.AgentSettings`), its
+        contracts unless `contracts` is false: what it is told besides its input and place."""
         s = self.s
-        signed = [o for terms in self._contracts(member) for o in ("--contract", terms.spec())] if contracts else []
-        return [*signed, "--reference-price", f"{s.price:g}", "--margin", f"{s.margin:g}",
-            "--spark-master", "local[1]", "--window", str(s.window_s), "--lateness", str(s.lateness_s),
-            "--min-connections", str(s.min_connections), "--min-ports", str(s.min_ports),
-            "--trigger", str(s.trigger_s), "--period", str(s.period_s), "--tick", str(s.tick_s), "--sample", str(s.sample_s),
-            "--cost-model", "mm1", "--mm1-scale", str(s.mm1_scale), "--warmup", str(self._warmup_s(member)), "--settle", str(s.agent_settle_s),
-            *(["--correlate", "--availability-bound", f"{s.availability_bound_s:g}"] if s.correlate and member.shares else []),
-        ]
+        signed = {"contract": [terms.spec() for terms in self._contracts(member)]} if contracts else {}
+        return {**signed, "reference_price": s.price, "margin": s.margin,
+                "spark_master": "local[1]", "window": s.window_s, "lateness": s.lateness_s,
+                "min_connections": s.min_connections, "min_ports": s.min_ports,
+                "trigger": s.trigger_s, "period": s.period_s, "tick": s.tick_s, "sample": s.sample_s,
+                "cost_model": "mm1", "mm1_scale": s.mm1_scale, "warmup": self._warmup_s(member), "settle": s.agent_settle_s,
+                **({"correlate": True, "availability_bound": s.availability_bound_s} if s.correlate and member.shares else {}),
+                }
 
     def _join(self, member: Member, sign: bool = True) -> None:
         """Start the participant's agent in its host: it registers itself and, unless `sign` is
         false, signs the contracts it agreed offline (otherwise `_sign` does, later)."""
         host = self.fed.host(member.name, self.s.cpus)
-        options, env = self.inputs.agent(member.name, host.address, member.shares)
-        initial = ["--partitions", f"0-{member.tasks - 1}"] if member.tasks else []
-        self.fed.start_agent(member.name, self.s.agent_port, [*options, *initial, *self._agent_options(member, contracts=sign)], env)
+        inputs, env = self.inputs.agent(member.name, host.address, member.shares)
+        initial = {"partitions": f"0-{member.tasks - 1}"} if member.tasks else {}
+        self.fed.start_agent(member.name, self.s.agent_port, {**inputs, **initial, **self._agent_settings(member, contracts=sign)}, env)
 
     def _sign(self, member: Member, timeout_s: float = 60.0) -> None:
         """`member` joins: it accepts, with its own key through the registry's API, the

@@ -73,6 +73,8 @@ def stepped_federation(
                 tasks=[OwnTask(f"g{prefix}", brokers[name].location(prefix), dict(task_params or {})) for prefix in shares(tasks)]
                 if name in brokers else [OwnTask(f"p{i}", "", dict(task_params or {})) for i in range(tasks)],  # no input: the hosts run no query
                 period_s=0.0,
+                warmup_s=0.0,
+                settle_s=0.0,
                 reference_price=1.0,
                 correlate=correlate,
                 availability_bound_s=2.0,

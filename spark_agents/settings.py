@@ -1,0 +1,141 @@
+"""The settings of `bpm agent run`: every option, its default and its meaning, in one place.
+
+`bpm agent run`'s options are made from `AgentSettings` (`bpm_app.commands.agent`), and an
+operator may set any of them in a TOML file (`bpm agent run --config FILE`), one key per option
+named as the option without its leading dashes:
+
+    name = "a"
+    spark-master = "local[1]"
+    contract = ["b:0.5:1:1200", "c:0.5:1:1200"]
+    correlate = true
+
+An option on the command line, or its environment variable, overrides the file; the file
+overrides the defaults here. `AgentConfig`'s defaults are these too (`default`).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettingsSource
+
+from bpm.negotiation import DEFAULT_MARGIN
+
+# Settings that are secrets: never printed (`AgentSettings.toml(secrets=False)`).
+SECRETS = ("key", "admin_key")
+
+
+def _option(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _env(var: str) -> dict[str, Any]:
+    """A setting that its environment variable `var` also sets (below the command line, above the file)."""
+    return {"envvar": var}
+
+
+class SettingsError(ValueError):
+    """A configuration file that cannot be read, or settings that are not valid; the message
+    names the file and each wrong key, one per line."""
+
+
+class AgentSettings(BaseSettings):
+    """Everything `bpm agent run` is told (its options' names with underscores)."""
+
+    model_config = SettingsConfigDict(alias_generator=_option, validate_by_name=True, validate_by_alias=True,
+                                      extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, description="Participant name.")
+    registry: str = Field("http://127.0.0.1:8000", description="Registry base URL.", json_schema_extra=_env("BPM_REGISTRY_URL"))
+    host: str = Field("127.0.0.1", description="Address this agent listens on: its host's own address (loopback by default).")
+    port: int = Field(9000, ge=1, le=65535, description="Port of the agent's HTTP endpoint (status, metrics, handover).")
+    endpoint: str | None = Field(None, description="URL partners reach this agent at (default http://HOST:PORT); set it when HOST is 0.0.0.0, as in a container.",
+                                 json_schema_extra=_env("BPM_ENDPOINT"))
+    spark_master: str = Field("local[*]", description="Spark master URL: local[*], local[N], spark://host:port.", json_schema_extra=_env("BPM_SPARK_MASTER"))
+    spark_driver_host: str | None = Field(None, description="Address the Spark driver advertises to its executors (default: 127.0.0.1 on a local master, else HOST).",
+                                          json_schema_extra=_env("BPM_SPARK_DRIVER_HOST"))
+    spark_bind_address: str | None = Field(None, description="Address the Spark driver binds (default: --spark-driver-host).",
+                                           json_schema_extra=_env("BPM_SPARK_BIND_ADDRESS"))
+    key: str | None = Field(None, description="This participant's API key (better in its environment variable than in a file).", json_schema_extra=_env("BPM_KEY"))
+    admin_key: str | None = Field(None, description="Operator key, to register the participant on first run.", json_schema_extra=_env("BPM_ADMIN_KEY"))
+    workdir: Path | None = Field(None, description="Checkpoints and key file (default ./bpm-agents/NAME).")
+    partitions: str = Field("", description="Shares of the participant's broker stream (--shares) that are its own tasks, e.g. 0-3.")
+    window: int = Field(60, ge=1, description="Window of the query, seconds.")
+    min_connections: int = Field(100, ge=0, description="Connections alert threshold (strictly more).")
+    min_ports: int = Field(10, ge=0, description="Distinct ports alert threshold (strictly more).")
+    lateness: int = Field(60, ge=0, description="Allowed lateness / watermark delay, seconds.")
+    trigger: float = Field(1.0, gt=0, description="Micro-batch trigger interval, seconds; each task adds up to a tenth, fixed by its name, so that batches do not all start at once.")
+    period: float = Field(7.0, gt=0, description="Mechanism period: offers, answers, ends (Borealis: 7 s).")
+    tick: float = Field(0.5, gt=0, description="How often the agent reconciles its tasks with what it read of the registry, seconds.")
+    heartbeat: float = Field(1.0, ge=0.1, description="How often it sends its heartbeat, which brings the registry's change notices, seconds (below the registry's heartbeat timeout).")
+    sample: float = Field(5.0, gt=0, description="Load measuring interval, seconds.")
+    cpus: float | None = Field(None, ge=0.01, description="The participant's capacity in CPUs, against which its load is measured (default: its cgroup CPU quota when it has one, else Spark's parallelism).")
+    reference_price: float | None = Field(None, gt=0, description="Price at which the threshold is reported (default: cheapest contract).")
+    cost_model: Literal["fitted", "mm1"] = Field("fitted", description="fitted: from measured batch durations, M/M/1 until samples suffice; mm1: the analytic form only.")
+    mm1_scale: float = Field(1.0, gt=0, description="Scale a of the M/M/1 cost a*u/(1-u) when --cost-model mm1.")
+    warmup: float = Field(30.0, ge=0, description="Seconds after start during which the agent neither offers nor takes load (JIT compilation inflates the CPU measured).")
+    settle: float = Field(15.0, ge=0, description="Seconds after a task starts or stops here during which the agent neither offers, answers offers nor ends movements, so that it decides on a load window (15 s) that saw only the tasks it runs now.")
+    pass_on: bool = Field(True, description="Offer tasks hosted for others on to this participant's own partners when it is over its threshold (only where none of its contracts replicates moved tasks).")
+    margin: float = Field(DEFAULT_MARGIN, ge=0, description="Relative margin both sides demand on top of the price when offering and accepting load (bpm.negotiation): 0.1 keeps a partner taking load below its threshold by about 10% of the price.")
+    contract: list[str] | None = Field(None, description="Terms agreed offline, PARTNER:PRICE_MIN:PRICE_MAX:MIN_DURATION_S[:HA_MODE] (repeatable; HA_MODE none, upstream_backup, passive_standby or active_standby); the agent proposes or accepts them in the registry.")
+    ha: bool = Field(True, description="High availability duties: fail over moved tasks whose host failed, keep replicas and delta checkpoints, repair.")
+    ha_interval: float = Field(2.0, ge=0.1, description="Seconds between a host's passive-standby deltas and stream acknowledgements.")
+    broker_port: int | None = Field(None, ge=1, le=65535, description="Run this participant's own NATS server (JetStream) on this port, its storage in WORKDIR/broker; its owner password from BPM_NATS_PASSWORD, else made up and kept there.")
+    broker_http_port: int | None = Field(None, ge=1, le=65535, description="Health-check port of the broker (default: --broker-port + 1).")
+    broker_address: str | None = Field(None, description="Address partners reach the broker at (default: HOST).")
+    shares: int | None = Field(None, ge=1, le=64, description="With --broker-port: its stream split into N equal shares of its 64 key groups (a power of two); --partitions then picks the shares that are its own tasks, named g<bits>.")
+    correlate: bool = Field(False, description="With --broker-port: share this participant's alerts with its contract partners and correlate them with those they share (per window, sources alerting at two or more participants; tentative while a partner is unreachable).")
+    availability_bound: float = Field(10.0, ge=0, description="With --correlate: seconds a window's correlated result waits for a partner's alerts before it is published tentative.")
+    log_format: Literal["text", "json"] = Field("text", description="text, or json: one JSON object per line (time, level, logger, message, participant).")
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
+        # Only what `load` is given: the command line (which reads the environment variables
+        # named above itself) over the file.
+        return (init_settings,)
+
+    @classmethod
+    def load(cls, file: Path | None = None, **given: Any) -> AgentSettings:
+        """The settings from `file` (TOML), each overridden by `given` (by name)."""
+        in_file: dict[str, Any] = {}
+        if file is not None:
+            if not file.is_file():
+                raise SettingsError(f"{file}: no such configuration file")
+            try:
+                in_file = TomlConfigSettingsSource(cls, toml_file=file).toml_data
+            except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+                raise SettingsError(f"{file}: not TOML: {exc}") from None
+            except OSError as exc:
+                raise SettingsError(f"{file}: {exc.strerror or exc}") from None
+        merged = {_option(k): v for k, v in in_file.items()} | {_option(k): v for k, v in given.items()}
+        try:
+            return cls(**merged)
+        except ValidationError as exc:
+            where = f"{file}: " if file is not None else ""
+            lines = [f"{where}{'.'.join(map(str, e['loc'])) or 'settings'}: {_message(e)}" for e in exc.errors()]
+            raise SettingsError("\n".join(lines)) from None
+
+    def toml(self, secrets: bool = True) -> str:
+        """These settings as a configuration file, only those that differ from the defaults."""
+        import tomli_w
+
+        values = self.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True,
+                                 exclude=None if secrets else set(SECRETS))
+        values = {"name": self.name, **values}
+        return tomli_w.dumps(values)
+
+
+def _message(error: dict) -> str:
+    if error["type"] == "extra_forbidden":
+        return "not a setting of bpm agent run (see bpm agent run --help)"
+    if error["type"] == "missing":
+        return "required: set it in the file or on the command line"
+    return error["msg"]
+
+
+def default(name: str) -> Any:
+    """The default of setting `name`."""
+    return AgentSettings.model_fields[name].default

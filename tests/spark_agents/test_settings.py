@@ -1,0 +1,108 @@
+"""`bpm agent run`'s settings: a TOML file, overridden by options and their environment
+variables, over one set of defaults (`spark_agents.settings`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bpm_app.cli import app
+from spark_agents.agent import AgentConfig
+from spark_agents.settings import AgentSettings, SettingsError, default
+
+
+def _effective(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """What `bpm agent run ARGS --print-config` prints (the settings it would run with)."""
+    out = CliRunner().invoke(app, ["agent", "run", *args, "--print-config"], env=env)
+    return out.exit_code, out.output
+
+
+def _settings(*args: str, env: dict[str, str] | None = None) -> AgentSettings:
+    code, printed = _effective(*args, env=env)
+    assert code == 0, printed
+    import tomllib
+
+    return AgentSettings.load(**{k.replace("-", "_"): v for k, v in tomllib.loads(printed).items()})
+
+
+def test_options_override_the_file_which_overrides_the_defaults(tmp_path):
+    config = tmp_path / "a.toml"
+    config.write_text('name = "a"\nwarmup = 3\nspark-master = "local[1]"\ncontract = ["b:1:2:30"]\nha = false\nwindow = 20\n')
+    s = _settings("--config", str(config), "--window", "30", "--ha")
+    assert (s.name, s.warmup, s.spark_master, s.contract, s.ha, s.window) == ("a", 3.0, "local[1]", ["b:1:2:30"], True, 30)
+    assert s.settle == default("settle") == 15.0, "what neither sets keeps its default"
+    # An environment variable overrides the file too, and an option overrides the variable.
+    assert _settings("--config", str(config), env={"BPM_SPARK_MASTER": "local[2]"}).spark_master == "local[2]"
+    assert _settings("--config", str(config), "--spark-master", "local[3]", env={"BPM_SPARK_MASTER": "local[2]"}).spark_master == "local[3]"
+    # Repeated options replace the file's list; keys may be spelt with underscores too.
+    config.write_text('name = "a"\nmin_ports = 4\ncontract = ["b:1:2:30"]\n')
+    s = _settings("--config", str(config), "--contract", "c:1:2:30", "--contract", "d:1:2:30")
+    assert (s.min_ports, s.contract) == (4, ["c:1:2:30", "d:1:2:30"])
+
+
+def test_without_a_file_the_options_alone_and_name_is_required():
+    assert _settings("--name", "b", "--cost-model", "mm1").cost_model == "mm1"
+    code, printed = _effective("--window", "5")
+    assert code == 2 and "name: required" in printed
+
+
+@pytest.mark.parametrize("content, words", [
+    ('name = "a"\nbogus = 1\n', ["bogus: not a setting of bpm agent run"]),
+    ('name = "a"\nwindow = -3\nport = "x"\n', ["window: Input should be greater than or equal to 1", "port: Input should be a valid integer"]),
+    ('name = "a"\ncost-model = "linear"\n', ["cost-model: Input should be 'fitted' or 'mm1'"]),
+    ('name = "a\n', ["not TOML"]),
+])
+def test_a_wrong_file_is_refused_naming_the_file_and_each_key(tmp_path, content, words):
+    config = tmp_path / "agent.toml"
+    config.write_text(content)
+    code, printed = _effective("--config", str(config))
+    assert code == 2, printed
+    assert str(config) in printed.replace("\n", "") or "agent.toml" in printed
+    for word in words:
+        assert word in " ".join(printed.split()), printed
+
+
+def test_a_missing_file_is_refused(tmp_path):
+    code, printed = _effective("--config", str(tmp_path / "none.toml"))
+    assert code == 2 and "none.toml" in printed
+    with pytest.raises(SettingsError, match="no such configuration file"):
+        AgentSettings.load(tmp_path / "none.toml", name="a")
+
+
+def test_printed_settings_are_a_file_that_runs_the_same_without_its_keys(tmp_path):
+    s = AgentSettings(name="a", key="secret-key", admin_key="operator-key", contract=["b:1:2:30"], correlate=True, cpus=0.4, workdir=Path("/x"))
+    config = tmp_path / "a.toml"
+    config.write_text(s.toml())
+    assert AgentSettings.load(config) == s
+    code, printed = _effective("--config", str(config))
+    assert code == 0 and "secret-key" not in printed and "operator-key" not in printed
+    assert "correlate = true" in printed and "cpus = 0.4" in printed
+    assert "warmup" not in printed, "only what differs from the defaults"
+
+
+def test_the_agent_and_its_command_share_one_set_of_defaults():
+    config = AgentConfig(name="a", workdir=Path("/x"), endpoint="http://x")
+    pairs = {"period_s": "period", "tick_s": "tick", "heartbeat_s": "heartbeat", "margin": "margin", "warmup_s": "warmup",
+             "pass_on": "pass_on", "settle_s": "settle", "ha": "ha", "ha_interval_s": "ha_interval", "correlate": "correlate",
+             "availability_bound_s": "availability_bound"}
+    for attribute, setting in pairs.items():
+        assert getattr(config, attribute) == default(setting), attribute
+    assert (config.warmup_s, config.settle_s) == (30.0, 15.0)
+
+
+def test_every_setting_is_an_option_with_its_help_default_and_environment_variable():
+    import typer
+
+    command = typer.main.get_command(app).commands["agent"].commands["run"]
+    options = {p.name: p for p in command.params}
+    assert set(options) == set(AgentSettings.model_fields) | {"config", "print_config"}
+    for name, field in AgentSettings.model_fields.items():
+        option = options[name]
+        assert option.help == field.description, name
+        assert "--" + name.replace("_", "-") in option.opts, name
+        assert option.envvar == (field.json_schema_extra or {}).get("envvar"), name
+        if not field.is_required():
+            value = option.default.value if hasattr(option.default, "value") else option.default
+            assert value == field.default, name
