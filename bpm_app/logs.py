@@ -1,5 +1,6 @@
-"""Logs of the long-running commands (`bpm registry serve`, `bpm agent run`): text for a
-person, or one JSON object per line for a log collector (`--log-format json`).
+"""Logs of the long-running commands (`bpm registry serve`, `bpm agent run`, `bpm broker
+serve`, `bpm replay`, `bpm demo`): text for a person, or one JSON object per line for a log
+collector (`--log-format json`).
 
 A JSON line holds `time` (UTC, ISO 8601), `level`, `logger`, `message`, the `participant`
 when the process serves one, and `exception` when a traceback came with the record.
@@ -11,7 +12,7 @@ import json
 import logging
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 FORMATS = ("text", "json")
 # Libraries whose routine chatter (each request, each py4j call) drowns what the process says.
@@ -75,3 +76,25 @@ def uvicorn_config(fmt: str, level: str = "info") -> dict[str, Any]:
         },
         "root": {"handlers": ["stderr"], "level": "INFO"},
     }
+
+
+class Say(Protocol):
+    def __call__(self, message: str, level: int = logging.INFO) -> None: ...
+
+
+def teller(fmt: str, logger: str, participant: str | None = None, console=None, markup: bool = True) -> Say:
+    """How a command tells what it does: in text, printed on `console` (stderr by default); in
+    JSON, each message a record of `logger`. With `markup`, messages are rich markup (printed
+    styled, or plain in JSON); without it, plain text as it is."""
+    if fmt == "json":
+        from rich.text import Text
+
+        configure("json", participant)
+        log = logging.getLogger(logger)
+        plain = (lambda message: Text.from_markup(message).plain) if markup else str
+        return lambda message, level=logging.INFO: log.log(level, plain(message))
+    if console is None:
+        from rich.console import Console
+
+        console = Console(stderr=True)
+    return lambda message, level=logging.INFO: console.print(message, soft_wrap=True, markup=markup, highlight=False)

@@ -49,10 +49,11 @@ class _Step:
 
 
 class Lines(Steps):
-    """Plain lines for a log: `elapsed  description  done/total unit`."""
+    """Plain lines for a log: `elapsed  description  done/total unit`, printed on `console` or,
+    with `say`, told through it (a JSON log, `bpm_app.logs.teller`)."""
 
-    def __init__(self, console: Console, unit: str = "", every_s: float = 30.0, clock=time.monotonic) -> None:
-        self.console, self.unit, self.every_s, self.clock = console, unit, every_s, clock
+    def __init__(self, console: Console, unit: str = "", every_s: float = 30.0, clock=time.monotonic, say=None) -> None:
+        self.console, self.unit, self.every_s, self.clock, self.say = console, unit, every_s, clock, say
         self.began = clock()
         self.steps: dict[TaskID, _Step] = {}
 
@@ -79,15 +80,19 @@ class Lines(Steps):
     def _say(self, s: _Step) -> None:
         s.said_at = self.clock()
         count = f"  {s.completed:g}/{s.total:g}{' ' + self.unit if self.unit else ''}" if s.total is not None else ""
+        if self.say is not None:
+            self.say(f"{s.said_at - self.began:.0f} s  {escape(s.description)}{count}")
+            return
         self.console.print(f"{s.said_at - self.began:7.0f} s  {escape(s.description)}{count}", highlight=False, soft_wrap=True)
 
 
 @contextmanager
-def progress(unit: str = "", every_s: float = 30.0, console: Console | None = None) -> Iterator[Steps]:
-    """Steps shown as a bar on a terminal, as lines elsewhere (see the module text)."""
+def progress(unit: str = "", every_s: float = 30.0, console: Console | None = None, say=None) -> Iterator[Steps]:
+    """Steps shown as a bar on a terminal, as lines elsewhere or, with `say`, told through it
+    (see the module text)."""
     console = console or Console(stderr=True)
-    if not console.is_terminal:
-        yield Lines(console, unit, every_s)
+    if say is not None or not console.is_terminal:
+        yield Lines(console, unit, every_s, say=say)
         return
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as bar:

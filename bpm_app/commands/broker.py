@@ -8,9 +8,9 @@ import threading
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
-from bpm_app.commands import app, fail
+from bpm_app.commands import LogFormat, app, fail
+from bpm_app.logs import teller
 
 broker_app = typer.Typer(help="A participant's broker: its NATS server with JetStream.", no_args_is_help=True)
 app.add_typer(broker_app, name="broker")
@@ -24,6 +24,7 @@ def serve_command(
     port: int = typer.Option(4222, "--port", min=1, max=65535, help="Client port."),
     http_port: int = typer.Option(8222, "--http-port", min=1, max=65535, help="Health-check port (GET /healthz)."),
     seconds: float | None = typer.Option(None, "--seconds", min=0.1, help="Stop after this long (default: until Ctrl-C or SIGTERM)."),
+    log_format: LogFormat = typer.Option(LogFormat.text, "--log-format", help="text, or json: one JSON object per line on stderr (time, level, logger, message, participant)."),
 ) -> None:
     """Start NAME's NATS server with JetStream, its storage in STORE, and its owner user
     (password from BPM_NATS_PASSWORD); serve until Ctrl-C, then stop it."""
@@ -31,7 +32,7 @@ def serve_command(
     from spark_agents.broker.server import BrokerError, NatsServer, User
     from bpm.keygroups import PASSWORD_ENV
 
-    err = Console(stderr=True)
+    say = teller(log_format.value, "bpm.broker", participant=name)
     password = os.environ.get(PASSWORD_ENV, "")
     try:
         check_name(name, "participant name")
@@ -43,9 +44,9 @@ def serve_command(
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    err.print(f"{name}'s broker: {server.url} (stream location {server.url}/{name}); storage {store}; log {server.log_path}; Ctrl-C stops it")
+    say(f"{name}'s broker: {server.url} (stream location {server.url}/{name}); storage {store}; log {server.log_path}; Ctrl-C stops it")
     try:
         stop.wait(seconds)
     finally:
         server.stop()
-        err.print(f"{name}'s broker stopped")
+        say(f"{name}'s broker stopped")

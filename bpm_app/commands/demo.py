@@ -11,7 +11,8 @@ from typing import Annotated
 
 import typer
 
-from bpm_app.commands import HAMode, app, fail
+from bpm_app.commands import HAMode, LogFormat, app, fail
+from bpm_app.logs import teller
 
 # What marks a folder as a run folder `bpm demo` made: only such a folder is emptied for a new run.
 RUN_MARK = ".bpm-demo-run"
@@ -51,6 +52,7 @@ def demo(
     cut_for: Annotated[float, typer.Option(min=1.0, help="How long the partition and registry-cut scenarios keep the participant cut off, seconds from the cut.")] = 30.0,
     cpus: Annotated[float, typer.Option(min=0.0, help="Each participant's capacity: a CPU quota of its own (a cgroup; needs root). 0: the participants share the machine's CPUs.")] = 0.4,
     hosts: Annotated[bool, typer.Option("--hosts/--no-hosts", help="Each participant and the registry in a network namespace of its own, on a private bridge (needs root); else loopback addresses 127.0.0.2 on.")] = True,
+    log_format: Annotated[LogFormat, typer.Option(help="text, or json: what the demo tells as one JSON object per line on stderr (no live view).")] = LogFormat.text,
 ) -> None:
     """Run the four phases of the Borealis poster on a local federation, each participant a host of its own
     (SQLite, Spark local), or, with --scenario failover, crash a participant's host while it hosts moved tasks
@@ -71,8 +73,8 @@ def demo(
 
     prepare_workdir(workdir)
     settings = DemoSettings(workdir=workdir.resolve(), port=port, phase_timeout_s=phase_timeout, cpus=cpus or None, network=hosts)
-    say = (lambda msg: print(msg, file=sys.stderr, flush=True))
-    if headless:
+    say = teller(log_format.value, "bpm.demo", markup=False) if log_format == LogFormat.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    if headless or log_format == LogFormat.json:
         runner = make(say=say)
         report = _run(runner)
     else:

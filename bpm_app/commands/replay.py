@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
-from bpm_app.commands import app, fail
+from bpm_app.commands import LogFormat, app, fail
+from bpm_app.logs import teller
 from bpm_app.progress import progress
 
 
@@ -25,6 +27,7 @@ def replay_command(
     fed_log: Path | None = typer.Option(None, "--fed-log", help="Write the connections fed so far as a Zeek log here at the end (also when stopped)."),
     feed: list[str] = typer.Option([], "--feed", help="Feed only the key groups whose bits start with PREFIX (as a task names its share, e.g. 0110); repeat for several. Default: every key group."),
     feed_from_stdin: bool = typer.Option(False, "--feed-from-stdin", help="Also feed, from the moment each arrives, the key-group prefixes read from standard input, one a line (with no --feed, none at first)."),
+    log_format: LogFormat = typer.Option(LogFormat.text, "--log-format", help="text, or json: what it tells (progress included) as one JSON object per line on stderr."),
 ) -> None:
     """Publish recorded or generated conn.logs into a participant's stream (its 64 key groups).
 
@@ -50,6 +53,7 @@ def replay_command(
     from spark_agents.streams.feed import Feeder, amplified, replay
 
     err = Console(stderr=True)
+    say = teller(log_format.value, "bpm.replay", console=err)
     try:
         if not stream.startswith("nats://"):
             raise ValueError(f"{stream}: a participant's stream is on its broker, nats://HOST:PORT/PARTICIPANT")
@@ -79,30 +83,30 @@ def replay_command(
         for line in sys.stdin:
             try:
                 feeder.feed_key_groups(groups(line.strip()))
-                err.print(f"feeding key groups {line.strip()}*")
+                say(f"feeding key groups {line.strip()}*")
             except KeyGroupError as exc:
-                err.print(f"[yellow]warning:[/] {exc}; line ignored")
+                say(f"[yellow]warning:[/] {exc}; line ignored", logging.WARNING)
 
     if feed_from_stdin:
         threading.Thread(target=more_from_stdin, name="feed-from-stdin", daemon=True).start()
     fed: list = []
-    with progress("rows", console=err) as steps:
+    with progress("rows", console=err, say=say if log_format == LogFormat.json else None) as steps:
         bar = steps.add("replaying", len(conns))
         replay(feeder, conns, rate, speedup, flush_interval, stop=stop, on_flush=lambda done: steps.update(bar, completed=done), fed=fed)
     if not feeder.closed:
         feeder.close()
-        err.print(f"stopped after {len(fed)} rows fed of {len(conns)}; the stream is closed")
+        say(f"stopped after {len(fed)} rows fed of {len(conns)}; the stream is closed")
     if fed_log is not None:
         from bpm.zeek.conn import write_tsv
 
         with fed_log.open("w", encoding="utf-8") as out:
             write_tsv(fed, out)
     if stats.skipped:
-        err.print(f"[yellow]warning:[/] {stats.summary()}")
+        say(f"[yellow]warning:[/] {stats.summary()}", logging.WARNING)
     if feeder.admission.late:
-        err.print(f"[yellow]warning:[/] {feeder.admission.late} rows more than {lateness} s behind the newest were not written")
+        say(f"[yellow]warning:[/] {feeder.admission.late} rows more than {lateness} s behind the newest were not written", logging.WARNING)
     broker.close()
-    err.print(f"wrote {sum(feeder.written)} rows in {feeder.files} messages to {where} "
+    say(f"wrote {sum(feeder.written)} rows in {feeder.files} messages to {where} "
               f"({sum(1 for n in feeder.written if n)} of {len(feeder.written)} key groups)")
 
 

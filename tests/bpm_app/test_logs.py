@@ -66,3 +66,20 @@ def test_the_registry_logs_json_lines_only(tmp_path):
     lines = [json.loads(line) for line in err.splitlines() if line.strip()]  # every line parses
     assert any(line["message"].startswith("registry on http://127.0.0.1") for line in lines), lines
     assert any(line["logger"].startswith("uvicorn") for line in lines), lines
+
+
+def test_a_teller_prints_text_or_logs_json_with_or_without_markup(capsys):
+    from bpm_app.logs import teller
+
+    teller("text", "bpm.test")("[yellow]warning:[/] half [b, c]", logging.WARNING)
+    teller("text", "bpm.test", markup=False)("a accepts [0.45, 0.5] from [b]")
+    err = capsys.readouterr().err
+    assert "warning: half" in err and "a accepts [0.45, 0.5] from [b]" in err
+    try:
+        teller("json", "bpm.test", participant="a")("[yellow]warning:[/] late rows", logging.WARNING)
+        teller("json", "bpm.demo", markup=False)("contract [b]")
+    finally:
+        configure("text")
+    first, second = (json.loads(line) for line in capsys.readouterr().err.splitlines())
+    assert (first["level"], first["message"], first["participant"]) == ("warning", "warning: late rows", "a")
+    assert (second["logger"], second["message"]) == ("bpm.demo", "contract [b]")

@@ -227,3 +227,34 @@ def test_agent_run_refuses_a_broker_password_its_server_cannot_hold(tmp_path):
     assert out.exit_code == 2, out.output
     assert "letters, digits" in " ".join(out.output.split()), out.output
     assert not (tmp_path / "a").exists(), "nothing written"
+
+
+def test_replay_and_broker_tell_in_json_lines_with_json_logs(nats_server, tmp_path):
+    """--log-format json: every line on stderr is a JSON object, progress and warnings included."""
+    import os
+    import subprocess
+    import sys
+
+    from bpm_app.logs import configure
+    from tests.conftest import free_port
+
+    server, owner = nats_server
+    try:
+        out = CliRunner().invoke(app, ["replay", str(FIXTURES / "conn-corrupt.log"), "--stream", f"{server.url}/a", "--rate", "0",
+                                       "--log-format", "json"], env={"BPM_NATS_PASSWORD": owner.password})
+    finally:
+        configure("text")
+    assert out.exit_code == 0, out.output
+    lines = [json.loads(line) for line in out.stderr.splitlines() if line.strip()]
+    assert {line["logger"] for line in lines} == {"bpm.replay"}, lines
+    warnings = [line["message"] for line in lines if line["level"] == "warning"]
+    assert any("skipped 7 of 31 lines" in w for w in warnings) and not any("[" in w and "[/" in w for w in warnings), warnings
+    assert any(line["message"].startswith("wrote ") for line in lines) and any("replaying" in line["message"] for line in lines), lines
+    bpm = str(Path(sys.executable).with_name("bpm"))
+    done = subprocess.run([bpm, "broker", "serve", "--name", "a", "--store", str(tmp_path / "store"), "--port", str(free_port()),
+                           "--http-port", str(free_port()), "--seconds", "1", "--log-format", "json"],
+                          env={**os.environ, "BPM_NATS_PASSWORD": "pw-12345678"}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    told = [json.loads(line) for line in done.stderr.splitlines()]
+    assert [line["message"].split(":")[0] for line in told] == ["a's broker", "a's broker stopped"]
+    assert {line["participant"] for line in told} == {"a"}
