@@ -18,7 +18,7 @@ from sqlalchemy import text
 from api import metrics, signing
 from api.db import make_engine, session_factories, utcnow
 from api.errors import ERROR_RESPONSES, install_error_handlers
-from api.routers import contracts, ha, ledger, offers, participants, tasks, tokens
+from api.routers import contracts, feed, ha, ledger, offers, participants, tasks, tokens
 from api.ui import router as ui_router
 from bpm import __version__
 from api.settings import Settings, get_settings
@@ -93,7 +93,8 @@ def create_app(
     harden(app)
     install_error_handlers(app)
 
-    for router in (participants.router, participants.me_router, contracts.router, tasks.router, offers.router, ledger.router, ha.router, tokens.router):
+    for router in (participants.router, participants.me_router, contracts.router, tasks.router, offers.router, ledger.router, ha.router, tokens.router,
+                   feed.router):
         app.include_router(router, prefix="/api/v1", responses=ERROR_RESPONSES)
 
     @app.get("/healthz", tags=["health"])

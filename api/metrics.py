@@ -128,7 +128,8 @@ class RouteTemplates:
 
 class RequestTimer:
     """ASGI middleware: the duration of each HTTP request, labelled by method, route
-    template (never the raw path) and status code, observed when the app has answered."""
+    template (never the raw path) and status code, observed when the app has answered
+    (except streams of events, which last as long as their client stays)."""
 
     def __init__(self, app: ASGIApp, histogram: Histogram, routes: RouteTemplates) -> None:
         self.app = app
@@ -141,18 +142,21 @@ class RequestTimer:
             return
         started = time.perf_counter()
         status = 500  # what the outermost error handler answers when the app raises before answering
+        streamed = False  # a stream of events (the change feed) lasts as long as the client stays: not timed
 
         async def sending(message: Message) -> None:
-            nonlocal status
+            nonlocal status, streamed
             if message["type"] == "http.response.start":
                 status = message["status"]
+                streamed = any(k == b"content-type" and v.startswith(b"text/event-stream") for k, v in message.get("headers", []))
             await send(message)
 
         try:
             await self.app(scope, receive, sending)
         finally:
-            method = scope["method"] if scope["method"] in METHODS else "other"
-            self.histogram.labels(method, self.routes.of(scope), str(status)).observe(time.perf_counter() - started)
+            if not streamed:
+                method = scope["method"] if scope["method"] in METHODS else "other"
+                self.histogram.labels(method, self.routes.of(scope), str(status)).observe(time.perf_counter() - started)
 
 
 def install(app: FastAPI) -> None:

@@ -17,6 +17,8 @@ class Settings(BaseSettings):
         database_url: SQLAlchemy URL of the registry database (SQLite file by default).
         admin_key: the operator's key; required in production.
         heartbeat_timeout_s: a participant silent for longer is suspected, twice as long is failed.
+        feed_interval_s: how often the change feed (`GET /api/v1/changes/stream`) looks for changes.
+        feed_lifetime_s: how long one connection to the change feed lasts; the client connects again.
     """
 
     model_config = SettingsConfigDict(env_prefix="BPM_", env_file=".env", extra="ignore")
@@ -27,6 +29,8 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
     heartbeat_timeout_s: float = Field(default=3.0, gt=0)
+    feed_interval_s: float = Field(default=1.0, gt=0)
+    feed_lifetime_s: float = Field(default=300.0, gt=0)
 
 
 @lru_cache

@@ -1,9 +1,10 @@
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 
 from api import schemas
 from api.deps import Caller, DbSession, Now
+from api.pages import Page
 from api.services import contracts as service
 
 router = APIRouter(prefix="/contracts", tags=["contracts"])
@@ -16,9 +17,12 @@ def propose_contract(body: schemas.ContractCreate, session: DbSession, caller: C
 
 
 @router.get("", response_model=list[schemas.ContractOut])
-def list_contracts(session: DbSession, caller: Caller, now: Now, participant: schemas.NameQuery = None, state: schemas.WordQuery = None):
-    """Contracts the caller may read, optionally of one participant and in one state."""
-    return [service.to_out(c, now) for c in service.list_contracts(session, caller, participant, state)]
+def list_contracts(session: DbSession, caller: Caller, now: Now, page: Page, response: Response,
+                   participant: schemas.NameQuery = None, state: schemas.WordQuery = None):
+    """Contracts the caller may read, optionally of one participant and in one state (a page of them with `limit`)."""
+    contracts = service.list_contracts(session, caller, participant, state, page)
+    page.tell(response)
+    return [service.to_out(c, now) for c in contracts]
 
 
 @router.get("/{contract_id}", response_model=schemas.ContractOut)

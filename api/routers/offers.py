@@ -1,9 +1,10 @@
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 
 from api import schemas
 from api.deps import Caller, DbSession, Now
+from api.pages import Page
 from api.services import offers as service
 
 router = APIRouter(tags=["offers and movements"])
@@ -20,9 +21,10 @@ def make_offer(body: schemas.OfferCreate, session: DbSession, caller: Caller, no
 
 
 @router.get("/offers", response_model=list[schemas.OfferOut])
-def list_offers(session: DbSession, caller: Caller, now: Now, state: schemas.WordQuery = None):
-    """Offers the caller made or received (all, for the operator), optionally in one state."""
-    offers = service.list_offers(session, caller, state, now)
+def list_offers(session: DbSession, caller: Caller, now: Now, page: Page, response: Response, state: schemas.WordQuery = None):
+    """Offers the caller made or received (all, for the operator), optionally in one state (a page of them with `limit`)."""
+    offers = service.list_offers(session, caller, state, now, page)
+    page.tell(response)
     movements = service.movement_ids(session, [o.id for o in offers])
     return [service.to_out(o, now, movements[o.id]) for o in offers]
 
@@ -53,9 +55,12 @@ def withdraw_offer(offer_id: schemas.IdPath, session: DbSession, caller: Caller,
 
 
 @router.get("/movements", response_model=list[schemas.MovementOut])
-def list_movements(session: DbSession, caller: Caller, now: Now, participant: schemas.NameQuery = None, state: schemas.WordQuery = None):
-    """Movements the caller is party to or whose task it originates (all, for the operator)."""
-    return [service.movement_out(m, now) for m in service.list_movements(session, caller, participant, state)]
+def list_movements(session: DbSession, caller: Caller, now: Now, page: Page, response: Response,
+                   participant: schemas.NameQuery = None, state: schemas.WordQuery = None):
+    """Movements the caller is party to or whose task it originates (all, for the operator; a page of them with `limit`)."""
+    movements = service.list_movements(session, caller, participant, state, page)
+    page.tell(response)
+    return [service.movement_out(m, now) for m in movements]
 
 
 @router.get("/movements/{movement_id}", response_model=schemas.MovementOut)

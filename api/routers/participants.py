@@ -2,12 +2,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 
 from api import schemas
 from api.deps import Caller, DbSession, Now
-from api.models import Participant
 from api.errors import Forbidden
+from api.models import Participant
+from api.pages import Page
 from api.services import ha as ha_service
 from api.services import offers as offer_service
 from api.services import participants as service
@@ -43,11 +44,12 @@ def register_participant(body: schemas.ParticipantCreate, request: Request, sess
 
 
 @router.get("", response_model=list[schemas.ParticipantOut])
-def list_participants(request: Request, session: DbSession, caller: Caller, now: Now):
-    """List all participants with their liveness and last load report."""
+def list_participants(request: Request, response: Response, session: DbSession, caller: Caller, now: Now, page: Page):
+    """List all participants with their liveness and last load report, by name (a page of them with `limit`)."""
     from sqlalchemy import select
 
-    rows = list(session.scalars(select(Participant).order_by(Participant.name)))
+    rows = page.rows(session, select(Participant), Participant.name)
+    page.tell(response)
     hosted = service.hosted_task_ids(session, [p.id for p in rows])
     return [_out(request, p, hosted[p.id], now) for p in rows]
 

@@ -1,9 +1,10 @@
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 
 from api import schemas
 from api.deps import Caller, DbSession
+from api.pages import Page
 from api.services import tasks as service
 
 router = APIRouter(prefix="/tasks", tags=["tasks"])
@@ -16,11 +17,13 @@ def register_task(body: schemas.TaskCreate, session: DbSession, caller: Caller):
 
 
 @router.get("", response_model=list[schemas.TaskOut])
-def list_tasks(session: DbSession, caller: Caller, host: schemas.NameQuery = None, origin: schemas.NameQuery = None,
-               involving: schemas.NameQuery = None):
+def list_tasks(session: DbSession, caller: Caller, page: Page, response: Response, host: schemas.NameQuery = None,
+               origin: schemas.NameQuery = None, involving: schemas.NameQuery = None):
     """Tasks, optionally those hosted by or originating at one participant, or those that
-    concern one (`involving`: it originates, hosts or keeps a replica of them)."""
-    return [service.to_out(t) for t in service.list_tasks(session, host, origin, involving)]
+    concern one (`involving`: it originates, hosts or keeps a replica of them); a page of them with `limit`."""
+    tasks = service.list_tasks(session, host, origin, involving, page)
+    page.tell(response)
+    return [service.to_out(t) for t in tasks]
 
 
 @router.get("/{task_id}", response_model=schemas.TaskOut)

@@ -11,6 +11,7 @@ from api import schemas
 from api.auth import Principal, get_private
 from api.errors import Conflict, Forbidden, Invalid
 from api.models import Contract
+from api.pages import PageQuery
 from api.services import changes, events, participants
 from bpm.contracts import ContractState, ContractTerms, TermsError, TransitionError, next_state, validate_terms
 
@@ -82,7 +83,7 @@ def get_visible(session: Session, caller: Principal, contract_id: int) -> Contra
 
 
 def list_contracts(
-    session: Session, caller: Principal, participant: str | None, state: str | None
+    session: Session, caller: Principal, participant: str | None, state: str | None, page: PageQuery | None = None
 ) -> list[Contract]:
     query = select(Contract).order_by(Contract.id)
     if not caller.is_operator:
@@ -93,7 +94,7 @@ def list_contracts(
         query = query.where(or_(Contract.proposer_id == other.id, Contract.counterparty_id == other.id))
     if state:
         query = query.where(Contract.state == state)
-    return list(session.scalars(query))
+    return (page or PageQuery.whole()).rows(session, query, Contract.id)
 
 
 def act(

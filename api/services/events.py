@@ -43,6 +43,11 @@ def report(session: Session, caller: Principal, kind: str, message: str, subject
     return event
 
 
+def concerning(names: list[str]):
+    """The events a participant may read, as an SQL condition: those it caused or that concern it."""
+    return or_(Event.actor.in_(names), Event.subject.in_(names))
+
+
 def list_events(
     session: Session,
     caller: Principal,
@@ -56,7 +61,7 @@ def list_events(
     query = select(Event)
     names = [caller.name] if not caller.is_operator else ([participant] if participant else [])
     if names:
-        query = query.where(or_(Event.actor.in_(names), Event.subject.in_(names)))
+        query = query.where(concerning(names))
     if kind:
         query = query.where(Event.kind.startswith(kind))
     if after_id is not None:

@@ -24,8 +24,9 @@ from api import schemas
 from api.auth import Principal, get_private
 from api.errors import Conflict, Forbidden, Invalid, NotFound
 from api.models import Contract, Movement, Offer, Task
-from api.services import contracts as contract_service
+from api.pages import PageQuery
 from api.services import changes, events, participants
+from api.services import contracts as contract_service
 from api.services.ha import mode_of
 from bpm.negotiation import not_offerable
 
@@ -142,7 +143,7 @@ def get_visible(session: Session, caller: Principal, offer_id: int) -> Offer:
     return get_private(session, caller, Offer, offer_id, "offer", _parties)
 
 
-def list_offers(session: Session, caller: Principal, state: str | None, now: datetime) -> list[Offer]:
+def list_offers(session: Session, caller: Principal, state: str | None, now: datetime, page: PageQuery | None = None) -> list[Offer]:
     query = select(Offer).order_by(Offer.id)
     if not caller.is_operator:
         me = caller.participant.id
@@ -153,7 +154,7 @@ def list_offers(session: Session, caller: Principal, state: str | None, now: dat
         query = query.where(or_(Offer.state == "expired", and_(Offer.state == "pending", Offer.expires_at <= now)))
     elif state:
         query = query.where(Offer.state == state)
-    return list(session.scalars(query))
+    return (page or PageQuery.whole()).rows(session, query, Offer.id)
 
 
 def state_of(offer: Offer, now: datetime) -> str:
@@ -311,7 +312,7 @@ def get_movement(session: Session, caller: Principal, movement_id: int) -> Movem
     return get_private(session, caller, Movement, movement_id, "movement", _concerned)
 
 
-def list_movements(session: Session, caller: Principal, participant: str | None, state: str | None) -> list[Movement]:
+def list_movements(session: Session, caller: Principal, participant: str | None, state: str | None, page: PageQuery | None = None) -> list[Movement]:
     query = select(Movement).order_by(Movement.id)
     ids = []
     if not caller.is_operator:
@@ -323,7 +324,7 @@ def list_movements(session: Session, caller: Principal, participant: str | None,
         query = query.where(or_(Movement.from_id == pid, Movement.to_id == pid, Movement.task_id.in_(originates)))
     if state:
         query = query.where(Movement.state == state)
-    return list(session.scalars(query))
+    return (page or PageQuery.whole()).rows(session, query, Movement.id)
 
 
 def end_movement(session: Session, caller: Principal, movement_id: int, now: datetime) -> Movement:

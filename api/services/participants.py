@@ -68,6 +68,11 @@ def key_revoked(participant: Participant) -> bool:
     return participant.key_hash.startswith(_REVOKED)
 
 
+def key_revoked_sql():
+    """`key_revoked` as an SQL condition."""
+    return Participant.key_hash.startswith(_REVOKED)
+
+
 def rotate_key(session: Session, caller: Principal, name: str, now: datetime) -> tuple[Participant, str]:
     """A new key for the participant, by itself or the operator; the old key stops working at once."""
     participant = get(session, name)

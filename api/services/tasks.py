@@ -9,6 +9,7 @@ from api import schemas
 from api.auth import Principal
 from api.errors import Conflict, Invalid, NotFound
 from api.models import Replica, Task
+from api.pages import PageQuery
 from api.services import changes, events, participants
 from bpm.keygroups import parse_location
 
@@ -54,7 +55,7 @@ def involved_tasks(participant_id: int):
     return select(Task.id).where(or_(Task.origin_id == participant_id, Task.host_id == participant_id, Task.id.in_(held)))
 
 
-def list_tasks(session: Session, host: str | None, origin: str | None, involving: str | None = None) -> list[Task]:
+def list_tasks(session: Session, host: str | None, origin: str | None, involving: str | None = None, page: PageQuery | None = None) -> list[Task]:
     """Tasks (with their origin and host loaded in the same statement), filtered by host,
     origin, or the participant they concern (`involved_tasks`)."""
     query = select(Task).options(joinedload(Task.origin), joinedload(Task.host)).order_by(Task.id)
@@ -64,7 +65,7 @@ def list_tasks(session: Session, host: str | None, origin: str | None, involving
         query = query.where(Task.host_id == participants.get(session, host).id)
     if origin:
         query = query.where(Task.origin_id == participants.get(session, origin).id)
-    return list(session.scalars(query))
+    return (page or PageQuery.whole()).rows(session, query, Task.id)
 
 
 def to_out(task: Task) -> schemas.TaskOut:
