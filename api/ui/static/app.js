@@ -1,12 +1,16 @@
-// The admin UI: signs in with a key, polls the registry's JSON API and renders the views.
-// The key lives in sessionStorage (this tab only) and travels only in the Authorization header.
+// The admin UI: signs in with a key, follows the registry's change feed (server-sent events),
+// reads again from the JSON API the lists the feed names, and renders the views. Long lists
+// come in pages. The key lives in sessionStorage (this tab only) and travels only in the
+// Authorization header.
 
 import { empty, h, replace, table } from './dom.js';
 import { contractGraph, loadBar, loadChart, loadLevel, movementTimeline } from './charts.js';
 import { DASH, clock, duration, ms, num, price, priceRange, refusal, when } from './format.js';
 
 const KEY_SLOT = 'bpm.registry.key';
-const POLL_MS = 2000;
+const RETRY_MS = 2000; // after a lost feed or a failed read; doubles up to RETRY_MAX_MS
+const RETRY_MAX_MS = 30000;
+const PAGE_ROWS = 50;
 const EVENT_LIMIT = 500;
 const SAMPLE_KEEP_MS = 2 * 3600 * 1000; // the registry keeps two hours of load samples
 const VIEWS = ['participants', 'contracts', 'movements', 'ledger', 'ha', 'events'];
@@ -27,9 +31,13 @@ function freshState() {
     samples: new Map(), // participant name -> [{at (ms), iso, load, threshold}]
     ha: {}, // endpoint -> {status, body | message}
     rendered: new Map(), // container id -> JSON of the data it shows
-    timer: null,
+    pages: {}, // table id -> page shown (0 first)
+    totals: {}, // list read a page at a time -> its rows in all (X-Total-Count)
+    clockOffset: 0, // the registry's clock minus this machine's, ms (from the feed)
+    feed: null, // AbortController of the change feed's connection
+    pending: new Set(), // lists to read again
     busy: false,
-    again: false,
+    retry: null, // timer of a read that failed, tried again
     generation: 0, // answers that arrive after a sign-out carry an old generation and are dropped
   };
 }
@@ -46,7 +54,12 @@ class Refused extends Error {
   }
 }
 
-async function call(path, { method = 'GET', body } = {}) {
+async function call(path, options) {
+  return (await request(path, options)).payload;
+}
+
+/** The answer and, for a page of a list, how many rows the list has in all. */
+async function request(path, { method = 'GET', body } = {}) {
   const init = { method, headers: { Authorization: `Bearer ${state.key}` }, cache: 'no-store', credentials: 'omit' };
   if (body !== undefined) {
     init.headers['Content-Type'] = 'application/json';
@@ -68,7 +81,7 @@ async function call(path, { method = 'GET', body } = {}) {
     }
   }
   if (!response.ok) throw new Refused(response.status, refusal(response.status, payload), payload);
-  return payload;
+  return { payload, total: Number(response.headers.get('X-Total-Count') ?? NaN) };
 }
 
 // Who the key belongs to, as the registry says (`GET /me`): the operator, or one participant.
@@ -90,11 +103,12 @@ async function signIn(key) {
   $('who').textContent = state.me.operator ? 'Signed in as the operator' : `Signed in as ${state.me.name} (participant)`;
   buildContractForms();
   showView(viewFromHash());
-  poke();
+  follow(state.generation);
 }
 
 function signOut(message = '') {
-  clearTimeout(state.timer);
+  state.feed?.abort();
+  clearTimeout(state.retry);
   sessionStorage.removeItem(KEY_SLOT);
   const view = state.view;
   state = { ...freshState(), generation: state.generation + 1, view };
@@ -138,7 +152,7 @@ $('signin-form').addEventListener('submit', async (event) => {
 
 $('sign-out').addEventListener('click', () => signOut('Signed out.'));
 
-// ---------------------------------------------------------------- views and polling
+// ---------------------------------------------------------------- views and the change feed
 
 function viewFromHash() {
   const name = location.hash.slice(1);
@@ -160,77 +174,161 @@ window.addEventListener('hashchange', () => {
   const name = viewFromHash();
   if (name !== state.view) {
     showView(name);
-    poke();
+    // Load history and HA records are read only while their view is shown.
+    if (name === 'participants') poke(['participants']);
+    if (name === 'ha') poke(['replicas', 'failovers']);
   }
 });
 
-/** Refresh now (or right after the refresh under way), then keep polling. */
-function poke() {
-  if (state.busy) {
-    state.again = true;
-    return;
-  }
-  clearTimeout(state.timer);
-  tick();
-}
+const sleep = (delay) => new Promise((resolve) => setTimeout(resolve, delay));
 
-async function tick() {
-  const generation = state.generation;
-  state.busy = true;
-  try {
-    await refresh(generation);
-  } finally {
-    if (generation === state.generation) {
-      state.busy = false;
-      if (state.again) {
-        state.again = false;
-        tick();
-      } else {
-        state.timer = setTimeout(tick, POLL_MS);
+/**
+ * Follow the registry's change feed (GET /changes/stream): each `change` names the lists to
+ * read again. A stream ends after a few minutes and is opened again at once; a lost one is
+ * opened again after RETRY_MS, doubling while it fails. Its first event names every list.
+ */
+async function follow(generation) {
+  let wait = RETRY_MS;
+  while (generation === state.generation) {
+    const abort = new AbortController();
+    state.feed = abort;
+    try {
+      const response = await fetch('/api/v1/changes/stream', {
+        headers: { Authorization: `Bearer ${state.key}`, Accept: 'text/event-stream' },
+        cache: 'no-store',
+        credentials: 'omit',
+        signal: abort.signal,
+      });
+      if (!response.ok) {
+        const text = await response.text();
+        let payload;
+        try {
+          payload = JSON.parse(text);
+        } catch {
+          payload = { detail: text };
+        }
+        throw new Refused(response.status, refusal(response.status, payload), payload);
       }
+      wait = RETRY_MS;
+      await readEvents(response.body, (event, data) => onFeed(generation, event, data));
+    } catch (err) {
+      if (generation !== state.generation) return;
+      if (err.status === 401) {
+        signOut(`The registry no longer accepts this key: ${err.message}.`);
+        return;
+      }
+      offline(`Lost the registry's change feed (${err.message}). Connecting again in ${wait / 1000} s.`);
+      await sleep(wait);
+      wait = Math.min(2 * wait, RETRY_MAX_MS);
     }
   }
 }
 
-async function refresh(generation) {
-  const lists = {
-    participants: '/participants',
-    contracts: '/contracts',
-    tasks: '/tasks',
-    offers: '/offers',
-    movements: '/movements',
-    ledger: '/ledger',
-  };
+/** Server-sent events from a response body: `onEvent(name, data)` for each, as it arrives. */
+async function readEvents(body, onEvent) {
+  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value.replaceAll('\r\n', '\n');
+    let end;
+    while ((end = buffer.indexOf('\n\n')) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      let name = 'message';
+      const data = [];
+      for (const line of block.split('\n')) {
+        if (line.startsWith('event:')) name = line.slice(6).trim();
+        else if (line.startsWith('data:')) data.push(line.slice(5).trimStart());
+      }
+      if (data.length) onEvent(name, JSON.parse(data.join('\n')));
+    }
+  }
+}
+
+function onFeed(generation, event, data) {
+  if (generation !== state.generation) return;
+  if (data.at) state.clockOffset = ms(data.at) - Date.now();
+  if (event === 'revoked') signOut(`The registry no longer accepts this key: ${data.detail}.`);
+  else if (event === 'change') poke(data.lists);
+}
+
+/** Read `lists` again now, or right after the read under way. */
+function poke(lists) {
+  for (const name of lists) state.pending.add(name);
+  if (!state.busy) drain(state.generation);
+}
+
+async function drain(generation) {
+  state.busy = true;
+  try {
+    while (state.pending.size && generation === state.generation) {
+      const lists = [...state.pending];
+      state.pending.clear();
+      await refresh(generation, lists);
+    }
+  } finally {
+    if (generation === state.generation) state.busy = false;
+  }
+}
+
+/** The path of a list; those read a page at a time ask for their table's page, newest first. */
+const PAGED = { offers: 'offers-table', movements: 'movements-table' };
+
+function listPath(name) {
+  const table = PAGED[name];
+  if (!table) return `/${name}`;
+  return `/${name}?limit=${PAGE_ROWS}&offset=${(state.pages[table] || 0) * PAGE_ROWS}&descending=true`;
+}
+
+async function refresh(generation, lists) {
+  const names = LISTS.filter((n) => lists.includes(n));
   const eventsPath = state.lastEventId === null ? `/events?limit=${EVENT_LIMIT}` : `/events?after_id=${state.lastEventId}&limit=${EVENT_LIMIT}`;
-  const names = Object.keys(lists);
-  const answers = await Promise.allSettled([...names.map((n) => call(lists[n])), call(eventsPath)]);
+  const reads = names.map((n) => request(listPath(n)));
+  if (lists.includes('events')) reads.push(request(eventsPath));
+  const answers = await Promise.allSettled(reads);
   if (generation !== state.generation) return;
   const failures = [];
+  const failed = [];
   answers.forEach((answer, i) => {
-    if (answer.status === 'rejected') failures.push(answer.reason);
-    else if (i < names.length) state.data[names[i]] = answer.value;
-    else mergeEvents(answer.value);
+    const name = names[i] ?? 'events';
+    if (answer.status === 'rejected') {
+      failures.push(answer.reason);
+      failed.push(name);
+    } else if (name === 'events') {
+      mergeEvents(answer.value.payload);
+    } else {
+      state.data[name] = answer.value.payload;
+      if (PAGED[name]) state.totals[name] = answer.value.total;
+    }
   });
-  // Load history and HA records are read only while their view is shown.
-  if (state.view === 'participants' && state.data.participants) failures.push(...(await refreshSamples(state.data.participants)));
-  if (state.view === 'ha') await refreshHa();
+  if (state.view === 'participants' && state.data.participants && lists.includes('participants')) failures.push(...(await refreshSamples(pageOf('participants-table', state.data.participants))));
+  if (state.view === 'ha' && (lists.includes('replicas') || lists.includes('failovers'))) await refreshHa();
   if (generation !== state.generation) return;
   const revoked = failures.find((f) => f.status === 401);
   if (revoked) {
     signOut(`The registry no longer accepts this key: ${revoked.message}.`);
     return;
   }
-  const live = $('live');
   if (failures.length) {
-    setBanner(`Could not refresh everything: ${failures[0].message}. Retrying every ${POLL_MS / 1000} s.`);
-    live.textContent = 'offline · retrying';
-    live.className = 'live offline';
+    offline(`Could not read everything: ${failures[0].message}. Trying again in ${RETRY_MS / 1000} s.`);
+    clearTimeout(state.retry);
+    state.retry = setTimeout(() => poke(failed.length ? failed : ['participants']), RETRY_MS);
   } else {
     setBanner('');
-    live.textContent = `live · updated ${clock(new Date().toISOString())}`;
+    const live = $('live');
+    live.textContent = `live · updated ${clock(new Date(serverNow()).toISOString())}`;
     live.className = 'live ok';
   }
   render();
+}
+
+function offline(message) {
+  setBanner(message);
+  const live = $('live');
+  live.textContent = 'offline · retrying';
+  live.className = 'live offline';
 }
 
 function mergeEvents(events) {
@@ -281,9 +379,9 @@ function setBanner(text) {
   banner.hidden = !text;
 }
 
-/** The registry's clock (the ledger's as_of), so ages and timelines do not depend on this machine's clock. */
+/** The registry's clock (as its change feed tells it), so ages and timelines do not depend on this machine's clock. */
 function serverNow() {
-  return ms(state.data.ledger?.as_of) ?? Date.now();
+  return Date.now() + state.clockOffset;
 }
 
 /** Re-render a container only when what it shows changed, so focus and scroll stay put. */
@@ -294,9 +392,49 @@ function show(id, deps, build) {
   replace($(id), build());
 }
 
-/** A list as a table, or its empty state (`none`: [title, hint], or nothing) when it has no rows. */
-function showTable(id, rows, { caption, headers, row, none, cls }) {
-  show(id, [rows], () => (rows.length ? table(caption, headers, rows.map(row), { class: cls }) : none ? empty(...none) : []));
+/** The rows of the page shown of a table that holds all of `rows`. */
+function pageOf(id, rows) {
+  const last = Math.max(0, Math.ceil(rows.length / PAGE_ROWS) - 1);
+  const page = Math.min(state.pages[id] || 0, last);
+  return rows.slice(page * PAGE_ROWS, (page + 1) * PAGE_ROWS);
+}
+
+/**
+ * Previous and next pages of table `id`, whose list has `total` rows; nothing when one page
+ * holds them all. `turn` runs after the page changed (to read a page from the registry).
+ */
+function pager(id, caption, total, turn = render) {
+  if (total <= PAGE_ROWS) return null;
+  const page = state.pages[id] || 0;
+  const pages = Math.ceil(total / PAGE_ROWS);
+  const go = (to) => () => {
+    state.pages[id] = to;
+    turn();
+  };
+  const first = page * PAGE_ROWS + 1;
+  const last = Math.min(total, (page + 1) * PAGE_ROWS);
+  return h(
+    'nav',
+    { class: 'pager', 'aria-label': `Pages of ${caption}` },
+    h('span', { class: 'sub' }, `${first}–${last} of ${total}`),
+    h('button', { type: 'button', class: 'small secondary', disabled: page === 0, dataset: { focusKey: `${id}-previous` }, onclick: go(page - 1) }, 'Previous'),
+    h('button', { type: 'button', class: 'small secondary', disabled: page >= pages - 1, dataset: { focusKey: `${id}-next` }, onclick: go(page + 1) }, 'Next'),
+  );
+}
+
+/**
+ * A list as a table, a page at a time, or its empty state (`none`: [title, hint], or nothing)
+ * when it has no rows. `rows` is the whole list, or with `total` the page the registry gave
+ * of a list that many rows long (`list` names it, to read another page).
+ */
+function showTable(id, rows, { caption, headers, row, none, cls, total, list }) {
+  const all = total ?? rows.length;
+  const page = state.pages[id] || 0;
+  const shown = total === undefined ? pageOf(id, rows) : rows;
+  const turn = list ? () => poke([list]) : render;
+  show(id, [shown, all, page], () =>
+    shown.length ? [table(caption, headers, shown.map(row), { class: cls }), pager(id, caption, all, turn)] : none ? empty(...none) : [],
+  );
 }
 
 const LISTS = ['participants', 'contracts', 'tasks', 'offers', 'movements', 'ledger'];
@@ -325,13 +463,14 @@ function marginalCost(mc) {
 function renderParticipants() {
   const { participants, tasks = [] } = state.data;
   show('participants-summary', [participants.map((p) => [p.name, p.status, p.load, p.threshold])], () => participantSummary(participants));
-  show('participants-table', [participants, tasks], () => {
+  const shown = pageOf('participants-table', participants);
+  show('participants-table', [shown, participants.length, tasks], () => {
     if (!participants.length) return empty('No participants yet.', 'The operator registers them: bpm participants add NAME --endpoint URL.');
     const byId = new Map(tasks.map((t) => [t.id, t]));
-    return table(
+    return [table(
       'Participants',
       ['Participant', 'Status', 'Load against threshold', 'Marginal cost', 'Heartbeat', 'Hosted tasks'],
-      participants.map((p) => [
+      shown.map((p) => [
         h('div', {}, h('strong', {}, p.name), youMark(p.name), h('div', { class: 'sub' }, p.endpoint)),
         badge(p.status),
         h('div', { class: 'load' }, loadBar(p.load, p.threshold), h('span', { class: 'num' }, `${num(p.load)} / ${num(p.threshold)}`)),
@@ -340,15 +479,16 @@ function renderParticipants() {
         hostedTasks(p, byId),
       ]),
       { class: 'participants' },
-    );
+    ), pager('participants-table', 'Participants', participants.length, () => poke(['participants']))];
   });
+  // Charts of the participants on the table's page only: a large federation is read a page at a time.
   const windowS = Number($('load-window').value);
   const end = serverNow();
   const start = end - windowS * 1000;
-  const series = participants.map((p) => [p.name, p.status, (state.samples.get(p.name) || []).filter((x) => x.at >= start).map((x) => [x.at, x.load, x.threshold])]);
+  const series = shown.map((p) => [p.name, p.status, (state.samples.get(p.name) || []).filter((x) => x.at >= start).map((x) => [x.at, x.load, x.threshold])]);
   show('load-charts', [series, start], () => {
-    if (!participants.length) return [];
-    return participants.map((p) =>
+    if (!shown.length) return [];
+    return shown.map((p) =>
       h(
         'figure',
         { class: 'chart-card' },
@@ -401,15 +541,17 @@ function renderContracts() {
     if (!participants.length) return empty('No participants yet.', 'Contracts appear here once participants sign them.');
     return contractGraph(participants, contracts, me);
   });
-  show('contracts-table', [contracts, me], () => {
+  const newest = [...contracts].reverse();
+  const shown = pageOf('contracts-table', newest);
+  show('contracts-table', [shown, contracts.length, state.pages['contracts-table'], me], () => {
     if (!contracts.length) {
       return empty('No contracts yet.', me ? 'Propose one with the form above.' : 'Participants propose them to each other (bpm contracts propose).');
     }
     const headers = ['Contract', 'Parties', 'Price range', 'Min duration', 'Valid until', 'HA mode', 'State', 'Waiting for'];
-    return table(
+    return [table(
       'Contracts',
       me ? [...headers, 'Actions'] : headers,
-      [...contracts].reverse().map((c) => {
+      shown.map((c) => {
         const row = [
           `#${c.id}`,
           h('span', {}, route(c.proposer, c.counterparty)),
@@ -423,7 +565,7 @@ function renderContracts() {
         return me ? [...row, contractActions(c, me)] : row;
       }),
       { class: 'contracts' },
-    );
+    ), pager('contracts-table', 'Contracts', contracts.length)];
   });
   syncContractForms();
 }
@@ -567,14 +709,17 @@ function startCounter(contract) {
 function renderMovements() {
   const { movements, tasks, offers } = state.data;
   const now = serverNow();
+  // The movements and offers shown are the registry's page of them, newest first.
   show('movement-timeline', [movements, Math.round(now / 1000)], () => {
     if (!movements.length) return empty('No movements yet.', 'A movement starts when a partner accepts an offer of tasks.');
     const rows = movements.map((m) => ({ ...m, started: ms(m.started_at), ended: ms(m.ended_at), earliest_end: ms(m.earliest_end_at) }));
     const key = (kind, text) => [h('span', { class: `key ${kind}` }), text];
     return [movementTimeline(rows, now), h('p', { class: 'legend', 'aria-hidden': 'true' }, key('active', 'running'), key('ended', 'ended'), key('min-end', 'earliest end'), key('now', 'now'))];
   });
-  showTable('movements-table', [...movements].reverse(), {
+  showTable('movements-table', movements, {
     caption: 'Movements',
+    total: state.totals.movements,
+    list: 'movements',
     headers: ['Movement', 'Task', 'From → to', 'Price', 'Load', 'Started', 'Earliest end', 'Ended', 'State', 'Accrued'],
     cls: 'movements',
     row: (m) => [
@@ -604,8 +749,10 @@ function renderMovements() {
       { cell: String(t.epoch), class: 'num' },
     ],
   });
-  showTable('offers-table', [...offers].reverse().slice(0, 15), {
-    caption: 'Recent offers',
+  showTable('offers-table', offers, {
+    caption: 'Offers',
+    total: state.totals.offers,
+    list: 'offers',
     headers: ['Offer', 'From → to', 'Tasks', 'Price (offered up to)', 'State', 'Reason', 'Made at'],
     cls: 'offers',
     none: ['No offers yet.', 'An overloaded participant offers tasks to a contract partner.'],

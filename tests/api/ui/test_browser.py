@@ -376,3 +376,80 @@ def test_scales_layouts_and_formats(federation, page):
     assert result["prices"] == ["1.235", "2", "1", "0.5 – 0.75"]
     assert result["durations"] == ["4.3 s", "60 s", "10 min", "2.0 h"]
     assert result["refusals"] == ["taken", "price: bad", "the registry answered 502"]
+
+
+def _list_reads(requests: list[str]) -> dict[str, int]:
+    """How often each list was read, by path, from the URLs the page requested."""
+    from urllib.parse import urlparse
+
+    counts: dict[str, int] = {}
+    for url in requests:
+        path = urlparse(url).path
+        if path.startswith("/api/v1/") and path != "/api/v1/changes/stream":
+            counts[path] = counts.get(path, 0) + 1
+    return counts
+
+
+def test_the_page_follows_the_change_feed_instead_of_polling(federation, page):
+    federation.add("alpha", "bravo")
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    sign_in(page, federation.url, federation.registry.admin_key)
+    go(page, "Contracts")
+    expect(page.locator("#contracts-table")).to_contain_text("No contracts yet.")
+    assert any(url.endswith("/api/v1/changes/stream") for url in requests), "it follows the feed"
+    time.sleep(1.5)  # the first reads settle
+    settled = _list_reads(requests)
+    time.sleep(4)  # nothing changes: nothing is read again (a poll every 2 s would read every list twice)
+    assert _list_reads(requests) == settled
+    proposal = federation["alpha"].propose("bravo", 1.0, 1.5, 60)
+    expect(contract_row(page, proposal["id"])).to_contain_text("proposed")
+    after = _list_reads(requests)
+    assert after["/api/v1/contracts"] == settled["/api/v1/contracts"] + 1, (settled, after)
+    assert after.get("/api/v1/tasks") == settled.get("/api/v1/tasks"), "a contract changes no task"
+
+
+def test_a_key_revoked_while_the_page_follows_the_feed_signs_it_out(federation, page):
+    federation.add("alpha")
+    sign_in(page, federation.url, federation.keys["alpha"])
+    expect(page.locator("#participants-table")).to_contain_text("alpha")
+    federation.operator.revoke_key("alpha")
+    expect(page.locator("#signin-error")).to_have_text("The registry no longer accepts this key: invalid API key.")
+    assert page.evaluate("sessionStorage.length") == 0
+
+
+def test_long_lists_come_in_pages(federation, page):
+    names = [f"p{k:02d}" for k in range(57)]
+    federation.add("alpha", "bravo", *names)
+    contract = federation.contract("alpha", "bravo")
+    task = federation["alpha"].register_task("conn-p0", load=0.1)
+    for _ in range(53):  # 53 offers, one pending at a time
+        federation["alpha"].withdraw_offer(federation["alpha"].offer(contract["id"], [task["id"]], 1.5)["id"])
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    sign_in(page, federation.url, federation.registry.admin_key)
+
+    rows = page.locator("#participants-table tbody tr")
+    expect(rows).to_have_count(50)
+    pages = page.get_by_role("navigation", name="Pages of Participants")
+    expect(pages).to_contain_text("1–50 of 59")
+    expect(pages.get_by_role("button", name="Previous")).to_be_disabled()
+    expect(page.locator("#load-charts figure")).to_have_count(50)
+    pages.get_by_role("button", name="Next").click()
+    expect(rows).to_have_count(9)
+    expect(pages).to_contain_text("51–59 of 59")
+    expect(page.locator("#load-charts figure")).to_have_count(9)
+    expect(pages.get_by_role("button", name="Next")).to_be_disabled()
+
+    # Offers are read from the registry a page at a time, newest first.
+    go(page, "Tasks & movements")
+    offers = page.locator("#offers-table tbody tr")
+    expect(offers).to_have_count(50)
+    expect(offers.first).to_contain_text("#53")
+    offer_pages = page.get_by_role("navigation", name="Pages of Offers")
+    expect(offer_pages).to_contain_text("1–50 of 53")
+    offer_pages.get_by_role("button", name="Next").click()
+    expect(offers).to_have_count(3)
+    expect(offers.last).to_contain_text("#1")
+    assert any("/api/v1/offers?limit=50&offset=50&descending=true" in url for url in requests), "the second page, from the registry"
+    assert not any(url.endswith("/api/v1/offers") for url in requests), "never the whole list"
