@@ -10,6 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from api.limits import MAX_DURATION_S, MAX_ID, MAX_INT, MAX_LOAD, MAX_PRICE, check_json, sane_moment
 from bpm.names import NAME_PATTERN, PARTICIPANT_MAX, TASK_MAX
+from bpm.negotiation import MovementState, OfferState
 
 HaMode = Literal["none", "upstream_backup", "passive_standby", "active_standby"]
 Name = Field(min_length=1, max_length=PARTICIPANT_MAX, pattern=NAME_PATTERN)
@@ -210,7 +211,7 @@ class OfferOut(Out):
     price: float = Field(description="the offerer's cap per unit of load, for the whole set")
     caps: list[float] = Field(description="the offerer's cap for the first k tasks, for each k")
     settled_price: float | None = Field(default=None, description="once accepted, the price its movements run at")
-    state: str
+    state: OfferState
     reason: str | None
     created_at: datetime
     expires_at: datetime
@@ -229,7 +230,7 @@ class MovementOut(Out):
     to: str
     price: float
     load: float
-    state: str
+    state: MovementState
     started_at: datetime
     earliest_end_at: datetime
     ended_at: datetime | None
@@ -248,7 +249,7 @@ class LedgerEntry(Out):
     load: float
     seconds: float
     amount: float
-    state: str
+    state: MovementState
 
 
 class LedgerBalance(Out):
@@ -398,4 +399,6 @@ class KeyOut(Out):
 NamePath = Annotated[str, Path(min_length=1, max_length=PARTICIPANT_MAX, pattern=NAME_PATTERN)]
 NameQuery = Annotated[str | None, Query(min_length=1, max_length=PARTICIPANT_MAX, pattern=NAME_PATTERN)]
 WordQuery = Annotated[str | None, Query(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_.]*$")]
+OfferStateQuery = Annotated[OfferState | None, Query(description="Only offers in this state.")]
+MovementStateQuery = Annotated[MovementState | None, Query(description="Only movements in this state.")]
 MomentQuery = Annotated[Moment | None, Query()]

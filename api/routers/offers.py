@@ -21,7 +21,7 @@ def make_offer(body: schemas.OfferCreate, session: DbSession, caller: Caller, no
 
 
 @router.get("/offers", response_model=list[schemas.OfferOut])
-def list_offers(session: DbSession, caller: Caller, now: Now, page: Page, response: Response, state: schemas.WordQuery = None):
+def list_offers(session: DbSession, caller: Caller, now: Now, page: Page, response: Response, state: schemas.OfferStateQuery = None):
     """Offers the caller made or received (all, for the operator), optionally in one state (a page of them with `limit`)."""
     offers = service.list_offers(session, caller, state, now, page)
     page.tell(response)
@@ -56,7 +56,7 @@ def withdraw_offer(offer_id: schemas.IdPath, session: DbSession, caller: Caller,
 
 @router.get("/movements", response_model=list[schemas.MovementOut])
 def list_movements(session: DbSession, caller: Caller, now: Now, page: Page, response: Response,
-                   participant: schemas.NameQuery = None, state: schemas.WordQuery = None):
+                   participant: schemas.NameQuery = None, state: schemas.MovementStateQuery = None):
     """Movements the caller is party to or whose task it originates (all, for the operator; a page of them with `limit`)."""
     movements = service.list_movements(session, caller, participant, state, page)
     page.tell(response)

@@ -27,6 +27,7 @@ from sqlalchemy import Row, bindparam, delete, insert, or_, select, union
 from sqlalchemy.orm import Session
 
 from api.models import Change, Contract, Movement, Offer, Participant, Replica, Task
+from bpm.negotiation import MovementState
 
 KINDS = ("task", "offer", "contract")
 # The most notices one heartbeat returns; the rest follow with the next one.
@@ -51,8 +52,8 @@ def task_changed(session: Session, task_ids: Iterable[int], *also: int | None) -
         select(Task.origin_id).where(Task.id.in_(ids)),
         select(Task.host_id).where(Task.id.in_(ids)),
         select(Replica.participant_id).where(Replica.task_id.in_(ids)),
-        select(Movement.from_id).where(Movement.task_id.in_(ids), Movement.state == "active"),
-        select(Movement.to_id).where(Movement.task_id.in_(ids), Movement.state == "active"),
+        select(Movement.from_id).where(Movement.task_id.in_(ids), Movement.state == MovementState.ACTIVE),
+        select(Movement.to_id).where(Movement.task_id.in_(ids), Movement.state == MovementState.ACTIVE),
     )
     notify(session, "task", [*session.scalars(concerned), *also])
 

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from api.models import Change, Contract, Event, Failover, LoadSample, Movement, Offer, Participant, Replica, Task
 from api.services import events, participants
+from bpm.negotiation import OfferState
 
 # The lists a page may read again, by the name of their endpoint under /api/v1.
 LISTS = ("participants", "contracts", "tasks", "offers", "movements", "ledger", "events", "replicas", "failovers")
@@ -52,7 +53,7 @@ def marks(session: Session, participant_id: int | None, now: datetime, heartbeat
         select(func.count(), func.count(Movement.ended_at), func.max(Movement.ended_at), func.max(Movement.id)))).one())
     active = movements[0] - movements[1]
     accruing = int(now.timestamp() // ACCRUAL_S) if active else None
-    expired = and_(Offer.state == "pending", Offer.expires_at <= now)
+    expired = and_(Offer.state == OfferState.PENDING, Offer.expires_at <= now)
     return {
         "participants": (rows, liveness, samples),
         "contracts": tuple(session.execute(mine(Contract.proposer_id, Contract.counterparty_id)(

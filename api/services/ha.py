@@ -28,6 +28,7 @@ from api.models import Contract, Failover, Movement, Participant, Replica, Task
 from api.services import changes, contracts, events, participants
 from api.services.tasks import involved_tasks
 from bpm.ha import REPLICATED_MODES, is_failed, task_mode
+from bpm.negotiation import MovementState
 
 
 def task_label(task: Task) -> str:
@@ -296,14 +297,14 @@ def failover(
         raise Conflict(f"task #{task.id} changed host or epoch meanwhile; nothing failed over")
     session.refresh(task)
     ended = list(
-        session.scalars(select(Movement.id).where(Movement.task_id == task.id, Movement.state == "active"))
+        session.scalars(select(Movement.id).where(Movement.task_id == task.id, Movement.state == MovementState.ACTIVE))
     )
     if ended:
         # Every movement of the chain stops now: each payer pays up to now and no further, both sides together.
         session.execute(
             update(Movement)
-            .where(Movement.id.in_(ended), Movement.state == "active")
-            .values(state="failed", ended_at=now, ended_by_id=me.id)
+            .where(Movement.id.in_(ended), Movement.state == MovementState.ACTIVE)
+            .values(state=MovementState.FAILED, ended_at=now, ended_by_id=me.id)
             .execution_options(synchronize_session=False)
         )
     promoted = list(

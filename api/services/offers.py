@@ -28,7 +28,7 @@ from api.pages import PageQuery
 from api.services import changes, events, participants
 from api.services import contracts as contract_service
 from api.services.ha import mode_of
-from bpm.negotiation import not_offerable
+from bpm.negotiation import MovementState, OfferState, not_offerable
 
 
 def _caps(body: schemas.OfferCreate, task_ids: list[int], contract: Contract) -> list[float]:
@@ -48,7 +48,7 @@ def _caps(body: schemas.OfferCreate, task_ids: list[int], contract: Contract) ->
 
 def _pending_of(session: Session, participant_id: int, now: datetime) -> Offer | None:
     return session.scalar(
-        select(Offer).where(Offer.from_id == participant_id, Offer.state == "pending", Offer.expires_at > now).limit(1)
+        select(Offer).where(Offer.from_id == participant_id, Offer.state == OfferState.PENDING, Offer.expires_at > now).limit(1)
     )
 
 
@@ -79,7 +79,7 @@ def create(session: Session, caller: Principal, body: schemas.OfferCreate, now: 
         task_ids=task_ids,
         price=body.price,
         caps=caps,
-        state="pending",
+        state=OfferState.PENDING,
         created_at=now,
         expires_at=now + timedelta(seconds=body.ttl_s),
     )
@@ -107,8 +107,8 @@ def _refuse_second_offer(session: Session, me, now: datetime) -> None:
     stored as expired first (the unique index counts stored state)."""
     session.execute(
         update(Offer)
-        .where(Offer.from_id == me.id, Offer.state == "pending", Offer.expires_at <= now)
-        .values(state="expired")
+        .where(Offer.from_id == me.id, Offer.state == OfferState.PENDING, Offer.expires_at <= now)
+        .values(state=OfferState.EXPIRED)
         .execution_options(synchronize_session=False)
     )
     outstanding = _pending_of(session, me.id, now)
@@ -148,29 +148,29 @@ def list_offers(session: Session, caller: Principal, state: str | None, now: dat
     if not caller.is_operator:
         me = caller.participant.id
         query = query.where(or_(Offer.from_id == me, Offer.to_id == me))
-    if state == "pending":
-        query = query.where(Offer.state == "pending", Offer.expires_at > now)
-    elif state == "expired":  # stored as expired, or pending past its expiry
-        query = query.where(or_(Offer.state == "expired", and_(Offer.state == "pending", Offer.expires_at <= now)))
+    if state == OfferState.PENDING:
+        query = query.where(Offer.state == OfferState.PENDING, Offer.expires_at > now)
+    elif state == OfferState.EXPIRED:  # stored as expired, or pending past its expiry
+        query = query.where(or_(Offer.state == OfferState.EXPIRED, and_(Offer.state == OfferState.PENDING, Offer.expires_at <= now)))
     elif state:
         query = query.where(Offer.state == state)
     return (page or PageQuery.whole()).rows(session, query, Offer.id)
 
 
 def state_of(offer: Offer, now: datetime) -> str:
-    return "expired" if offer.state == "pending" and offer.expires_at <= now else offer.state
+    return OfferState.EXPIRED if offer.state == OfferState.PENDING and offer.expires_at <= now else offer.state
 
 
 def state_sql(now: datetime):
     """`state_of` as an SQL expression, for counting offers by state in the database."""
-    return case((and_(Offer.state == "pending", Offer.expires_at <= now), "expired"), else_=Offer.state)
+    return case((and_(Offer.state == OfferState.PENDING, Offer.expires_at <= now), OfferState.EXPIRED), else_=Offer.state)
 
 
 def _decide(session: Session, offer: Offer, new_state: str, now: datetime, **values) -> None:
     """Move the offer out of 'pending' once and only once, whatever runs concurrently."""
     changed = session.execute(
         update(Offer)
-        .where(Offer.id == offer.id, Offer.state == "pending", Offer.expires_at > now)
+        .where(Offer.id == offer.id, Offer.state == OfferState.PENDING, Offer.expires_at > now)
         .values(state=new_state, decided_at=now, **values)
         .execution_options(synchronize_session=False)
     ).rowcount
@@ -202,7 +202,7 @@ def accept(session: Session, caller: Principal, offer_id: int, body: schemas.Off
         raise Invalid(
             f"the settled price {price:g} must lie between the contract's price_min {contract.price_min:g} and the offered {cap:g} for {len(chosen)} task(s)"
         )
-    _decide(session, offer, "accepted", now, accepted_task_ids=chosen, settled_price=price)
+    _decide(session, offer, OfferState.ACCEPTED, now, accepted_task_ids=chosen, settled_price=price)
     moved = session.execute(
         update(Task)
         .where(Task.id.in_(chosen), Task.host_id == offer.from_id)
@@ -223,7 +223,7 @@ def accept(session: Session, caller: Principal, offer_id: int, body: schemas.Off
             price=price,
             load=task.load,
             accrued_at=now,
-            state="active",
+            state=MovementState.ACTIVE,
             started_at=now,
             earliest_end_at=now + timedelta(seconds=contract.min_duration_s),
         )
@@ -247,7 +247,7 @@ def accept(session: Session, caller: Principal, offer_id: int, body: schemas.Off
 def reject(session: Session, caller: Principal, offer_id: int, body: schemas.OfferReject, now: datetime) -> Offer:
     offer = get_visible(session, caller, offer_id)
     _require_receiver(caller, offer, "reject")
-    _decide(session, offer, "rejected", now, reason=body.reason)
+    _decide(session, offer, OfferState.REJECTED, now, reason=body.reason)
     changes.offer_changed(session, offer)
     events.record(
         session,
@@ -267,7 +267,7 @@ def withdraw(session: Session, caller: Principal, offer_id: int, now: datetime) 
     me = caller.require_participant()
     if me.id != offer.from_id:
         raise Forbidden(f"only {offer.from_participant.name}, who made offer #{offer.id}, may withdraw it")
-    _decide(session, offer, "withdrawn", now)
+    _decide(session, offer, OfferState.WITHDRAWN, now)
     changes.offer_changed(session, offer)
     events.record(session, "offer.withdrawn", f"{me.name} withdrew offer #{offer.id}", actor=me.name, subject=offer.to_participant.name, data={"offer_id": offer.id}, at=now)
     return offer
@@ -340,7 +340,7 @@ def end_movement(session: Session, caller: Principal, movement_id: int, now: dat
             f"only {movement.from_participant.name} and {movement.to_participant.name} may end movement #{movement.id}; "
             f"task #{movement.task_id}'s origin ends its own movement, which unwinds the chain after it"
         )
-    if movement.state != "active":
+    if movement.state != MovementState.ACTIVE:
         raise Conflict(f"movement #{movement.id} already ended")
     if now < movement.earliest_end_at:
         remaining = (movement.earliest_end_at - now).total_seconds()
@@ -350,7 +350,7 @@ def end_movement(session: Session, caller: Principal, movement_id: int, now: dat
         )
     onward = list(
         session.scalars(
-            select(Movement).where(Movement.task_id == movement.task_id, Movement.state == "active", Movement.id > movement.id).order_by(Movement.id)
+            select(Movement).where(Movement.task_id == movement.task_id, Movement.state == MovementState.ACTIVE, Movement.id > movement.id).order_by(Movement.id)
         )
     )
     if onward and caller.participant is not None and caller.participant.id == movement.to_id:
@@ -365,8 +365,8 @@ def end_movement(session: Session, caller: Principal, movement_id: int, now: dat
     session.execute(select(Task.id).where(Task.id == movement.task_id).with_for_update())
     changed = session.execute(
         update(Movement)
-        .where(Movement.id.in_([m.id for m in chain]), Movement.state == "active")
-        .values(state="ended", ended_at=now, ended_by_id=caller.participant.id if caller.participant else None)
+        .where(Movement.id.in_([m.id for m in chain]), Movement.state == MovementState.ACTIVE)
+        .values(state=MovementState.ENDED, ended_at=now, ended_by_id=caller.participant.id if caller.participant else None)
         .execution_options(synchronize_session=False)
     ).rowcount
     if changed != len(chain):
@@ -419,12 +419,12 @@ _movements = Movement.__table__
 _ACTIVE_HOSTED = (
     select(Movement.id, Movement.task_id, Movement.price, Movement.accrued_at)
     .join(Task, Task.id == Movement.task_id)
-    .where(Movement.task_id.in_(bindparam("task_ids", expanding=True)), Movement.state == "active", Task.host_id == bindparam("host"))
+    .where(Movement.task_id.in_(bindparam("task_ids", expanding=True)), Movement.state == MovementState.ACTIVE, Task.host_id == bindparam("host"))
     .order_by(Movement.id)
 )
 _ACCRUE = (
     update(_movements)
-    .where(_movements.c.id == bindparam("movement_id"), _movements.c.state == "active", _movements.c.accrued_at == bindparam("seen_at"))
+    .where(_movements.c.id == bindparam("movement_id"), _movements.c.state == MovementState.ACTIVE, _movements.c.accrued_at == bindparam("seen_at"))
     .values(amount=_movements.c.amount + bindparam("added"), load=bindparam("measured"), accrued_at=bindparam("now"))
 )
 

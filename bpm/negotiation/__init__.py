@@ -16,7 +16,17 @@ from bpm.negotiation.decisions import (
     why_no_offer,
 )
 from bpm.negotiation.granularity import choose_merge, choose_split, piece_load, split_depth
-from bpm.negotiation.models import DEFAULT_HYSTERESIS, DEFAULT_MARGIN, Acceptance, Contract, Movement, Offer, Task
+from bpm.negotiation.models import (
+    DEFAULT_HYSTERESIS,
+    DEFAULT_MARGIN,
+    Acceptance,
+    Contract,
+    Movement,
+    MovementState,
+    Offer,
+    OfferState,
+    Task,
+)
 
 __all__ = [
     "DEFAULT_HYSTERESIS",
@@ -24,7 +34,9 @@ __all__ = [
     "Acceptance",
     "Contract",
     "Movement",
+    "MovementState",
     "Offer",
+    "OfferState",
     "Task",
     "after_answer",
     "choose_merge",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import StrEnum
 
 from bpm.keygroups import check_prefix
 
@@ -17,6 +18,26 @@ DEFAULT_HYSTERESIS = 0.1
 
 DEFAULT_MARGIN = 0.0
 """Relative margin on offering and accepting load; see `bpm.negotiation.decisions`."""
+
+
+class OfferState(StrEnum):
+    """An offer's state in the registry: pending until the receiver decides, the maker
+    withdraws it or it expires (past its time to live, also while still stored as pending)."""
+
+    PENDING = "pending"
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+    WITHDRAWN = "withdrawn"
+    EXPIRED = "expired"
+
+
+class MovementState(StrEnum):
+    """A movement's state in the registry: active while its task runs away from the side that
+    moved it, ended when the task went back, failed when its host failed."""
+
+    ACTIVE = "active"
+    ENDED = "ended"
+    FAILED = "failed"
 
 
 @dataclass(frozen=True, slots=True)

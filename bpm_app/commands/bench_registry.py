@@ -36,7 +36,7 @@ def start_registry(database_url: str, port: int, workers: int, workdir: Path) ->
 @bench_app.command("registry")
 def bench_registry_command(
     registry: Annotated[str | None, typer.Option(envvar="BPM_REGISTRY_URL", help="A running registry's base URL; by default one is started for the run.")] = None,
-    admin_key: Annotated[str | None, typer.Option(envvar="BPM_ADMIN_KEY", help="Operator key of the running registry.")] = None,
+    key: Annotated[str | None, typer.Option(envvar="BPM_ADMIN_KEY", help="The operator key of the running registry.")] = None,
     database_url: Annotated[str | None, typer.Option(help="Database of the registry started for the run (default: a temporary SQLite file).")] = None,
     workers: Annotated[int, typer.Option(min=1, help="Worker processes of the registry started for the run.")] = 1,
     clients: Annotated[int, typer.Option(min=1, help="Concurrent clients.")] = 100,
@@ -57,15 +57,15 @@ def bench_registry_command(
         if url is None:
             database_url = database_url or f"sqlite:///{Path(tmp) / 'bench.db'}"
             process = start_registry(database_url, port, workers, Path(tmp))
-            url, admin_key = f"http://127.0.0.1:{port}", "bench-operator-key"
-        if not admin_key:
-            typer.secho("--admin-key (or BPM_ADMIN_KEY) is needed for a running registry", fg="red", err=True)
+            url, key = f"http://127.0.0.1:{port}", "bench-operator-key"
+        if not key:
+            typer.secho("--key (or BPM_ADMIN_KEY), the operator key, is needed for a running registry", fg="red", err=True)
             raise typer.Exit(2)
         try:
             with progress("participants") as steps:
                 setup = steps.add("registering participants, contracts and tasks", clients)
                 server_cpu = (lambda: process_tree_cpu_seconds(process.pid)) if process is not None else (lambda: None)
-                result = bench_registry(url, admin_key, clients, rounds, lambda phase, n: steps.update(setup, advance=n), server_cpu)
+                result = bench_registry(url, key, clients, rounds, lambda phase, n: steps.update(setup, advance=n), server_cpu)
         finally:
             if process is not None:
                 process.terminate()

@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from bpm.negotiation import MovementState, OfferState
 from bpm_app.commands import app, choice
 from bpm_app.commands.registry import DEFAULT_URL, AsJson, Key, RegistryUrl, _client, _read, _run, _show, _table, operator_key
 
@@ -24,10 +25,9 @@ app.add_typer(offers_app, name="offers")
 app.add_typer(movements_app, name="movements")
 
 
-# An offer's state as the registry reports it (a pending offer past its expiry is expired).
-OfferState = choice("OfferState", ("pending", "accepted", "rejected", "withdrawn", "expired"))
-# A movement's state: active while it accrues; ended by a party; failed by a failover.
-MovementState = choice("MovementState", ("active", "ended", "failed"))
+# Offer and movement states as the registry reports them (`bpm.negotiation`).
+OfferStateChoice = choice("OfferStateChoice", [state.value for state in OfferState])
+MovementStateChoice = choice("MovementStateChoice", [state.value for state in MovementState])
 
 
 def _when(value: str | None) -> str:
@@ -98,7 +98,7 @@ def _offer_cells(offer: dict) -> dict:
 
 @offers_app.command("list")
 def offers_list(
-    state: Annotated[OfferState | None, typer.Option(help="Only offers in this state.")] = None,
+    state: Annotated[OfferStateChoice | None, typer.Option(help="Only offers in this state.")] = None,
     registry: RegistryUrl = DEFAULT_URL,
     key: Key = None,
     as_json: AsJson = False,
@@ -127,7 +127,7 @@ def _movement_cells(movement: dict) -> dict:
 @movements_app.command("list")
 def movements_list(
     participant: Annotated[str | None, typer.Option(help="Only movements this participant is party to or whose task it originates.")] = None,
-    state: Annotated[MovementState | None, typer.Option(help="Only movements in this state.")] = None,
+    state: Annotated[MovementStateChoice | None, typer.Option(help="Only movements in this state.")] = None,
     registry: RegistryUrl = DEFAULT_URL,
     key: Key = None,
     as_json: AsJson = False,

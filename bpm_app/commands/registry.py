@@ -27,6 +27,11 @@ Key = Annotated[
     str | None,
     typer.Option("--key", envvar="BPM_KEY", help="API key to act with (a participant's, or the operator's)."),
 ]
+# The same option where only the operator may act: its key, never a participant's from BPM_KEY.
+OperatorKey = Annotated[
+    str | None,
+    typer.Option("--key", help="The operator key (default: BPM_ADMIN_KEY, else ./.bpm-admin-key)."),
+]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -76,9 +81,9 @@ def serve(
 
 
 @registry_app.command("rotate-signing-key")
-def rotate_signing_key(registry: RegistryUrl = DEFAULT_URL, key: Key = None, as_json: AsJson = False) -> None:
+def rotate_signing_key(registry: RegistryUrl = DEFAULT_URL, key: OperatorKey = None, as_json: AsJson = False) -> None:
     """Operator: the registry signs new call tokens with a new key; tokens signed with the old one verify until they lapse."""
-    with _client(registry, key or operator_key(None)) as client:
+    with _client(registry, operator_key(key)) as client:
         rotated = _run(client.rotate_signing_key)
     typer.echo(json.dumps(rotated) if as_json else f"the registry now signs with key {rotated['kid']}; tokens signed before verify until they lapse")
 
@@ -195,11 +200,11 @@ def participants_add(
     name: str,
     endpoint: Annotated[str, typer.Option(help="URL where the participant's agent listens.")],
     registry: RegistryUrl = DEFAULT_URL,
-    admin_key: Annotated[str | None, typer.Option("--admin-key", help="Operator key (default: BPM_ADMIN_KEY or ./.bpm-admin-key).")] = None,
+    key: OperatorKey = None,
     as_json: AsJson = False,
 ) -> None:
-    """Register a participant and print its API key (shown once)."""
-    with _client(registry, operator_key(admin_key)) as client:
+    """Operator: register a participant and print its API key (shown once)."""
+    with _client(registry, operator_key(key)) as client:
         created = _run(lambda: client.add_participant(name, endpoint))
     if as_json:
         typer.echo(json.dumps(created))
@@ -227,10 +232,10 @@ def participants_rotate_key(name: str, registry: RegistryUrl = DEFAULT_URL, key:
 def participants_revoke_key(
     name: str,
     registry: RegistryUrl = DEFAULT_URL,
-    admin_key: Annotated[str | None, typer.Option("--admin-key", help="Operator key (default: BPM_ADMIN_KEY or ./.bpm-admin-key).")] = None,
+    key: OperatorKey = None,
 ) -> None:
     """Operator: withdraw NAME's key (lost or stolen); NAME can do nothing until `rotate-key` gives it a new one."""
-    with _client(registry, operator_key(admin_key)) as client:
+    with _client(registry, operator_key(key)) as client:
         _run(lambda: client.revoke_key(name))
     typer.echo(f"revoked {name}'s key; `bpm participants rotate-key {name}` (as the operator) hands out a new one")
 

@@ -45,3 +45,15 @@ def test_every_list_pages_with_its_total(registry):
 def test_a_wrong_page_is_refused_with_a_readable_detail(registry, params):
     response = registry.call("GET", "/movements", params=params)
     assert response.status_code == 422 and response.json()["detail"], response.text
+
+
+def test_states_are_one_list_the_api_checks(registry):
+    from bpm.negotiation import MovementState, OfferState
+
+    for path, states in (("/offers", OfferState), ("/movements", MovementState)):
+        refused = registry.call("GET", path, params={"state": "bogus"})
+        assert refused.status_code == 422 and all(s.value in refused.text for s in states), refused.text
+        assert registry.call("GET", path, params={"state": list(states)[-1].value}).status_code == 200
+    schema = registry.client.get("/openapi.json").json()["components"]["schemas"]
+    assert set(schema["OfferState"]["enum"]) == {s.value for s in OfferState}
+    assert set(schema["MovementState"]["enum"]) == {s.value for s in MovementState}

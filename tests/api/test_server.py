@@ -245,7 +245,7 @@ def test_two_participants_negotiate_with_the_cli(tmp_path):
         assert "active" in bpm("contracts", "list", key=rotated).stdout
         assert "revoked south's key" in bpm("participants", "revoke-key", "south").stdout
         assert "invalid API key" in bpm("contracts", "list", key=keys["south"], check=False).stderr
-        not_operator = bpm("participants", "revoke-key", "north", "--admin-key", rotated, check=False)
+        not_operator = bpm("participants", "revoke-key", "north", "--key", rotated, check=False)
         assert not_operator.returncode == 1 and "only the operator" in not_operator.stderr
         fresh = json.loads(bpm("participants", "rotate-key", "south", "--json").stdout)["api_key"]
         assert "active" in bpm("contracts", "list", key=fresh).stdout

@@ -41,3 +41,34 @@ def test_registry_migrate_goes_to_head_and_back_and_says_why_it_cannot(tmp_path)
     assert back.exit_code == 0 and version() == "0006"
     bad = runner.invoke(app, ["registry", "migrate", "--database-url", url, "--revision", "nonsense"])
     assert bad.exit_code == 1 and "cannot migrate" in bad.output
+
+
+def _options() -> dict[str, set[str]]:
+    """Every option of every `bpm` command: its spelling -> the commands that have it."""
+    import typer
+
+    found: dict[str, set[str]] = {}
+
+    def walk(command, path: str) -> None:
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, f"{path} {name}")
+        for param in command.params:
+            for opt in param.opts:
+                if opt.startswith("--"):
+                    found.setdefault(opt, set()).add(path)
+
+    walk(typer.main.get_command(app), "bpm")
+    return found
+
+
+def test_one_spelling_per_option_across_commands():
+    options = _options()
+    # Each thing has one name: the spellings retired for these are gone from every command.
+    for retired in ("--master", "--work-dir", "--url", "--partitions-count"):
+        assert retired not in options, (retired, options.get(retired))
+    # The key a command acts with is --key; only the agent, which holds its participant's key,
+    # takes the operator's besides.
+    assert options["--admin-key"] == {"bpm agent run"}, options["--admin-key"]
+    assert {"bpm participants add", "bpm participants revoke-key", "bpm registry rotate-signing-key",
+            "bpm bench registry", "bpm contracts propose", "bpm events"} <= options["--key"]
+    assert {"bpm demo", "bpm agent run"} <= options["--workdir"] and {"bpm agent run"} <= options["--spark-master"]

@@ -293,9 +293,12 @@ def test_follow_prints_new_events_once_in_order_and_stops_on_ctrl_c(federation):
     assert "Traceback" not in process.stderr.read()
 
 
-def test_the_operator_rotates_the_signing_key_and_a_participant_may_not(federation):
+def test_the_operator_rotates_the_signing_key_and_a_participant_may_not(federation, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no local operator key file to fall back on
     before = {k["kid"] for k in federation.operator.signing_keys()}
-    rotated = listed(federation, "registry", "rotate-signing-key")
+    rotated = listed(federation, "registry", "rotate-signing-key", "--key", ADMIN_KEY, key=None)
     assert rotated["kid"] not in before and rotated["kid"] in {k["kid"] for k in federation.operator.signing_keys()}
-    refused = bpm(federation, "registry", "rotate-signing-key", key=federation.keys["west"])
+    # An operator's command acts with the operator key, never with a participant's BPM_KEY.
+    assert bpm(federation, "registry", "rotate-signing-key", key=federation.keys["west"]).exit_code == 2
+    refused = bpm(federation, "registry", "rotate-signing-key", "--key", federation.keys["west"], key=None)
     one_line_error(refused, "operator")

@@ -19,7 +19,7 @@ def browser():
     require_chromium()
     from playwright.sync_api import expect, sync_playwright
 
-    # The page polls every 2 s; allow a few rounds before an expectation fails.
+    # The page reads a list again within about a second of its change; allow for a slow machine.
     expect.set_options(timeout=10_000)
     with sync_playwright() as playwright:
         browser = launch(playwright)
