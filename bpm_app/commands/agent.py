@@ -61,20 +61,22 @@ def _options() -> list[inspect.Parameter]:
 
     params = []
     for name, field in AgentSettings.model_fields.items():
-        annotation, default = field.annotation, field.default
+        annotation, default, required = field.annotation, field.default, field.is_required()
         if get_origin(annotation) is Literal:
             annotation = choice(f"Setting_{name}", get_args(annotation))
             default = annotation(default)
         flag = "--" + name.replace("_", "-")
-        bounds = {}
+        bounds = {}  # the command line checks the inclusive ones; the settings then refuse a strict one's edge
         for rule in field.metadata:
-            if isinstance(rule, annotated_types.Ge | annotated_types.Gt):
-                bounds["min"] = getattr(rule, "ge", None) if isinstance(rule, annotated_types.Ge) else rule.gt
+            if isinstance(rule, annotated_types.Ge):
+                bounds["min"] = rule.ge
+            elif isinstance(rule, annotated_types.Gt):
+                bounds["min"] = rule.gt
             elif isinstance(rule, annotated_types.Le):
                 bounds["max"] = rule.le
         option = typer.Option(f"{flag}/--no-{flag[2:]}" if annotation is bool else flag, help=field.description,
-                              envvar=(field.json_schema_extra or {}).get("envvar"), show_default=not field.is_required(), **bounds)
-        required = field.is_required()
+                              envvar=(field.json_schema_extra or {}).get("envvar"), show_default=not required, **bounds)
+        # A required setting may come from the file: on the command line it is optional too.
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None if required else default,
                                         annotation=Annotated[(annotation | None) if required else annotation, option]))
     return params
