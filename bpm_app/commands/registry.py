@@ -34,6 +34,8 @@ OperatorKey = Annotated[
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 DEFAULT_URL = "http://127.0.0.1:8000"
+# Seconds `bpm registry serve` gives requests under way when it is told to stop.
+SHUTDOWN_GRACE_S = 5.0
 
 
 @registry_app.command("serve")
@@ -70,14 +72,17 @@ def serve(
         raise typer.Exit(2) from exc
     configure(log_format.value)
     logging.getLogger("bpm.registry").info("registry on http://%s:%s (database %s)", host, port, _safe_url(settings.database_url))
-    log_config = uvicorn_config(log_format.value, log_level)
+    # On SIGTERM requests under way get this long to finish; then what still runs, such as the
+    # change feed's streams (which would last minutes), is cut and the registry exits.
+    served = {"host": host, "port": port, "log_level": log_level, "log_config": uvicorn_config(log_format.value, log_level),
+              "timeout_graceful_shutdown": SHUTDOWN_GRACE_S}
     if workers > 1:
         # Each worker builds its app from the environment, so pass the resolved values down.
         os.environ["BPM_DATABASE_URL"] = settings.database_url
         os.environ["BPM_ADMIN_KEY"] = admin_key
-        uvicorn.run("api.app:create_app_from_env", factory=True, host=host, port=port, workers=workers, log_level=log_level, log_config=log_config)
+        uvicorn.run("api.app:create_app_from_env", factory=True, workers=workers, **served)
     else:
-        uvicorn.run(create_app(settings, admin_key=admin_key, migrate=False), host=host, port=port, log_level=log_level, log_config=log_config)
+        uvicorn.run(create_app(settings, admin_key=admin_key, migrate=False), **served)
 
 
 @registry_app.command("rotate-signing-key")

@@ -249,3 +249,37 @@ def test_two_participants_negotiate_with_the_cli(tmp_path):
         assert not_operator.returncode == 1 and "only the operator" in not_operator.stderr
         fresh = json.loads(bpm("participants", "rotate-key", "south", "--json").stdout)["api_key"]
         assert "active" in bpm("contracts", "list", key=fresh).stdout
+
+
+def test_the_registry_stops_on_sigterm_while_a_change_feed_is_open(tmp_path):
+    """An admin page left open does not keep the registry from stopping: its stream is cut
+    after the grace period (`SHUTDOWN_GRACE_S`)."""
+    import threading
+    import time
+
+    import httpx
+
+    from bpm_app.commands.registry import SHUTDOWN_GRACE_S
+
+    with running_registry(tmp_path) as registry:
+        opened = threading.Event()
+
+        def follow() -> None:
+            headers = {"Authorization": f"Bearer {registry.admin_key}"}
+            try:
+                with httpx.stream("GET", registry.url + "/api/v1/changes/stream", headers=headers, timeout=60) as response:
+                    for line in response.iter_lines():
+                        if line.startswith("event: change"):
+                            opened.set()
+            except httpx.HTTPError:
+                pass  # cut by the registry's shutdown
+
+        reader = threading.Thread(target=follow, daemon=True)
+        reader.start()
+        assert opened.wait(30), "the stream opened"
+        began = time.monotonic()
+        registry.process.terminate()
+        registry.process.wait(timeout=SHUTDOWN_GRACE_S + 20)
+        assert time.monotonic() - began < SHUTDOWN_GRACE_S + 10
+        reader.join(10)
+        assert not reader.is_alive(), "the stream ended with the registry"
