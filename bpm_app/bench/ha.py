@@ -69,11 +69,12 @@ from __future__ import annotations
 
 import itertools
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from multiprocessing.connection import Client, Listener
+from multiprocessing.connection import Connection, Listener, answer_challenge, deliver_challenge
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -195,12 +196,29 @@ def _process_cpu_seconds(jvm_pid: int | None) -> float:
     return (spark_cpu_seconds(jvm_pid) if jvm_pid is not None else None) or time.process_time()
 
 
+def _connect(address: tuple[str, int], key: bytes, timeout_s: float) -> Connection:
+    """A connection to a `Listener` at `address`, as `Client` makes it, that fails with a
+    timeout when it is not made within `timeout_s`."""
+    sock = socket.create_connection(address, timeout=timeout_s)
+    sock.settimeout(None)  # the connection reads and writes in blocking mode, polling for answers itself
+    made = Connection(sock.detach())
+    try:
+        answer_challenge(made, key)
+        deliver_challenge(made, key)
+    except BaseException:
+        made.close()
+        raise
+    return made
+
+
 def _delta_shipper(inbox: tuple[str, int, str], timeout_s: float) -> Callable[[bytes], int | None]:
     """Send passive-standby deltas to the backup's socket (`inbox`: address, port and key); returns its acknowledged position.
 
-    A delta not answered within `timeout_s` (the link to the backup is cut) fails: the
-    connection is dropped and the next delta connects anew, so a healed link carries deltas
-    again. (The primary keeps what it could not ship and sends it with the next delta.)"""
+    A delta not answered within `timeout_s` (the link to the backup is cut) fails, and so does
+    a connection not made within it (a cut link drops the connection's first packet, and
+    the system would retry it for minutes): the connection is dropped and the next delta
+    connects anew, so a healed link carries deltas again. (The primary keeps what it could
+    not ship and sends it with the next delta.)"""
     lock = threading.Lock()
     conn: list[Any] = []  # the open connection, if any
 
@@ -208,7 +226,7 @@ def _delta_shipper(inbox: tuple[str, int, str], timeout_s: float) -> Callable[[b
         with lock:
             try:
                 if not conn:
-                    conn.append(Client((inbox[0], inbox[1]), authkey=bytes.fromhex(inbox[2])))
+                    conn.append(_connect((inbox[0], inbox[1]), bytes.fromhex(inbox[2]), timeout_s))
                 conn[0].send_bytes(data)
                 if not conn[0].poll(timeout_s):
                     raise TimeoutError(f"the backup did not answer a delta within {timeout_s:.0f} s")
