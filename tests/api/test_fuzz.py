@@ -59,7 +59,7 @@ def fuzzed_registry(request, tmp_path_factory):
         database_url = require_postgres()
         downgrade(database_url, "base")
     # A change feed's stream ends at once: each call of it answers, instead of lasting minutes.
-    with running_registry(workdir, database_url, extra_env={"BPM_FEED_LIFETIME_S": "0.2"}) as registry:
+    with running_registry(workdir, database_url, extra_env={"BPM_FEED_LIFETIME_S": "0.1", "BPM_FEED_INTERVAL_S": "0.05"}) as registry:
         keys = _seed(registry.url, registry.admin_key)
         yield registry, {"operator": registry.admin_key, "participant": keys["a"]}, tally
     print("\nfuzz " + tally.summary(request.param))
