@@ -602,7 +602,7 @@ async function submit(request, success) {
   try {
     const result = await request();
     message.textContent = success(result);
-    poke();
+    poke(['contracts', 'events']);
     return true;
   } catch (err) {
     error.textContent = err.status ? `Refused (${err.status}): ${err.message}` : `Not sent: ${err.message}`;

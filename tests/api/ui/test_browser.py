@@ -152,6 +152,8 @@ def test_propose_counter_and_terminate_through_the_forms(federation, page):
     form.get_by_label("HA mode").select_option("passive_standby")
     form.get_by_role("button", name="Propose").click()
     expect(page.locator("#contract-message")).to_have_text("Proposed contract #1 to bravo; it waits for bravo.")
+    expect(page.locator("#contract-error")).to_have_text("")
+    expect(form.get_by_label("Price min")).to_have_value("")  # a success empties the form
     stored = federation.operator.contract(1)
     assert (stored["proposer"], stored["price_min"], stored["price_max"], stored["min_duration_s"], stored["ha_mode"]) == ("alpha", 1.2, 1.8, 45.0, "passive_standby")
 
