@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
+from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -16,6 +17,8 @@ from api.errors import Forbidden, NotFound, Unauthorized
 from api.models import Participant
 
 _bearer = HTTPBearer(auto_error=False, description="The operator's key or a participant's key")
+# The key a request carries (`Authorization: Bearer`), if any.
+Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
 def new_key() -> str:
@@ -81,7 +84,7 @@ def principal_dependency(session_dependency):
 
     def _principal(
         request: Request,
-        credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),
+        credentials: Bearer,
         session: Session = Depends(session_dependency, scope="function"),
     ) -> Principal:
         key = credentials.credentials if credentials else None

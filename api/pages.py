@@ -34,13 +34,13 @@ class PageQuery:
         return cls(limit=None, offset=0, descending=False)
 
     def rows(self, session: Session, query: Select, key) -> list:
-        """The rows of `query` on this page, ordered by column `key`; keeps the total."""
-        ordered = query.order_by(None).order_by(key.desc() if self.descending else key)
+        """The rows of `query` (not ordered) on this page, ordered by column `key`; keeps the total."""
+        ordered = query.order_by(key.desc() if self.descending else key)
         if self.limit is None and not self.offset:
             found = list(session.scalars(ordered))
             self.total = len(found)
             return found
-        self.total = session.scalar(select(func.count()).select_from(query.order_by(None).subquery()))
+        self.total = session.scalar(select(func.count()).select_from(query.subquery()))
         return list(session.scalars(ordered.offset(self.offset).limit(self.limit)))
 
     def tell(self, response: Response) -> None:

@@ -12,7 +12,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
-from api.auth import authenticate
+from api.auth import Bearer, authenticate
 from api.deps import Caller
 from api.errors import Unauthorized
 from api.services import feed
@@ -37,7 +37,7 @@ def _message(event: str, data: dict) -> str:
     response_class=StreamingResponse,
     responses={200: {"description": "Server-sent events", "content": {"text/event-stream": {}}}},
 )
-async def change_stream(request: Request, caller: Caller) -> StreamingResponse:
+async def change_stream(request: Request, caller: Caller, credentials: Bearer) -> StreamingResponse:
     """Which lists changed, as server-sent events (`text/event-stream`).
 
     The first event, `change`, names every list; later ones name the lists (participants,
@@ -45,9 +45,9 @@ async def change_stream(request: Request, caller: Caller) -> StreamingResponse:
     the caller may read them, each with the registry's time (`at`). An event `time` with no
     list comes at least every 5 s. The stream ends after the registry's `BPM_FEED_LIFETIME_S`
     (the client connects again), or with an event `revoked` when the key stops being valid."""
-    key = (request.headers.get("authorization") or "").removeprefix("Bearer ").strip()
     participant_id = None if caller.is_operator else caller.participant.id
-    return StreamingResponse(_stream(request, key, participant_id), media_type="text/event-stream",
+    assert credentials is not None  # the caller was authenticated with them
+    return StreamingResponse(_stream(request, credentials.credentials, participant_id), media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 

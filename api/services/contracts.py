@@ -85,7 +85,7 @@ def get_visible(session: Session, caller: Principal, contract_id: int) -> Contra
 def list_contracts(
     session: Session, caller: Principal, participant: str | None, state: str | None, page: PageQuery | None = None
 ) -> list[Contract]:
-    query = select(Contract).order_by(Contract.id)
+    query = select(Contract)
     if not caller.is_operator:
         me = caller.participant.id
         query = query.where(or_(Contract.proposer_id == me, Contract.counterparty_id == me))

@@ -43,10 +43,11 @@ def marks(session: Session, participant_id: int | None, now: datetime, heartbeat
         return (lambda q: q) if participant_id is None else (lambda q: q.where(or_(*(c == participant_id for c in columns))))
 
     samples = session.scalar(select(func.max(LoadSample.id)))
+    # A participant registered, its key revoked, a heartbeat (which brings its load report), its liveness.
     beats = session.execute(select(Participant.heartbeat_at).order_by(Participant.id)).all()
+    revoked = session.scalar(select(func.count()).where(participants.key_revoked_sql()))
+    latest = max((row.heartbeat_at for row in beats if row.heartbeat_at is not None), default=None)
     liveness = tuple(participants.liveness(row, now, heartbeat_timeout_s)[0] for row in beats)  # type: ignore[arg-type]
-    # A participant registered, its key revoked, a heartbeat (which brings its load report).
-    rows = _row(session, func.count(Participant.id), func.count().filter(participants.key_revoked_sql()), func.max(Participant.heartbeat_at))
     notices = {kind: tuple(row) for kind, *row in session.execute(
         mine(Change.participant_id)(select(Change.kind, func.count(), func.max(Change.id)).group_by(Change.kind)))}
     movements = tuple(session.execute(mine(Movement.from_id, Movement.to_id)(
@@ -55,7 +56,7 @@ def marks(session: Session, participant_id: int | None, now: datetime, heartbeat
     accruing = int(now.timestamp() // ACCRUAL_S) if active else None
     expired = and_(Offer.state == OfferState.PENDING, Offer.expires_at <= now)
     return {
-        "participants": (rows, liveness, samples),
+        "participants": (len(beats), revoked, latest, liveness, samples),
         "contracts": tuple(session.execute(mine(Contract.proposer_id, Contract.counterparty_id)(
             select(func.count(), func.max(Contract.updated_at), func.max(Contract.id)))).one()),
         "tasks": (session.scalar(select(func.count(Task.id))), notices.get("task"), samples),

@@ -144,7 +144,7 @@ def get_visible(session: Session, caller: Principal, offer_id: int) -> Offer:
 
 
 def list_offers(session: Session, caller: Principal, state: str | None, now: datetime, page: PageQuery | None = None) -> list[Offer]:
-    query = select(Offer).order_by(Offer.id)
+    query = select(Offer)
     if not caller.is_operator:
         me = caller.participant.id
         query = query.where(or_(Offer.from_id == me, Offer.to_id == me))
@@ -313,7 +313,7 @@ def get_movement(session: Session, caller: Principal, movement_id: int) -> Movem
 
 
 def list_movements(session: Session, caller: Principal, participant: str | None, state: str | None, page: PageQuery | None = None) -> list[Movement]:
-    query = select(Movement).order_by(Movement.id)
+    query = select(Movement)
     ids = []
     if not caller.is_operator:
         ids.append(caller.participant.id)

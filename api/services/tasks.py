@@ -58,7 +58,7 @@ def involved_tasks(participant_id: int):
 def list_tasks(session: Session, host: str | None, origin: str | None, involving: str | None = None, page: PageQuery | None = None) -> list[Task]:
     """Tasks (with their origin and host loaded in the same statement), filtered by host,
     origin, or the participant they concern (`involved_tasks`)."""
-    query = select(Task).options(joinedload(Task.origin), joinedload(Task.host)).order_by(Task.id)
+    query = select(Task).options(joinedload(Task.origin), joinedload(Task.host))
     if involving:
         query = query.where(Task.id.in_(involved_tasks(participants.get(session, involving).id)))
     if host:
