@@ -50,7 +50,9 @@ Figures per mode:
   (`overhead_method`); `overhead_ratio_unpaired` gives that figure for every mode, and
   `ha_cpu_s_per_1000_rows` the CPU the HA work itself took (the host's duty rounds and the
   backup's applying of deltas, each on its own thread's clock);
-* `detection_s`: from the fault to the detection (None with `link`: nothing is detected);
+* `detection_s`: from the fault to the detection (None with `link`: nothing is detected),
+  and `last_beat_s`, when the last beat before it arrived, relative to the fault (a beat sent
+  just before the fault and read late by a busy watcher comes after it);
 * `recovery_s`: from the fault to the first output written after it (when the origin's
   broker stored the batch), and `recovery_after_detection_s`, the part after the detection;
 * `partition` (with `cut` and `link`): how long the cut lasted; with `cut`, when after the
@@ -658,7 +660,7 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
             time.sleep(0.5)
 
         def fail_over(detected_at: float, last_beat: float | None) -> None:
-            takeover["detected_at"] = detected_at
+            takeover["detected_at"], takeover["last_beat"] = detected_at, last_beat
             takeover.update(b.call("take_over", mode, TASK_ID, source, params, settings.trigger_s, 2, "a",
                                    settings.ack_interval_s, timeout_s=limit()))
 
@@ -735,6 +737,7 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
     if partition is not None and settings.fault == "cut":
         partition["old_epoch_batches_after_takeover"] = old_epoch_batches_after_takeover(batches)
     detection = takeover["detected_at"] - fault_at if takeover else None
+    last_beat = takeover["last_beat"] - fault_at if takeover and takeover["last_beat"] is not None else None
     recovery = None if first_after is None or detection is None else first_after - fault_at
     result = {
         "mode": mode,
@@ -744,6 +747,7 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
         "overhead_ratio_paired": paired,
         "overhead_ratio_unpaired": None,
         "detection_s": None if detection is None else round(detection, 3),
+        "last_beat_s": None if last_beat is None else round(last_beat, 3),
         "recovery_s": None if recovery is None else round(recovery, 3),
         "recovery_after_detection_s": None if recovery is None else round(recovery - detection, 3),
         "partition": partition,
