@@ -93,6 +93,13 @@ def halves(prefix: str) -> tuple[str, str]:
     return prefix + "0", prefix + "1"
 
 
+def merged(first: str, second: str) -> str:
+    """The share two halves merge back into (`halves`' inverse); KeyGroupError when they are not one share's halves."""
+    if not check_prefix(first) or sorted((first, check_prefix(second))) != list(halves(first[:-1])):
+        raise KeyGroupError(f"key groups {first!r} and {second!r} are not the two halves of one share")
+    return first[:-1]
+
+
 PASSWORD_ENV = "BPM_NATS_PASSWORD"
 SCHEME = "nats://"
 

@@ -33,8 +33,11 @@ if TYPE_CHECKING:
 Sink = Callable[[int, list[ResultRow]], None]
 
 
-def per_source(raw: DataFrame, params: QueryParams) -> DataFrame:
-    """The streaming aggregate of the stream rows `raw`: one row per (window, source) once the window closes."""
+def per_source(raw: DataFrame, params: QueryParams, since_s: int | None = None, until_s: int | None = None) -> DataFrame:
+    """The streaming aggregate of the stream rows `raw`: one row per (window, source) once the
+    window closes; with `since_s` / `until_s` (window starts), of the rows in that span of
+    event time only (a task made by a split or a merge, or one split or merged at that time).
+    Every row moves the watermark, those out of the span too."""
     from pyspark.sql import functions as F
 
     events = raw.withColumn("event_time", F.timestamp_micros("ts_us")).withWatermark(
@@ -42,7 +45,12 @@ def per_source(raw: DataFrame, params: QueryParams) -> DataFrame:
     )
     # The filter must mention event_time: Spark pushes filters that do not reference the
     # watermark column below the watermark, and then punctuation would never move it.
-    data = events.where(F.when(F.col("mark") == 0, F.col("event_time").isNotNull()).otherwise(F.lit(False)))
+    keep = F.col("event_time").isNotNull()
+    if since_s is not None:
+        keep &= F.col("ts_us") >= since_s * 1_000_000
+    if until_s is not None:
+        keep &= F.col("ts_us") < until_s * 1_000_000
+    data = events.where(F.when(F.col("mark") == 0, keep).otherwise(F.lit(False)))
     port = F.when(F.col("proto").isin(*PORT_PROTOCOLS), F.col("dport"))
     return data.groupBy(F.window("event_time", f"{params.window_s} seconds"), "src", "prefix").agg(
         F.count(F.lit(1)).alias("connections"), F.size(F.collect_set(port)).alias("ports")
@@ -121,14 +129,14 @@ def start_query(
     on_cpu: Callable[[str, int, float], None] | None = None,
 ) -> StreamingQuery:
     """Start the task's streaming query over `source` (`source.read(spark)`: the stream's
-    rows), its rows to `sink`, resuming from `checkpoint_dir` when it holds a checkpoint (the
+    rows, in its span of event time), its rows to `sink`, resuming from `checkpoint_dir` when it holds a checkpoint (the
     source's start applies only to a fresh one; a checkpoint that owes the batch of a new
     watermark gets it, `spark_agents.checkpoint.owes_watermark_batch`).
 
     `trigger_s` sets a processing-time trigger; None runs micro-batches back to back.
     """
     writer = (
-        per_source(source.read(spark, owed_batch=owes_watermark_batch(checkpoint_dir)), params)
+        per_source(source.read(spark, owed_batch=owes_watermark_batch(checkpoint_dir)), params, source.since_s, source.until_s)
         .writeStream.queryName(task_id)
         .outputMode("append")
         .option("checkpointLocation", str(checkpoint_dir))

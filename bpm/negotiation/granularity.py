@@ -27,6 +27,19 @@ from bpm.negotiation.decisions import _factor
 from bpm.negotiation.models import DEFAULT_HYSTERESIS, DEFAULT_MARGIN, Contract, Task
 
 
+def split_time(newest_event_us: int, window_s: int) -> int:
+    """When a running task hands its key groups over to the tasks it splits into (or that
+    merge into it), in epoch seconds: the first window start after `newest_event_us`, the
+    newest event time its stream holds now.
+
+    The old task keeps the rows before that time and completes their windows; the new tasks
+    take the rows from it on, reading the stream after its present end. No row already in
+    the stream is at or past that time, and a row written later before it is late for the
+    new tasks' windows, never theirs: each window of each key group is one task's.
+    """
+    return (newest_event_us // 1_000_000 // window_s + 1) * window_s
+
+
 def piece_load(load: float, fixed_cost: float, depth: int = 1) -> float:
     """The estimated load of one of the 2^`depth` pieces of a task of `load`."""
     return max(load - fixed_cost, 0.0) / (1 << depth) + fixed_cost

@@ -21,12 +21,13 @@ from __future__ import annotations
 import io
 import threading
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from bpm.keygroups import StreamLocation, subject_filter
+from bpm.keygroups import StreamLocation, check_prefix, subject_filter
+from bpm.negotiation.granularity import split_time
 from spark_agents.broker.stream import STREAM as INPUT, Broker
 from spark_agents.streams.records import STREAM_SCHEMA_DDL
 
@@ -197,7 +198,9 @@ def register(spark) -> None:
 @dataclass(frozen=True)
 class JetStreamInput:
     """A task's input: the key groups `prefix` of `participant`'s stream on the server at `url`,
-    read as `user` (the password never shows in its repr)."""
+    read as `user` (the password never shows in its repr), after sequence `start_seq` for a
+    fresh task; of its rows, those with event time in [`since_s`, `until_s`) (epoch seconds,
+    window starts; None: unbounded), for tasks split or merged (`hand_over`)."""
 
     url: str
     user: str
@@ -206,6 +209,8 @@ class JetStreamInput:
     prefix: str = ""
     start_seq: int = 0
     max_messages: int | None = None
+    since_s: int | None = None
+    until_s: int | None = None
 
     @property
     def location(self) -> str:
@@ -225,6 +230,16 @@ class JetStreamInput:
         broker = self.connection()
         return broker.call(_pending(broker.js, INPUT, subject_filter(self.participant, self.prefix), after))
 
+    def present_end(self) -> tuple[int, int | None]:
+        """(the stream's newest sequence, the newest event time it holds then, None when empty):
+        from its last message, which the feeder ends with a tick at the newest event time
+        it admitted."""
+        broker = self.connection()
+        last = broker.last_seq()
+        data = broker.message(last) if last else None
+        batch = parse([data]) if data else None
+        return last, None if batch is None else max(batch.column("ts_us").to_pylist())
+
     def options(self, owed_batch: bool = False) -> dict[str, str]:
         options = {"url": self.url, "user": self.user, "password": self.password,
                    "filter": subject_filter(self.participant, self.prefix), "startSeq": str(self.start_seq)}
@@ -239,3 +254,19 @@ class JetStreamInput:
         resumes from a checkpoint that owes the batch of a new watermark."""
         register(spark)
         return spark.readStream.format(NAME).options(**self.options(owed_batch)).load()
+
+
+def hand_over(old: Sequence[JetStreamInput], prefixes: Sequence[str], window_s: int) -> tuple[list[JetStreamInput], list[JetStreamInput]]:
+    """The tasks over `old` hand their key groups over to new tasks over `prefixes` (the
+    halves of one old task: a split; the one share two old halves make: a merge), at
+    `bpm.negotiation.granularity.split_time`: (the old inputs, each now ending at that time,
+    the new ones, from that time on, read after the stream's present end). The old tasks
+    resume from their checkpoints over their new inputs and complete every window before
+    the time; the new ones start fresh."""
+    first = old[0]
+    if any((o.url, o.participant, o.until_s) != (first.url, first.participant, None) for o in old):
+        raise ValueError("only running tasks of one stream hand their key groups over, each once")
+    after, newest = first.present_end()
+    at = 0 if newest is None else split_time(newest, window_s)
+    return ([replace(o, until_s=at) for o in old],
+            [replace(first, prefix=check_prefix(p), start_seq=after, since_s=at, until_s=None) for p in prefixes])

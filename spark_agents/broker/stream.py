@@ -81,6 +81,13 @@ class Broker:
         """The sequence of the newest message of the stream (0 when empty)."""
         return self.call(self.js.stream_info(stream)).state.last_seq
 
+    def message(self, seq: int, stream: str = STREAM) -> bytes | None:
+        """The payload of the stream's message `seq` (None when it holds none there)."""
+        try:
+            return self.call(self.js.get_msg(stream, seq)).data
+        except nats.js.errors.NotFoundError:
+            return None
+
     def publish(self, subject_: str, payload: bytes) -> int:
         """Publish and wait for the stream's acknowledgement; returns the message's sequence."""
         return self.call(self.js.publish(subject_, payload, stream=STREAM)).seq
