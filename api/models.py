@@ -83,6 +83,20 @@ class Task(Base):
 
     origin: Mapped[Participant] = relationship(foreign_keys=[origin_id], lazy="joined")
     host: Mapped[Participant] = relationship(foreign_keys=[host_id], lazy="joined")
+    lineage: Mapped[list[TaskLineage]] = relationship(foreign_keys="TaskLineage.child_id", lazy="selectin", order_by="TaskLineage.parent_id")
+
+
+class TaskLineage(Base):
+    """Task `child_id` came from task `parent_id` by a split (one parent, whose key groups
+    `groups` halve) or a merge (two parents, halves of `groups`). A task hands each share of
+    its key groups over once: the database refuses a second child with the same groups."""
+
+    __tablename__ = "task_lineage"
+    __table_args__ = (UniqueConstraint("parent_id", "groups", name="uq_task_lineage_parent_groups"),)
+
+    child_id: Mapped[int] = mapped_column(ForeignKey("tasks.id"), primary_key=True)
+    parent_id: Mapped[int] = mapped_column(ForeignKey("tasks.id"), primary_key=True, index=True)
+    groups: Mapped[str] = mapped_column(String(8))
 
 
 class Offer(Base):

@@ -160,6 +160,10 @@ class TaskCreate(In):
     input_uri: str | None = Field(default=None, max_length=1024, description="the origin's broker stream, nats://HOST:PORT/PARTICIPANT/KEY_GROUP_PREFIX (none: a task without input)")
     params: dict = Field(default_factory=dict)
     ha_mode: HaMode = "none"
+    from_tasks: list[Id] = Field(
+        default_factory=list, max_length=2,
+        description="The caller's tasks this one came from: one it splits (its input a half of that task's key groups) or two halves it merges (its input their share); none for a new task",
+    )
 
 
 class TaskOut(Out):
@@ -173,6 +177,7 @@ class TaskOut(Out):
     params: dict
     ha_mode: str
     epoch: int
+    from_tasks: list[int] = Field(description="The tasks it came from by a split or a merge")
 
 
 # Offers and movements

@@ -3,29 +3,29 @@
 from __future__ import annotations
 
 from sqlalchemy import or_, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, joinedload
 
 from api import schemas
 from api.auth import Principal
-from api.errors import Conflict, Invalid, NotFound
-from api.models import Replica, Task
+from api.errors import Conflict, Forbidden, Invalid, NotFound
+from api.models import Participant, Replica, Task, TaskLineage
 from api.pages import PageQuery
 from api.services import changes, events, participants
-from bpm.keygroups import parse_location
+from bpm.keygroups import KeyGroupError, StreamLocation, halves, merged, parse_location
 
 
 def register(session: Session, caller: Principal, body: schemas.TaskCreate) -> Task:
     me = caller.require_participant()
+    where = None
     if body.input_uri:  # a task names its origin's broker stream, or no input at all (a simulated participant's)
-        try:
-            where = parse_location(body.input_uri)
-        except ValueError as exc:
-            raise Invalid(str(exc)) from None
+        where = _location(body.input_uri)
         if where.participant != me.name:
             raise Invalid(f"a task of {me.name}'s reads {me.name}'s own stream, not {where.participant}'s: {body.input_uri}")
     taken = session.scalar(select(Task.id).where(Task.origin_id == me.id, Task.name == body.name))
     if taken is not None:
         raise Conflict(f"{me.name} already has a task named {body.name!r} (#{taken})", task_id=taken)
+    parents = _parents(session, me, body.from_tasks, where)
     task = Task(
         name=body.name,
         origin=me,
@@ -37,9 +37,53 @@ def register(session: Session, caller: Principal, body: schemas.TaskCreate) -> T
     )
     session.add(task)
     session.flush()
+    if parents:
+        try:
+            with session.begin_nested():
+                session.add_all(TaskLineage(child_id=task.id, parent_id=p.id, groups=where.prefix) for p in parents)
+        except IntegrityError:  # a concurrent registration took the same share first
+            raise Conflict(f"key groups {where.prefix!r} of task(s) {body.from_tasks} were handed over already") from None
+        session.expire(task, ["lineage"])
     changes.task_changed(session, [task.id])
-    events.record(session, "task.registered", f"{me.name} registered task #{task.id} {body.name}", actor=me.name, data={"task_id": task.id})
+    how = f" from task(s) {', '.join(f'#{p.id}' for p in parents)}" if parents else ""
+    events.record(session, "task.registered", f"{me.name} registered task #{task.id} {body.name}{how}", actor=me.name,
+                  data={"task_id": task.id, "from_tasks": [p.id for p in parents]})
     return task
+
+
+def _location(uri: str) -> StreamLocation:
+    try:
+        return parse_location(uri)
+    except ValueError as exc:
+        raise Invalid(str(exc)) from None
+
+
+def _parents(session: Session, me: Participant, ids: list[int], where: StreamLocation | None) -> list[Task]:
+    """The tasks a new task of `me`'s over `where` comes from: one whose key groups it halves
+    (a split), or two halves whose share it is (a merge), all `me`'s, on the same stream."""
+    if not ids:
+        return []
+    if len(set(ids)) != len(ids):
+        raise Invalid(f"from_tasks names a task twice: {ids}")
+    if where is None:
+        raise Invalid("a task made by a split or a merge reads its origin's stream: input_uri is required")
+    parents = [get(session, i) for i in ids]
+    groups = []
+    for parent in parents:
+        if parent.origin_id != me.id:
+            raise Forbidden(f"task #{parent.id} is {parent.origin.name}'s: a task comes only from its origin's own tasks")
+        stream = _location(parent.input_uri) if parent.input_uri else None
+        if stream is None or (stream.url, stream.participant) != (where.url, where.participant):
+            raise Invalid(f"task #{parent.id} does not read the stream {where.url}/{where.participant}")
+        groups.append(stream.prefix)
+    try:
+        ok = where.prefix in halves(groups[0]) if len(groups) == 1 else merged(*groups) == where.prefix
+    except KeyGroupError as exc:
+        raise Invalid(str(exc)) from None
+    if not ok:
+        made = "a half of" if len(groups) == 1 else "the share made by"
+        raise Invalid(f"key groups {where.prefix!r} are not {made} key groups {' and '.join(map(repr, groups))} of task(s) {ids}")
+    return parents
 
 
 def get(session: Session, task_id: int) -> Task:
@@ -80,4 +124,5 @@ def to_out(task: Task) -> schemas.TaskOut:
         params=task.params,
         ha_mode=task.ha_mode,
         epoch=task.epoch,
+        from_tasks=[link.parent_id for link in task.lineage],
     )

@@ -1,0 +1,61 @@
+"""The registry records which task a split or a merge made came from, and refuses lineage
+that is not one: another's task, another stream, key groups that are not a half or the
+merged share, a share handed over twice."""
+
+from __future__ import annotations
+
+STREAM = "nats://127.0.0.1:4222/a"
+
+
+def register(registry, key, name, groups="", from_tasks=(), status=201):
+    body = {"name": name, "input_uri": STREAM + (f"/{groups}" if groups else ""), "from_tasks": list(from_tasks)}
+    return registry.ok("POST", "/tasks", key, status=status, json=body)
+
+
+def test_a_split_and_a_merge_are_recorded_with_their_parents(registry):
+    a = registry.participant("a")
+    whole = register(registry, a, "t")
+    assert whole["from_tasks"] == []
+    low = register(registry, a, "t-0", "0", [whole["id"]])
+    high = register(registry, a, "t-1", "1", [whole["id"]])
+    assert low["from_tasks"] == high["from_tasks"] == [whole["id"]]
+    again = register(registry, a, "t-m", "", [high["id"], low["id"]])
+    assert again["from_tasks"] == sorted([low["id"], high["id"]])
+    assert registry.ok("GET", f"/tasks/{again['id']}", a)["from_tasks"] == again["from_tasks"]
+    listed = {t["name"]: t["from_tasks"] for t in registry.ok("GET", "/tasks", a)}
+    assert listed == {"t": [], "t-0": [whole["id"]], "t-1": [whole["id"]], "t-m": sorted([low["id"], high["id"]])}
+    events = registry.ok("GET", "/events", a)
+    assert any(e["kind"] == "task.registered" and e["data"]["from_tasks"] == [whole["id"]] for e in events), events
+
+
+def test_lineage_that_is_not_a_split_or_a_merge_is_refused_with_a_reason(registry):
+    a, b = registry.participant("a"), registry.participant("b")
+    whole = register(registry, a, "t")
+    quarter = register(registry, a, "q", "00")
+    theirs = registry.ok("POST", "/tasks", b, status=201, json={"name": "t", "input_uri": "nats://127.0.0.1:4222/b"})
+    no_input = registry.ok("POST", "/tasks", a, status=201, json={"name": "plain"})
+    cases = [
+        ({"name": "x", "input_uri": f"{STREAM}/00", "from_tasks": [whole["id"]]}, 422, "not a half"),
+        ({"name": "x", "input_uri": f"{STREAM}/0", "from_tasks": [whole["id"], quarter["id"]]}, 422, "not the two halves"),
+        ({"name": "x", "input_uri": f"{STREAM}/0", "from_tasks": [whole["id"], whole["id"]]}, 422, "twice"),
+        ({"name": "x", "from_tasks": [whole["id"]]}, 422, "input_uri is required"),
+        ({"name": "x", "input_uri": "nats://127.0.0.1:4223/a/0", "from_tasks": [whole["id"]]}, 422, "does not read the stream"),
+        ({"name": "x", "input_uri": f"{STREAM}/0", "from_tasks": [no_input["id"]]}, 422, "does not read the stream"),
+        ({"name": "x", "input_uri": f"{STREAM}/0", "from_tasks": [theirs["id"]]}, 403, "b's"),
+        ({"name": "x", "input_uri": f"{STREAM}/0", "from_tasks": [999_999]}, 404, "no task"),
+        ({"name": "x", "input_uri": f"{STREAM}/0", "from_tasks": [1, 2, 3]}, 422, "at most 2"),
+        ({"name": "x", "input_uri": f"{STREAM}/0", "from_tasks": [0]}, 422, "greater than or equal to 1"),
+    ]
+    for body, status, why in cases:
+        response = registry.call("POST", "/tasks", a, json=body)
+        assert response.status_code == status and why in str(response.json()["detail"]), (body, response.text)
+    assert [t["name"] for t in registry.ok("GET", "/tasks", a, params={"origin": "a"})] == ["t", "q", "plain"], "nothing was registered"
+
+
+def test_a_share_is_handed_over_once(registry):
+    a = registry.participant("a")
+    whole = register(registry, a, "t")
+    register(registry, a, "t-0", "0", [whole["id"]])
+    refused = register(registry, a, "t-0-again", "0", [whole["id"]], status=409)
+    assert "handed over already" in refused["detail"]
+    assert "t-0-again" not in {t["name"] for t in registry.ok("GET", "/tasks", a)}
