@@ -307,6 +307,99 @@ def load_model(
     return result
 
 
+def fixed_cost(
+    spark: SparkSession, work_dir: Path, depth: int = 3, level_s: float = 30.0, interval_s: float = 5.0, trigger_s: float = 2.0,
+    rows_per_batch: int = 3000, warmup_s: float = 30.0, capacity: float = 0.4, plot: Path | None = None,
+    progress: Progress = lambda _: None,
+) -> dict[str, Any]:
+    """What a running task costs whatever its input: the fixed cost a split adds.
+
+    The same rows (about `rows_per_batch` per trigger in all) are read by 1, 2, 4 ..
+    2^`depth` tasks, each over an equal share of one broker stream: one task split and split
+    again. The levels run up, then down again (so that drift over the run cancels), each
+    for `level_s` after its tasks' first batches. The process CPU per level, against the
+    number of tasks, is fitted with a least-squares line: its slope is the fixed cost of a
+    task, in CPU seconds per second, and in units of load of a participant of `capacity`
+    CPUs (the demo's capacity by default), the figure `bpm simulate --fixed-cost` and the
+    agents' split decisions take.
+    """
+    from bpm.keygroups import KEY_GROUPS, shares
+
+    counts = [1 << d for d in range(depth + 1)]
+    order = counts + counts[::-1]
+    flushes = int((warmup_s + len(order) * (level_s + interval_s)) / trigger_s) + 20
+    progress("writing input")
+    measured: dict[int, list[IntervalSample]] = {n: [] for n in counts}
+    with broker_input(work_dir, flushes, rows_per_batch, 1) as (source, _, rows):
+        host = TaskHost(spark, work_dir / "host", interval_s=interval_s)
+        try:
+            for step, n in enumerate(["warm-up", *order]):
+                tasks = counts[-1] if n == "warm-up" else n
+                for name in list(host.running()):
+                    host.stop_task(name)
+                # Each level starts its tasks fresh at the stream's start. A batch is bounded in
+                # stream sequences, every key group's: each task reads its share of one flush.
+                for k, prefix in enumerate(shares(tasks)):
+                    host.start_task(f"level{step}-{k}", replace(source, prefix=prefix, max_messages=KEY_GROUPS),
+                                    params=PARAMS, trigger_s=trigger_s, sink=discard)
+                progress(f"{n} with {tasks} tasks" if n == "warm-up" else f"level {step}/{len(order)}: {n} task(s) over the same rows")
+                time.sleep(warmup_s if n == "warm-up" else interval_s)  # first batches, not measured
+                host.sample()
+                if n == "warm-up":
+                    continue
+                for _ in range(max(1, round(level_s / interval_s))):
+                    time.sleep(interval_s)
+                    measured[n].append(host.sample())
+        finally:
+            host.close()
+
+    levels = []
+    for n in counts:
+        cpu = [i.cpu_utilisation for i in measured[n] if i.cpu_utilisation is not None]
+        batches = sum(i.batches for i in measured[n])
+        levels.append({"tasks": n, "cpu_utilisation": round(statistics.fmean(cpu), 4) if cpu else None,
+                       "rows_per_s": round(sum(i.rows for i in measured[n]) / sum(i.end_s - i.start_s for i in measured[n]), 1),
+                       "batches": batches, "intervals": len(measured[n])})
+    points = [(lv["tasks"], lv["cpu_utilisation"]) for lv in levels if lv["cpu_utilisation"] is not None]
+    slope = intercept = None
+    if len(points) >= 2:
+        slope, intercept = statistics.linear_regression([x for x, _ in points], [y for _, y in points])
+    cpu_s = None if slope is None else slope * host.cpus
+    result = {
+        "benchmark": "fixed-cost", "cpus": host.cpus, "trigger_s": trigger_s, "rows_per_batch": rows_per_batch, "rows": rows,
+        "levels": levels,
+        "fixed_cost_cpu_s_per_s": None if cpu_s is None else round(cpu_s, 5),
+        "one_task_cpu_s_per_s": None if slope is None else round((slope + intercept) * host.cpus, 5),
+        "capacity_cpus": capacity,
+        "fixed_cost_load": None if cpu_s is None else round(cpu_s / capacity, 5),
+        "method": "least-squares slope of the process CPU against the number of tasks reading the same rows, levels measured up and down",
+    }
+    if plot is not None and slope is not None:
+        plot_fixed_cost(levels, slope, intercept, plot)
+        result["plot"] = str(plot)
+    return result
+
+
+def plot_fixed_cost(levels: list[dict[str, Any]], slope: float, intercept: float, path: Path) -> None:
+    """The process CPU per number of tasks over the same rows, and the fitted line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    n = [lv["tasks"] for lv in levels]
+    ax.plot(n, [lv["cpu_utilisation"] for lv in levels], "ks", label="measured: process CPU / CPUs")
+    ax.plot(n, [intercept + slope * x for x in n], "b-", linewidth=1, label=f"fit: {slope:.4f} per task")
+    ax.set(xlabel="tasks reading the same rows", ylabel="share of the CPUs", title="Fixed cost of a running task", xticks=n)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_load_model(levels: list[dict[str, Any]], samples: list[list[IntervalSample]], prediction: dict[str, Any], path: Path) -> None:
     """Two panels: sum of the loads measured alone against the utilisation measured together,
     and batch duration against utilisation with the fitted model."""

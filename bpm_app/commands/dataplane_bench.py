@@ -1,4 +1,4 @@
-"""`bpm bench overhead`, `bpm bench source` and `bpm bench load-model`: benchmarks of the Spark data plane."""
+"""`bpm bench overhead`, `bpm bench source`, `bpm bench load-model` and `bpm bench fixed-cost`: benchmarks of the Spark data plane."""
 
 from __future__ import annotations
 
@@ -88,3 +88,24 @@ def load_model_command(
         result = benchmarks.load_model(spark, Path(tmp), tasks, level_seconds, interval, trigger, rows_per_batch,
                                        warmup, plot, progress=status.update)
     _report(result, as_json)
+
+
+@bench_app.command("fixed-cost")
+def fixed_cost_command(
+    depth: int = typer.Option(3, "--depth", min=1, max=6, help="Levels 1, 2, 4 .. 2^DEPTH tasks over the same rows."),
+    level_seconds: float = typer.Option(30.0, "--level-seconds", min=2, help="Measured seconds per level (each level runs twice)."),
+    warmup: float = typer.Option(30.0, "--warmup", min=0, help="Seconds of warm-up with the most tasks, not measured."),
+    interval: float = typer.Option(5.0, "--interval", min=1, help="Measuring interval in seconds."),
+    trigger: float = typer.Option(2.0, "--trigger", min=0.1, help="Tasks' trigger interval in seconds."),
+    rows_per_batch: int = typer.Option(3000, "--rows-per-batch", min=100, help="Rows per trigger, over all the tasks of a level."),
+    capacity: float = typer.Option(0.4, "--capacity", min=0.01, help="The participant's capacity in CPUs, to give the fixed cost in units of its load."),
+    spark_master: str = typer.Option("local[*]", "--spark-master", help="Spark master URL."),
+    plot: Path | None = typer.Option(None, "--plot", help="Write a PNG of the measurements and the fit here."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """What a running task costs whatever its input: the same rows read by 1, 2, 4 .. tasks (a task split again and again); the slope of the CPU against the tasks."""
+    from spark_agents import benchmarks
+
+    _with_spark("fixed-cost", spark_master, as_json,
+                lambda spark, tmp, progress: benchmarks.fixed_cost(spark, tmp, depth, level_seconds, interval, trigger, rows_per_batch,
+                                                                   warmup, capacity, plot, progress=progress))

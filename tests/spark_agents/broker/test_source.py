@@ -151,3 +151,21 @@ def test_bpm_bench_load_model_runs_its_levels_over_shares_of_one_broker_stream(s
     assert len(result["loads_alone"]) == 4 and all(x > 0 for x in result["loads_alone"]), "each task alone read its share"
     assert all(lv["utilisation"] > 0 and lv["intervals"] >= 1 for lv in result["levels"])
     assert result["goal_met"] in (True, False) and "prediction_interpolated" in result
+
+
+def test_bpm_bench_fixed_cost_runs_levels_of_tasks_over_the_same_rows_and_fits_a_line(spark, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from bpm_app.cli import app
+
+    plot = tmp_path / "fixed.png"
+    out = CliRunner().invoke(app, ["bench", "fixed-cost", "--depth", "1", "--level-seconds", "2", "--warmup", "2", "--interval", "1",
+                                   "--trigger", "0.5", "--rows-per-batch", "200", "--capacity", "0.5", "--plot", str(plot), "--json"])
+    assert out.exit_code == 0, out.output
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["benchmark"] == "fixed-cost" and [lv["tasks"] for lv in result["levels"]] == [1, 2]
+    assert all(lv["intervals"] == 4 and lv["batches"] > 0 and lv["rows_per_s"] > 0 for lv in result["levels"]), result["levels"]
+    assert result["fixed_cost_load"] == pytest.approx(result["fixed_cost_cpu_s_per_s"] / 0.5, abs=1e-4)
+    assert plot.stat().st_size > 5_000
