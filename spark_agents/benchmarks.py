@@ -270,7 +270,9 @@ def load_model(
     flushes = int((warmup_s + (2 * tasks) * (level_s + settle)) / trigger_s) + 20
     progress("writing input")
     with broker_input(work_dir, flushes, rows_per_batch * tasks, 1) as (source, _, _):
-        sources = [replace(source, prefix=p, max_messages=KEY_GROUPS // tasks) for p in prefixes]  # a flush's share per batch
+        # A batch is bounded in stream sequences, every key group's: a bound of one flush
+        # (64 messages) gives each task its share of a flush per batch.
+        sources = [replace(source, prefix=p, max_messages=KEY_GROUPS) for p in prefixes]
         host = TaskHost(spark, work_dir / "host", interval_s=interval_s)
         try:
             samples, alone = _load_levels(host, sources, level_s, interval_s, trigger_s, warmup_s, progress)
