@@ -75,9 +75,10 @@ def tasks_list(
     key: Key = None,
     as_json: AsJson = False,
 ) -> None:
-    """List tasks with their origin, current host, load, HA mode and epoch."""
+    """List tasks with their origin, current host, load, HA mode, epoch and the tasks a split or merge made them from."""
     rows = _read(registry, key, lambda c: c.tasks(host=host, origin=origin, involving=involving))
-    _show(rows, as_json, ["id", "name", "origin", "host", "load", "ha_mode", "epoch"], "tasks", lambda t: {**t, "load": _num(t["load"])})
+    _show(rows, as_json, ["id", "name", "origin", "host", "load", "ha_mode", "epoch", "from"], "tasks",
+          lambda t: {**t, "load": _num(t["load"]), "from": ", ".join(f"#{i}" for i in t.get("from_tasks", []))})
 
 
 def _offer_cells(offer: dict) -> dict:
