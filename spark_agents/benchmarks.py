@@ -41,6 +41,7 @@ class CsvFiles:
     reads it as it reads a `JetStreamInput`, `batch_files` files per micro-batch)."""
 
     partitions = 1
+    since_s = until_s = None  # every row, as a task that was never split reads them
 
     def __init__(self, root: Path, batch_files: int) -> None:
         self.root = root

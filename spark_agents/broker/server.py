@@ -118,6 +118,10 @@ def inbox_prefix(user: str) -> str:
     return f"_INBOX.{check_name(user, 'user name').replace('.', '~')}"
 
 
+class _PortTaken(BrokerError):
+    """The server could not listen: another process holds its port."""
+
+
 @dataclass
 class NatsServer:
     """One participant's broker.
@@ -128,6 +132,8 @@ class NatsServer:
         host, port: where clients connect; `http_port` serves the health check.
         users: who may connect, and to what.
         max_store_bytes: the file storage JetStream may use.
+        free_ports: the ports were chosen free (`on_free_ports`): when another process binds
+            one first, between the choice and the server's start, `start` chooses again.
     """
 
     name: str
@@ -138,11 +144,12 @@ class NatsServer:
     host: str = "127.0.0.1"
     max_store_bytes: int = 2 << 30
     process: subprocess.Popen | None = None
+    free_ports: bool = False
 
     @classmethod
     def on_free_ports(cls, name: str, store_dir: Path, users: Sequence[User], host: str = "127.0.0.1") -> NatsServer:
         """A server on two ports that nothing listens on now (benchmarks, tests)."""
-        return cls(name, store_dir, port=free_port(host), http_port=free_port(host), users=users, host=host)
+        return cls(name, store_dir, port=free_port(host), http_port=free_port(host), users=users, host=host, free_ports=True)
 
     @property
     def url(self) -> str:
@@ -177,18 +184,31 @@ accounts {{
 """
 
     def start(self, timeout_s: float = 20.0) -> NatsServer:
+        for attempt in range(3):
+            try:
+                return self._start(timeout_s)
+            except _PortTaken:
+                if not self.free_ports or attempt == 2:
+                    raise
+                self.port, self.http_port = free_port(self.host), free_port(self.host)
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout_s: float) -> NatsServer:
         import httpx
 
         self.store_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self.config())
         self.config_path.chmod(0o600)  # it holds the users' passwords
+        logged = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen([binary(), "-c", str(self.config_path)], stdout=log, stderr=subprocess.STDOUT,
                                             start_new_session=True, preexec_fn=_die_with_parent)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise BrokerError(f"nats-server {self.name} exited with {self.process.returncode}: {self.log_path.read_text()[-2000:]}")
+                said = self.log_path.read_bytes()[logged:].decode(errors="replace")
+                error = _PortTaken if "address already in use" in said else BrokerError
+                raise error(f"nats-server {self.name} exited with {self.process.returncode}: {said[-2000:]}")
             try:
                 if httpx.get(f"http://{self.host}:{self.http_port}/healthz", timeout=1.0).status_code == 200:
                     return self

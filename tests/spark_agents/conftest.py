@@ -5,7 +5,6 @@ import pytest
 from spark_agents.broker.server import NatsServer, User
 from spark_agents.broker.stream import Broker
 from spark_agents.testing import shared_test_session
-from tests.conftest import free_port
 
 
 @pytest.fixture(scope="session")
@@ -18,7 +17,7 @@ def nats_server(tmp_path):
     """(server, owner user) of participant `a`'s broker: a NATS server of the project's own
     (its own ports and storage folder), stopped at the end of the test."""
     owner = User("a", secrets.token_urlsafe(16))
-    with NatsServer("a", tmp_path / "nats-a", port=free_port(), http_port=free_port(), users=[owner]) as server:
+    with NatsServer.on_free_ports("a", tmp_path / "nats-a", [owner]) as server:
         yield server, owner
 
 

@@ -1,0 +1,34 @@
+"""A broker on ports it chose free chooses again when another process binds one first; one on
+ports it was told fails, naming the port."""
+
+from __future__ import annotations
+
+import secrets
+import socket
+
+import pytest
+
+from spark_agents.broker.server import BrokerError, NatsServer, User
+
+
+@pytest.fixture
+def taken():
+    """A port of 127.0.0.1 that another socket listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def test_a_server_on_free_ports_chooses_again_when_one_was_taken_meanwhile(tmp_path, taken):
+    server = NatsServer.on_free_ports("a", tmp_path / "store", [User("a", secrets.token_urlsafe(16))])
+    server.http_port = taken  # taken after the choice, before the start
+    with server:
+        assert server.http_port != taken and server.process.poll() is None
+    assert "address already in use" in server.log_path.read_text(), "the first start failed on the port"
+
+
+def test_a_server_on_given_ports_fails_naming_the_port(tmp_path, taken):
+    server = NatsServer("a", tmp_path / "store", port=taken, http_port=taken, users=[User("a", secrets.token_urlsafe(16))])
+    with pytest.raises(BrokerError, match=f"127.0.0.1:{taken}.*address already in use"):
+        server.start()
