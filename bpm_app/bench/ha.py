@@ -72,6 +72,7 @@ from __future__ import annotations
 import itertools
 import secrets
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -200,9 +201,14 @@ def _process_cpu_seconds(jvm_pid: int | None) -> float:
 
 def _connect(address: tuple[str, int], key: bytes, timeout_s: float) -> Connection:
     """A connection to a `Listener` at `address`, as `Client` makes it, that fails with a
-    timeout when it is not made within `timeout_s`."""
+    timeout when it is not made, or a write or read does not go through, within `timeout_s`."""
     sock = socket.create_connection(address, timeout=timeout_s)
     sock.settimeout(None)  # the connection reads and writes in blocking mode, polling for answers itself
+    # ... but a write (a delta larger than what a cut link lets through) or a read that waits
+    # longer than `timeout_s` fails, as an answer that does not come does.
+    limit = struct.pack("ll", int(timeout_s), int(timeout_s % 1 * 1_000_000))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
     made = Connection(sock.detach())
     try:
         answer_challenge(made, key)
