@@ -395,12 +395,7 @@ def plot_fixed_cost(levels: list[dict[str, Any]], slope: float, intercept: float
     ax.plot(n, [lv["cpu_utilisation"] for lv in levels], "ks", label="measured: process CPU / CPUs")
     ax.plot(n, [intercept + slope * x for x in n], "b-", linewidth=1, label=f"fit: {slope:.4f} per task")
     ax.set(xlabel="tasks reading the same rows", ylabel="share of the CPUs", title="Fixed cost of a running task", xticks=n)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, [ax], path, dpi=110)
 
 
 def plot_load_model(levels: list[dict[str, Any]], samples: list[list[IntervalSample]], prediction: dict[str, Any], path: Path) -> None:
@@ -429,12 +424,19 @@ def plot_load_model(levels: list[dict[str, Any]], samples: list[list[IntervalSam
     right.plot(xs, [predicted_batch_s(model, x) for x in xs], "k-", linewidth=1, label="fitted model")
     right.scatter([prediction["utilisation"]], [prediction["predicted_batch_s"]], marker="x", s=80, c="red", label="prediction")
     right.set(xlabel="utilisation (sum of loads)", ylabel="mean batch duration (s)", title="Cost model fit")
-    for ax in (left, right):
+    _save(fig, [left, right], path, dpi=100)
+
+
+def _save(fig: Any, axes: list[Any], path: Path, dpi: int) -> None:
+    """A benchmark's figure, its panels with legend and grid, written to `path` (its folder made) and closed."""
+    import matplotlib.pyplot as plt
+
+    for ax in axes:
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
 
 

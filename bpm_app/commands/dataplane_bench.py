@@ -5,11 +5,16 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
 from bpm_app.commands import bench_app
+
+SparkMaster = Annotated[str, typer.Option("--spark-master", help="Spark master URL.")]
+PlotFile = Annotated[Path | None, typer.Option("--plot", help="Write a PNG of the measurements and the fit here.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
 
 def _report(result: dict, as_json: bool) -> None:
@@ -34,8 +39,8 @@ def overhead_command(
     rounds: int = typer.Option(4, "--rounds", min=1, help="Interleaved pairs of runs (bare, instrumented)."),
     files: int = typer.Option(24, "--files", min=2, help="Flushes of the feeder into the broker stream (64 messages each)."),
     rows_per_file: int = typer.Option(4000, "--rows-per-file", min=100, help="Rows per flush."),
-    spark_master: str = typer.Option("local[*]", "--spark-master", help="Spark master URL."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    spark_master: SparkMaster = "local[*]",
+    as_json: AsJson = False,
 ) -> None:
     """Rows per second of the query over a broker stream with the host's instrumentation against bare Spark (goal: ratio >= 0.98)."""
     from spark_agents import benchmarks
@@ -50,8 +55,8 @@ def source_command(
     flushes: int = typer.Option(30, "--flushes", min=2, help="Flushes of the feeder: a CSV file each for the file source, 64 messages each of the JetStream input."),
     rows_per_flush: int = typer.Option(4000, "--rows-per-flush", min=100),
     flushes_per_batch: int = typer.Option(2, "--flushes-per-batch", min=1, help="Flushes each micro-batch reads, in both sources."),
-    spark_master: str = typer.Option("local[*]", "--spark-master", help="Spark master URL."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    spark_master: SparkMaster = "local[*]",
+    as_json: AsJson = False,
 ) -> None:
     """Rows per second of the query reading a participant's JetStream input against Spark's file source over the same rows (goal: ratio >= 1.0)."""
     from spark_agents import benchmarks
@@ -68,26 +73,22 @@ def load_model_command(
     interval: float = typer.Option(10.0, "--interval", min=1, help="Measuring interval in seconds (longer: more batches per sample, less noise)."),
     trigger: float = typer.Option(2.0, "--trigger", min=0.1, help="Tasks' trigger interval in seconds."),
     rows_per_batch: int = typer.Option(3000, "--rows-per-batch", min=100),
-    spark_master: str = typer.Option("local[*]", "--spark-master", help="Spark master URL."),
-    plot: Path | None = typer.Option(None, "--plot", help="Write a PNG of the measurements and the fit here."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    spark_master: SparkMaster = "local[*]",
+    plot: PlotFile = None,
+    as_json: AsJson = False,
 ) -> None:
     """Do task loads measured alone add up to the utilisation measured together, and does the fitted
     cost model predict batch duration at a new load level? (goal: both within 15%)"""
     from bpm.keygroups import KeyGroupError, shares
     from spark_agents import benchmarks
-    from spark_agents.session import make_session
 
     try:
         shares(tasks)
     except KeyGroupError as exc:
         raise typer.BadParameter(str(exc), param_hint="--tasks") from None
-    err = Console(stderr=True)
-    with tempfile.TemporaryDirectory(prefix="bpm-bench-load-") as tmp, err.status("starting Spark") as status:
-        spark = make_session(spark_master, "bpm-bench-load-model")
-        result = benchmarks.load_model(spark, Path(tmp), tasks, level_seconds, interval, trigger, rows_per_batch,
-                                       warmup, plot, progress=status.update)
-    _report(result, as_json)
+    _with_spark("load-model", spark_master, as_json,
+                lambda spark, tmp, progress: benchmarks.load_model(spark, tmp, tasks, level_seconds, interval, trigger, rows_per_batch,
+                                                                   warmup, plot, progress=progress))
 
 
 @bench_app.command("fixed-cost")
@@ -99,9 +100,9 @@ def fixed_cost_command(
     trigger: float = typer.Option(2.0, "--trigger", min=0.1, help="Tasks' trigger interval in seconds."),
     rows_per_batch: int = typer.Option(3000, "--rows-per-batch", min=100, help="Rows per trigger, over all the tasks of a level."),
     capacity: float = typer.Option(0.4, "--capacity", min=0.01, help="The participant's capacity in CPUs, to give the fixed cost in units of its load."),
-    spark_master: str = typer.Option("local[*]", "--spark-master", help="Spark master URL."),
-    plot: Path | None = typer.Option(None, "--plot", help="Write a PNG of the measurements and the fit here."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    spark_master: SparkMaster = "local[*]",
+    plot: PlotFile = None,
+    as_json: AsJson = False,
 ) -> None:
     """What a running task costs whatever its input: the same rows read by 1, 2, 4 .. tasks (a task split again and again); the slope of the CPU against the tasks."""
     from spark_agents import benchmarks
