@@ -83,7 +83,7 @@ class Task(Base):
 
     origin: Mapped[Participant] = relationship(foreign_keys=[origin_id], lazy="joined")
     host: Mapped[Participant] = relationship(foreign_keys=[host_id], lazy="joined")
-    lineage: Mapped[list[TaskLineage]] = relationship(foreign_keys="TaskLineage.child_id", lazy="selectin", order_by="TaskLineage.parent_id")
+    lineage: Mapped[list[TaskLineage]] = relationship(foreign_keys="TaskLineage.child_id", order_by="TaskLineage.parent_id")
 
 
 class TaskLineage(Base):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import or_, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, joinedload
+from sqlalchemy.orm import Session, joinedload, selectinload
 
 from api import schemas
 from api.auth import Principal
@@ -100,9 +100,9 @@ def involved_tasks(participant_id: int):
 
 
 def list_tasks(session: Session, host: str | None, origin: str | None, involving: str | None = None, page: PageQuery | None = None) -> list[Task]:
-    """Tasks (with their origin and host loaded in the same statement), filtered by host,
-    origin, or the participant they concern (`involved_tasks`)."""
-    query = select(Task).options(joinedload(Task.origin), joinedload(Task.host))
+    """Tasks (with their origin and host loaded in the same statement, their lineage in one
+    more), filtered by host, origin, or the participant they concern (`involved_tasks`)."""
+    query = select(Task).options(joinedload(Task.origin), joinedload(Task.host), selectinload(Task.lineage))
     if involving:
         query = query.where(Task.id.in_(involved_tasks(participants.get(session, involving).id)))
     if host:
