@@ -80,6 +80,12 @@ class Task(Base):
     ha_mode: Mapped[str] = mapped_column(String(32), default="none")
     epoch: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # Its span of event time, epoch seconds at window starts (`bpm.negotiation.granularity`):
+    # a task a split or merge made starts at `since_s`; one that handed its key groups over
+    # ends at `until_s`, and once its last window is out its origin retires it.
+    since_s: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    until_s: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    retired_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
     origin: Mapped[Participant] = relationship(foreign_keys=[origin_id], lazy="joined")
     host: Mapped[Participant] = relationship(foreign_keys=[host_id], lazy="joined")

@@ -17,6 +17,7 @@ Name = Field(min_length=1, max_length=PARTICIPANT_MAX, pattern=NAME_PATTERN)
 TaskName = Field(min_length=1, max_length=TASK_MAX, pattern=NAME_PATTERN)
 Id = Annotated[int, Field(ge=1, le=MAX_ID)]
 Epoch = Annotated[int, Field(ge=0, le=MAX_ID)]
+SpanTime = Annotated[int, Field(ge=0, le=2**40, description="epoch seconds")]
 Count = Annotated[int, Field(ge=0, le=MAX_INT)]
 Load = Annotated[float, Field(ge=0, le=MAX_LOAD)]
 Price = Annotated[float, Field(gt=0, le=MAX_PRICE)]
@@ -164,6 +165,11 @@ class TaskCreate(In):
         default_factory=list, max_length=2,
         description="The caller's tasks this one came from: one it splits (its input a half of that task's key groups) or two halves it merges (its input their share); none for a new task",
     )
+    since_s: SpanTime | None = Field(
+        default=None,
+        description="With from_tasks (and only with them): the event time, epoch seconds at a window start, from which this task takes its key groups' rows; "
+                    "the tasks it came from end there (their until_s), each at one time only",
+    )
 
 
 class TaskOut(Out):
@@ -178,6 +184,9 @@ class TaskOut(Out):
     ha_mode: str
     epoch: int
     from_tasks: list[int] = Field(description="The tasks it came from by a split or a merge")
+    since_s: int | None = Field(description="Where its span of event time starts (a task a split or merge made), epoch seconds")
+    until_s: int | None = Field(description="Where its span ends: it handed its key groups over to the tasks a split or merge made")
+    retired: bool = Field(description="Its last window is out and its origin retired it: it runs nowhere again")
 
 
 # Offers and movements

@@ -101,6 +101,9 @@ class RegistryClient:
     def register_task(self, name: str, **fields: Any) -> dict:
         return self.request("POST", "/tasks", json={"name": name, **fields})
 
+    def retire_task(self, task_id: int) -> dict:
+        return self.request("POST", f"/tasks/{task_id}/retire")
+
     def view(self, name: str) -> dict:
         """What concerns participant `name` (its own key only): tasks, movements, replicas, failovers."""
         return self.request("GET", f"/participants/{name}/view")

@@ -3,7 +3,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from api import schemas
-from api.deps import Caller, DbSession
+from api.deps import Caller, DbSession, Now
 from api.pages import Page
 from api.services import tasks as service
 
@@ -30,3 +30,10 @@ def list_tasks(session: DbSession, caller: Caller, page: Page, response: Respons
 def get_task(task_id: schemas.IdPath, session: DbSession, caller: Caller):
     """One task: its origin, current host, load and epoch."""
     return service.to_out(service.get(session, task_id))
+
+
+@router.post("/{task_id}/retire", response_model=schemas.TaskOut)
+def retire_task(task_id: schemas.IdPath, session: DbSession, caller: Caller, now: Now):
+    """The origin retires a task that handed its key groups over to the tasks a split or merge
+    made, once its last window is out: no participant runs it again."""
+    return service.to_out(service.retire(session, caller, task_id, now))

@@ -126,6 +126,9 @@ def _check_offerable(session: Session, me, partner, contract: Contract, tasks: l
     if elsewhere:
         raise Conflict(f"tasks {elsewhere} do not run at {me.name}; a participant offers only tasks it hosts")
     names = {me.id: me.name, partner.id: partner.name}
+    ending = [t.id for t in tasks if t.until_s is not None]
+    if ending:
+        raise Conflict(f"tasks {ending} hand their key groups over to the tasks a split or merge made: they end where they run")
     for t in tasks:
         own = t.origin_id == me.id
         origin = names[t.origin_id] if t.origin_id in names else t.origin.name
@@ -205,12 +208,12 @@ def accept(session: Session, caller: Principal, offer_id: int, body: schemas.Off
     _decide(session, offer, OfferState.ACCEPTED, now, accepted_task_ids=chosen, settled_price=price)
     moved = session.execute(
         update(Task)
-        .where(Task.id.in_(chosen), Task.host_id == offer.from_id)
+        .where(Task.id.in_(chosen), Task.host_id == offer.from_id, Task.until_s.is_(None))
         .values(host_id=offer.to_id, epoch=Task.epoch + 1)
         .execution_options(synchronize_session=False)
     ).rowcount
     if moved != len(chosen):
-        raise Conflict(f"some of tasks {chosen} left {offer.from_participant.name} since the offer; nothing moved")
+        raise Conflict(f"some of tasks {chosen} left {offer.from_participant.name}, or began to hand their key groups over, since the offer; nothing moved")
     movements = []
     # One read of the moved tasks, their new host and epoch included; the movements are then inserted in one batch.
     for task in session.scalars(select(Task).where(Task.id.in_(chosen)).order_by(Task.id).execution_options(populate_existing=True)):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from sqlalchemy import or_, select
+from datetime import datetime
+
+from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, joinedload, selectinload
 
@@ -26,6 +28,8 @@ def register(session: Session, caller: Principal, body: schemas.TaskCreate) -> T
     if taken is not None:
         raise Conflict(f"{me.name} already has a task named {body.name!r} (#{taken})", task_id=taken)
     parents = _parents(session, me, body.from_tasks, where)
+    if bool(parents) != (body.since_s is not None):
+        raise Invalid("since_s comes with from_tasks: a task a split or merge makes starts where the tasks it came from end")
     task = Task(
         name=body.name,
         origin=me,
@@ -34,10 +38,12 @@ def register(session: Session, caller: Principal, body: schemas.TaskCreate) -> T
         input_uri=body.input_uri,
         params=body.params,
         ha_mode=body.ha_mode,
+        since_s=body.since_s,
     )
     session.add(task)
     session.flush()
     if parents:
+        _end_inputs(session, parents, body.since_s)
         try:
             with session.begin_nested():
                 session.add_all(TaskLineage(child_id=task.id, parent_id=p.id, groups=where.prefix) for p in parents)
@@ -86,6 +92,53 @@ def _parents(session: Session, me: Participant, ids: list[int], where: StreamLoc
     return parents
 
 
+def _end_inputs(session: Session, parents: list[Task], at: int) -> None:
+    """The tasks a split or merge hands key groups over from end their input at `at`: each at
+    one time only, at home, not retired, and after its own span starts. One conditional
+    update each, so that two concurrent registrations cannot end a task at two times, nor
+    a movement take it away meanwhile (an offer's acceptance moves only tasks not ending)."""
+    for parent in parents:
+        if parent.since_s is not None and at <= parent.since_s:
+            raise Invalid(f"task #{parent.id} starts at {parent.since_s}: it cannot hand its key groups over at {at}")
+        ended = session.execute(
+            update(Task)
+            .where(Task.id == parent.id, Task.host_id == Task.origin_id, Task.retired_at.is_(None),
+                   or_(Task.until_s.is_(None), Task.until_s == at))
+            .values(until_s=at)
+            .execution_options(synchronize_session=False)
+        ).rowcount
+        if not ended:
+            session.refresh(parent)
+            why = (f"it runs at {parent.host.name}, not at home" if parent.host_id != parent.origin_id
+                   else "it is retired" if parent.retired_at is not None else f"it ends at {parent.until_s} already")
+            raise Conflict(f"task #{parent.id} cannot hand its key groups over at {at}: {why}", task_id=parent.id)
+        session.expire(parent, ["until_s"])
+
+
+def retire(session: Session, caller: Principal, task_id: int, now: datetime) -> Task:
+    """The origin retires a task that handed its key groups over, once its last window is out:
+    it runs nowhere again (its host stops it). 409 when its input has not ended or it is
+    retired already; 403 for another's task."""
+    me = caller.require_participant()
+    task = get(session, task_id)
+    if task.origin_id != me.id:
+        raise Forbidden(f"task #{task.id} is {task.origin.name}'s: only its origin retires it")
+    retired = session.execute(
+        update(Task)
+        .where(Task.id == task.id, Task.until_s.is_not(None), Task.retired_at.is_(None))
+        .values(retired_at=now)
+        .execution_options(synchronize_session=False)
+    ).rowcount
+    session.refresh(task)
+    if not retired:
+        why = "it is retired already" if task.retired_at is not None else "its input has not ended: it hands no key groups over"
+        raise Conflict(f"task #{task.id} cannot retire: {why}", task_id=task.id)
+    changes.task_changed(session, [task.id])
+    events.record(session, "task.retired", f"{me.name} retired task #{task.id} {task.name}: its windows until {task.until_s} are out",
+                  actor=me.name, data={"task_id": task.id, "until_s": task.until_s})
+    return task
+
+
 def get(session: Session, task_id: int) -> Task:
     task = session.get(Task, task_id)
     if task is None:
@@ -125,4 +178,7 @@ def to_out(task: Task) -> schemas.TaskOut:
         ha_mode=task.ha_mode,
         epoch=task.epoch,
         from_tasks=[link.parent_id for link in task.lineage],
+        since_s=task.since_s,
+        until_s=task.until_s,
+        retired=task.retired_at is not None,
     )
