@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from bpm.ha.decisions import HA_MODES, task_mode
+from bpm.keygroups import is_location, parse_location
 from bpm.names import task_key
 from bpm.negotiation.models import Contract, Movement, Offer, Task
 
@@ -53,11 +54,35 @@ def offerable_tasks(
     for t in tasks:
         key = task_key(t)
         load = measured.get(key, 0.0)
-        if t["host"] != me or key not in running or load < MIN_TASK_LOAD:
+        if t["host"] != me or key not in running or load < MIN_TASK_LOAD or ending(t):
             continue
         if t["origin"] == me or pass_on:
-            out.append(Task(id=str(t["id"]), load=load, origin=t["origin"], ha_mode=modes.get(key, t.get("ha_mode", "none"))))
+            out.append(Task(id=str(t["id"]), load=load, origin=t["origin"], ha_mode=modes.get(key, t.get("ha_mode", "none")),
+                            groups=key_groups(t) if t["origin"] == me else None))
     return out
+
+
+def ending(task: Mapping) -> bool:
+    """Whether a task handed its key groups over to the tasks a split or merge made (it runs
+    on only to complete its windows, then retires): it neither moves nor splits again."""
+    return task.get("until_s") is not None or bool(task.get("retired"))
+
+
+def key_groups(task: Mapping) -> str | None:
+    """The key groups a task reads of its origin's stream (None: it reads no broker stream)."""
+    uri = task.get("input_uri") or ""
+    return parse_location(uri).prefix if is_location(uri) else None
+
+
+def split_groups(me: str, tasks: Iterable[Mapping]) -> tuple[str, ...]:
+    """The key groups of my tasks that were split and whose halves may merge back: those
+    whose half runs on as a task a split made (`bpm.negotiation.choose_merge`)."""
+    out = set()
+    for t in tasks:
+        groups = key_groups(t)
+        if t["origin"] == me and groups and len(t.get("from_tasks") or ()) == 1 and not ending(t):
+            out.add(groups[:-1])
+    return tuple(sorted(out))
 
 
 def offer_view(offer: Mapping, contract: Mapping, task_loads: Mapping[int, float]) -> Offer:
@@ -128,6 +153,7 @@ def reconcile(
 
     A task that a failover gave me (the newest failover of the task names me at the
     task's current epoch) has no source: its previous host failed, so it is taken over.
+    A retired task runs nowhere: it stops here.
 
     `tasks` may be only those that concern me (the registry's `involving` filter): a task
     running here that is not among them at all was passed on by me, and stops too.
@@ -140,7 +166,7 @@ def reconcile(
     start, stop = [], []
     for task in tasks:
         key = task_key(task)
-        if task["host"] == me:
+        if task["host"] == me and not task.get("retired"):
             if key in running:
                 continue
             took = current_failover(task, failovers)

@@ -4,7 +4,7 @@ HA, under contracts without HA (`bpm.negotiation.not_offerable`, the registry's 
 from __future__ import annotations
 
 from bpm.costs import MM1Cost
-from bpm.federation.views import MIN_TASK_LOAD, offerable_tasks
+from bpm.federation.views import MIN_TASK_LOAD, offerable_tasks, reconcile, split_groups
 from bpm.negotiation import Contract, choose_offer, not_offerable
 
 
@@ -49,3 +49,22 @@ def test_a_hosted_task_is_passed_on_only_without_replicas_and_never_back_to_its_
     assert offer is not None and offer.task_ids == ("1",), "under an HA contract only b's own task"
     offer = choose_offer(load=1.0, cost=cost, tasks=tasks, contracts=[Contract("2", "c", 0.5, 1.0)], me="b")
     assert offer is not None and set(offer.task_ids) == {"1", "3"}, "without HA, a's plain task too, never its replicated one"
+
+
+def test_own_tasks_over_key_groups_may_split_and_those_that_handed_them_over_neither_move_nor_split():
+    stream = "nats://10.0.0.1:4222/b"
+    tasks = [
+        {**task(1, "b", "b", "g0"), "input_uri": f"{stream}/0"},
+        {**task(2, "b", "b", "g10-1"), "input_uri": f"{stream}/10", "from_tasks": [7], "since_s": 60},
+        {**task(3, "b", "b", "g11-1"), "input_uri": f"{stream}/11", "from_tasks": [7], "since_s": 60},
+        {**task(7, "b", "b", "g1"), "input_uri": f"{stream}/1", "until_s": 60},  # ending: its halves took over
+        {**task(8, "a", "b", "g"), "input_uri": "nats://10.0.0.2:4222/a"},  # a's: its key groups are a's to split
+        {**task(9, "b", "b", "g-2"), "input_uri": stream, "from_tasks": [2, 3], "since_s": 120, "retired": True},
+    ]
+    running = {"b.g0", "b.g10-1", "b.g11-1", "b.g1", "a.g", "b.g-2"}
+    measured = dict.fromkeys(running, 0.1)
+    offered = offerable_tasks("b", tasks, measured, running, pass_on=True)
+    assert [(t.id, t.groups) for t in offered] == [("1", "0"), ("2", "10"), ("3", "11"), ("8", None)]
+    assert split_groups("b", tasks) == ("1",), "the halves of g1 may merge back; a merge's task is no half"
+    plan = reconcile("b", tasks, running, [])
+    assert plan.stop == ("b.g-2",) and plan.start == (), "a retired task runs nowhere"
