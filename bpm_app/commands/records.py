@@ -75,10 +75,17 @@ def tasks_list(
     key: Key = None,
     as_json: AsJson = False,
 ) -> None:
-    """List tasks with their origin, current host, load, HA mode, epoch and the tasks a split or merge made them from."""
+    """List tasks with their origin, current host, load, HA mode, epoch, the tasks a split or merge made them from and their span of event time."""
     rows = _read(registry, key, lambda c: c.tasks(host=host, origin=origin, involving=involving))
-    _show(rows, as_json, ["id", "name", "origin", "host", "load", "ha_mode", "epoch", "from"], "tasks",
-          lambda t: {**t, "load": _num(t["load"]), "from": ", ".join(f"#{i}" for i in t.get("from_tasks", []))})
+    _show(rows, as_json, ["id", "name", "origin", "host", "load", "ha_mode", "epoch", "from", "span"], "tasks",
+          lambda t: {**t, "load": _num(t["load"]), "from": ", ".join(f"#{i}" for i in t.get("from_tasks", [])), "span": _span(t)})
+
+
+def _span(task: dict) -> str:
+    """A task's span of event time as a split or merge left it: "since..until", "retired" once it is."""
+    since, until = task.get("since_s"), task.get("until_s")
+    span = "" if since is None and until is None else f"{'' if since is None else since}..{'' if until is None else until}"
+    return f"{span} retired" if task.get("retired") else span
 
 
 def _offer_cells(offer: dict) -> dict:

@@ -93,16 +93,18 @@ def test_tasks_list(federation):
     assert (by_name["n1"]["host"], by_name["n2"]["host"], by_name["w1"]["host"]) == ("south", "north", "west")
 
 
-def test_tasks_list_shows_what_a_task_was_split_from(federation):
+def test_tasks_list_shows_what_a_task_was_split_from_and_its_span(federation):
     key = federation.operator.add_participant("east", "http://127.0.0.9:9000/east")["api_key"]  # its tasks change no other's lists
     east = RegistryClient(federation.url, key)
     whole = east.register_task("whole", input_uri="nats://127.0.0.1:4222/east")
-    half = east.register_task("half", input_uri="nats://127.0.0.1:4222/east/1", from_tasks=[whole["id"]])
+    half = east.register_task("half", input_uri="nats://127.0.0.1:4222/east/1", from_tasks=[whole["id"]], since_s=600)
+    east.retire_task(whole["id"])
     east.close()
     table = bpm(federation, "tasks", "list", "--origin", "east")
     assert table.exit_code == 0, table.output
     row = next(line for line in table.stdout.splitlines() if " half " in line)
-    assert f"#{whole['id']}" in row, table.stdout
+    assert f"#{whole['id']}" in row and "600.." in row, table.stdout
+    assert "..600 retired" in next(line for line in table.stdout.splitlines() if " whole " in line), table.stdout
     assert {t["name"]: t["from_tasks"] for t in listed(federation, "tasks", "list", "--origin", "east")}["half"] == [whole["id"]] == half["from_tasks"]
 
 

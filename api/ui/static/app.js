@@ -737,16 +737,17 @@ function renderMovements() {
   });
   showTable('tasks-table', tasks, {
     caption: 'Tasks',
-    headers: ['Task', 'Origin', 'Runs at', 'Load', 'HA mode', 'Epoch'],
+    headers: ['Task', 'Origin', 'Runs at', 'Load', 'HA mode', 'Epoch', 'Split or merged from'],
     cls: 'tasks',
     none: ['No tasks yet.', 'Each participant registers its own tasks; they start at home.'],
     row: (t) => [
-      `#${t.id} ${t.name}`,
+      h('span', {}, `#${t.id} ${t.name}`, t.retired ? badge('retired') : t.until_s != null ? badge(`ends at ${t.until_s}`, 'ending') : null),
       t.origin,
       h('span', {}, t.host, t.away ? badge('away') : null),
       { cell: num(t.load), class: 'num' },
       t.ha_mode,
       { cell: String(t.epoch), class: 'num' },
+      t.from_tasks && t.from_tasks.length ? `${t.from_tasks.map((i) => `#${i}`).join(', ')} from ${t.since_s}` : DASH,
     ],
   });
   showTable('offers-table', offers, {

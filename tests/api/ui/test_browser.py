@@ -281,6 +281,22 @@ def test_a_movement_appears_live_while_the_federation_runs(federation, page):
     assert_not_reloaded(page)
 
 
+def test_tasks_a_split_made_show_where_they_came_from_and_the_split_task_ends_then_retires(federation, page):
+    federation.add("alpha")
+    alpha = federation["alpha"]
+    whole = alpha.register_task("g", input_uri="nats://127.0.0.1:4222/alpha")
+    sign_in(page, federation.url, federation.registry.admin_key)
+    go(page, "Tasks & movements")
+    mark_page(page)
+    half = alpha.register_task(f"g0-{whole['id']}", input_uri="nats://127.0.0.1:4222/alpha/0", from_tasks=[whole["id"]], since_s=600)
+    rows = page.locator("#tasks-table tbody tr")
+    expect(rows.filter(has_text=half["name"])).to_contain_text(f"#{whole['id']} from 600")
+    expect(rows.filter(has_text=f"#{whole['id']} g")).to_contain_text("ends at 600")
+    alpha.retire_task(whole["id"])
+    expect(rows.filter(has_text=f"#{whole['id']} g")).to_contain_text("retired")
+    assert_not_reloaded(page)
+
+
 def test_ha_view_shows_the_registrys_replicas_and_an_empty_failover_record(federation, page):
     federation.add("alpha", "bravo")
     proposed = federation["alpha"].propose("bravo", 1.0, 2.0, 30, ha_mode="active_standby")
