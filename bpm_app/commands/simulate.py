@@ -115,7 +115,8 @@ def simulate(
         if plot is not None:
             from bpm.sim.plot import plot_sweep
 
-            plot_sweep(summaries, plot, title=f"{base.participants} participants, {base.cost_model} costs, {runs} runs per cell")
+            splitting = f", splitting (fixed cost {base.fixed_cost:g})" if base.split else ""
+            plot_sweep(summaries, plot, title=f"{base.participants} participants, {base.cost_model} costs{splitting}, {runs} runs per cell")
         out = {"command": command, "base": base.to_dict(), "runs_per_cell": runs, "seed": seed, "cells": summaries, "elapsed_s": elapsed}
         if json_out:
             print(json.dumps(out, indent=1))
