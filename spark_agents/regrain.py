@@ -15,19 +15,18 @@ at home; the agent carries it out at a window boundary (`spark_agents.broker.sou
    out, the agent retires it in the registry, and its host stops it for good.
 
 Each step is idempotent and resumes from what the registry and the broker say: an agent
-that restarts between steps registers the half of a split it had not registered yet,
-restarts the old task over its ended input (its record says where it ends) and retires
-it when its windows are out.
+that restarts between steps restarts the old task over its ended input (its record says
+where it ends) and retires it when its windows are out.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from bpm.federation.views import key_groups
-from bpm.keygroups import halves, merged, parse_location
+from bpm.keygroups import halves, merged
 from bpm.names import task_key
 from bpm.negotiation import Task
 from bpm.negotiation.granularity import regrained_name
@@ -37,6 +36,8 @@ from spark_agents.broker.source import hand_over
 
 if TYPE_CHECKING:
     from spark_agents.agent import Agent
+
+log = logging.getLogger("bpm.agent")
 
 
 class Regrain:
@@ -84,7 +85,9 @@ class Regrain:
         made = []
         for source in new:
             try:
-                made.append(self._register(records[0], source.location, source.prefix, parents, at))
+                made.append(agent.client.register_task(
+                    regrained_name(source.prefix, parents), input_uri=source.location, params=records[0].get("params") or {},
+                    ha_mode=records[0].get("ha_mode", "none"), from_tasks=parents, since_s=at))
                 self.start_after[task_key(made[-1])] = source.start_seq
             except RegistryError as exc:
                 if exc.status != 409:
@@ -99,10 +102,6 @@ class Regrain:
         verb = "split" if how == "split" else "merged"
         agent.note(f"task.{how}", f"{verb} {olds_named} into {names} at {at}: the old task(s) complete the windows before it",
                    report=True, data={"from_tasks": parents, "tasks": [t["id"] for t in made], "at": at})
-
-    def _register(self, parent: Mapping, location: str, prefix: str, parents: Sequence[int], at: int) -> dict:
-        return self.agent.client.register_task(regrained_name(prefix, parents), input_uri=location, params=parent.get("params") or {},
-                                               ha_mode=parent.get("ha_mode", "none"), from_tasks=list(parents), since_s=at)
 
     # Every tick (`Agent.sync`)
 
@@ -122,23 +121,10 @@ class Regrain:
             key = task_key(t)
             if t["origin"] != me or t["host"] != me or t.get("until_s") is None or t.get("retired") or key not in running:
                 continue
-            agent.guarded(f"complete the split of {key}", lambda t=t: self._complete(t, tasks))
             if self.ends.get(key, -1) != t["until_s"]:
                 agent.guarded(f"restart {key}", lambda t=t: self._restart(t))
             elif agent.broker is not None:
                 agent.guarded(f"retire {key}", lambda t=t: self._retire(t))
-
-    def _complete(self, task: Mapping, tasks: Sequence[Mapping]) -> None:
-        """Register the half of a split task that is missing: the agent stopped between its
-        two registrations (a merge registers its one task with both ends at once)."""
-        children = [t for t in tasks if task["id"] in (t.get("from_tasks") or ())]
-        if any(len(t["from_tasks"]) > 1 for t in children):
-            return
-        location = parse_location(task["input_uri"])
-        for prefix in sorted(set(halves(location.prefix)) - {key_groups(t) for t in children}):
-            made = self._register(task, str(replace(location, prefix=prefix)), prefix, [task["id"]], task["until_s"])
-            self.agent._stale.add("task")
-            self.agent.note("task.split", f"registered #{made['id']} {made['name']}, the missing half of the split of {task_key(task)}")
 
     def _restart(self, task: Mapping) -> None:
         agent, key = self.agent, task_key(task)

@@ -66,20 +66,3 @@ def test_an_agent_splits_a_task_too_large_to_move_and_sheds_a_half(tmp_path, own
         a.sync()
         assert a.host.sources[f"a.{parent['name']}"].until_s == parent["until_s"]
         assert {f"a.{t['name']}" for t in made if t["host"] == "a"} <= a.host.running()
-
-
-def test_an_agent_that_stopped_between_the_two_halves_of_a_split_registers_the_missing_one(tmp_path, own_brokers):
-    with stepped_federation(tmp_path, lambda now: _KeyGroupsHost(MM1Cost(a=0.25, c=1.0)), brokers=own_brokers,
-                            fixed_cost={"a": FIXED_COST}) as (operator, agents, add, clock):
-        a = add("a", 2)
-        a.sync()
-        first = {t["name"]: t for t in a.client.tasks(origin="a")}["g0"]
-        a.client.register_task(f"g00-{first['id']}", input_uri=own_brokers["a"].location("00"), from_tasks=[first["id"]], since_s=600)
-        a = add("a", 2)  # restarted: it only finds the split half done in the registry
-        a.sync()
-        a._stale.add("task")
-        a.sync()
-        tasks = {t["name"]: t for t in a.client.tasks(origin="a")}
-        assert tasks[f"g01-{first['id']}"]["since_s"] == 600 and tasks[f"g01-{first['id']}"]["from_tasks"] == [first["id"]]
-        assert a.host.sources["a.g0"].until_s == 600
-        assert {"a.g0", "a.g1", f"a.g00-{first['id']}", f"a.g01-{first['id']}"} <= a.host.running()
