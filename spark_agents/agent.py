@@ -591,7 +591,7 @@ class Agent:
         if origin == self.config.name:
             if self.broker is None:
                 raise RuntimeError(f"{key} reads {uri}, but this agent runs no broker (--broker-port)")
-            return replace(self.broker.own_input(where), start_seq=self.regrain.start_after.get(key, 0))
+            return self.broker.own_input(where)
         token = self.credentials.token(task["id"], "stream", origin, task["epoch"])
         user, password = self.ask_stream(self.endpoint(origin), key, task["epoch"], token)
         return JetStreamInput(where.url, user, password, origin, where.prefix)
@@ -739,9 +739,7 @@ class Agent:
                                            bound_s=self.config.availability_bound_s)
             self.note("correlation.started", f"{self.config.name} shares its alerts with its partners and correlates theirs "
                       f"(availability bound {self.config.availability_bound_s:g} s)")
-        # A retired task's windows are all out: it holds no window back (`spark_agents.correlation.OwnAlerts`).
-        retired = {task_key(t) for t in self.seen.tasks if t.get("retired")}
-        mine = [key for key in self._task_ids if key.partition(".")[0] == self.config.name and key not in retired]
+        mine = [key for key in self._task_ids if key.partition(".")[0] == self.config.name]
 
         def ask(partner: str) -> Endpoint:
             return self.ask_alerts(self.endpoint(partner), self.credentials.token(None, "alerts", partner, None))

@@ -46,16 +46,12 @@ class Regrain:
     Attributes:
         ends: per task key running here, where the running query's input ends (None: it does not).
         progress: per ending task key, (the results sequence read up to, the newest window end it said is out).
-        start_after: per new task key not started yet, the stream's sequence at the split: it
-            holds no row of the new task's span, so the task reads after it (an agent that
-            restarted meanwhile has forgotten it, and the task reads the stream from its start).
     """
 
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
         self.ends: dict[str, int | None] = {}
         self.progress: dict[str, tuple[int, int | None]] = {}
-        self.start_after: dict[str, int] = {}
 
     def split(self, task: Task) -> None:
         record = self._record(task.id)
@@ -88,7 +84,6 @@ class Regrain:
                 made.append(agent.client.register_task(
                     regrained_name(source.prefix, parents), input_uri=source.location, params=records[0].get("params") or {},
                     ha_mode=records[0].get("ha_mode", "none"), from_tasks=parents, since_s=at))
-                self.start_after[task_key(made[-1])] = source.start_seq
             except RegistryError as exc:
                 if exc.status != 409:
                     raise
@@ -107,7 +102,6 @@ class Regrain:
 
     def started(self, key: str, until_s: int | None) -> None:
         self.ends[key] = until_s
-        self.start_after.pop(key, None)
 
     def stopped(self, key: str) -> None:
         self.ends.pop(key, None)

@@ -66,8 +66,6 @@ def test_an_agent_splits_a_task_moves_a_half_and_merges_the_halves_with_each_win
             assert low["since_s"] == high["since_s"] == split_at and low["from_tasks"] == high["from_tasks"] == [whole["id"]]
             _until_running(a, {"a.g", f"a.{low['name']}", f"a.{high['name']}"})
             assert hosts["a"].host._task("a.g").source.until_s == split_at, "g runs on over its ended input"
-            assert {hosts["a"].host._task(f"a.{t['name']}").source.start_seq for t in (low, high)} == {mine.last_seq()}, \
-                "the halves read the stream after its end at the split"
             assert split_groups("a", split.values()) == ("",)
             feeder.feed(conns[third:2 * third], rows_per_flush=500)
             for key in hosts["a"].running():
