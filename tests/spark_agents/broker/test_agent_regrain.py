@@ -10,7 +10,7 @@ from bpm.costs import MM1Cost
 from bpm.keygroups import check_prefix
 from tests.spark_agents.broker.test_agent_broker import own_brokers  # noqa: F401 - the fixture
 from tests.spark_agents.stepped import stepped_federation
-from tests.spark_agents.test_agent import SteppedHost, shed_to_b_and_c
+from tests.spark_agents.test_agent import SteppedHost, _contract, _round
 
 pytestmark = pytest.mark.slow
 
@@ -47,10 +47,14 @@ class _KeyGroupsHost(SteppedHost):
 
 def test_an_agent_splits_a_task_too_large_to_move_and_sheds_a_half(tmp_path, own_brokers):
     with stepped_federation(tmp_path, lambda now: _KeyGroupsHost(MM1Cost(a=0.25, c=1.0)), brokers=own_brokers,
-                            fixed_cost={"a": FIXED_COST}) as federation:
-        operator, agents, _, _ = federation
-        shed_to_b_and_c(federation, len(SHARES))
-        a = agents["a"]
+                            fixed_cost={"a": FIXED_COST}) as (operator, agents, add, clock):
+        a = add("a", 4)
+        add("b", 1)
+        add("c", 1)
+        _contract(agents, "a", "b")
+        _contract(agents, "a", "c")
+        for _ in range(12):
+            _round(agents, clock)
         tasks = {t["name"]: t for t in operator.tasks(origin="a")}
         made = [t for t in tasks.values() if t["from_tasks"]]
         assert a.counts["splits"] >= 1 and made, [(t["name"], t["host"]) for t in tasks.values()]
