@@ -47,7 +47,7 @@ from bpm.federation.views import AgreedTerms
 from bpm.names import task_key
 from bpm.negotiation import is_acceptable
 from bpm_app.demo.inputs import BrokerInputs
-from spark_agents.streams.feed import end_mark_us, end_watermark_ms
+from spark_agents.streams.feed import end_mark_us, end_watermark_ms, write_end
 from bpm.zeek.definitions import QueryParams, ResultRow
 from spark_agents.hosts import Hosts
 from spark_agents.runtime import default_load_window_s
@@ -506,6 +506,7 @@ class Demo:
             self.fed.stop_replay(name)
         queried = {name: list(self.fed_tasks[name]) for name in self.fed_logs}
         logs = {name: self._queried_input(name, log, queried[name]) for name, log in self.fed_logs.items()}
+        self._end_together()
         self._drain(queried, timeout_s=180)
         state = self.poll()
         outputs = {name: self.inputs.outputs(name, tasks) for name, tasks in queried.items()}  # while the brokers run
@@ -559,6 +560,24 @@ class Demo:
         newest = admission.newest_us
         self._end_us[name] = None if newest is None else end_mark_us(newest, self.params)
         return out
+
+    def _end_together(self) -> None:
+        """Close every participant's stream at one event time, the latest end any replayer
+        wrote: replayers stop a moment apart, and a window that one participant closed and a
+        partner never did would hold its correlation back for ever. Where the replayer ended
+        earlier, the later end mark goes to each key group: the windows in between close empty."""
+        from spark_agents.broker.stream import BrokerStream
+
+        ends = {name: end for name, end in self._end_us.items() if end is not None}
+        if not ends:
+            return
+        common = max(ends.values())
+        for name, end in ends.items():
+            if end < common:
+                with self.inputs.broker(name) as broker:
+                    stream = BrokerStream(broker, name)
+                    write_end(stream, common, range(stream.partitions))
+            self._end_us[name] = common
 
     def _drain(self, queried: dict[str, list[str]], timeout_s: float) -> None:
         """Wait until every task, where it runs now, has completed a batch with the watermark

@@ -4,7 +4,7 @@ The feeder applies the lateness rule in input order (before partitioning, so the
 not depend on the number of key groups), routes each connection by its source prefix to its
 key group, and ends every chunk with a time-advance tick carrying the newest timestamp admitted so far: a
 key group that receives no connections for a while still sees event time move, so its
-windows close. `close()` writes an end-of-input mark that moves event time past every window.
+windows close. `close()` writes an end-of-input mark that moves event time past every window holding a row.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Protocol
 
 from spark_agents.streams.records import MARK_END, MARK_TICK, StreamRecord
 from bpm.zeek.conn import Conn
-from bpm.zeek.definitions import MICROS, Admission, QueryParams, partition_of, source_prefix, ts_micros
+from bpm.zeek.definitions import MICROS, Admission, QueryParams, partition_of, source_prefix, ts_micros, window_start
 
 
 def amplified(conns: Iterable[Conn], copies: int) -> Iterator[Conn]:
@@ -37,8 +37,20 @@ def amplified(conns: Iterable[Conn], copies: int) -> Iterator[Conn]:
 
 
 def end_mark_us(newest_us: int, params: QueryParams) -> int:
-    """An event time past the end of every window holding `newest_us`, even after the watermark delay."""
-    return newest_us + (params.window_s + params.lateness_s + 1) * MICROS
+    """The end-of-input mark after the newest event `newest_us`: an event time that brings the
+    watermark one second past the end of the window holding it, short of the next window's
+    end. That window closes and no later one, so streams whose newest rows fall in one window
+    close the same windows (a correlation waits for every partner's, `spark_agents.correlation`)."""
+    return (window_start(newest_us, params.window_s) + params.window_s + params.lateness_s + 1) * MICROS
+
+
+def write_end(stream: Stream, end_us: int, key_groups: Iterable[int]) -> int:
+    """Append the end-of-input mark `end_us` (`end_mark_us`) to each of `key_groups`; returns how many."""
+    count = 0
+    for k in key_groups:
+        stream.append(k, [StreamRecord(end_us, mark=MARK_END)])
+        count += 1
+    return count
 
 
 def end_watermark_ms(end_us: int, params: QueryParams) -> int:
@@ -139,11 +151,8 @@ class Feeder:
         """Flush and write the end-of-input mark to every key group fed, closing all windows."""
         self.flush()
         if self.admission.newest_us is not None:
-            end = StreamRecord(end_mark_us(self.admission.newest_us, self.params), mark=MARK_END)
             fed = [k for k in range(self.stream.partitions) if self._fed(k)]
-            for k in fed:
-                self.stream.append(k, [end])
-            self.files += len(fed)
+            self.files += write_end(self.stream, end_mark_us(self.admission.newest_us, self.params), fed)
         self.closed = True
 
 

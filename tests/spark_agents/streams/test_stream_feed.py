@@ -1,6 +1,7 @@
 import pytest
 
-from spark_agents.streams.feed import Feeder, amplified, end_mark_us, feed_all
+from spark_agents.query import closed_window_end
+from spark_agents.streams.feed import Feeder, amplified, end_mark_us, end_watermark_ms, feed_all, write_end
 from spark_agents.streams.records import MARK_DATA, MARK_END, MARK_TICK
 from bpm.zeek.conn import Conn
 from bpm.zeek.definitions import QueryParams, partition_of, source_prefix
@@ -61,7 +62,20 @@ def test_late_rows_are_refused_before_partitioning_and_the_end_mark_closes_every
     assert feeder.admission.late == 1 and sum(feeder.written) == 3
     for k in range(2):
         last = records(stream, k)[-1]
-        assert last.mark == MARK_END and last.ts_us == end_mark_us(200_000_000, PARAMS) == (200 + 60 + 10 + 1) * 10**6
+        assert last.mark == MARK_END and last.ts_us == end_mark_us(200_000_000, PARAMS)
+
+
+@pytest.mark.parametrize("newest_s", [180, 200, 239.999999])
+def test_the_end_mark_closes_the_window_of_the_newest_row_and_no_later_one(newest_s):
+    # Streams whose newest rows fall in one window close the same windows, wherever in it they fall.
+    watermark_ms = end_watermark_ms(end_mark_us(int(newest_s * 10**6), PARAMS), PARAMS)
+    assert closed_window_end(watermark_ms, PARAMS) == 240  # PARAMS: 60 s windows
+
+
+def test_write_end_marks_the_key_groups_given():
+    stream = Chunks(3)
+    assert write_end(stream, 5 * 10**6, [0, 2]) == 2
+    assert [r.mark for r in records(stream, 0)] == [MARK_END] and records(stream, 1) == []
 
 
 def test_key_groups_not_fed_get_nothing_until_they_are_fed():
