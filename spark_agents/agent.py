@@ -30,7 +30,7 @@ import time
 from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -47,6 +47,7 @@ from bpm.federation.views import (
     offerable_tasks,
     reconcile,
     seconds,
+    split_groups,
 )
 from bpm.ha import with_live_partners
 from bpm.keygroups import is_location, parse_location
@@ -61,8 +62,10 @@ from bpm.agent.machine import (
     Instruction,
     MakeOffer,
     Mechanism,
+    Merge,
     Period,
     Refuse,
+    Split,
     TasksChanged,
     Tick,
     View,
@@ -76,6 +79,7 @@ from spark_agents.broker.source import JetStreamInput
 from spark_agents.correlation import Correlation, Endpoint, ask_alerts_credentials
 from spark_agents.credentials import Credentials, write_private
 from spark_agents.ha_agent import HADuties
+from spark_agents.regrain import Regrain
 from spark_agents.settings import default
 
 if TYPE_CHECKING:
@@ -158,6 +162,10 @@ class AgentConfig:
             methods of `spark_agents.runtime.SparkTasks`).
         ha_interval_s: how often a host ships passive-standby deltas and acknowledges the stream.
         fetch_timeout_s: how long one tick waits for a previous host to release a checkpoint.
+        fixed_cost: what a running task costs whatever its input, in units of load (`bpm
+            bench fixed-cost` measures it): with it, the agent splits its own tasks over their
+            key groups where their size keeps load from moving, and merges them back where it
+            no longer does (`spark_agents.regrain`); None: tasks keep their size.
         correlate: whether the agent shares its alerts with its contract partners and
             correlates them with those they share (`spark_agents.correlation`; needs its own broker).
         availability_bound_s: how long the correlated result waits for a partner's alerts
@@ -183,6 +191,7 @@ class AgentConfig:
     ha: bool = default("ha")
     ha_interval_s: float = default("ha_interval")
     fetch_timeout_s: float = 20.0
+    fixed_cost: float | None = default("fixed_cost")
     correlate: bool = default("correlate")
     availability_bound_s: float = default("availability_bound")
 
@@ -255,7 +264,8 @@ class Agent:
         self._stream_grants: dict[tuple[str, str, str, bool], float] = {}
         self._view_read_at = float("-inf")
         self.machine = Mechanism(config.name, started_s=clock(), period_s=config.period_s, warmup_s=config.warmup_s,
-                                 settle_s=config.settle_s, margin=config.margin, hysteresis=config.hysteresis)
+                                 settle_s=config.settle_s, margin=config.margin, hysteresis=config.hysteresis,
+                                 fixed_cost=config.fixed_cost)
         self._answered: set[int] = set()  # my offers whose answer the machine has seen
         self.last_report: dict[str, Any] = {}
         self.last_loads: dict[str, float] = {}  # each running task's load by task key, as of `last_report` (whose load is their sum)
@@ -280,6 +290,7 @@ class Agent:
         self._beat_lock = threading.Lock()
         self._last_beat = 0.0
         self.ha = HADuties(self, interval_s=config.ha_interval_s) if config.ha and hasattr(host, "ha_take_over") else None
+        self.regrain = Regrain(self)
 
     # Records
 
@@ -476,6 +487,7 @@ class Agent:
             else:
                 what, step = f"start {task_key(start.task)}", (lambda s=start: self._start(s.task, s.source))
             self.guarded(what, self._racing(what, step))
+        self.regrain.act(tasks)
 
     def _release_all(self, stops: list[tuple[str, int | None]]) -> None:
         """Stop the tasks that left (key, epoch at which it was handed over), all at once: each
@@ -503,6 +515,7 @@ class Agent:
         finally:
             with self._lock:
                 self._stopping.discard(key)
+                self.regrain.stopped(key)
                 self._changed()
                 if key not in self.hosting():
                     self._released[key] = epoch
@@ -550,6 +563,7 @@ class Agent:
         source = self.stream_input(task)
         with self._lock:
             self.host.start_task(key, source, checkpoint, task.get("params") or {}, epoch=epoch)
+            self.regrain.started(key, task.get("until_s"))
             self._changed()
             self._released.pop(key, None)
             self._task_ids[key] = task["id"]
@@ -560,11 +574,15 @@ class Agent:
     def stream_input(self, task: Mapping) -> JetStreamInput | None:
         """What a task reads: its share of its origin's broker stream with the credentials to
         read it (this participant's own for its own tasks; for another's, those its origin's
-        agent grants on the registry's token). None for a task that names no input (a
+        agent grants on the registry's token), over the task's span of event time (a split's
+        or merge's, `spark_agents.regrain`). None for a task that names no input (a
         simulated host's); ValueError for anything but a broker location."""
         uri, origin, key = task.get("input_uri") or "", task["origin"], task_key(task)
         if not uri:
             return None
+        return replace(self._stream(uri, origin, key, task), since_s=task.get("since_s"), until_s=task.get("until_s"))
+
+    def _stream(self, uri: str, origin: str, key: str, task: Mapping) -> JetStreamInput:
         if not is_location(uri):
             raise ValueError(f"{key} reads {uri!r}, not a broker stream (nats://host:port/participant/key-groups)")
         where = parse_location(uri)
@@ -573,7 +591,7 @@ class Agent:
         if origin == self.config.name:
             if self.broker is None:
                 raise RuntimeError(f"{key} reads {uri}, but this agent runs no broker (--broker-port)")
-            return self.broker.own_input(where)
+            return replace(self.broker.own_input(where), start_seq=self.regrain.start_after.get(key, 0))
         token = self.credentials.token(task["id"], "stream", origin, task["epoch"])
         user, password = self.ask_stream(self.endpoint(origin), key, task["epoch"], token)
         return JetStreamInput(where.url, user, password, origin, where.prefix)
@@ -721,7 +739,9 @@ class Agent:
                                            bound_s=self.config.availability_bound_s)
             self.note("correlation.started", f"{self.config.name} shares its alerts with its partners and correlates theirs "
                       f"(availability bound {self.config.availability_bound_s:g} s)")
-        mine = [key for key in self._task_ids if key.partition(".")[0] == self.config.name]
+        # A retired task's windows are all out: it holds no window back (`spark_agents.correlation.OwnAlerts`).
+        retired = {task_key(t) for t in self.seen.tasks if t.get("retired")}
+        mine = [key for key in self._task_ids if key.partition(".")[0] == self.config.name and key not in retired]
 
         def ask(partner: str) -> Endpoint:
             return self.ask_alerts(self.endpoint(partner), self.credentials.token(None, "alerts", partner, None))
@@ -880,6 +900,10 @@ class Agent:
                 self.seen.offers.append(made)  # pending as far as I know: its answer is read when it is no longer
                 self.counts["offers_made"] += 1
                 self.note("offer.made", f"offered tasks {made['task_ids']} ({offer.load:.3f} load) to {offer.partner} at up to {offer.price_cap:.3f}")
+            case Split(task):
+                self.regrain.split(task)
+            case Merge(tasks):
+                self.regrain.merge(tasks)
             case Wait(_, message):
                 self.note("offer.none", message)
         return []
@@ -962,6 +986,7 @@ class Agent:
             outstanding=any(o["state"] == "pending" for o in mine),
             # An offer of mine was just accepted: its tasks still run here, and my load still counts them.
             handing_over=bool(self.hosting() - {task_key(t) for t in tasks if t["host"] == me}),
+            split=split_groups(me, tasks),
         )
 
     # Status

@@ -30,6 +30,9 @@ AGENT_COUNTS = {
     "offers_refused": "Offers made to the agent that it refused.",
     "movements_started": "Movements the agent's acceptances started (one per task taken on).",
     "movements_ended": "Movements the agent ended.",
+    "splits": "Own tasks the agent split over their key groups.",
+    "merges": "Pairs of own tasks the agent merged back into one.",
+    "tasks_retired": "Own tasks the agent retired once the tasks a split or merge made had taken their key groups over.",
 }
 
 

@@ -87,6 +87,7 @@ class AgentSettings(BaseSettings):
     broker_http_port: int | None = Field(None, ge=1, le=65535, description="Health-check port of the broker (default: --broker-port + 1).")
     broker_address: str | None = Field(None, description="Address partners reach the broker at (default: HOST).")
     shares: int | None = Field(None, ge=1, le=64, description="With --broker-port: its stream split into N equal shares of its 64 key groups (a power of two); --partitions then picks the shares that are its own tasks, named g<bits>.")
+    fixed_cost: float | None = Field(None, ge=0, le=1, description="What one running task costs whatever its input, as a share of the participant's capacity (bpm bench fixed-cost measures it): with it, the agent splits its own tasks over their key groups where their size keeps load from moving, and merges them back where it no longer does; unset: tasks keep their size.")
     correlate: bool = Field(False, description="With --broker-port: share this participant's alerts with its contract partners and correlate them with those they share (per window, sources alerting at two or more participants; tentative while a partner is unreachable).")
     availability_bound: float = Field(10.0, ge=0, description="With --correlate: seconds a window's correlated result waits for a partner's alerts before it is published tentative.")
     log_format: Literal["text", "json"] = Field("text", description="text, or json: one JSON object per line (time, level, logger, message, participant).")

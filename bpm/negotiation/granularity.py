@@ -40,6 +40,13 @@ def split_time(newest_event_us: int, window_s: int) -> int:
     return (newest_event_us // 1_000_000 // window_s + 1) * window_s
 
 
+def regrained_name(groups: str, parents: Sequence[int]) -> str:
+    """The name of the task a split or merge makes over key groups `groups` from the tasks
+    `parents` (registry ids): unique for its origin, since a task hands each share of its
+    key groups over once."""
+    return f"g{groups}-{min(parents)}"
+
+
 def piece_load(load: float, fixed_cost: float, depth: int = 1) -> float:
     """The estimated load of one of the 2^`depth` pieces of a task of `load`."""
     return max(load - fixed_cost, 0.0) / (1 << depth) + fixed_cost

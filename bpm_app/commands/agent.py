@@ -177,6 +177,7 @@ def _run(s) -> None:
         pass_on=s.pass_on,
         ha=s.ha,
         ha_interval_s=s.ha_interval,
+        fixed_cost=s.fixed_cost,
         correlate=s.correlate,
         availability_bound_s=s.availability_bound,
     )

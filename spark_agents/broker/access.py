@@ -78,8 +78,8 @@ class OwnBroker:
                 self._owner_connection = self._retention = None
         self.server.stop()
 
-    def retention(self):
-        """The acknowledgements of this participant's stream (`spark_agents.broker.retention.Retention`), as its owner."""
+    def connection(self):
+        """This agent's connection to its server as the owner (`spark_agents.broker.stream.Broker`), made on first use and kept."""
         from spark_agents.broker.retention import Retention
         from spark_agents.broker.stream import Broker
 
@@ -87,6 +87,12 @@ class OwnBroker:
             if self._owner_connection is None or self._owner_connection.nc.is_closed:
                 self._owner_connection = Broker(self.server.url, self.name, self.password)
                 self._retention = Retention(self._owner_connection, self.name)
+            return self._owner_connection
+
+    def retention(self):
+        """The acknowledgements of this participant's stream (`spark_agents.broker.retention.Retention`), as its owner."""
+        with self._lock:
+            self.connection()
             return self._retention
 
     def location(self, prefix: str = "") -> str:

@@ -194,6 +194,14 @@ def read_messages(broker: Broker, task_id: str, after: int = 0) -> list[tuple[in
     return [(seq, json.loads(data), at) for seq, data, at in broker.call(fetch_all())]
 
 
+def closed_through(broker: Broker, task_id: str, after: int = 0) -> tuple[int, int | None]:
+    """(the newest sequence read, the end of the newest window task `task_id`'s progress marks
+    after sequence `after` say is out, None when none does): read on from `after` next time."""
+    messages = read_messages(broker, task_id, after)
+    closed = [body["closed"] for _, body, _ in messages if body.get("kind") == "progress"]
+    return (messages[-1][0] if messages else after), max(closed, default=None)
+
+
 def read_results(broker: Broker, task_id: str, after: int = 0) -> list[ResultBatch]:
     """Every batch task `task_id` has written after stream sequence `after`, in order."""
     return [ResultBatch(seq, body["epoch"], body["batch_id"], [ResultRow.from_json(r) for r in body["rows"]], at)

@@ -22,13 +22,14 @@ from tests.api.conftest import Clock
 @contextmanager
 def stepped_federation(
     tmp_path: Path, make_host: Callable[[Callable[[], float]], object], task_params: dict | None = None,
-    brokers: Mapping[str, OwnBroker] | None = None, correlate: bool = False,
+    brokers: Mapping[str, OwnBroker] | None = None, correlate: bool = False, fixed_cost: Mapping[str, float] | None = None,
 ) -> Iterator[tuple[RegistryClient, dict[str, Agent], Callable[[str, int], Agent], Clock]]:
     """(operator, agents, add(name, tasks), clock): `add` registers a participant and connects
     its agent, whose host is `make_host(now)`; agents fetch checkpoints from each other directly.
     A participant with a broker in `brokers` runs it and has its tasks over shares of its
     stream; the others' tasks name no input. With `correlate` the agents share their alerts
-    and correlate them (`AgentConfig.correlate`, an availability bound of 2 s)."""
+    and correlate them (`AgentConfig.correlate`, an availability bound of 2 s). A participant
+    in `fixed_cost` splits and merges its tasks with that fixed cost per task (`AgentConfig.fixed_cost`)."""
     brokers = brokers or {}
     database_url = f"sqlite:///{tmp_path / 'registry.db'}"
     upgrade(database_url)
@@ -78,6 +79,7 @@ def stepped_federation(
                 reference_price=1.0,
                 correlate=correlate,
                 availability_bound_s=2.0,
+                fixed_cost=(fixed_cost or {}).get(name),
             )
             agent = Agent(config, client, make_host(now), clock=now, fetch=fetch, ask_stream=ask_stream, send_ack=send_ack,
                           ask_alerts=ask_alerts, broker=brokers.get(name))

@@ -71,15 +71,21 @@ def _round(agents, clock, seconds=1.0):
     clock.advance(seconds)
 
 
-def test_overloaded_participant_sheds_until_acceptable(federation):
+def shed_to_b_and_c(federation, tasks: int, rounds: int = 12) -> None:
+    """a with `tasks` tasks, b and c with one each, a's contracts with both; `rounds` rounds."""
     operator, agents, add, clock = federation
-    add("a", 9)  # 1.08 load against a 0.5 threshold: more than one partner can absorb
+    add("a", tasks)
     add("b", 1)
     add("c", 1)
     _contract(agents, "a", "b")
     _contract(agents, "a", "c")
-    for _ in range(12):
+    for _ in range(rounds):
         _round(agents, clock)
+
+
+def test_overloaded_participant_sheds_until_acceptable(federation):
+    operator, agents, add, clock = federation
+    shed_to_b_and_c(federation, 9)  # 1.08 load against a 0.5 threshold: more than one partner can absorb
     loads = {p["name"]: p["load"] for p in operator.participants()}
     thresholds = {p["name"]: p["threshold"] for p in operator.participants()}
     assert loads["a"] < 9 * TASK_LOAD, "load moved away from the overloaded participant"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+from contextlib import contextmanager
 
 import pytest
 from fastapi.testclient import TestClient
@@ -114,12 +115,13 @@ def test_the_origin_lets_in_only_its_task_s_host_and_only_for_that_task(tmp_path
             _reads(broker, "b", body["password"])
 
 
-def test_a_task_over_the_broker_moves_between_agents_that_share_no_folder_and_writes_each_result_once(tmp_path, own_brokers, spark):
+@contextmanager
+def spark_hosts(spark, tmp_path):
+    """(hosts, make_host): `stepped_federation`'s hosts on Spark, one per participant in the
+    order added (a, then b), each in its own folder, in `hosts` by name; closed at the end."""
     from spark_agents.host import TaskHost
     from spark_agents.runtime import SparkTasks
 
-    broker = own_brokers["a"]
-    params = QueryParams(window_s=10, lateness_s=5)
     hosts = {}
 
     def make_host(now):
@@ -127,35 +129,41 @@ def test_a_task_over_the_broker_moves_between_agents_that_share_no_folder_and_wr
         hosts[name] = SparkTasks(TaskHost(spark, tmp_path / name, interval_s=60), trigger_s=0.2)
         return hosts[name]
 
+    try:
+        yield hosts, make_host
+    finally:
+        for host in hosts.values():
+            host.host.close(stop_tasks=True)
+
+
+def test_a_task_over_the_broker_moves_between_agents_that_share_no_folder_and_writes_each_result_once(tmp_path, own_brokers, spark):
+    broker = own_brokers["a"]
+    params = QueryParams(window_s=10, lateness_s=5)
     conns = list(generate(TrafficProfile(duration_s=120, rate=40, scanners=2), 7))
     first, rest = conns[: len(conns) // 2], conns[len(conns) // 2:]
-    with Broker(broker.url, "a", broker.password) as mine:
+    with Broker(broker.url, "a", broker.password) as mine, spark_hosts(spark, tmp_path) as (hosts, make_host):
         feeder = Feeder(BrokerStream(mine, "a"), params)
-        try:
-            with stepped_federation(tmp_path, make_host, task_params=params.to_dict(), brokers=own_brokers) as (operator, agents, add, clock):
-                a = add("a", 1)
-                b = add("b", 0)
-                clients = {"a": a.client, "b": b.client}
-                feeder.feed(first, rows_per_flush=500)
-                a.sync()
-                assert a.host.running() == {"a.g"}
-                _drain(hosts["a"], "a.g")
-                task = _move(clients, clients["a"].tasks(origin="a")[0])
-                a._stale.add("task")
-                a.sync()  # releases the task at a batch boundary
-                b._stale.add("task")
-                b.sync()  # fetches the checkpoint from a, asks a for the stream, starts
-                assert b.host.running() == {"a.g"} and a.host.running() == set()
-                running = hosts["b"].host._task("a.g").source
-                assert isinstance(running, JetStreamInput) and running.user == "b"
-                feeder.feed(rest, rows_per_flush=500)
-                feeder.close()
-                _drain(hosts["b"], "a.g")
-                hosts["b"].stop_task("a.g")
-                out = broker_outputs(mine, ["a.g"])
-        finally:
-            for host in hosts.values():
-                host.host.close(stop_tasks=True)
+        with stepped_federation(tmp_path, make_host, task_params=params.to_dict(), brokers=own_brokers) as (operator, agents, add, clock):
+            a = add("a", 1)
+            b = add("b", 0)
+            clients = {"a": a.client, "b": b.client}
+            feeder.feed(first, rows_per_flush=500)
+            a.sync()
+            assert a.host.running() == {"a.g"}
+            _drain(hosts["a"], "a.g")
+            task = _move(clients, clients["a"].tasks(origin="a")[0])
+            a._stale.add("task")
+            a.sync()  # releases the task at a batch boundary
+            b._stale.add("task")
+            b.sync()  # fetches the checkpoint from a, asks a for the stream, starts
+            assert b.host.running() == {"a.g"} and a.host.running() == set()
+            running = hosts["b"].host._task("a.g").source
+            assert isinstance(running, JetStreamInput) and running.user == "b"
+            feeder.feed(rest, rows_per_flush=500)
+            feeder.close()
+            _drain(hosts["b"], "a.g")
+            hosts["b"].stop_task("a.g")
+            out = broker_outputs(mine, ["a.g"])
     expected = compute(conns, params)
     assert expected and out.rows == set(expected) and out.duplicates == []
     assert task["epoch"] == 1

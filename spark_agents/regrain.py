@@ -1,0 +1,170 @@
+"""The agent's splits and merges of its own tasks over their key groups (`bpm.negotiation.granularity`).
+
+The state machine asks for a `Split` of a task, or a `Merge` of two halves, both running
+at home; the agent carries it out at a window boundary (`spark_agents.broker.source.hand_over`):
+
+1. It reads the split time from its stream (the first window start after the newest
+   event it holds) and registers the new tasks with the registry, each with its key groups,
+   `from_tasks` and `since_s` at that time. The registry ends the old tasks' input there
+   (`until_s`), once, in the same transaction, and from then on refuses to move them.
+2. Every tick, a task of its own running here whose record ends where its running query
+   does not is restarted from its checkpoint over its ended input: it completes every
+   window that starts before the split time; rows from that time on are the new tasks'.
+   The new tasks start like any new task, on whichever host the registry names.
+3. Once the old task's progress marks on the results stream say that its last window is
+   out, the agent retires it in the registry, and its host stops it for good.
+
+Each step is idempotent and resumes from what the registry and the broker say: an agent
+that restarts between steps registers the half of a split it had not registered yet,
+restarts the old task over its ended input (its record says where it ends) and retires
+it when its windows are out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from bpm.federation.views import key_groups
+from bpm.keygroups import halves, merged, parse_location
+from bpm.names import task_key
+from bpm.negotiation import Task
+from bpm.negotiation.granularity import regrained_name
+from bpm_http.client import RegistryError
+from spark_agents.broker.results import closed_through
+from spark_agents.broker.source import hand_over
+
+if TYPE_CHECKING:
+    from spark_agents.agent import Agent
+
+
+class Regrain:
+    """One agent's splits and merges, the restarts of the tasks they ended, and their retirement.
+
+    Attributes:
+        ends: per task key running here, where the running query's input ends (None: it does not).
+        progress: per ending task key, (the results sequence read up to, the newest window end it said is out).
+        start_after: per new task key not started yet, the stream's sequence at the split: it
+            holds no row of the new task's span, so the task reads after it (an agent that
+            restarted meanwhile has forgotten it, and the task reads the stream from its start).
+    """
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.ends: dict[str, int | None] = {}
+        self.progress: dict[str, tuple[int, int | None]] = {}
+        self.start_after: dict[str, int] = {}
+
+    def split(self, task: Task) -> None:
+        record = self._record(task.id)
+        self._hand_over([record], halves(key_groups(record) or ""), "split")
+
+    def merge(self, tasks: tuple[Task, Task]) -> None:
+        records = [self._record(t.id) for t in tasks]
+        first, second = (key_groups(r) or "" for r in records)
+        self._hand_over(records, [merged(first, second)], "merge")
+
+    def _record(self, task_id: str) -> Mapping:
+        found = [t for t in self.agent.seen.tasks if str(t["id"]) == task_id]
+        if not found:
+            raise LookupError(f"task #{task_id} is not among the tasks read")
+        return found[0]
+
+    def _hand_over(self, records: Sequence[Mapping], prefixes: Sequence[str], how: str) -> None:
+        from spark_agents.runtime import _query
+
+        agent = self.agent
+        olds = [agent.stream_input(r) for r in records]
+        if any(o is None for o in olds):
+            raise ValueError(f"tasks {[r['id'] for r in records]} read no broker stream: they have no key groups to hand over")
+        ended, new = hand_over(olds, prefixes, _query(records[0].get("params") or {}).window_s)
+        at = ended[0].until_s
+        parents = [r["id"] for r in records]
+        made = []
+        for source in new:
+            try:
+                made.append(self._register(records[0], source.location, source.prefix, parents, at))
+                self.start_after[task_key(made[-1])] = source.start_seq
+            except RegistryError as exc:
+                if exc.status != 409:
+                    raise
+                agent._race(f"{how} of tasks {parents}", exc)
+                return
+        agent._stale.add("task")
+        agent._changed()
+        agent.counts[f"{how}s"] += 1
+        names = ", ".join(f"#{t['id']} {t['name']} ({t['input_uri'].rsplit('/', 1)[-1] or 'all'})" for t in made)
+        olds_named = ", ".join(f"#{r['id']} {r['name']}" for r in records)
+        verb = "split" if how == "split" else "merged"
+        agent.note(f"task.{how}", f"{verb} {olds_named} into {names} at {at}: the old task(s) complete the windows before it",
+                   report=True, data={"from_tasks": parents, "tasks": [t["id"] for t in made], "at": at})
+
+    def _register(self, parent: Mapping, location: str, prefix: str, parents: Sequence[int], at: int) -> dict:
+        return self.agent.client.register_task(regrained_name(prefix, parents), input_uri=location, params=parent.get("params") or {},
+                                               ha_mode=parent.get("ha_mode", "none"), from_tasks=list(parents), since_s=at)
+
+    # Every tick (`Agent.sync`)
+
+    def started(self, key: str, until_s: int | None) -> None:
+        self.ends[key] = until_s
+        self.start_after.pop(key, None)
+
+    def stopped(self, key: str) -> None:
+        self.ends.pop(key, None)
+
+    def act(self, tasks: Sequence[Mapping]) -> None:
+        """Restart my tasks running here whose input ended since they started; retire those
+        whose last window is out."""
+        agent = self.agent
+        me, running = agent.config.name, agent.hosting()
+        for t in tasks:
+            key = task_key(t)
+            if t["origin"] != me or t["host"] != me or t.get("until_s") is None or t.get("retired") or key not in running:
+                continue
+            agent.guarded(f"complete the split of {key}", lambda t=t: self._complete(t, tasks))
+            if self.ends.get(key, -1) != t["until_s"]:
+                agent.guarded(f"restart {key}", lambda t=t: self._restart(t))
+            elif agent.broker is not None:
+                agent.guarded(f"retire {key}", lambda t=t: self._retire(t))
+
+    def _complete(self, task: Mapping, tasks: Sequence[Mapping]) -> None:
+        """Register the half of a split task that is missing: the agent stopped between its
+        two registrations (a merge registers its one task with both ends at once)."""
+        children = [t for t in tasks if task["id"] in (t.get("from_tasks") or ())]
+        if any(len(t["from_tasks"]) > 1 for t in children):
+            return
+        location = parse_location(task["input_uri"])
+        for prefix in sorted(set(halves(location.prefix)) - {key_groups(t) for t in children}):
+            made = self._register(task, str(replace(location, prefix=prefix)), prefix, [task["id"]], task["until_s"])
+            self.agent._stale.add("task")
+            self.agent.note("task.split", f"registered #{made['id']} {made['name']}, the missing half of the split of {task_key(task)}")
+
+    def _restart(self, task: Mapping) -> None:
+        agent, key = self.agent, task_key(task)
+        with agent._lock:
+            agent.host.stop_task(key)
+            self.stopped(key)
+        agent._start(task, None)
+        agent.note("task.ending", f"restarted {key} over its input ending at {task['until_s']}: it completes its windows before that")
+
+    def _retire(self, task: Mapping) -> None:
+        agent, key = self.agent, task_key(task)
+        after, closed = self.progress.get(key, (0, None))
+        seq, newest = closed_through(agent.broker.connection(), key, after)
+        known = [c for c in (closed, newest) if c is not None]
+        closed = max(known) if known else None
+        self.progress[key] = (seq, closed)
+        if closed is None or closed < task["until_s"]:
+            return
+        try:
+            agent.client.retire_task(task["id"])
+        except RegistryError as exc:
+            if exc.status != 409:
+                raise
+            agent._race(f"retirement of {key}", exc)
+            return
+        self.progress.pop(key, None)
+        agent._stale.add("task")
+        agent.counts["tasks_retired"] += 1
+        agent.note("task.retired", f"retired {key}: its windows until {task['until_s']} are out")

@@ -1,0 +1,85 @@
+"""The live agent's state machine asks for a split where lumpy load blocks a shed, and the
+agent carries it out through the registry; the half it then sheds moves to a partner.
+Stepped, without Spark (`test_agent_split.py` runs a split on Spark)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bpm.costs import MM1Cost
+from bpm.keygroups import check_prefix
+from tests.spark_agents.broker.test_agent_broker import own_brokers  # noqa: F401 - the fixture
+from tests.spark_agents.stepped import stepped_federation
+from tests.spark_agents.test_agent import SteppedHost, shed_to_b_and_c
+
+pytestmark = pytest.mark.slow
+
+FIXED_COST = 0.01
+# a's four tasks: 0.52 against a threshold of 0.5 at price 1, each too large for its saving to beat the price.
+SHARES = {"00": 0.14, "01": 0.13, "10": 0.125, "11": 0.125}
+
+
+class _KeyGroupsHost(SteppedHost):
+    """A task's load follows its key groups: a half of a share carries half its load plus
+    the fixed cost; a task whose input ended carries only the fixed cost."""
+
+    def __init__(self, cost) -> None:
+        super().__init__(cost)
+        self.sources = {}
+
+    def start_task(self, task_id, source, checkpoint_dir, params, epoch):
+        super().start_task(task_id, source, checkpoint_dir, params, epoch)
+        self.sources[task_id] = source
+
+    def loads(self):
+        out = {}
+        for key in self._running:
+            source = self.sources.get(key)
+            if source is None or not source.participant == "a":
+                out[key] = 0.12
+            elif source.until_s is not None:
+                out[key] = FIXED_COST
+            else:
+                prefix = check_prefix(source.prefix)
+                out[key] = SHARES[prefix[:2]] / 2 ** (len(prefix) - 2) + (FIXED_COST if len(prefix) > 2 else 0.0)
+        return out
+
+
+def test_an_agent_splits_a_task_too_large_to_move_and_sheds_a_half(tmp_path, own_brokers):
+    with stepped_federation(tmp_path, lambda now: _KeyGroupsHost(MM1Cost(a=0.25, c=1.0)), brokers=own_brokers,
+                            fixed_cost={"a": FIXED_COST}) as federation:
+        operator, agents, add, _ = federation
+        shed_to_b_and_c(federation, len(SHARES))
+        a = agents["a"]
+        tasks = {t["name"]: t for t in operator.tasks(origin="a")}
+        made = [t for t in tasks.values() if t["from_tasks"]]
+        assert a.counts["splits"] >= 1 and made, [(t["name"], t["host"]) for t in tasks.values()]
+        parent = next(t for t in tasks.values() if t["id"] == made[0]["from_tasks"][0])
+        assert parent["name"] in ("g10", "g11") and parent["until_s"] is not None and parent["host"] == "a"
+        assert all(t["since_s"] == parent["until_s"] for t in made if t["from_tasks"] == [parent["id"]])
+        assert a.host.sources[f"a.{parent['name']}"].until_s == parent["until_s"], "the split task runs on over its ended input"
+        assert any(t["host"] in ("b", "c") for t in made), "a half of the split task was shed to a partner"
+        assert "task.split" in [e["kind"] for e in operator.events()]
+
+        # Restarted (a new process, a new host), a resumes the split task over its ended input.
+        a = add("a", len(SHARES))
+        a.sync()
+        assert a.host.sources[f"a.{parent['name']}"].until_s == parent["until_s"]
+        assert {f"a.{t['name']}" for t in made if t["host"] == "a"} <= a.host.running()
+
+
+def test_an_agent_that_stopped_between_the_two_halves_of_a_split_registers_the_missing_one(tmp_path, own_brokers):
+    with stepped_federation(tmp_path, lambda now: _KeyGroupsHost(MM1Cost(a=0.25, c=1.0)), brokers=own_brokers,
+                            fixed_cost={"a": FIXED_COST}) as (operator, agents, add, clock):
+        a = add("a", 2)
+        a.sync()
+        first = {t["name"]: t for t in a.client.tasks(origin="a")}["g0"]
+        a.client.register_task(f"g00-{first['id']}", input_uri=own_brokers["a"].location("00"), from_tasks=[first["id"]], since_s=600)
+        a = add("a", 2)  # restarted: it only finds the split half done in the registry
+        a.sync()
+        a._stale.add("task")
+        a.sync()
+        tasks = {t["name"]: t for t in a.client.tasks(origin="a")}
+        assert tasks[f"g01-{first['id']}"]["since_s"] == 600 and tasks[f"g01-{first['id']}"]["from_tasks"] == [first["id"]]
+        assert a.host.sources["a.g0"].until_s == 600
+        assert {"a.g0", "a.g1", f"a.g00-{first['id']}", f"a.g01-{first['id']}"} <= a.host.running()
