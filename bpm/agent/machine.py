@@ -36,6 +36,7 @@ from bpm.costs.base import CostFunction
 from bpm.negotiation import (
     DEFAULT_HYSTERESIS,
     DEFAULT_MARGIN,
+    REFUSED_SPLITS,
     Contract,
     Movement,
     Offer,
@@ -229,6 +230,9 @@ class Mechanism:
             their size.
         refused: partner -> when it refused the last offer made to it (`after_answer`).
         split_s: when it last split a task.
+        refused_splits: splits made because a partner refused, since an offer of its was last
+            accepted: at most `REFUSED_SPLITS` (near saturation no partner has room at any
+            size, and splitting on would only add fixed costs).
         changed_s: when the tasks running here last changed.
         waiting: the cause of the last decision not taken (recorded once per change).
         next_period_s: when the next period is due (`Tick`).
@@ -244,6 +248,7 @@ class Mechanism:
     fixed_cost: float | None = None
     refused: dict[str, float] = field(default_factory=dict)
     split_s: float = -math.inf
+    refused_splits: int = 0
     changed_s: float = -math.inf
     waiting: str | None = None
     next_period_s: float = -math.inf
@@ -264,6 +269,8 @@ class Mechanism:
                 return self._offer(view, view.load, ())
             case Answered(partner, accepted, at_s):
                 self.refused = after_answer(self.refused, partner, accepted, at_s)
+                if accepted:
+                    self.refused_splits = 0
                 return []
             case TasksChanged(at_s):
                 self.changed_s = max(self.changed_s, at_s)
@@ -342,7 +349,10 @@ class Mechanism:
         if offer is not None:
             # The best offer left goes to a partner that refused one since the last split:
             # the tasks are too large for the room the partners have at the price.
-            split = self._split(view, load, tasks) if self.refused.get(offer.partner, -math.inf) > self.split_s else None
+            split = None
+            if self.refused.get(offer.partner, -math.inf) > self.split_s and self.refused_splits < REFUSED_SPLITS:
+                split = self._split(view, load, tasks)
+                self.refused_splits += split is not None
             self.waiting = None
             return [split or MakeOffer(offer)]
         cause, message = why_no_offer(load=load, cost=view.cost, tasks=tasks, contracts=view.contracts,

@@ -15,7 +15,7 @@ from bpm.negotiation.decisions import (
     settle_price,
     why_no_offer,
 )
-from bpm.negotiation.granularity import choose_merge, choose_split, piece_load, split_depth
+from bpm.negotiation.granularity import REFUSED_SPLITS, choose_merge, choose_split, piece_load, reference_price, split_depth
 from bpm.negotiation.models import (
     DEFAULT_HYSTERESIS,
     DEFAULT_MARGIN,
@@ -39,6 +39,7 @@ __all__ = [
     "OfferState",
     "Task",
     "after_answer",
+    "REFUSED_SPLITS",
     "choose_merge",
     "choose_offer",
     "choose_split",
@@ -48,6 +49,7 @@ __all__ = [
     "movements_to_end",
     "not_offerable",
     "piece_load",
+    "reference_price",
     "settle",
     "settle_price",
     "split_depth",

@@ -27,6 +27,13 @@ from bpm.negotiation.decisions import _factor
 from bpm.negotiation.models import DEFAULT_HYSTERESIS, DEFAULT_MARGIN, Contract, Task
 
 
+# Splits a participant makes because partners refused its smallest offer, between two
+# acceptances of its offers (`bpm.agent.machine.Mechanism`): where partners have some room,
+# a half or a quarter of a task fits it; where none has any (near saturation), splitting on
+# down to single key groups adds fixed costs and moves nothing.
+REFUSED_SPLITS = 2
+
+
 def split_time(newest_event_us: int, window_s: int) -> int:
     """When a running task hands its key groups over to the tasks it splits into (or that
     merge into it), in epoch seconds: the first window start after `newest_event_us`, the
@@ -45,6 +52,12 @@ def regrained_name(groups: str, parents: Sequence[int]) -> str:
     `parents` (registry ids): unique for its origin, since a task hands each share of its
     key groups over once."""
     return f"g{groups}-{min(parents)}"
+
+
+def reference_price(contract: Contract) -> float:
+    """The price a contract's range is centred on: a participant whose marginal cost is above
+    it is above its threshold (docs/mechanism.md)."""
+    return (contract.price_min + contract.price_max) / 2
 
 
 def piece_load(load: float, fixed_cost: float, depth: int = 1) -> float:
@@ -88,7 +101,10 @@ def choose_split(
     Asked when no task can move as it is (`bpm.agent.machine.Mechanism`): `choose_offer`
     makes no offer although the marginal cost is above the lowest price with margin
     (`why_no_offer` says "lumpy"), or its best offer left goes to a partner that refused
-    one since the last split. Nothing is split below that price. Candidates are the participant's own
+    one since the last split. Nothing is split below that price, nor by a participant at or
+    below its threshold (its marginal cost at most the reference price of a contract, the
+    middle of its range): the allocation needs no finer unit from it, and a split would
+    only add a fixed cost. Candidates are the participant's own
     tasks (origin `me`) that still split; the one whose piece pays after the fewest
     halvings (`split_depth`) splits, the smallest on a tie. One halving at a time: the
     halves run and are measured before the next decision.
@@ -96,7 +112,8 @@ def choose_split(
     if not contracts:
         return None
     need = min(c.price_min for c in contracts) * _factor(margin)
-    if cost.marginal(load) <= need:
+    marginal = cost.marginal(load)
+    if marginal <= need or marginal <= min(reference_price(c) for c in contracts):
         return None
     best: tuple[tuple[int, float, str], Task] | None = None
     for task in tasks:

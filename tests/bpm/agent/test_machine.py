@@ -22,7 +22,7 @@ from bpm.agent.machine import (
     Wait,
 )
 from bpm.costs import MM1Cost
-from bpm.negotiation import Contract, Movement, Offer, Task
+from bpm.negotiation import REFUSED_SPLITS, Contract, Movement, Offer, Task
 
 COST = MM1Cost(a=0.25, c=1.0)  # threshold 0.5 at price 1
 B = Contract("1", "b", 1.0, 1.2, 30.0)
@@ -98,14 +98,18 @@ def test_a_participant_splits_a_task_too_large_to_move_and_offers_a_half_next():
     """Just over its threshold with tasks too large for their saving to beat the price
     ("lumpy"), a machine with a fixed cost per task splits one; without one it waits."""
     tasks = _shares({"00": 0.14, "01": 0.13, "10": 0.125, "11": 0.125})  # 0.52 against a threshold of 0.5
-    view = View(now_s=0.0, load=0.52, cost=COST, contracts=(B, C), offerable=tasks)
+    centred = (Contract("1", "b", 0.9, 1.1, 30.0), Contract("2", "c", 0.9, 1.1, 30.0))  # on price 1, where the threshold is
+    view = View(now_s=0.0, load=0.52, cost=COST, contracts=centred, offerable=tasks)
     assert [w.cause for w in Mechanism("a").handle(Period(view))] == ["lumpy"]
     [split] = Mechanism("a", fixed_cost=0.01).handle(Period(view))
     assert isinstance(split, Split) and split.task.groups in ("10", "11")
     halves = _shares({"00": 0.14, "01": 0.13, split.task.groups + "0": 0.05, split.task.groups + "1": 0.085,
                       "1" + ("1" if split.task.groups == "10" else "0"): 0.125})
-    [made] = Mechanism("a", fixed_cost=0.01).handle(Period(View(now_s=1.0, load=0.53, cost=COST, contracts=(B, C), offerable=halves)))
+    [made] = Mechanism("a", fixed_cost=0.01).handle(Period(View(now_s=1.0, load=0.53, cost=COST, contracts=centred, offerable=halves)))
     assert isinstance(made, MakeOffer) and made.offer.tasks[0].load == 0.05
+    below = View(now_s=0.0, load=0.49, cost=COST, contracts=centred, offerable=tasks)
+    assert [w.cause for w in Mechanism("a", fixed_cost=0.01).handle(Period(below))] == ["lumpy"], \
+        "below its threshold, though above the lowest price, it does not split: the allocation needs no finer unit"
 
 
 def test_a_participant_whose_partners_refused_splits_before_offering_the_same_tasks_again():
@@ -120,6 +124,29 @@ def test_a_participant_whose_partners_refused_splits_before_offering_the_same_ta
     assert isinstance(split, Split), "every partner refused the task as it is: the best offer left goes to one that refused"
     [after] = m.handle(Period(_view(5.0, offerable=_shares({"00": 0.245, "01": 0.24, "1": 0.48}))))
     assert isinstance(after, MakeOffer), "the halves are offered, to partners that refused before the split"
+
+
+def test_where_partners_refuse_every_size_a_participant_stops_splitting_until_one_accepts():
+    """Near saturation no partner has room at any size: two splits on refusals, then offers of
+    what it has; an acceptance lets it split on a refusal again."""
+    m = Mechanism("a", fixed_cost=0.005)
+    shares, now, splits = {"0": 0.48, "1": 0.48}, 0.0, 0
+    for _ in range(12):
+        [out] = m.handle(Period(_view(now, offerable=_shares(shares))))
+        if isinstance(out, Split):
+            splits += 1
+            g = out.task.groups
+            load = shares.pop(g)
+            shares |= {g + "0": load / 2, g + "1": load / 2}
+        else:
+            assert isinstance(out, MakeOffer)
+            m.handle(Answered(out.offer.partner, False, now + 0.5))
+        now += 1.0
+    assert splits == REFUSED_SPLITS == 2
+    m.handle(Answered("b", True, now))
+    m.handle(Answered("b", False, now + 0.5))
+    m.handle(Answered("c", False, now + 0.5))
+    assert isinstance(m.handle(Period(_view(now + 1.0, offerable=_shares(shares))))[0], Split)
 
 
 def test_halves_of_a_split_merge_back_where_the_participant_no_longer_sheds():

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bpm.costs import MM1Cost, QuadraticCost
-from bpm.negotiation import Contract, Task, choose_merge, choose_offer, choose_split, piece_load, split_depth, why_no_offer
+from bpm.negotiation import Contract, Task, choose_merge, choose_offer, choose_split, piece_load, reference_price, split_depth, why_no_offer
 
 COST = MM1Cost.with_threshold(0.8, 1.0)
 CONTRACTS = [Contract("c1", "B", 0.95, 1.05), Contract("c2", "C", 0.97, 1.05)]
@@ -51,6 +51,11 @@ def test_no_split_below_the_price_for_tasks_of_others_or_tasks_that_do_not_split
     one_group = [own("010101", 0.1)]
     assert choose_split(load=0.82, cost=COST, tasks=one_group, contracts=CONTRACTS, fixed_cost=FIXED, me="A") is None
     assert choose_split(load=0.82, cost=COST, tasks=tasks, contracts=[], fixed_cost=FIXED, me="A") is None
+    lumpy = [own("00", 0.2), own("01", 0.12), own("10", 0.12), own("11", 0.357)]
+    assert 0.95 < COST.marginal(0.797) < min(reference_price(c) for c in CONTRACTS) == 1.0
+    assert choose_split(load=0.797, cost=COST, tasks=lumpy, contracts=CONTRACTS, fixed_cost=FIXED, me="A") is None, \
+        "above the lowest price but below its threshold: the allocation needs no finer unit"
+    assert choose_split(load=0.805, cost=COST, tasks=lumpy, contracts=CONTRACTS, fixed_cost=FIXED, me="A") is not None
 
 
 def test_a_fixed_cost_as_large_as_the_piece_makes_splitting_pointless():
