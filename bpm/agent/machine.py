@@ -233,6 +233,9 @@ class Mechanism:
         refused_splits: splits made because a partner refused, since an offer of its was last
             accepted: at most `REFUSED_SPLITS` (near saturation no partner has room at any
             size, and splitting on would only add fixed costs).
+        refusal_split: the key groups of the tasks it split because a partner refused: what
+            such a split made does not split again on a refusal (an acceptance of a small
+            piece elsewhere would otherwise let it halve on down to single key groups).
         changed_s: when the tasks running here last changed.
         waiting: the cause of the last decision not taken (recorded once per change).
         next_period_s: when the next period is due (`Tick`).
@@ -249,6 +252,7 @@ class Mechanism:
     refused: dict[str, float] = field(default_factory=dict)
     split_s: float = -math.inf
     refused_splits: int = 0
+    refusal_split: frozenset[str] = frozenset()
     changed_s: float = -math.inf
     waiting: str | None = None
     next_period_s: float = -math.inf
@@ -351,8 +355,10 @@ class Mechanism:
             # the tasks are too large for the room the partners have at the price.
             split = None
             if self.refused.get(offer.partner, -math.inf) > self.split_s and self.refused_splits < REFUSED_SPLITS:
-                split = self._split(view, load, tasks)
-                self.refused_splits += split is not None
+                split = self._split(view, load, [t for t in tasks if not _within(t.groups, self.refusal_split)])
+                if split is not None:
+                    self.refused_splits += 1
+                    self.refusal_split = self.refusal_split | {split.task.groups}
             self.waiting = None
             return [split or MakeOffer(offer)]
         cause, message = why_no_offer(load=load, cost=view.cost, tasks=tasks, contracts=view.contracts,
@@ -386,3 +392,8 @@ class Mechanism:
             return []
         self.waiting = cause
         return [Wait(cause, message)]
+
+
+def _within(groups: str | None, prefixes: frozenset[str]) -> bool:
+    """Whether key groups `groups` lie within one of `prefixes` (a task a split of them made)."""
+    return groups is not None and any(groups.startswith(p) for p in prefixes)

@@ -28,9 +28,10 @@ from bpm.negotiation.models import DEFAULT_HYSTERESIS, DEFAULT_MARGIN, Contract,
 
 
 # Splits a participant makes because partners refused its smallest offer, between two
-# acceptances of its offers (`bpm.agent.machine.Mechanism`): where partners have some room,
-# a half or a quarter of a task fits it; where none has any (near saturation), splitting on
-# down to single key groups adds fixed costs and moves nothing.
+# acceptances of its offers (`bpm.agent.machine.Mechanism`, which also never splits again on
+# a refusal what such a split made): where partners have some room, half a task fits it;
+# where none has any (near saturation), splitting on down to single key groups adds fixed
+# costs and moves nothing.
 REFUSED_SPLITS = 2
 
 

@@ -128,25 +128,35 @@ def test_a_participant_whose_partners_refused_splits_before_offering_the_same_ta
 
 def test_where_partners_refuse_every_size_a_participant_stops_splitting_until_one_accepts():
     """Near saturation no partner has room at any size: two splits on refusals, then offers of
-    what it has; an acceptance lets it split on a refusal again."""
+    what it has; an acceptance lets it split on a refusal again, but never a task that such
+    a split made (a small piece taken now and then would otherwise halve it on and on)."""
     m = Mechanism("a", fixed_cost=0.005)
-    shares, now, splits = {"0": 0.48, "1": 0.48}, 0.0, 0
-    for _ in range(12):
+    shares, now, split = {"00": 0.32, "01": 0.32, "1": 0.32}, 0.0, []
+
+    def period():
+        nonlocal now
         [out] = m.handle(Period(_view(now, offerable=_shares(shares))))
         if isinstance(out, Split):
-            splits += 1
             g = out.task.groups
+            split.append(g)
             load = shares.pop(g)
-            shares |= {g + "0": load / 2, g + "1": load / 2}
+            shares.update({g + "0": load / 2, g + "1": load / 2})
         else:
             assert isinstance(out, MakeOffer)
             m.handle(Answered(out.offer.partner, False, now + 0.5))
         now += 1.0
-    assert splits == REFUSED_SPLITS == 2
+
+    for _ in range(12):
+        period()
+    assert len(split) == REFUSED_SPLITS == 2
     m.handle(Answered("b", True, now))
-    m.handle(Answered("b", False, now + 0.5))
-    m.handle(Answered("c", False, now + 0.5))
-    assert isinstance(m.handle(Period(_view(now + 1.0, offerable=_shares(shares))))[0], Split)
+    for _ in range(12):
+        period()
+    assert len(split) == 3 and split[2] == "1", split
+    m.handle(Answered("b", True, now))
+    for _ in range(12):
+        period()
+    assert len(split) == 3, "every task left was made by a split on a refusal"
 
 
 def test_halves_of_a_split_merge_back_where_the_participant_no_longer_sheds():
