@@ -117,6 +117,12 @@ def window_start(ts_us: int, window_s: int) -> int:
     return (ts_us // (window_s * MICROS)) * window_s
 
 
+def window_end(ts_us: int, window_s: int) -> int:
+    """End (epoch seconds) of the tumbling window holding a timestamp in microseconds: the
+    first window start after it."""
+    return window_start(ts_us, window_s) + window_s
+
+
 def counts_port(proto: str) -> bool:
     return proto in PORT_PROTOCOLS
 

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from spark_agents.streams.records import MARK_END, MARK_TICK, StreamRecord
 from bpm.zeek.conn import Conn
-from bpm.zeek.definitions import MICROS, Admission, QueryParams, partition_of, source_prefix, ts_micros, window_start
+from bpm.zeek.definitions import MICROS, Admission, QueryParams, partition_of, source_prefix, ts_micros, window_end
 
 
 def amplified(conns: Iterable[Conn], copies: int) -> Iterator[Conn]:
@@ -41,7 +41,7 @@ def end_mark_us(newest_us: int, params: QueryParams) -> int:
     watermark one second past the end of the window holding it, short of the next window's
     end. That window closes and no later one, so streams whose newest rows fall in one window
     close the same windows (a correlation waits for every partner's, `spark_agents.correlation`)."""
-    return (window_start(newest_us, params.window_s) + params.window_s + params.lateness_s + 1) * MICROS
+    return (window_end(newest_us, params.window_s) + params.lateness_s + 1) * MICROS
 
 
 def write_end(stream: Stream, end_us: int, key_groups: Iterable[int]) -> int:
