@@ -167,3 +167,32 @@ def test_halves_of_a_split_merge_back_where_the_participant_no_longer_sheds():
     assert [w.cause for w in Mechanism("a", fixed_cost=0.01).handle(Period(View(now_s=0.0, load=0.21, cost=COST, contracts=(B, C),
                                                                                    offerable=halves)))] == ["below_price"], \
         "nothing was split: nothing merges"
+
+
+def test_halves_split_again_merge_back_deepest_first_into_the_first_task():
+    """A task split twice (0 into 00 and 01, then 01 into 010 and 011) merges back in two
+    steps: 010 and 011 into 01, then 00 and 01 into 0. Which prefixes were split comes from
+    the lineage the registry lists (`split_groups`), as the live agent reads it."""
+    from bpm.federation.views import split_groups
+
+    def listed(made_from: dict[str, int]) -> list[dict]:
+        # Each task as the registry lists it: the key groups it reads, the tasks it came from.
+        return [{"origin": "a", "input_uri": f"nats://10.0.0.2:4222/a/{g}", "from_tasks": list(range(n))}
+                for g, n in made_from.items()]
+
+    m = Mechanism("a", fixed_cost=0.01)
+    made_from = {"00": 1, "010": 1, "011": 1, "1": 0}
+    loads = {"00": 0.05, "010": 0.03, "011": 0.03, "1": 0.1}
+    for halves, whole in (({"010", "011"}, "01"), ({"00", "01"}, "0")):
+        split = split_groups("a", listed(made_from))
+        view = View(now_s=0.0, load=sum(loads.values()), cost=COST, contracts=(B, C), offerable=_shares(loads), split=split)
+        [merge] = m.handle(Period(view))
+        assert isinstance(merge, Merge) and {t.groups for t in merge.tasks} == halves, (split, merge)
+        loads[whole] = sum(loads.pop(g) for g in halves)
+        for g in halves:
+            del made_from[g]
+        made_from[whole] = 2  # a merge's task comes from both halves
+    split = split_groups("a", listed(made_from))
+    assert split == () and set(loads) == {"0", "1"}
+    view = View(now_s=0.0, load=sum(loads.values()), cost=COST, contracts=(B, C), offerable=_shares(loads), split=split)
+    assert not any(isinstance(i, Merge) for i in m.handle(Period(view))), "the first tasks 0 and 1 never merge"
