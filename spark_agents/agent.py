@@ -24,6 +24,7 @@ registry as an event, and the loop goes on.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import threading
 import time
@@ -117,6 +118,7 @@ class OwnTask:
 
 CORRELATE_S = 2.0  # how often the agent shares newly closed windows and checks whom it correlates with
 KEY_FILE = "participant.key"  # in the agent's work folder: the key it registered with, or rotated to
+SPLITS_FILE = "splits.json"  # in the agent's work folder: its state machine's memory of splits on refusals
 
 
 def send_stream_ack(endpoint: str, key: str, epoch: int, seq: int, token: str) -> None:
@@ -266,6 +268,7 @@ class Agent:
         self.machine = Mechanism(config.name, started_s=clock(), period_s=config.period_s, warmup_s=config.warmup_s,
                                  settle_s=config.settle_s, margin=config.margin, hysteresis=config.hysteresis,
                                  fixed_cost=config.fixed_cost)
+        self._split_memory = self._remembered_splits()
         self._answered: set[int] = set()  # my offers whose answer the machine has seen
         self.last_report: dict[str, Any] = {}
         self.last_loads: dict[str, float] = {}  # each running task's load by task key, as of `last_report` (whose load is their sum)
@@ -850,6 +853,21 @@ class Agent:
         todo = deque(self.machine.handle(Tick(self.clock())))
         while todo:
             todo.extend(self._execute(todo.popleft()))
+        memory = self.machine.split_memory()
+        if memory != self._split_memory:
+            write_private(self.config.workdir / SPLITS_FILE, json.dumps(memory))
+            self._split_memory = memory
+
+    def _remembered_splits(self) -> dict:
+        """The machine's memory of splits on refusals as this participant's last run left it
+        in its own folder (a restart must not split again what it had bounded)."""
+        path = self.config.workdir / SPLITS_FILE
+        if path.exists():
+            try:
+                self.machine.remember_splits(json.loads(path.read_text()))
+            except ValueError as exc:  # includes a file that is not JSON
+                self.note("agent.memory_unreadable", f"{path}: {exc}; splits on refusals are counted afresh")
+        return self.machine.split_memory()
 
     def _changed(self) -> None:
         self.machine.handle(TasksChanged(self.clock()))

@@ -79,7 +79,7 @@ class Credentials:
 
 
 def write_private(path: Path, text: str) -> None:
-    """Write a secret readable by its owner only, replacing the file in one step."""
+    """Write a file readable by its owner only (a secret, a memory of its own), replacing it in one step."""
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_name(path.name + ".new")
     fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

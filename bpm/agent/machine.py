@@ -29,10 +29,11 @@ Instructions: `Contracts`, `Gather`, `Accept`, `Refuse`, `End`, `MakeOffer`, `Sp
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bpm.costs.base import CostFunction
+from bpm.keygroups import BITS, check_prefix
 from bpm.negotiation import (
     DEFAULT_HYSTERESIS,
     DEFAULT_MARGIN,
@@ -280,6 +281,24 @@ class Mechanism:
                 self.changed_s = max(self.changed_s, at_s)
                 return []
         raise TypeError(f"not an event: {event!r}")
+
+    def split_memory(self) -> dict:
+        """What the machine knows of its splits on refusals, as a JSON object: a restarted
+        agent takes it back (`remember_splits`) so that it does not split on refusals again
+        what it had bounded."""
+        return {"refused_splits": self.refused_splits, "refusal_split": sorted(self.refusal_split)}
+
+    def remember_splits(self, memory: Mapping) -> None:
+        """Take back what `split_memory` gave; ValueError (nothing taken) when it is not that."""
+        if not isinstance(memory, Mapping):
+            raise ValueError("the split memory is a JSON object")
+        count, prefixes = memory.get("refused_splits"), memory.get("refusal_split")
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= REFUSED_SPLITS:
+            raise ValueError(f"refused_splits is a count from 0 to {REFUSED_SPLITS}, not {count!r}")
+        if not isinstance(prefixes, list) or len(prefixes) > 2 ** (BITS + 1):
+            raise ValueError("refusal_split is a list of key-group prefixes")
+        self.refusal_split = frozenset(check_prefix(p) for p in prefixes)
+        self.refused_splits = count
 
     def settling(self, now_s: float) -> bool:
         return now_s - self.changed_s < self.settle_s

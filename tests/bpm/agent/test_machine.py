@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bpm.agent.machine import (
     Accept,
     Answered,
@@ -196,3 +198,16 @@ def test_halves_split_again_merge_back_deepest_first_into_the_first_task():
     assert split == () and set(loads) == {"0", "1"}
     view = View(now_s=0.0, load=sum(loads.values()), cost=COST, contracts=(B, C), offerable=_shares(loads), split=split)
     assert not any(isinstance(i, Merge) for i in m.handle(Period(view))), "the first tasks 0 and 1 never merge"
+
+
+def test_the_memory_of_splits_on_refusals_goes_out_and_comes_back_whole_or_not_at_all():
+    m = Mechanism("a", fixed_cost=0.01, refused_splits=REFUSED_SPLITS, refusal_split=frozenset({"01", "1"}))
+    again = Mechanism("a", fixed_cost=0.01)
+    again.remember_splits(m.split_memory())
+    assert (again.refused_splits, again.refusal_split) == (REFUSED_SPLITS, frozenset({"01", "1"}))
+    for bad in ({"refused_splits": REFUSED_SPLITS + 1, "refusal_split": []}, {"refused_splits": True, "refusal_split": []},
+                {"refused_splits": 1, "refusal_split": ["2"]}, {"refused_splits": 1, "refusal_split": "01"}, {"refused_splits": 1}, ["01"]):
+        fresh = Mechanism("a", fixed_cost=0.01)
+        with pytest.raises(ValueError):
+            fresh.remember_splits(bad)
+        assert (fresh.refused_splits, fresh.refusal_split) == (0, frozenset()), bad

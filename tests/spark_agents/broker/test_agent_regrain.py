@@ -83,3 +83,23 @@ def test_an_agent_that_stopped_between_the_two_halves_of_a_split_registers_the_m
         assert tasks[f"g01-{first['id']}"]["since_s"] == 600 and tasks[f"g01-{first['id']}"]["from_tasks"] == [first["id"]]
         assert a.host.sources["a.g0"].until_s == 600
         assert {"a.g0", "a.g1", f"a.g00-{first['id']}", f"a.g01-{first['id']}"} <= a.host.running()
+
+
+def test_a_restarted_agent_keeps_its_bounds_on_splits_on_refusals_and_refuses_a_bad_memory(tmp_path):
+    """The machine's memory of splits on refusals lives in the agent's own folder: a restart
+    takes it back (so it does not split on refusals again what it had bounded); a file that
+    is not that memory is noted and the count starts afresh."""
+    from spark_agents.agent import SPLITS_FILE
+
+    with stepped_federation(tmp_path, lambda now: _KeyGroupsHost(MM1Cost(a=0.25, c=1.0)), fixed_cost={"a": FIXED_COST}) as (_, _, add, _):
+        a = add("a", 2)
+        a.machine.refused_splits, a.machine.refusal_split = 1, frozenset({"01"})
+        a.mechanism()
+        assert (tmp_path / "a" / SPLITS_FILE).exists()
+        a = add("a", 2)  # restarted: a new process, the same folder
+        assert (a.machine.refused_splits, a.machine.refusal_split) == (1, frozenset({"01"}))
+        for bad in ("not json", '{"refused_splits": 7, "refusal_split": []}', '{"refused_splits": 1, "refusal_split": ["../x"]}', "[]"):
+            (tmp_path / "a" / SPLITS_FILE).write_text(bad)
+            a = add("a", 2)
+            assert (a.machine.refused_splits, a.machine.refusal_split) == (0, frozenset()), bad
+            assert "agent.memory_unreadable" in [r.kind for r in a.records], bad
