@@ -6,7 +6,7 @@ Times become seconds on one clock (the registry's UTC timestamps as POSIX second
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -83,6 +83,28 @@ def split_groups(me: str, tasks: Iterable[Mapping]) -> tuple[str, ...]:
         if t["origin"] == me and groups and len(t.get("from_tasks") or ()) == 1 and not ending(t):
             out.add(groups[:-1])
     return tuple(sorted(out))
+
+
+def regrains(tasks: Sequence[Mapping]) -> list[dict]:
+    """The splits and merges the registry's lineage records, in the order made: each with its
+    `kind` ("split": one task's key groups halved; "merge": two halves made one again), the
+    tasks' `origin`, the names of the tasks it was made `from` and of those it `made`, and
+    their `ids` (which tell one split or merge from another)."""
+    names = {t["id"]: t["name"] for t in tasks}
+    made: dict[tuple[int, ...], list[Mapping]] = {}
+    for t in tasks:
+        if t.get("from_tasks"):
+            made.setdefault(tuple(sorted(t["from_tasks"])), []).append(t)
+    out = []
+    for parents, children in sorted(made.items(), key=lambda item: min(c["id"] for c in item[1])):
+        out.append({
+            "kind": "split" if len(parents) == 1 else "merge",
+            "origin": children[0]["origin"],
+            "from": [names.get(p, f"#{p}") for p in parents],
+            "made": sorted(c["name"] for c in children),
+            "ids": sorted(c["id"] for c in children),
+        })
+    return out
 
 
 def offer_view(offer: Mapping, contract: Mapping, task_loads: Mapping[int, float]) -> Offer:

@@ -8,6 +8,7 @@ from pathlib import Path
 from bpm_app.demo.run import verdict
 
 COLOURS = {"a": "tab:red", "b": "tab:blue", "c": "tab:green", "d": "tab:purple"}
+REGRAIN_MARKS = {"split": "D", "merge": "s"}  # on the origin's panel of the timeline
 
 
 def write_report(report: dict, folder: Path, t0_epoch: float | None = None) -> Path:
@@ -61,7 +62,8 @@ def plot_correlation(report: dict, path: Path) -> None:
 def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> None:
     """One panel per participant: its load (solid) against its threshold (dashed), both as a
     share of its own capacity (its host's CPUs), phases shaded and named with how they ended,
-    movements marked (a triangle up where a task arrives, down where it leaves)."""
+    movements marked (a triangle up where a task arrives, down where it leaves), and splits
+    and merges of its own tasks (a diamond, a square)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -96,6 +98,9 @@ def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> No
                     ax.plot([t], [0.9 * top], marker="^", color=COLOURS.get(m["from"], "k"), ms=5)
                 if m["from"] == name:
                     ax.plot([t], [0.9 * top], marker="v", color=COLOURS.get(m["to"], "k"), ms=5)
+        for r in report.get("regrains") or []:
+            if r["origin"] == name:
+                ax.plot([r["t"]], [0.78 * top], marker=REGRAIN_MARKS[r["kind"]], color="tab:pink", mec="black", mew=0.5, ms=6)
         killed = report.get("killed")
         if killed and killed.get("at_s") is not None:
             ax.axvline(killed["at_s"], color="black", lw=1.5)
@@ -116,7 +121,9 @@ def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> No
             ax.axvline(healed["at_s"], color="black", lw=1.5, ls="--")
         first.text(healed["at_s"] + 1, 0.7, f"{killed['participant']}'s link heals", transform=first.get_xaxis_transform(), fontsize=8)
     axes[-1, 0].set_xlabel("seconds since the demo started (load and threshold: share of the participant's own capacity; "
-                           "triangles: a task arrives / leaves, in the partner's colour)", fontsize=8)
+                           "triangles: a task arrives / leaves, in the partner's colour"
+                           + (";\ndiamonds: a task of the participant's own splits, squares: halves of one merge" if report.get("regrains") else "") + ")",
+                           fontsize=8)
     title = (
         f"Each participant's load against its threshold: {len(report['movements'])} movements, "
         f"lost {report['lost_results']}, duplicated {report['duplicate_results']}"

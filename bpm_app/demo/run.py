@@ -43,7 +43,7 @@ from pathlib import Path
 import httpx
 
 from bpm_app.demo.federation import Federation
-from bpm.federation.views import AgreedTerms
+from bpm.federation.views import AgreedTerms, regrains
 from bpm.names import task_key
 from bpm.negotiation import is_acceptable
 from bpm_app.demo.inputs import BrokerInputs
@@ -247,6 +247,7 @@ class Demo:
         self.inputs = BrokerInputs(settings.workdir)
         self.fed_tasks: dict[str, list[str]] = {}  # per participant, its tasks whose shares are fed, in the order fed
         self._end_us: dict[str, int | None] = {}  # per participant, the end-of-input mark its replayer wrote
+        self._regrained_at: dict[tuple[int, ...], float] = {}  # the tasks a split or merge made -> when first seen
 
     # Setup
 
@@ -324,12 +325,18 @@ class Demo:
             participants = operator.participants()
             movements = operator.movements()
             ledger = operator.ledger()
+            tasks = operator.tasks()
         now = time.time() - self.t0
         for p in participants:
             if p["load"] is not None:
                 self.timeline.append({"t": round(now, 2), "participant": p["name"], "load": p["load"], "threshold": p["threshold"]})
+        # Splits and merges as the registry's lineage has them, each at the poll that first saw it.
+        made = regrains(tasks)
+        for r in made:
+            self._regrained_at.setdefault(tuple(r["ids"]), round(now, 2))
         self.state = {"t": now, "participants": participants, "movements": movements, "ledger": ledger, "phase": self.stage or (self.phases[-1].name if self.phases else "setup"),
-                      "registry": self.fed.registry_url, "hosts": self.hosts_report()}
+                      "registry": self.fed.registry_url, "hosts": self.hosts_report(),
+                      "regrains": [{**r, "t": self._regrained_at[tuple(r["ids"])]} for r in made]}
         if self.view:
             self.view(self.state)
         return self.state
@@ -525,6 +532,7 @@ class Demo:
         return {
             "phases": [p.to_json() for p in self.phases],
             "movements": state["movements"],
+            "regrains": state["regrains"],
             "payments": {"balances": ledger["balances"], "total_paid": sum(b["paid"] for b in ledger["balances"]), "total_earned": sum(b["earned"] for b in ledger["balances"])},
             "expected_results": sum(len(r) for r in expected.values()),
             "output_results": output_rows,

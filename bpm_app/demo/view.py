@@ -42,11 +42,21 @@ def render(state: dict) -> Group:
         f"movements: {len(movements)} ({len(active)} active)  {recent}\npayments: {balances or 'none yet'}\nadmin UI: {state['registry']}/"
     )
     parts = [table, lines]
+    if state.get("regrains"):
+        parts.append(_regrains(state["regrains"]))
     if state.get("killed") or state.get("failovers"):
         parts.append(_failovers(state))
     if state.get("correlation"):
         parts.append(_correlation(state["correlation"]))
     return Group(*parts)
+
+
+def _regrains(made: list[dict]) -> Text:
+    """Splits and merges of tasks over their key groups: how many, and the latest few."""
+    splits = sum(1 for r in made if r["kind"] == "split")
+    text = Text(f"splits: {splits}, merges: {len(made) - splits}  ")
+    text.append(", ".join(f"{r['origin']} {r['kind']} {'+'.join(r['from'])} → {'+'.join(r['made'])}" for r in made[-3:]), style="magenta")
+    return text
 
 
 def _correlation(c: dict) -> Text:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bpm.costs import MM1Cost
+from bpm.federation.views import regrains
 from bpm.keygroups import check_prefix
 from tests.spark_agents.broker.test_agent_broker import own_brokers  # noqa: F401 - the fixture
 from tests.spark_agents.stepped import stepped_federation
@@ -60,6 +61,9 @@ def test_an_agent_splits_a_task_too_large_to_move_and_sheds_a_half(tmp_path, own
         assert a.host.sources[f"a.{parent['name']}"].until_s == parent["until_s"], "the split task runs on over its ended input"
         assert any(t["host"] in ("b", "c") for t in made), "a half of the split task was shed to a partner"
         assert "task.split" in [e["kind"] for e in operator.events()]
+        # As the demo's view and timeline tell it, from the registry's listing.
+        assert {"kind": "split", "origin": "a", "from": [parent["name"]], "made": sorted(t["name"] for t in made if t["from_tasks"] == [parent["id"]]),
+                "ids": sorted(t["id"] for t in made if t["from_tasks"] == [parent["id"]])} in regrains(operator.tasks())
 
         # Restarted (a new process, a new host), a resumes the split task over its ended input.
         a = add("a", len(SHARES))
