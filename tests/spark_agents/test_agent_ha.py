@@ -178,27 +178,32 @@ class SteppedHAHost:
         return min(times) if times else None
 
 
+def delta_http(agents: dict[str, Agent]) -> httpx.Client:
+    """Agents' HTTP between each other, in process: the delta endpoint of the addressed agent."""
+
+    def deliver(request: httpx.Request) -> httpx.Response:
+        _, name, _, key, _ = request.url.path.split("/", 4)
+        token = bearer(request.headers.get("Authorization"))
+        try:
+            body = agents[name].ha.receive_delta_from_caller(token, key, int(request.url.params["epoch"]), request.content)
+        except TokenRefused as exc:
+            return httpx.Response(exc.status, json={"detail": str(exc)})
+        except PermissionError as exc:
+            return httpx.Response(409, json={"detail": str(exc)})
+        return httpx.Response(200, json=body)
+
+    return httpx.Client(transport=httpx.MockTransport(deliver))
+
+
 @pytest.fixture
 def federation(tmp_path):
     fences = Fences()
     with stepped_federation(tmp_path, lambda now: SteppedHAHost(fences, now), {"window_s": 10}) as federation:
         _, agents, add, _ = federation
 
-        def deliver(request: httpx.Request) -> httpx.Response:
-            """Agents' HTTP between each other: the delta endpoint of the addressed agent."""
-            _, name, _, key, _ = request.url.path.split("/", 4)
-            token = bearer(request.headers.get("Authorization"))
-            try:
-                body = agents[name].ha.receive_delta_from_caller(token, key, int(request.url.params["epoch"]), request.content)
-            except TokenRefused as exc:
-                return httpx.Response(exc.status, json={"detail": str(exc)})
-            except PermissionError as exc:
-                return httpx.Response(409, json={"detail": str(exc)})
-            return httpx.Response(200, json=body)
-
         def add_with_http(name: str, tasks: int) -> Agent:
             agent = add(name, tasks)
-            agent.ha.http = httpx.Client(transport=httpx.MockTransport(deliver))
+            agent.ha.http = delta_http(agents)
             return agent
 
         yield federation[0], agents, add_with_http, federation[3]

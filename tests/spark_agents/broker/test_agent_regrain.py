@@ -107,3 +107,61 @@ def test_a_restarted_agent_keeps_its_bounds_on_splits_on_refusals_and_refuses_a_
             a = add("a", 2)
             assert (a.machine.refused_splits, a.machine.refusal_split) == (0, frozenset()), bad
             assert "agent.memory_unreadable" in [r.kind for r in a.records], bad
+
+
+def test_a_half_of_a_split_task_moved_under_passive_standby_fails_over_over_its_own_span(tmp_path, own_brokers):
+    """A split's half is a task like any other under HA: moved to b with a copy kept at a,
+    b's death fails it over to a, which takes it over from the copy over the half's key
+    groups and span (from the split time on), at the next epoch; the old task, ending at
+    home, is not failed over or moved."""
+    from bpm.negotiation import Task
+    from bpm.zeek.definitions import QueryParams
+    from bpm.zeek.generator import TrafficProfile, generate
+    from spark_agents.broker.stream import Broker, BrokerStream
+    from spark_agents.streams.feed import Feeder
+    from tests.spark_agents.test_agent_ha import Fences, SteppedHAHost, _round, delta_http
+
+    class Host(SteppedHAHost):
+        def ha_take_over(self, task_id, mode, **kw):
+            took = super().ha_take_over(task_id, mode, **kw)
+            self.takeovers[-1]["stream"] = kw["stream"]
+            return took
+
+    broker, fences = own_brokers["a"], Fences()
+    with stepped_federation(tmp_path, lambda now: Host(fences, now), {"window_s": 10}, brokers=own_brokers) as (operator, agents, add, clock):
+        a, b = add("a", 1), add("b", 0)
+        a.ha.http = b.ha.http = delta_http(agents)
+        with Broker(broker.url, "a", broker.password) as mine:
+            Feeder(BrokerStream(mine, "a"), QueryParams()).feed(generate(TrafficProfile(duration_s=30, rate=20), 1))
+        a.sync()
+        whole = a.client.tasks(origin="a")[0]
+        a.read()
+        a.regrain.split(Task(str(whole["id"]), 0.1, "a", groups=""))
+        tasks = {t["name"]: t for t in a.client.tasks(origin="a")}
+        at = tasks["g"]["until_s"]
+        half = next(t for t in tasks.values() if t["from_tasks"] == [whole["id"]] and t["input_uri"].endswith("/1"))
+        contract = a.client.propose("b", 1.0, 1.1, 300.0, ha_mode="passive_standby")  # outlasts the test
+        b.client.contract_action(contract["id"], "accept")
+        b.client.accept_offer(a.client.offer(contract["id"], [half["id"]], 1.1)["id"])
+        moved = next(t for t in a.client.tasks(origin="a") if t["id"] == half["id"])
+        assert moved["host"] == "b" and moved["since_s"] == at  # its mode is the contract's
+        key = f"a.{half['name']}"
+        for _ in range(3):
+            _round(agents, clock, "ab")
+        assert key in b.host.running(), [(r.kind, r.message) for r in b.records]
+        b.host.batch(key)
+        assert b.host.ship_deltas() == 1 and a.ha.backups[key].applied is not None
+
+        for _ in range(8):  # b stops: its process is gone
+            _round(agents, clock, "a")
+            if [f for f in operator.failovers() if f["kind"] == "failover"]:
+                break
+        failovers = [f for f in operator.failovers() if f["kind"] == "failover"]
+        assert [(f["task"], f["to_host"], f["mode"]) for f in failovers] == [(key, "a", "passive_standby")], \
+            ([(p["name"], p["status"]) for p in operator.participants()], [(r.kind, r.message) for r in a.records][-8:])
+        [took] = [t for t in a.host.takeovers if t["task"] == key]
+        source = took["stream"].source
+        assert (source.prefix, source.since_s, source.until_s) == ("1", at, None), "the half's key groups and span"
+        assert took["epoch"] == moved["epoch"] + 1 and took["backup"] is not None
+        old = next(t for t in a.client.tasks(origin="a") if t["id"] == whole["id"])
+        assert old["host"] == "a" and old["until_s"] == at and old["epoch"] == whole["epoch"]
