@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run `bpm demo --headless --json` N times in a row, each fresh (its own work and report
-# folders under OUT), and print one Markdown table row per run: its time, each phase's
-# verdict and loads, movements, lost and duplicated results. The rows go into
+# folders under OUT), and print one Markdown table row per run: its time, where the time
+# went (s: before phase 1 / each phase / drain and comparison), each phase's verdict and
+# loads, movements, lost and duplicated results. The rows go into
 # docs/benchmarks.md, "Demo runs".
 #   usage: scripts/demo-runs.sh N OUT
 set -euo pipefail
@@ -19,13 +20,17 @@ import json, sys
 try:
     r = json.load(open(sys.argv[1]))
 except ValueError:
-    print(f"| {sys.argv[2]} | failed | | | | | | |")
+    print(f"| {sys.argv[2]} | failed | | | | | | | |")
     raise SystemExit
 from bpm_app.demo.run import verdict
 def phase(p):
     return f"{verdict(p)}: " + ", ".join(f"{v:.2f}" for _, v in sorted(p["loads"].items()))
 to_d = sum(1 for m in r["movements"] if m["to"] == "d")
-cells = [sys.argv[2], f"{r['elapsed_s'] / 60:.1f} min", *(phase(p) for p in r["phases"]),
+# Where the time went, in seconds: until phase 1 began (the hosts, the JVMs, the tasks' starts),
+# each phase, and from the end of the last phase to the report (the drain and the comparison).
+ps = r["phases"]
+spent = "/".join(f"{s:.0f}" for s in [ps[0]["started_s"], *(p["ended_s"] - p["started_s"] for p in ps), r["elapsed_s"] - ps[-1]["ended_s"]])
+cells = [sys.argv[2], f"{r['elapsed_s'] / 60:.1f} min", spent, *(phase(p) for p in ps),
          f"{len(r['movements'])} ({to_d} to D)", f"{r['lost_results']} / {r['duplicate_results']} of {r['expected_results']}"]
 print("| " + " | ".join(cells) + " |", flush=True)
 PY
