@@ -274,7 +274,7 @@ class Mechanism:
                 return self._offer(view, view.load, ())
             case Answered(partner, accepted, at_s):
                 self.refused = after_answer(self.refused, partner, accepted, at_s)
-                if accepted:
+                if accepted and at_s >= self.split_s:  # an acceptance decided before the last split counts no splits after it
                     self.refused_splits = 0
                 return []
             case TasksChanged(at_s):
@@ -285,8 +285,10 @@ class Mechanism:
     def split_memory(self) -> dict:
         """What the machine knows of its splits on refusals, as a JSON object: a restarted
         agent takes it back (`remember_splits`) so that it does not split on refusals again
-        what it had bounded."""
-        return {"refused_splits": self.refused_splits, "refusal_split": sorted(self.refusal_split)}
+        what it had bounded (the answers it reads again, `Answered`, are older than its last
+        split and reset no count)."""
+        return {"refused_splits": self.refused_splits, "refusal_split": sorted(self.refusal_split),
+                "split_s": None if self.split_s == -math.inf else self.split_s}
 
     def remember_splits(self, memory: Mapping) -> None:
         """Take back what `split_memory` gave; ValueError (nothing taken) when it is not that."""
@@ -297,8 +299,12 @@ class Mechanism:
             raise ValueError(f"refused_splits is a count from 0 to {REFUSED_SPLITS}, not {count!r}")
         if not isinstance(prefixes, list) or len(prefixes) > 2 ** (BITS + 1):
             raise ValueError("refusal_split is a list of key-group prefixes")
+        split_s = memory.get("split_s")
+        if split_s is not None and (isinstance(split_s, bool) or not isinstance(split_s, (int, float)) or not math.isfinite(split_s)):
+            raise ValueError(f"split_s is a time in seconds or null, not {split_s!r}")
         self.refusal_split = frozenset(check_prefix(p) for p in prefixes)
         self.refused_splits = count
+        self.split_s = -math.inf if split_s is None else float(split_s)
 
     def settling(self, now_s: float) -> bool:
         return now_s - self.changed_s < self.settle_s

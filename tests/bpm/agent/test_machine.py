@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from bpm.agent.machine import (
@@ -201,13 +203,22 @@ def test_halves_split_again_merge_back_deepest_first_into_the_first_task():
 
 
 def test_the_memory_of_splits_on_refusals_goes_out_and_comes_back_whole_or_not_at_all():
-    m = Mechanism("a", fixed_cost=0.01, refused_splits=REFUSED_SPLITS, refusal_split=frozenset({"01", "1"}))
+    m = Mechanism("a", fixed_cost=0.01, refused_splits=REFUSED_SPLITS, refusal_split=frozenset({"01", "1"}), split_s=100.0)
     again = Mechanism("a", fixed_cost=0.01)
-    again.remember_splits(m.split_memory())
-    assert (again.refused_splits, again.refusal_split) == (REFUSED_SPLITS, frozenset({"01", "1"}))
+    again.remember_splits(json.loads(json.dumps(m.split_memory())))
+    assert (again.refused_splits, again.refusal_split, again.split_s) == (REFUSED_SPLITS, frozenset({"01", "1"}), 100.0)
+    # A restarted agent reads its offers' answers again: one decided before its last split resets no count.
+    again.handle(Answered("b", True, 90.0))
+    assert again.refused_splits == REFUSED_SPLITS
+    again.handle(Answered("b", True, 110.0))
+    assert again.refused_splits == 0
+    never = Mechanism("a", fixed_cost=0.01)
+    never.remember_splits(json.loads(json.dumps(never.split_memory())))
+    assert never.split_memory() == {"refused_splits": 0, "refusal_split": [], "split_s": None}
     for bad in ({"refused_splits": REFUSED_SPLITS + 1, "refusal_split": []}, {"refused_splits": True, "refusal_split": []},
-                {"refused_splits": 1, "refusal_split": ["2"]}, {"refused_splits": 1, "refusal_split": "01"}, {"refused_splits": 1}, ["01"]):
+                {"refused_splits": 1, "refusal_split": ["2"]}, {"refused_splits": 1, "refusal_split": "01"}, {"refused_splits": 1}, ["01"],
+                {"refused_splits": 1, "refusal_split": [], "split_s": "soon"}, {"refused_splits": 1, "refusal_split": [], "split_s": float("nan")}):
         fresh = Mechanism("a", fixed_cost=0.01)
         with pytest.raises(ValueError):
             fresh.remember_splits(bad)
-        assert (fresh.refused_splits, fresh.refusal_split) == (0, frozenset()), bad
+        assert fresh.split_memory() == never.split_memory(), bad
