@@ -1,0 +1,48 @@
+"""How a phase feeds more traffic (`bpm_app.demo.run.Feeding`), against a demo that runs nothing."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from bpm_app.demo.run import Demo, Feeding
+
+THRESHOLD = 0.63  # each of a, b and c: 1.89 in all, a target of 1.92 at 1.02 times that
+
+
+class _Demo:
+    """What Feeding reads of a demo: the participants' loads, their tasks' loads, B's spare shares."""
+
+    _measured = Demo._measured
+
+    def __init__(self, participants: dict[str, float], tasks: list[float]) -> None:
+        self.s = SimpleNamespace(trigger_s=10.0)
+        self.state = {"participants": [{"name": n, "load": v, "threshold": THRESHOLD} for n, v in participants.items()]}
+        self.tasks = tasks
+        self.fed_tasks = {"b": []}
+        self.fed = SimpleNamespace(feed_more=lambda name, shares: None)
+        self.said: list[str] = []
+
+    def _task_loads(self, names):
+        return self.tasks
+
+    def _spare_tasks(self, name):
+        return [t for t in ("g00110", "g00111", "g01000") if t not in self.fed_tasks[name]]
+
+    def say(self, message):
+        self.said.append(message)
+
+
+def _feed(participants, tasks, hosts):
+    demo = _Demo(participants, tasks)
+    feeding = Feeding(demo, "b", ["a", "b", "c"], 1.02, hosts=hosts)
+    feeding.poll(0.0)
+    return demo.fed_tasks["b"], feeding.reached
+
+
+def test_phase_3_feeds_until_the_participants_themselves_carry_the_target():
+    short = {"a": 0.65, "b": 0.64, "c": 0.57}  # 1.86: not overloaded
+    tasks = [0.2] * 9 + [0.13]  # 1.93: the tasks' loads are past the target
+    assert _feed(short, tasks, hosts=False) == ([], True), "by the tasks' loads alone the target is reached"
+    assert _feed(short, tasks, hosts=True) == (["g00110"], False), "the participants' loads are short of it: one more share"
+    assert _feed({"a": 0.66, "b": 0.64, "c": 0.63}, tasks, hosts=True) == ([], True), "both past the target: nothing more"
+    assert _feed({"a": 0.65, "b": 0.64}, tasks, hosts=True) == ([], False), "not every threshold read yet: it waits"
