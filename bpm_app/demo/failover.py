@@ -161,9 +161,7 @@ class FailoverDemo(Demo):
         deadline = time.monotonic() + timeout_s
         while True:
             state = self.poll()
-            with self.fed.operator() as operator:
-                tasks = operator.tasks()
-            hosted = [t for t in tasks if t["host"] == VICTIM and t["origin"] != VICTIM]
+            hosted = [t for t in state["tasks"] if t["host"] == VICTIM and t["origin"] != VICTIM]
             synced = {r["task_id"] for r in state["replicas"] if r["state"] == "active" and r["synced_at"]}
             copied = hosted and (self.ha_mode not in ("passive_standby",) or all(t["id"] in synced for t in hosted))
             if copied or (hosted and time.monotonic() > deadline):

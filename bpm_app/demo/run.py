@@ -335,7 +335,7 @@ class Demo:
         for r in made:
             self._regrained_at.setdefault(tuple(r["ids"]), round(now, 2))
         self.state = {"t": now, "participants": participants, "movements": movements, "ledger": ledger, "phase": self.stage or (self.phases[-1].name if self.phases else "setup"),
-                      "registry": self.fed.registry_url, "hosts": self.hosts_report(),
+                      "registry": self.fed.registry_url, "hosts": self.hosts_report(), "tasks": tasks,
                       "regrains": [{**r, "t": self._regrained_at[tuple(r["ids"])]} for r in made]}
         if self.view:
             self.view(self.state)
@@ -397,10 +397,10 @@ class Demo:
     def _in_transit(self) -> set[str]:
         """The tasks the registry places at a live participant that does not run them (yet):
         between an accepted offer and the start at the new host (the old host stops it at a
-        batch boundary, the new one fetches the checkpoint), a task's load counts nowhere."""
-        with self.fed.operator() as operator:
-            alive = {p["name"] for p in operator.participants() if p["status"] == "alive"}
-            placed = {(t["host"], task_key(t)) for t in operator.tasks() if t["host"] in alive}
+        batch boundary, the new one fetches the checkpoint), a task's load counts nowhere.
+        The registry's side as the last poll read it."""
+        alive = {p["name"] for p in self.state["participants"] if p["status"] == "alive"}
+        placed = {(t["host"], task_key(t)) for t in self.state["tasks"] if t["host"] in alive}
         running = self._running()
         return {key for host, key in placed if key not in running.get(host, {})}
 
@@ -433,9 +433,8 @@ class Demo:
         return [task for task in self.inputs.tasks(self._members[name].shares)[:self._members[name].tasks] if task not in fed]
 
     def _task_loads(self, names: list[str]) -> list[float]:
-        """The loads of the tasks of `names`, wherever they run (0 where not measured yet)."""
-        with self.fed.operator() as operator:
-            return [t["load"] or 0.0 for t in operator.tasks() if t["origin"] in names]
+        """The loads of the tasks of `names`, wherever they run (0 where not measured yet), as the last poll read them."""
+        return [t["load"] or 0.0 for t in self.state["tasks"] if t["origin"] in names]
 
     def _warmup_s(self, member: Member) -> float:
         return self.s.warmup_s if member.initial else self.s.join_warmup_s
