@@ -19,11 +19,12 @@ class _Demo:
         self.state = {"participants": [{"name": n, "load": v, "threshold": THRESHOLD} for n, v in participants.items()]}
         self.tasks = tasks
         self.fed_tasks = {"b": []}
+        self.fed_loads: dict[str, float] = {}  # the loads of B's spare tasks, once read
         self.fed = SimpleNamespace(feed_more=lambda name, shares: None)
         self.said: list[str] = []
 
     def _task_loads(self, names):
-        return self.tasks
+        return {f"b.t{i}": load for i, load in enumerate(self.tasks)} | self.fed_loads
 
     def _spare_tasks(self, name):
         return [t for t in ("g00110", "g00111", "g01000") if t not in self.fed_tasks[name]]
@@ -46,3 +47,22 @@ def test_phase_3_feeds_until_the_participants_themselves_carry_the_target():
     assert _feed(short, tasks, hosts=True) == (["g00110"], False), "the participants' loads are short of it: one more share"
     assert _feed({"a": 0.66, "b": 0.64, "c": 0.63}, tasks, hosts=True) == ([], True), "both past the target: nothing more"
     assert _feed({"a": 0.65, "b": 0.64}, tasks, hosts=True) == ([], False), "not every threshold read yet: it waits"
+
+
+def test_a_share_whose_load_has_not_shown_stays_on_its_way_past_the_lag():
+    """The lag is 70 s at a 10 s trigger; a share counts as on its way for up to three lags
+    while its task reads no more than when it was fed."""
+    demo = _Demo({"a": 0.55, "b": 0.55, "c": 0.55}, [0.2] * 8)  # 1.6 of a 1.93 target: two shares short
+    feeding = Feeding(demo, "b", ["a", "b", "c"], 1.02, hosts=True)
+    feeding.poll(0.0)
+    assert demo.fed_tasks["b"] == ["g00110", "g00111"], "two shares short: two fed"
+    feeding.poll(100.0)
+    assert demo.fed_tasks["b"] == ["g00110", "g00111"], "past the lag, their tasks read nothing yet: still on their way"
+    demo.fed_loads = {"b.g00110": 0.2, "b.g00111": 0.01}  # the first shows in full, the second only begins to
+    feeding.poll(110.0)
+    assert demo.fed_tasks["b"] == ["g00110", "g00111", "g01000"], "their loads read: the loads, still short, call for more"
+    demo.fed_tasks["b"] = ["g00110", "g00111"]
+    demo.fed_loads = {}
+    feeding.fed = {key: (0.0, 0.0) for key in feeding.fed}
+    feeding.poll(211.0)
+    assert demo.fed_tasks["b"] == ["g00110", "g00111", "g01000"], "past three lags a share that never showed is not waited for"
