@@ -23,6 +23,7 @@ class Scenario(str, Enum):
     failover = "failover"
     partition = "partition"
     registry_cut = "registry-cut"
+    split = "split"
 
 
 def prepare_workdir(workdir: Path) -> None:
@@ -47,7 +48,7 @@ def demo(
     report_dir: Annotated[Path, typer.Option("--report", help="Report folder: report.json and timeline.png.")] = Path("demo-report"),
     port: Annotated[int, typer.Option(help="Registry port (the admin UI is served there too).")] = 8700,
     phase_timeout: Annotated[float, typer.Option(help="Longest wait of a phase for an acceptable allocation, seconds.")] = 240.0,
-    scenario: Annotated[Scenario, typer.Option(help="phases: the four phases of load management; failover: kill -9 of a participant hosting moved tasks, and the recovery; partition: the same participant cut off from every other host, then healed; registry-cut: cut off from the registry only, it goes on processing.")] = Scenario.phases,
+    scenario: Annotated[Scenario, typer.Option(help="phases: the four phases of load management; failover: kill -9 of a participant hosting moved tasks, and the recovery; partition: the same participant cut off from every other host, then healed; registry-cut: cut off from the registry only, it goes on processing; split: a task too large to move is split over its key groups and a half moves.")] = Scenario.phases,
     ha_mode: Annotated[HAMode, typer.Option(help="The contracts' HA mode in the failover and partition scenarios.")] = HAMode.passive_standby,
     cut_for: Annotated[float, typer.Option(min=1.0, help="How long the partition and registry-cut scenarios keep the participant cut off, seconds from the cut.")] = 30.0,
     cpus: Annotated[float, typer.Option(min=0.0, help="Each participant's capacity: a CPU quota of its own (a cgroup; needs root). 0: the participants share the machine's CPUs.")] = 0.4,
@@ -56,7 +57,8 @@ def demo(
 ) -> None:
     """Run the four phases of the Borealis poster on a local federation, each participant a host of its own
     (SQLite, Spark local), or, with --scenario failover, crash a participant's host while it hosts moved tasks
-    and show the federation recover (--scenario partition: cut it off from every other host, then heal it)."""
+    and show the federation recover (--scenario partition: cut it off from every other host, then heal it), or
+    with --scenario split split a task too large to move and shed a half."""
     from bpm_app.demo.report import write_report
     from bpm_app.demo.run import Demo, DemoSettings, verdict
 
@@ -64,6 +66,10 @@ def demo(
         raise typer.BadParameter(f"--scenario {scenario.value} cuts a host's links: it needs --hosts")
 
     def make(**kw):
+        if scenario == Scenario.split:
+            from bpm_app.demo.split import SplitDemo
+
+            return SplitDemo(settings, **kw)
         if scenario != Scenario.phases:
             from bpm_app.demo.failover import FailoverDemo
 
@@ -95,6 +101,8 @@ def demo(
         for phase in report["phases"]:
             typer.echo(f"  {phase['name']}: {verdict(phase)}")
         typer.echo(f"  movements {len(report['movements'])}, lost results {report['lost_results']}, duplicate results {report['duplicate_results']}")
+        for r in report.get("regrains", []):
+            typer.echo(f"  {r['kind']} of {r['origin']}'s {', '.join(r['from'])} into {', '.join(r['made'])} at {r['t']:.0f} s")
         for f in report.get("failovers", []):
             typer.echo(f"  failover of {f['task']} ({f['mode']}) {f['from']} -> {f['to']}: detected {f['detected_s']} s after the fault, recovery {f['recovery_s']} s")
         if report.get("healed"):

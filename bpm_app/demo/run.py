@@ -44,7 +44,7 @@ from pathlib import Path
 import httpx
 
 from bpm_app.demo.federation import Federation
-from bpm.federation.views import AgreedTerms, regrains
+from bpm.federation.views import AgreedTerms, ending, key_groups, regrains
 from bpm.names import task_key
 from bpm.negotiation import is_acceptable
 from bpm_app.demo.inputs import BrokerInputs
@@ -229,7 +229,13 @@ class Phase:
 
 
 class Demo:
-    """Runs the phases; `view` (if given) is called with the current state after every poll."""
+    """Runs the phases; `view` (if given) is called with the current state after every poll.
+
+    Attributes:
+        pairs: the contracts agreed offline (`CONTRACTS`; a scenario has its own).
+    """
+
+    pairs = CONTRACTS
 
     def __init__(self, settings: DemoSettings, view: Callable[[dict], None] | None = None, say: Callable[[str], None] = print) -> None:
         self.s = settings
@@ -256,7 +262,7 @@ class Demo:
         """The terms `member` agreed offline."""
         s = self.s
         terms = []
-        for pair, factor in CONTRACTS.items():
+        for pair, factor in self.pairs.items():
             if member.name in pair:
                 partner = pair[1] if pair[0] == member.name else pair[0]
                 price = factor * s.price
@@ -399,9 +405,10 @@ class Demo:
         """The tasks the registry places at a live participant that does not run them (yet):
         between an accepted offer and the start at the new host (the old host stops it at a
         batch boundary, the new one fetches the checkpoint), a task's load counts nowhere.
-        The registry's side as the last poll read it."""
+        A retired task (a split's or merge's, its windows out) runs nowhere again and is
+        left out. The registry's side as the last poll read it."""
         alive = {p["name"] for p in self.state["participants"] if p["status"] == "alive"}
-        placed = {(t["host"], task_key(t)) for t in self.state["tasks"] if t["host"] in alive}
+        placed = {(t["host"], task_key(t)) for t in self.state["tasks"] if t["host"] in alive and not t.get("retired")}
         running = self._running()
         return {key for host, key in placed if key not in running.get(host, {})}
 
@@ -435,7 +442,7 @@ class Demo:
 
     def _task_loads(self, names: list[str]) -> dict[str, float]:
         """The loads of the tasks of `names` by key, wherever they run (0 where not measured yet), as the last poll read them."""
-        return {task_key(t): t["load"] or 0.0 for t in self.state["tasks"] if t["origin"] in names}
+        return {task_key(t): t["load"] or 0.0 for t in self.state["tasks"] if t["origin"] in names and not t.get("retired")}
 
     def _warmup_s(self, member: Member) -> float:
         return self.s.warmup_s if member.initial else self.s.join_warmup_s
@@ -516,7 +523,8 @@ class Demo:
         self._end_together()
         self._drain(queried, timeout_s=180)
         state = self.poll()
-        outputs = {name: self.inputs.outputs(name, tasks) for name, tasks in queried.items()}  # while the brokers run
+        # while the brokers run; a split's or merge's tasks write the results of their key groups
+        outputs = {name: self.inputs.outputs(name, [t["name"] for t in self._over(name, tasks)]) for name, tasks in queried.items()}
         more = self._before_close()
         self.say("stopping the federation")
         self.fed.close()
@@ -588,28 +596,45 @@ class Demo:
                     write_end(stream, common, range(stream.partitions))
             self._end_us[name] = common
 
+    def _over(self, name: str, tasks: list[str]) -> list[dict]:
+        """The tasks of `name` in the registry (as the last poll read it) over the shares of
+        `tasks`: those tasks, or the tasks splits and merges made of them, retired or not."""
+        shares = [task[1:] for task in tasks]
+        over = []
+        for t in self.state["tasks"]:
+            groups = key_groups(t) if t["origin"] == name else None
+            if groups is not None and any(groups.startswith(share) for share in shares):
+                over.append(t)
+        return over
+
     def _drain(self, queried: dict[str, list[str]], timeout_s: float) -> None:
-        """Wait until every task, where it runs now, has completed a batch with the watermark
-        that the end mark of its closed stream brings: that batch emits the last windows.
-        A task moved after it has drained shows the same watermark in its handed-over checkpoint."""
-        needed = {}
-        for name, tasks in queried.items():
-            end_us = self._end_us.get(name)
-            for task in tasks:
-                needed[f"{name}.{task}"] = end_watermark_ms(end_us, self.params) if end_us is not None else None
-        deadline, done = time.monotonic() + timeout_s, set()
-        while time.monotonic() < deadline:
-            done = set()
+        """Wait until every task over the queried shares (`_over`), where it runs now, has
+        completed a batch with the watermark that the end mark of its closed stream brings:
+        that batch emits the last windows; and a task that handed its key groups over to a
+        split or merge has retired (its windows are out). A task moved after it has drained
+        shows the same watermark in its handed-over checkpoint."""
+        deadline, pending = time.monotonic() + timeout_s, set()
+        while True:
+            self.poll()
+            watermarks: dict[str, int] = {}
             for tasks in self._running().values():
                 for key, t in tasks.items():
-                    want = needed.get(key)
-                    if want is not None and (t.get("watermark_ms") or 0) >= want:
-                        done.add(key)
-            if done >= set(needed):
-                return
-            self.poll()
+                    watermarks[key] = max(watermarks.get(key, 0), t.get("watermark_ms") or 0)
+            pending = set()
+            for name, tasks in queried.items():
+                end_us = self._end_us.get(name)
+                if end_us is None:
+                    continue  # nothing fed: nothing to drain
+                want = end_watermark_ms(end_us, self.params)
+                for t in self._over(name, tasks):
+                    key = task_key(t)
+                    if not t.get("retired") and (ending(t) or watermarks.get(key, 0) < want):
+                        pending.add(key)
+            if not pending or time.monotonic() >= deadline:
+                break
             time.sleep(self.s.poll_s)
-        self.say(f"tasks {', '.join(sorted(set(needed) - done))} had not drained after {timeout_s:.0f} s; results compared as they are")
+        if pending:
+            self.say(f"tasks {', '.join(sorted(pending))} had not drained after {timeout_s:.0f} s; results compared as they are")
 
     def _reference(self, logs: dict[str, Path]) -> dict[str, list[ResultRow]]:
         """The plain computation (`bpm.zeek.reference`, the query's definitions without Spark)
