@@ -107,10 +107,6 @@ def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> No
             for f in report.get("failovers", []):
                 ax.axvline(f["at_s"], color=COLOURS.get(f["to"], "k"), lw=0.8, ls=":")
     first = axes[0, 0]
-    for i, phase in enumerate(report["phases"]):
-        # Staggered: a short phase's label does not run into the next one's.
-        first.text(phase["started_s"] + 1, 1.02 + 0.14 * (i % 2), f"phase {phase['name'].split(' ')[0]}: {verdict(phase)}",
-                   transform=first.get_xaxis_transform(), fontsize=8, va="bottom")
     killed = report.get("killed")
     if killed and killed.get("at_s") is not None:
         what = {"cut": "is cut off", "registry": "is cut off from the registry"}.get(killed.get("fault"), "crashes")
@@ -135,8 +131,28 @@ def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> No
     fig.suptitle(title, fontsize=9)
     first.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8)
     fig.tight_layout()
+    phase_labels(first, report["phases"])
+    fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def phase_labels(ax, phases: list[dict]) -> list:
+    """Each phase's number and verdict above `ax`, from where the phase starts; a label that
+    would run into one before it goes a row higher (a short phase's label and the next
+    one's). The matplotlib texts, in order."""
+    renderer = ax.figure.canvas.get_renderer()
+    ends: list[float] = []  # per row, where its last label ends (display units)
+    texts = []
+    for phase in phases:
+        text = ax.text(phase["started_s"] + 1, 1.02, f"phase {phase['name'].split(' ')[0]}: {verdict(phase)}",
+                       transform=ax.get_xaxis_transform(), fontsize=8, va="bottom")
+        box = text.get_window_extent(renderer)
+        row = next((r for r, end in enumerate(ends) if box.x0 > end + 4), len(ends))
+        ends[row:row + 1] = [box.x1]
+        text.set_y(1.02 + 0.14 * row)
+        texts.append(text)
+    return texts
 
 
 def _top(timeline: list[dict]) -> float:

@@ -1,0 +1,32 @@
+"""The timeline's phase labels: short phases do not make their labels run into each other."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from bpm_app.demo.report import phase_labels  # noqa: E402
+
+
+def _phase(name: str, start: float, end: float) -> dict:
+    return {"name": name, "started_s": start, "ended_s": end, "acceptable": True, "overloaded": False}
+
+
+def test_labels_of_short_phases_go_up_a_row_and_none_overlap():
+    fig, ax = plt.subplots(figsize=(11, 2))
+    ax.set_xlim(0, 620)
+    # phase 2 takes 12 s and phase 3 another 15: the first three labels would share one place
+    phases = [_phase("1", 120, 150), _phase("2", 150, 162), _phase("3", 162, 177), _phase("4", 400, 560)]
+    texts = phase_labels(ax, phases)
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    assert boxes[0].x1 > boxes[2].x0, "the first and third labels span the same stretch of time"
+    rows = [t.get_position()[1] for t in texts]
+    assert len({rows[0], rows[1], rows[2]}) == 3, "so each of the first three has a row of its own"
+    assert rows[3] == rows[0], "a label with room in the first row stays there"
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b), (a, b)
+    plt.close(fig)
