@@ -35,8 +35,13 @@ SPLIT_MEMBERS = (
 SPLIT_CONTRACTS = {("a", "b"): 1.0}
 # About 0.6 of a 0.4-CPU participant for one task at a 10 s trigger, by the per-row and
 # per-batch costs `bpm bench fixed-cost` measured (docs/benchmarks.md, "Fixed cost of a task").
-SPLIT_RATE = 1000.0
+SPLIT_RATE = 1200.0
 SPLIT_SPREAD = 0.1
+# A threshold of 0.55 at the reference price (1 - sqrt(0.2)). A's task is lumpy from about
+# 0.45 to 0.75 of its capacity (its own saving below 0.9 p, a half's above); larger, B
+# refuses it whole (it would pass its threshold), and A splits on the refusal. Either way
+# each half fits at B with both below their thresholds.
+SPLIT_MM1_SCALE = 0.2
 SPLIT_FIXED_COST = 0.09
 SPLIT_TRAFFIC_S = 900.0  # longer than the run: the replayer closes the input when the demo ends it
 
@@ -47,7 +52,8 @@ class SplitDemo(Demo):
     pairs = SPLIT_CONTRACTS
 
     def __init__(self, settings: DemoSettings, view: Callable[[dict], None] | None = None, say: Callable[[str], None] = print) -> None:
-        super().__init__(dataclasses.replace(settings, rate=SPLIT_RATE, spread=SPLIT_SPREAD, traffic_s=SPLIT_TRAFFIC_S), view, say)
+        super().__init__(dataclasses.replace(settings, rate=SPLIT_RATE, spread=SPLIT_SPREAD, mm1_scale=SPLIT_MM1_SCALE,
+                                             traffic_s=SPLIT_TRAFFIC_S), view, say)
         self.members = SPLIT_MEMBERS
         self._members = {m.name: m for m in self.members}
 
