@@ -191,7 +191,7 @@ def read_messages(broker: Broker, task_id: str, after: int = 0) -> list[tuple[in
         await js.delete_consumer(STREAM, info.name)
         return out
 
-    return [(seq, json.loads(data), at) for seq, data, at in broker.call(fetch_all())]
+    return [(seq, json.loads(data), at) for seq, data, at in broker.read(fetch_all)]
 
 
 def closed_through(broker: Broker, task_id: str, after: int = 0) -> tuple[int, int | None]:

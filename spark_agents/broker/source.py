@@ -156,7 +156,7 @@ class JetStreamReader(DataSourceStreamReader):
         restored from the commit log, and emits those windows."""
         broker = connection(self.url, self.user, self.password)
         owed, self._owed = self._owed, False
-        if start is not None and not broker.call(_pending(broker.js, self.stream, self.filter, int(start["seq"]))):
+        if start is not None and not broker.read(lambda: _pending(broker.js, self.stream, self.filter, int(start["seq"]))):
             return {**start, "resumed": int(start.get("resumed", 0)) + 1} if owed else start
         newest = broker.last_seq(self.stream)
         if self.max_messages is not None and start is not None:
@@ -169,7 +169,7 @@ class JetStreamReader(DataSourceStreamReader):
 
     def read(self, partition: SeqRange) -> Iterator:
         broker = connection(self.url, self.user, self.password)
-        chunks = broker.call(_fetch(broker.js, self.stream, self.filter, partition.after, partition.last))
+        chunks = broker.read(lambda: _fetch(broker.js, self.stream, self.filter, partition.after, partition.last))
         batch = parse(chunks)
         if batch is not None:
             yield batch
@@ -228,7 +228,7 @@ class JetStreamInput:
     def pending(self, after: int) -> int:
         """How many messages of its key groups the stream holds after sequence `after`."""
         broker = self.connection()
-        return broker.call(_pending(broker.js, INPUT, subject_filter(self.participant, self.prefix), after))
+        return broker.read(lambda: _pending(broker.js, INPUT, subject_filter(self.participant, self.prefix), after))
 
     def present_end(self) -> tuple[int, int | None]:
         """(the stream's newest sequence, the newest event time it holds then, None when empty):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import nats
@@ -29,6 +29,36 @@ if TYPE_CHECKING:
 
 STREAM = "INPUT"
 T = TypeVar("T")
+
+
+# How long a read waits out a server whose JetStream answers no request (`through_reload`).
+RELOAD_WAIT_S = 5.0
+
+
+async def through_reload(make: Callable[[], Awaitable[T]], refusals: Sequence[str] = (), wait_s: float = RELOAD_WAIT_S) -> T:
+    """`await make()`, made again while the server's JetStream answers no request
+    (ServiceUnavailableError: no responders, or "JetStream not enabled for account") for up
+    to `wait_s`, and once more after a request went unanswered (a timeout) unless the server
+    reported a permission refused meanwhile (a new entry in `refusals`, the connection's
+    list of them): that answer stands. A server reloading its accounts
+    (`BrokerServer.reload`: a grant or a revoke of a partner's access) answers so for a
+    moment, or drops a request: a read then failed a task's micro-batch, or the demo's read
+    of the results. For reads only, which change nothing when unanswered."""
+    loop = asyncio.get_running_loop()
+    deadline, pause, timed_out = loop.time() + wait_s, 0.05, False
+    while True:
+        seen = len(refusals)
+        try:
+            return await make()
+        except nats.js.errors.ServiceUnavailableError:
+            if loop.time() + pause > deadline:
+                raise
+        except nats.errors.TimeoutError:
+            if timed_out or len(refusals) > seen:
+                raise
+            timed_out = True
+        await asyncio.sleep(pause)
+        pause = min(2 * pause, 1.0)
 
 
 class Broker:
@@ -64,6 +94,10 @@ class Broker:
             if len(self._refusals) > seen:
                 raise BrokerError(f"refused by {self.url}: {self._refusals[-1]}") from None
             raise
+
+    def read(self, make: Callable[[], Awaitable[T]]) -> T:
+        """`call` of the read `make()` makes, through a reload of the server's accounts (`through_reload`)."""
+        return self.call(through_reload(make, self._refusals))
 
     def ensure_stream(self, participant: str, max_bytes: int = 1 << 30) -> None:
         """Create the participant's input stream if it does not exist (its server's storage, files)."""
