@@ -66,3 +66,22 @@ def test_a_share_whose_load_has_not_shown_stays_on_its_way_past_the_lag():
     feeding.fed = {key: (0.0, 0.0) for key in feeding.fed}
     feeding.poll(211.0)
     assert demo.fed_tasks["b"] == ["g00110", "g00111", "g01000"], "past three lags a share that never showed is not waited for"
+
+
+def test_phase_3_feeds_one_more_share_a_lag_while_its_goal_does_not_hold():
+    """The loads passed the target at times (the highest within the lag stands), but the
+    participants' loads stay below the thresholds most of the time: the verdict never comes."""
+    demo = _Demo({"a": 0.66, "b": 0.64, "c": 0.63}, [0.2] * 10)  # 1.93 and 2.0: past the target
+    feeding = Feeding(demo, "b", ["a", "b", "c"], 1.02, hosts=True)
+    feeding.poll(0.0, held=False)
+    assert feeding.reached and demo.fed_tasks["b"] == [], "the target just reached: the goal may hold soon"
+    feeding.poll(72.0, held=True)
+    assert demo.fed_tasks["b"] == [], "the goal holds: nothing more"
+    feeding.poll(74.0, held=False)
+    assert demo.fed_tasks["b"] == ["g00110"], "a lag on, the goal does not hold: one more share"
+    demo.fed_loads = {"b.g00110": 0.2}
+    feeding.poll(100.0, held=False)
+    assert demo.fed_tasks["b"] == ["g00110"], "not while the share is on its way"
+    feeding.poll(145.0, held=False)
+    assert demo.fed_tasks["b"] == ["g00110", "g00111"], "a lag later, the goal still not held: one more"
+    assert _feed({"a": 0.66, "b": 0.64, "c": 0.63}, [0.2] * 10, hosts=False) == ([], True), "phase 2's feeding never does so"
