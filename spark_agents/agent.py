@@ -97,6 +97,10 @@ class TaskHost(Protocol):
 
     def stop_task(self, task_id: str) -> Path: ...
 
+    def end_output(self, task_id: str, until_s: int | None) -> None:
+        """From now on leave out of the running task's output every window starting at or
+        after `until_s` (None: none): a split or merge hands its key groups over then."""
+
     def running(self) -> set[str]: ...
 
     def loads(self) -> dict[str, float]:

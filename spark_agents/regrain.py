@@ -81,6 +81,12 @@ class Regrain:
         ended, new = hand_over(olds, prefixes, _query(records[0].get("params") or {}).window_s)
         at = ended[0].until_s
         parents = [r["id"] for r in records]
+        # The old tasks' queries run on until their restart over the ended input, a tick or
+        # more later (17 s on a 0.2-CPU host): their windows from the split time on are the
+        # new tasks', and must not reach the output (a run of `bpm demo --scenario split`
+        # wrote the window at the split time twice).
+        for r in records:
+            agent.host.end_output(task_key(r), at)
         made = []
         for source in new:
             try:
@@ -90,6 +96,9 @@ class Regrain:
                 if exc.status != 409:
                     raise
                 agent._race(f"{how} of tasks {parents}", exc)
+                if not made:  # the registry ended nothing: the old tasks go on as they were
+                    for r in records:
+                        agent.host.end_output(task_key(r), r.get("until_s"))
                 return
         agent._stale.add("task")
         agent._changed()

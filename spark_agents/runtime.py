@@ -59,6 +59,7 @@ class SparkTasks:
         self._steady: dict[str, float] = {}  # the loads of the last window that saw one set of tasks
         self._duties: dict[str, Any] = {}  # task -> PrimaryDuties
         self._replicas: dict[str, Any] = {}  # task -> the held-back sink of an active-standby replica
+        self._sinks: dict[str, Any] = {}  # task -> the output fence's sink it runs with
 
     def start_task(self, task_id: str, source: JetStreamInput, checkpoint_dir: Path, params: dict[str, Any], epoch: int) -> None:
         """Start (resume) a task over its share of a broker stream, its output through the
@@ -66,6 +67,8 @@ class SparkTasks:
         from spark_agents.broker.results import broker_sink
 
         sink = broker_sink(source.connection(), task_id, epoch)
+        sink.until_s = source.until_s
+        self._sinks[task_id] = sink
         self.host.start_task(task_id, source, checkpoint_dir, _query(params), trigger_s=params.get("trigger_s", self.trigger_s), sink=sink)
 
     # High availability (spark_agents.ha_agent)
@@ -121,7 +124,13 @@ class SparkTasks:
     STOP_WAIT_S = 60.0
 
     def stop_task(self, task_id: str) -> Path:
+        self._sinks.pop(task_id, None)
         return self.host.stop_task(task_id, timeout_s=self.STOP_WAIT_S)
+
+    def end_output(self, task_id: str, until_s: int | None) -> None:
+        sink = self._sinks.get(task_id)
+        if sink is not None:
+            sink.until_s = until_s
 
     def running(self) -> set[str]:
         return set(self.host.running())

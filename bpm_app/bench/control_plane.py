@@ -85,6 +85,9 @@ class SimulatedHost:
         with self._lock:
             return self._running.pop(task_id)
 
+    def end_output(self, task_id: str, until_s: int | None) -> None:
+        pass  # a simulated task writes no output
+
     def running(self) -> set[str]:
         with self._lock:
             return set(self._running)

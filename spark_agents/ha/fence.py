@@ -81,6 +81,11 @@ class FencedSink:
         held: rows held back, per batch id (standby only).
         batches: the fence's sequence of each batch it wrote.
         closed: the end of the newest window it said was closed (`closed_through`).
+        until_s: where the task's span of event time ends (a split or merge handed its key
+            groups over at that window start, `spark_agents.regrain`): the rows of windows
+            starting there or later are another task's, and are left out. A query that read
+            rows past it before its input was ended holds them in its state; they never
+            reach the output.
     """
 
     def __init__(self, fence: Fence, epoch: int | None, run: str | None = None) -> None:
@@ -92,6 +97,7 @@ class FencedSink:
         self.held: dict[int, list[ResultRow]] = {}
         self.batches: list[int] = []
         self.closed: int | None = None
+        self.until_s: int | None = None
         self._claimed = False
         self._lock = threading.Lock()
 
@@ -101,6 +107,8 @@ class FencedSink:
 
     def __call__(self, batch_id: int, rows: list[ResultRow]) -> None:
         with self._lock:
+            if self.until_s is not None:
+                rows = [r for r in rows if r.window_start < self.until_s]
             if self.epoch is None:
                 self._hold(batch_id, rows)
             else:

@@ -28,6 +28,7 @@ class SteppedHost:
         self.cost = cost
         self.starts: list[tuple[str, int]] = []
         self.task_load: dict[str, float] = {}
+        self.output_ends: dict[str, int | None] = {}  # end_output's calls, the last per task
 
     def start_task(self, task_id, source, checkpoint_dir, params, epoch):
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
@@ -39,6 +40,9 @@ class SteppedHost:
 
     def stop_task(self, task_id):
         return self._running.pop(task_id)
+
+    def end_output(self, task_id, until_s):
+        self.output_ends[task_id] = until_s
 
     def running(self):
         return set(self._running)

@@ -122,6 +122,10 @@ class SteppedHAHost:
         self.sinks.pop(task_id, None)
         return self._running.pop(task_id)
 
+    def end_output(self, task_id, until_s):
+        if task_id in self.sinks:
+            self.sinks[task_id].until_s = until_s
+
     def running(self):
         return set(self._running) | set(self.replicas)
 

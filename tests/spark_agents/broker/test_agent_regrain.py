@@ -58,6 +58,8 @@ def test_an_agent_splits_a_task_too_large_to_move_and_sheds_a_half(tmp_path, own
         parent = next(t for t in tasks.values() if t["id"] == made[0]["from_tasks"][0])
         assert parent["name"] in ("g10", "g11") and parent["until_s"] is not None and parent["host"] == "a"
         assert all(t["since_s"] == parent["until_s"] for t in made if t["from_tasks"] == [parent["id"]])
+        assert a.host.output_ends[f"a.{parent['name']}"] == parent["until_s"], \
+            "the old task's running query writes no window from the split time on, from the split on"
         assert a.host.sources[f"a.{parent['name']}"].until_s == parent["until_s"], "the split task runs on over its ended input"
         assert any(t["host"] in ("b", "c") for t in made), "a half of the split task was shed to a partner"
         assert "task.split" in [e["kind"] for e in operator.events()]

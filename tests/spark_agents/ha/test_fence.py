@@ -35,6 +35,18 @@ def test_a_replay_writes_only_the_windows_after_the_newest_written(broker):
     assert [(b.batch_id, b.epoch) for b in read_results(broker, "a.t")] == [(0, 1), (2, 1), (2, 2)]
 
 
+def test_a_task_whose_span_ended_writes_no_window_from_its_end_on(broker):
+    """A split at 20: the old task's query read rows past it before its input was ended, and
+    closes window 20-30 with them; that window is the new tasks'."""
+    old = sink(broker, 1)
+    old(0, rows(10, "a"))
+    old.until_s = 20
+    old(1, rows(20, "a") + rows(30, "a", "b"))
+    old(2, rows(40, "c"))
+    out = broker_outputs(broker, ["a.t"])
+    assert out.rows == set(rows(10, "a") + rows(20, "a")) and old.written == 2
+
+
 def test_an_older_epoch_is_refused_once_a_newer_one_claimed(broker):
     old = sink(broker, 3)
     old(0, rows(10, "a"))
