@@ -46,6 +46,7 @@ from bpm.federation.views import (
     movement_views,
     offer_view,
     offerable_tasks,
+    passing_load,
     reconcile,
     seconds,
     split_groups,
@@ -991,6 +992,7 @@ class Agent:
             # one can release. (The task runs at the movement's host unless that host passed it on.)
             endable = [v for v in endable if not (self.ha.failed(v.origin) or self.ha.failed(runs_at[int(v.task_ids[0])]))]
         tasks = self.seen.tasks
+        load -= passing_load(me, tasks, loads, self.config.fixed_cost or 0.0)
         mine = [o for o in offers if o["from"] == me]
         for o in sorted((o for o in mine if o["state"] in ("accepted", "rejected") and o["decided_at"] and o["id"] not in self._answered),
                         key=lambda o: (seconds(o["decided_at"]), o["id"])):

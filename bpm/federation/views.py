@@ -74,6 +74,16 @@ def key_groups(task: Mapping) -> str | None:
     return parse_location(uri).prefix if is_location(uri) else None
 
 
+def passing_load(me: str, tasks: Iterable[Mapping], loads: Mapping[str, float], fixed_cost: float = 0.0) -> float:
+    """What my load holds of the tasks a split or merge ended that still run here, above the
+    fixed cost of each (`loads`: per task key): it leaves as they complete their windows. An
+    ended task catches up on its input to the handover time, then costs its fixed cost until
+    it retires; counted in full, its catch-up made a participant on a 0.2-CPU host shed
+    both halves of the task it had just split."""
+    return sum(max(0.0, loads.get(task_key(t), 0.0) - fixed_cost)
+               for t in tasks if t["host"] == me and ending(t) and not t.get("retired"))
+
+
 def split_groups(me: str, tasks: Iterable[Mapping]) -> tuple[str, ...]:
     """The key groups of my tasks that were split and whose halves may merge back: those
     whose half runs on as a task a split made (`bpm.negotiation.choose_merge`)."""

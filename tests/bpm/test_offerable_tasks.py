@@ -3,8 +3,10 @@ HA, under contracts without HA (`bpm.negotiation.not_offerable`, the registry's 
 
 from __future__ import annotations
 
+import pytest
+
 from bpm.costs import MM1Cost
-from bpm.federation.views import MIN_TASK_LOAD, offerable_tasks, reconcile, split_groups
+from bpm.federation.views import MIN_TASK_LOAD, offerable_tasks, passing_load, reconcile, split_groups
 from bpm.negotiation import Contract, choose_offer, not_offerable
 
 
@@ -66,5 +68,10 @@ def test_own_tasks_over_key_groups_may_split_and_those_that_handed_them_over_nei
     offered = offerable_tasks("b", tasks, measured, running, pass_on=True)
     assert [(t.id, t.groups) for t in offered] == [("1", "0"), ("2", "10"), ("3", "11"), ("8", None)]
     assert split_groups("b", tasks) == ("1",), "the halves of g1 may merge back; a merge's task is no half"
+    catching_up = {**measured, "b.g1": 0.4}
+    assert passing_load("b", tasks, catching_up, fixed_cost=0.05) == pytest.approx(0.35), \
+        "only the ended g1 passes (a retired task runs nowhere), down to its fixed cost"
+    assert passing_load("b", tasks, {**catching_up, "b.g1": 0.03}, fixed_cost=0.05) == 0.0
+    assert passing_load("c", tasks, catching_up) == 0.0, "not c's"
     plan = reconcile("b", tasks, running, [])
     assert plan.stop == ("b.g-2",) and plan.start == (), "a retired task runs nowhere"
