@@ -136,13 +136,13 @@ class Federation:
         return generated
 
     def start_replay(self, name: str, log: Path, target: list[str], env: dict[str, str], window_s: int, lateness_s: int, speedup: float,
-                     feed: list[str]) -> Path:
+                     feed: list[str], host: str | None = None) -> Path:
         """`bpm replay` into the participant's stream (`target`: its options) at recorded time x
         speedup, feeding the key groups of the prefixes `feed` and later those `feed_more`
-        names; returns where the fed log will be."""
+        names, in host `host` (default: the participant's); returns where the fed log will be."""
         fed = log.with_name(f"{name}.fed.log")
         self._spawn(
-            f"replay-{name}", name,
+            f"replay-{name}", host or name,
             [BPM, "replay", str(log), *target, "--rate", "0", "--speedup", str(speedup),
              "--window", str(window_s), "--lateness", str(lateness_s), "--fed-log", str(fed),
              *(o for prefix in feed for o in ("--feed", prefix)), "--feed-from-stdin"],

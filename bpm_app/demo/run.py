@@ -323,7 +323,13 @@ class Demo:
         target, env = self.inputs.replay(member.name)
         self.fed_tasks[member.name] = self.inputs.tasks(member.shares)[:member.initial]
         self.fed_logs[member.name] = self.fed.start_replay(member.name, generated(), target, env, s.window_s, s.lateness_s, s.speedup,
-                                                           feed=[task[1:] for task in self.fed_tasks[member.name]])
+                                                           feed=[task[1:] for task in self.fed_tasks[member.name]],
+                                                           host=self._replay_host(member))
+
+    def _replay_host(self, member: Member) -> str:
+        """Where the participant's traffic is replayed from: its own host (a few connections a
+        second cost it little)."""
+        return member.name
 
     # Observation
 

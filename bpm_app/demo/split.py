@@ -1,17 +1,17 @@
 """`bpm demo --scenario split`: a task too large to move is split over its key groups, and a half moves.
 
 1. A runs one task over its whole stream, with traffic heavy enough (`SPLIT_RATE`
-   connections per second) to take it over its threshold on its own. B runs nothing. Their
-   one contract has a narrow price range ([0.9 p, p], `SPLIT_SPREAD`). A cannot shed the
-   task: moving all of it would save A less per unit than the contract's lowest price (its
+   connections per second, replayed from outside A's host) to take it over its threshold
+   on its own. B runs nothing. Participants have 0.2 CPU each (`SPLIT_CPUS`), and their one
+   contract a narrow price range ([0.9 p, p], `SPLIT_SPREAD`). A cannot shed the task:
+   moving all of it would save A less per unit than the contract's lowest price (its
    marginal cost falls steeply as the load leaves), so no offer pays ("lumpy",
    `bpm.negotiation.why_no_offer`).
-2. A's agent, told what a running task costs whatever its input (`--fixed-cost`,
-   `SPLIT_FIXED_COST`: what `bpm bench fixed-cost` measured for a 0.4-CPU participant at a
-   10 s trigger), splits the task in two over its key groups (`bpm.negotiation.choose_split`)
-   at a window boundary: the old task completes the windows before it and retires, the
-   halves take the rows from it on. One half is small enough to pay: A offers it, B takes
-   it, and the allocation is acceptable.
+2. A's agent, told what a running task costs whatever its input (`--fixed-cost`, from what
+   `bpm bench fixed-cost` measured: `FIXED_COST_CPU_S`), splits the task in two over its
+   key groups (`bpm.negotiation.choose_split`) at a window boundary: the old task
+   completes the windows before it and retires, the halves take the rows from it on. A
+   half is small enough to pay: A offers it, B takes it, and the allocation is acceptable.
 3. The input closes, every task drains, and the alerts of all three tasks (the one split
    and its halves, wherever they ran) are compared with the plain computation over what was
    fed: each window of each key group once.
@@ -33,17 +33,22 @@ SPLIT_MEMBERS = (
     Member("b", 0, 0, 12),
 )
 SPLIT_CONTRACTS = {("a", "b"): 1.0}
-# About 0.6 of a 0.4-CPU participant for one task at a 10 s trigger, by the per-row and
-# per-batch costs `bpm bench fixed-cost` measured (docs/benchmarks.md, "Fixed cost of a task").
-SPLIT_RATE = 1200.0
+# Participants of 0.2 CPU, and traffic that takes A's one task to about 0.6 of that: at
+# 3,000 connections a second the task measured 0.2 to 0.25 of a 0.4-CPU participant (0.1
+# CPU); more traffic would need more CPU for the replayer than this machine has to spare.
+SPLIT_CPUS = 0.2
+SPLIT_RATE = 3600.0
 SPLIT_SPREAD = 0.1
-# A threshold of 0.55 at the reference price (1 - sqrt(0.2)). A's task is lumpy from about
-# 0.45 to 0.75 of its capacity (its own saving below 0.9 p, a half's above); larger, B
-# refuses it whole (it would pass its threshold), and A splits on the refusal. Either way
-# each half fits at B with both below their thresholds.
-SPLIT_MM1_SCALE = 0.2
-SPLIT_FIXED_COST = 0.09
-SPLIT_TRAFFIC_S = 900.0  # longer than the run: the replayer closes the input when the demo ends it
+# A threshold of 0.41 at the reference price (1 - sqrt(0.35)). With the fixed cost below, A's
+# task (0.46 to 0.55 measured) splits from about 0.41 to 0.63 of A's capacity: above the
+# price, its own saving below 0.9 p (above it, B refuses it whole, and A splits on the
+# refusal), and a half small enough to leave A and B below their thresholds.
+SPLIT_MM1_SCALE = 0.35
+# What a running task costs per micro-batch whatever its input, in CPU seconds
+# (`bpm bench fixed-cost`, docs/benchmarks.md): at a 10 s trigger 0.037 CPU, 0.185 of a
+# 0.2-CPU participant (`bpm agent run --fixed-cost`).
+FIXED_COST_CPU_S = 0.37
+SPLIT_TRAFFIC_S = 600.0  # longer than the run: the replayer closes the input when the demo ends it
 
 
 class SplitDemo(Demo):
@@ -53,12 +58,18 @@ class SplitDemo(Demo):
 
     def __init__(self, settings: DemoSettings, view: Callable[[dict], None] | None = None, say: Callable[[str], None] = print) -> None:
         super().__init__(dataclasses.replace(settings, rate=SPLIT_RATE, spread=SPLIT_SPREAD, mm1_scale=SPLIT_MM1_SCALE,
-                                             traffic_s=SPLIT_TRAFFIC_S), view, say)
+                                             traffic_s=SPLIT_TRAFFIC_S, cpus=settings.cpus and SPLIT_CPUS), view, say)
         self.members = SPLIT_MEMBERS
         self._members = {m.name: m for m in self.members}
 
+    def _replay_host(self, member: Member) -> str:
+        """The registry's host, outside A's quota: replaying 1,200 connections a second took
+        about 0.15 CPU, and in A's host left A's quota throttled in three periods of four."""
+        return self.fed.REGISTRY
+
     def _agent_settings(self, member: Member, contracts: bool = True) -> dict[str, object]:
-        return {**super()._agent_settings(member, contracts), "fixed_cost": SPLIT_FIXED_COST}
+        fixed = FIXED_COST_CPU_S / self.s.trigger_s / (self.s.cpus or 1.0)
+        return {**super()._agent_settings(member, contracts), "fixed_cost": round(fixed, 4)}
 
     def run(self) -> dict:
         s = self.s
@@ -68,7 +79,7 @@ class SplitDemo(Demo):
             self.fed.start_registry()
             self.say(f"registry on {self.fed.registry_url} (admin UI at {self.fed.registry_url}/, operator key {self.fed.admin_key})")
             self._setup_first(list(self.members), measured=["a"])
-            self._phase("1 A's one task takes it over its threshold, and is too large to move", names, until=None, hold_s=0,
+            self._phase("1 A runs one task over its whole stream, too large to move", names, until=None, hold_s=0,
                         not_before=self._trading_from(names))
             self._phase("2 A splits the task over its key groups and sheds a half to B", names, hold_s=s.settle_s,
                         feeding=Split(self))
@@ -80,12 +91,16 @@ class SplitDemo(Demo):
 
 
 class Split:
-    """What phase 2 needs besides an acceptable allocation: a split of A's, in the registry's
-    lineage (`Demo._phase` reads `reached` as it reads a phase's feeding)."""
+    """What phase 2 needs besides an acceptable allocation: a half of a task A split, in the
+    registry's lineage, moved to B (`Demo._phase` reads `reached` as it reads a phase's
+    feeding). Acceptable alone is not enough: A's load can dip below its threshold while it
+    runs the halves, before one moves."""
 
     def __init__(self, demo: Demo) -> None:
         self.demo = demo
         self.reached = False
 
-    def poll(self, now: float) -> None:
-        self.reached = self.reached or any(r["kind"] == "split" and r["origin"] == "a" for r in self.demo.state["regrains"])
+    def poll(self, now: float, held: bool = True) -> None:
+        state = self.demo.state
+        halves = {name for r in state["regrains"] if r["kind"] == "split" and r["origin"] == "a" for name in r["made"]}
+        self.reached = self.reached or any(m["task_name"] in halves and m["from"] == "a" and m["to"] == "b" for m in state["movements"])

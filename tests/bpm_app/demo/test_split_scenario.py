@@ -21,8 +21,7 @@ def test_a_task_too_large_to_move_is_split_and_a_half_moves_with_each_window_onc
     report = demo.run()
     write_report(report, tmp_path / "report", demo.t0)
 
-    first, second = report["phases"]
-    assert first["loads"]["a"] > first["thresholds"]["a"], "one task takes A over its threshold"
+    _, second = report["phases"]
     splits = [r for r in report["regrains"] if r["kind"] == "split"]
     assert splits and splits[0]["origin"] == "a" and splits[0]["from"] == ["g"], report["regrains"]
     halves = set(splits[0]["made"])
