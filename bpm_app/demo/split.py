@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from bpm.federation.views import AgreedTerms
 from bpm_app.demo.run import Demo, DemoSettings, Member
 
 SPLIT_MEMBERS = (

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from bpm.keygroups import KeyGroupError, halves, merged
+from bpm.keygroups import KeyGroupError, halves, merged, subject
 from bpm.negotiation.granularity import split_time
 from bpm.zeek.definitions import QueryParams
 from bpm.zeek.generator import TrafficProfile, generate
@@ -34,6 +34,24 @@ def test_halves_merge_back_into_their_share_only():
     for first, second in (("0", "0"), ("00", "11"), ("0", "10"), ("", "0"), ("2", "3")):
         with pytest.raises(KeyGroupError):
             merged(first, second)
+
+
+@pytest.mark.slow
+def test_the_split_time_comes_from_the_newest_message_with_rows(nats_server, broker, monkeypatch):
+    server, owner = nats_server
+    whole = JetStreamInput(server.url, owner.name, owner.password, "a")
+    broker.ensure_stream("a")
+    assert whole.present_end() == (0, None)
+    assert hand_over([whole], halves(""), 10)[0][0].until_s == 0, "an empty stream: nothing before the time"
+    Feeder(BrokerStream(broker, "a"), QueryParams()).feed(list(generate(TrafficProfile(duration_s=30.0, rate=20.0), seed=5)), 100)
+    last, newest = whole.present_end()
+    assert newest is not None and newest > 0
+    empty = broker.publish(subject("a", 0), b"")  # a last message without rows
+    assert whole.present_end() == (empty, newest), "read from the message before it"
+    assert whole.present_end(look_back=1) == (empty, None)
+    monkeypatch.setattr(JetStreamInput, "present_end", lambda self: (empty, None))
+    with pytest.raises(ValueError, match="no event time"):
+        hand_over([whole], halves(""), 10)
 
 
 @pytest.mark.slow
