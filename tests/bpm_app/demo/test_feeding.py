@@ -85,3 +85,16 @@ def test_phase_3_feeds_one_more_share_a_lag_while_its_goal_does_not_hold():
     feeding.poll(145.0, held=False)
     assert demo.fed_tasks["b"] == ["g00110", "g00111"], "a lag later, the goal still not held: one more"
     assert _feed({"a": 0.66, "b": 0.64, "c": 0.63}, [0.2] * 10, hosts=False) == ([], True), "phase 2's feeding never does so"
+
+
+def test_a_share_on_its_way_counts_at_what_a_task_whose_load_shows_measures():
+    """Four shares fed, their tasks' first readings partial (0.02): at the median of every
+    task (0.02) they would add 0.08 and call for more; at what the three tasks whose load
+    shows measure (0.3) they add 1.2, past the target."""
+    demo = _Demo({"a": 0.35, "b": 0.35, "c": 0.35}, [0.3] * 3)
+    feeding = Feeding(demo, "b", ["a", "b", "c"], 1.02, hosts=True)
+    fed = [f"b.g1{i:04b}" for i in range(4)]
+    feeding.fed = dict.fromkeys(fed, (0.0, 0.0))
+    demo.fed_loads = dict.fromkeys(fed, 0.02)
+    feeding.poll(10.0)
+    assert demo.fed_tasks["b"] == [], "1.2 on its way: nothing more"
