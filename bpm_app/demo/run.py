@@ -695,7 +695,6 @@ class Feeding:
         self.fed: dict[str, tuple[float, float]] = {}
         # (when, the tasks' loads, the participants' loads or None) of the polls within the lag
         self.totals: list[tuple[float, float, float | None]] = []
-        self.reached = False
         self.reached_at = math.inf  # when (monotonic) the loads first reached the target
 
     def poll(self, now: float, held: bool = True) -> None:
@@ -719,7 +718,7 @@ class Feeding:
             return
         target = self.share * sum(thresholds.values())
         if not self.reached and total >= target:
-            self.reached, self.reached_at = True, now
+            self.reached_at = now
         on_its_way = self.on_its_way(loads, now, lag_s)
         # What a task measures now, of the tasks whose load shows in full: a share on its way
         # reads part of its load, and counted in the median it made each share on its way
@@ -739,9 +738,14 @@ class Feeding:
             tasks = spare[:count]
             demo.fed.feed_more(self.name, [task[1:] for task in tasks])
             demo.fed_tasks[self.name] += tasks
-            self.fed.update({f"{self.name}.{task}": (now, loads.get(f"{self.name}.{task}", 0.0)) for task in tasks})
+            keys = [f"{self.name}.{task}" for task in tasks]
+            self.fed.update({key: (now, loads.get(key, 0.0)) for key in keys})
             demo.say(f"  {self.name}'s traffic grows: its tasks {', '.join(tasks)} get input "
                      f"(the loads add up to {total:.2f}, {coming:.2f} on its way, of {target:.2f})")
+
+    @property
+    def reached(self) -> bool:
+        return self.reached_at < math.inf
 
     def on_its_way(self, loads: dict[str, float], now: float, lag_s: float) -> list[str]:
         """The tasks fed whose load may not show yet: fed within the lag, or, for up to three
