@@ -365,12 +365,13 @@ class Demo:
                action: Callable[[], None] | None = None, feeding: Feeding | None = None) -> Phase:
         """Run `action` (what happens in the phase), then poll for at least `hold_s` and until
         `not_before` (monotonic), and then until the allocation of `names` has stayed
-        `until` ("acceptable" or "overloaded"; None: no more) for `_steady_s` (or the phase
+        `until` ("acceptable" or "overloaded"; None: any allocation) for `_steady_s` (or the phase
         timeout, counted from then), read on the polls when every task runs somewhere (none
         in transit, `_in_transit`): it held, not only passed by between two movements. The
         mechanism may go on trading within it (a participant whose marginal cost is above a
         partner's price gains by shedding, acceptable or not). With `feeding`, each poll
-        first lets it feed more traffic, and the goal counts only once its target is reached."""
+        first lets it feed more traffic, and the goal counts only once its target is reached;
+        with neither `until` nor `feeding`, the phase ends once `hold_s` and `not_before` pass."""
         phase = Phase(name, time.time() - self.t0)
         self.phases.append(phase)
         self.say(f"phase: {name}")
@@ -390,9 +391,11 @@ class Demo:
                 loads, thresholds = self._measured(state, names)
                 phase.loads, phase.thresholds = loads, thresholds
                 phase.acceptable = len(loads) == len(names) and is_acceptable(list(loads.values()), list(thresholds.values()))
-                ok = (phase.acceptable if until == "acceptable" else phase.overloaded) and (feeding is None or feeding.reached)
+                goal = {"acceptable": phase.acceptable, "overloaded": phase.overloaded, None: True}[until]
+                ok = goal and (feeding is None or feeding.reached)
                 ok_since = (ok_since or now) if ok else None
-            if now >= held_until and (until is None or (ok_since is not None and now - ok_since >= steady_s)):
+            held = ok_since is not None and now - ok_since >= steady_s
+            if now >= held_until and ((until is None and feeding is None) or held):
                 break
             if now >= held_until + self.s.phase_timeout_s:
                 break

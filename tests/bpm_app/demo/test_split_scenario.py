@@ -16,8 +16,11 @@ pytestmark = pytest.mark.slow
 
 def test_a_task_too_large_to_move_is_split_and_a_half_moves_with_each_window_once(tmp_path):
     """Whether the allocation ends acceptable depends on what the halves measure where they
-    run (docs/benchmarks.md, "Split scenario"): the report says; this asserts the split."""
-    settings = DemoSettings(workdir=tmp_path / "run", port=free_port(), agent_port=free_port(), settle_s=10, phase_timeout_s=60)
+    run (docs/benchmarks.md, "Split scenario"): the report says; this asserts the split.
+    Phase 2 ends once a half has moved and the allocation has held after it, so its limit
+    only bounds a run whose split or move does not come (on a busy machine, more than a
+    minute after the split)."""
+    settings = DemoSettings(workdir=tmp_path / "run", port=free_port(), agent_port=free_port(), settle_s=10, phase_timeout_s=150)
     settings.workdir.mkdir()
     demo = SplitDemo(settings, say=lambda msg: print(msg, flush=True))
     report = demo.run()
