@@ -680,13 +680,16 @@ class Feeding:
     share whose task reads no more load than when it was fed stays on its way past the lag
     (`on_its_way`). `reached` says the target has been met once.
 
-    With `hosts` (phase 3: the tasks of `names` run only at `names`), the participants' own
-    loads must reach the target too, as the phase's verdict reads them: they can stay short
-    of what their tasks' loads add up to: in two runs of the series at 7da2aed
-    (docs/benchmarks.md, "Demo runs") phase 3 stopped feeding once the tasks' loads reached
-    1.92, while the participants' loads stayed between 1.5 and 1.9 against thresholds of
-    1.89 until the phase's limit: not overloaded. And a lag after the target was reached,
-    while the phase's goal does not hold, one more share a lag.
+    With `hosts` (phase 3: the tasks of `names` run only at `names`, and the phase's verdict
+    reads the participants' own loads), a lag after the target was reached, while the
+    phase's goal does not hold, one more share a lag: the highest of the tasks' loads within
+    the lag can pass the target while the participants' own loads stay short of it (in two
+    runs at 7da2aed, docs/benchmarks.md, "Demo runs", the tasks' loads reached 1.92 while
+    the participants' stayed between 1.5 and 1.9 against 1.89 until the phase's limit). The
+    participants' own loads do not size the steps: they show a share's load later than its
+    task does (`on_its_way` reads the tasks'), and feeding until they reached the target too
+    (8c50e45) fed all twelve of B's spare shares in the CI run at dee7225 (phase 3 ended at
+    2.39 against 1.89, and phase 4 overloaded).
 
     Attributes:
         reached: whether the loads have reached the target at least once.
@@ -696,27 +699,22 @@ class Feeding:
         self.demo, self.name, self.names, self.share, self.hosts = demo, name, names, share, hosts
         # per task fed: when (monotonic) and the load its task read then (0 before its first batch)
         self.fed: dict[str, tuple[float, float]] = {}
-        # (when, the tasks' loads, the participants' loads or None) of the polls within the lag
-        self.totals: list[tuple[float, float, float | None]] = []
+        # (when, the tasks' loads) of the polls within the lag
+        self.totals: list[tuple[float, float]] = []
         self.reached_at = math.inf  # when (monotonic) the loads first reached the target
 
     def poll(self, now: float, held: bool = True) -> None:
         """Feed what the loads call for; `held`: whether the phase's goal held at the last
         poll (with `hosts`, a goal the loads reach only at times calls for one more share a lag)."""
         demo = self.demo
-        own, thresholds = demo._measured(demo.state, self.names)
+        _, thresholds = demo._measured(demo.state, self.names)
         loads = demo._task_loads(self.names)
         lag_s = demo.s.trigger_s + 2 * default_load_window_s(demo.s.trigger_s)
-        hosts = sum(own.values()) if self.hosts and len(own) == len(self.names) else None
-        self.totals = [x for x in self.totals if now - x[0] < lag_s] + [(now, sum(loads.values()), hosts)]
+        self.totals = [x for x in self.totals if now - x[0] < lag_s] + [(now, sum(loads.values()))]
         # Only feeding raises the total, so the highest reading within the lag stands for it:
         # readings dip while participants trade (1.76 to 1.47 in one run, with no share fed
-        # less), and a dip is no reason to feed more. Of the two measures, the one further
-        # from the target counts.
-        total = max(v for _, v, _ in self.totals)
-        read = [w for _, _, w in self.totals if w is not None]
-        if read:
-            total = min(total, max(read))
+        # less), and a dip is no reason to feed more.
+        total = max(v for _, v in self.totals)
         if len(thresholds) < len(self.names):
             return
         target = self.share * sum(thresholds.values())
@@ -734,7 +732,7 @@ class Feeding:
         # stay below it most of the time, and the phase's verdict, which wants its goal to hold,
         # then never comes: in one run at 15b38a2 phase 3 ended at 1.83 against 1.89 after its
         # limit. A lag after the target was first reached, with nothing on its way (a share is
-        # for a lag at least), the goal not held feeds one more share.
+        # for a lag at least), the goal not held feeds one more share (`hosts`).
         if not count and self.hosts and now - self.reached_at >= lag_s and not held and spare and not on_its_way:
             count = 1
         if count:
