@@ -70,6 +70,8 @@ class SplitDemo(Demo):
         return self.fed.REGISTRY
 
     def _agent_settings(self, member: Member, contracts: bool = True) -> dict[str, object]:
+        # In units of the participant's capacity: its quota, or without quotas its Spark's
+        # parallelism (the demo's agents run `local[1]`: 1 CPU).
         fixed = FIXED_COST_CPU_S / self.s.trigger_s / (self.s.cpus or 1.0)
         return {**super()._agent_settings(member, contracts), "fixed_cost": round(fixed, 4)}
 
