@@ -33,7 +33,7 @@ from bpm.negotiation import Task
 from bpm.negotiation.granularity import regrained_name
 from bpm_http.client import RegistryError
 from spark_agents.broker.results import closed_through
-from spark_agents.broker.source import hand_over
+from spark_agents.broker.source import InputEnded, hand_over
 
 if TYPE_CHECKING:
     from spark_agents.agent import Agent
@@ -48,6 +48,7 @@ class Regrain:
         start_after: per new task key not started yet, the stream's sequence at the split: it
             holds no row of the new task's span, so the task reads after it (an agent that
             restarted meanwhile has forgotten it, and the task reads the stream from its start).
+        refused: the last split or merge not made because its stream's input had ended.
     """
 
     def __init__(self, agent: Agent) -> None:
@@ -55,6 +56,7 @@ class Regrain:
         self.ends: dict[str, int | None] = {}
         self.progress: dict[str, tuple[int, int | None]] = {}
         self.start_after: dict[str, int] = {}
+        self.refused = ""
 
     def split(self, task: Task) -> None:
         record = self._record(task.id)
@@ -78,7 +80,15 @@ class Regrain:
         olds = [agent.stream_input(r) for r in records]
         if any(o is None for o in olds):
             raise ValueError(f"tasks {[r['id'] for r in records]} read no broker stream: they have no key groups to hand over")
-        ended, new = hand_over(olds, prefixes, _query(records[0].get("params") or {}).window_s)
+        try:
+            ended, new = hand_over(olds, prefixes, _query(records[0].get("params") or {}).window_s)
+        except InputEnded as exc:
+            # Not an error: the tasks drain as they are. Said once, not at every tick that asks.
+            message = f"no {how} of tasks {[r['id'] for r in records]}: {exc}"
+            if message != self.refused:
+                self.refused = message
+                agent.note(f"task.no_{how}", message)
+            return
         at = ended[0].until_s
         parents = [r["id"] for r in records]
         # The old tasks' queries run on until their restart over the ended input, a tick or

@@ -29,7 +29,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from bpm.keygroups import StreamLocation, check_prefix, subject_filter
 from bpm.negotiation.granularity import split_time
 from spark_agents.broker.stream import STREAM as INPUT, Broker
-from spark_agents.streams.records import STREAM_SCHEMA_DDL
+from spark_agents.streams.records import MARK_END, STREAM_SCHEMA_DDL
 
 NAME = "bpm_jetstream"
 FETCH = 256  # messages per pull request
@@ -235,13 +235,19 @@ class JetStreamInput:
         from its last message that holds rows, which the feeder ends each flush with a tick
         at the newest event time it admitted; up to `look_back` messages back (a split on a
         stream of 3,600 connections a second once read no rows in its last message, and
-        ended the old task at time 0)."""
+        ended the old task at time 0).
+
+        Raises `InputEnded` when that message is an end-of-input mark: the input is closed,
+        and no time hands key groups over (the old task would wait for windows past its
+        last, and new tasks reading after the mark would never see their input end)."""
         broker = self.connection()
         last = broker.last_seq()
         for seq in range(last, max(0, last - look_back), -1):
             data = broker.message(seq)
             batch = parse([data]) if data else None
             if batch is not None:
+                if all(mark == MARK_END for mark in batch.column("mark").to_pylist()):
+                    raise InputEnded(f"{self.participant}'s stream has ended (an end-of-input mark at sequence {seq})")
                 return last, max(batch.column("ts_us").to_pylist())
         return last, None
 
@@ -261,13 +267,18 @@ class JetStreamInput:
         return spark.readStream.format(NAME).options(**self.options(owed_batch)).load()
 
 
+class InputEnded(ValueError):
+    """A stream whose input has ended (its newest records are end-of-input marks)."""
+
+
 def hand_over(old: Sequence[JetStreamInput], prefixes: Sequence[str], window_s: int) -> tuple[list[JetStreamInput], list[JetStreamInput]]:
     """The tasks over `old` hand their key groups over to new tasks over `prefixes` (the
     halves of one old task: a split; the one share two old halves make: a merge), at
     `bpm.negotiation.granularity.split_time`: (the old inputs, each now ending at that time,
     the new ones, from that time on, read after the stream's present end). The old tasks
     resume from their checkpoints over their new inputs and complete every window before
-    the time; the new ones start fresh."""
+    the time; the new ones start fresh. A stream whose input has ended hands nothing over
+    (`InputEnded`)."""
     first = old[0]
     if any((o.url, o.participant, o.until_s) != (first.url, first.participant, None) for o in old):
         raise ValueError("only running tasks of one stream hand their key groups over, each once")

@@ -9,6 +9,9 @@ import pytest
 from bpm.costs import MM1Cost
 from bpm.federation.views import regrains
 from bpm.keygroups import check_prefix
+from spark_agents.broker.stream import BrokerStream
+from spark_agents.streams.feed import write_end
+from bpm.zeek.definitions import MICROS
 from tests.spark_agents.broker.test_agent_broker import own_brokers  # noqa: F401 - the fixture
 from tests.spark_agents.stepped import stepped_federation
 from tests.spark_agents.test_agent import SteppedHost, shed_to_b_and_c
@@ -72,6 +75,22 @@ def test_an_agent_splits_a_task_too_large_to_move_and_sheds_a_half(tmp_path, own
         a.sync()
         assert a.host.sources[f"a.{parent['name']}"].until_s == parent["until_s"]
         assert {f"a.{t['name']}" for t in made if t["host"] == "a"} <= a.host.running()
+
+
+def test_an_agent_splits_nothing_once_its_input_has_ended(tmp_path, own_brokers):
+    """The same federation with a's input closed (its end-of-input mark the newest message):
+    a split then could not complete (`spark_agents.broker.source.InputEnded`); the agent
+    says so once and its tasks drain as they are."""
+    write_end(BrokerStream(own_brokers["a"].connection(), "a"), 60 * MICROS, range(4))
+    with stepped_federation(tmp_path, lambda now: _KeyGroupsHost(MM1Cost(a=0.25, c=1.0)), brokers=own_brokers,
+                            fixed_cost={"a": FIXED_COST}) as federation:
+        operator, agents, _, _ = federation
+        shed_to_b_and_c(federation, len(SHARES))
+        a = agents["a"]
+        assert not a.counts["splits"] and not [t for t in operator.tasks(origin="a") if t["from_tasks"]]
+        said = [r.message for r in a.records if r.kind == "task.no_split"]
+        assert len(said) == 1 and "stream has ended" in said[0], said
+        assert not a.errors
 
 
 def test_an_agent_that_stopped_between_the_two_halves_of_a_split_registers_the_missing_one(tmp_path, own_brokers):

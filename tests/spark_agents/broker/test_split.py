@@ -15,7 +15,7 @@ from bpm.zeek.generator import TrafficProfile, generate
 from bpm.zeek.reference import compute
 from spark_agents import handover
 from spark_agents.broker.results import BrokerFence, read_results
-from spark_agents.broker.source import JetStreamInput, hand_over
+from spark_agents.broker.source import InputEnded, JetStreamInput, hand_over
 from spark_agents.broker.stream import BrokerStream
 from spark_agents.ha.fence import FencedSink
 from spark_agents.query import start_query
@@ -52,6 +52,27 @@ def test_the_split_time_comes_from_the_newest_message_with_rows(nats_server, bro
     monkeypatch.setattr(JetStreamInput, "present_end", lambda self: (empty, None))
     with pytest.raises(ValueError, match="no event time"):
         hand_over([whole], halves(""), 10)
+
+
+@pytest.mark.slow
+def test_a_stream_whose_input_has_ended_hands_no_key_groups_over(nats_server, broker):
+    """After the end-of-input mark a split would end the old task past its last window (it
+    would wait for it forever) and start the halves after the mark (they would never see
+    their input end): none is made. Rows written after the mark open the stream again."""
+    server, owner = nats_server
+    whole = JetStreamInput(server.url, owner.name, owner.password, "a")
+    feeder = Feeder(BrokerStream(broker, "a"), QueryParams())
+    connections = list(generate(TrafficProfile(duration_s=30.0, rate=20.0), seed=5))
+    feeder.feed(connections[: len(connections) // 2], 100)
+    _, open_newest = whole.present_end()
+    feeder.close()
+    with pytest.raises(InputEnded, match="has ended"):
+        whole.present_end()
+    with pytest.raises(InputEnded):
+        hand_over([whole], halves(""), 10)
+    feeder.feed(connections[len(connections) // 2 :], 100)
+    _, newest = whole.present_end()
+    assert newest is not None and newest > open_newest, "fed again, it hands over at its new end"
 
 
 @pytest.mark.slow
