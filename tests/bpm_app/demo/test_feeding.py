@@ -100,3 +100,15 @@ def test_a_share_on_its_way_counts_at_what_a_task_whose_load_shows_measures():
     demo.fed_loads = dict.fromkeys(fed, 0.02)
     feeding.poll(10.0)
     assert demo.fed_tasks["b"] == [], "1.2 on its way: nothing more"
+
+
+def test_a_saturated_participant_is_fed_no_more_until_it_sheds():
+    """B's readings understate what its tasks need while its quota is full: no share until it has shed."""
+    tasks = [0.2] * 8  # 1.6 of a 1.93 target
+    assert _feed({"a": 0.35, "b": 0.9, "c": 0.35}, tasks, hosts=True) == ([], False), "B at 0.9: nothing"
+    assert _feed({"a": 0.45, "b": 0.75, "c": 0.4}, tasks, hosts=True) == (["g00110", "g00111"], False), "B at 0.75: fed"
+    demo = _Demo({"a": 0.66, "b": 0.85, "c": 0.6}, [0.2] * 10)
+    feeding = Feeding(demo, "b", ["a", "b", "c"], 1.02, hosts=True)
+    feeding.poll(0.0, held=False)
+    feeding.poll(80.0, held=False)
+    assert demo.fed_tasks["b"] == [], "nor by the rule for a goal that does not hold"
