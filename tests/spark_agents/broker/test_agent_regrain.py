@@ -9,9 +9,9 @@ import pytest
 from bpm.costs import MM1Cost
 from bpm.federation.views import regrains
 from bpm.keygroups import check_prefix
+from bpm.zeek.definitions import MICROS
 from spark_agents.broker.stream import BrokerStream
 from spark_agents.streams.feed import write_end
-from bpm.zeek.definitions import MICROS
 from tests.spark_agents.broker.test_agent_broker import own_brokers  # noqa: F401 - the fixture
 from tests.spark_agents.stepped import stepped_federation
 from tests.spark_agents.test_agent import SteppedHost, shed_to_b_and_c
