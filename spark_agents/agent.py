@@ -924,9 +924,9 @@ class Agent:
                 self.counts["offers_made"] += 1
                 self.note("offer.made", f"offered tasks {made['task_ids']} ({offer.load:.3f} load) to {offer.partner} at up to {offer.price_cap:.3f}")
             case Split(task):
-                self.regrain.split(task)
+                return self.regrain.split(task)
             case Merge(tasks):
-                self.regrain.merge(tasks)
+                return self.regrain.merge(tasks)
             case Wait(_, message):
                 self.note("offer.none", message)
         return []

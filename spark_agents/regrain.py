@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from bpm.agent import machine
 from bpm.federation.views import key_groups
 from bpm.keygroups import halves, merged, parse_location
 from bpm.names import task_key
@@ -48,7 +49,6 @@ class Regrain:
         start_after: per new task key not started yet, the stream's sequence at the split: it
             holds no row of the new task's span, so the task reads after it (an agent that
             restarted meanwhile has forgotten it, and the task reads the stream from its start).
-        refused: the last split or merge not made because its stream's input had ended.
     """
 
     def __init__(self, agent: Agent) -> None:
@@ -56,16 +56,15 @@ class Regrain:
         self.ends: dict[str, int | None] = {}
         self.progress: dict[str, tuple[int, int | None]] = {}
         self.start_after: dict[str, int] = {}
-        self.refused = ""
 
-    def split(self, task: Task) -> None:
+    def split(self, task: Task) -> list[machine.Instruction]:
         record = self._record(task.id)
-        self._hand_over([record], halves(key_groups(record) or ""), "split")
+        return self._hand_over([record], halves(key_groups(record) or ""), "split")
 
-    def merge(self, tasks: tuple[Task, Task]) -> None:
+    def merge(self, tasks: tuple[Task, Task]) -> list[machine.Instruction]:
         records = [self._record(t.id) for t in tasks]
         first, second = (key_groups(r) or "" for r in records)
-        self._hand_over(records, [merged(first, second)], "merge")
+        return self._hand_over(records, [merged(first, second)], "merge")
 
     def _record(self, task_id: str) -> Mapping:
         found = [t for t in self.agent.seen.tasks if str(t["id"]) == task_id]
@@ -73,7 +72,9 @@ class Regrain:
             raise LookupError(f"task #{task_id} is not among the tasks read")
         return found[0]
 
-    def _hand_over(self, records: Sequence[Mapping], prefixes: Sequence[str], how: str) -> None:
+    def _hand_over(self, records: Sequence[Mapping], prefixes: Sequence[str], how: str) -> list[machine.Instruction]:
+        """Hand the key groups of `records` over to new tasks over `prefixes`; what the state
+        machine asks for next (once the input has ended, it splits and merges no more)."""
         from spark_agents.runtime import _query
 
         agent = self.agent
@@ -82,13 +83,8 @@ class Regrain:
             raise ValueError(f"tasks {[r['id'] for r in records]} read no broker stream: they have no key groups to hand over")
         try:
             ended, new = hand_over(olds, prefixes, _query(records[0].get("params") or {}).window_s)
-        except InputEnded as exc:
-            # Not an error: the tasks drain as they are. Said once, not at every tick that asks.
-            message = f"no {how} of tasks {[r['id'] for r in records]}: {exc}"
-            if message != self.refused:
-                self.refused = message
-                agent.note(f"task.no_{how}", message)
-            return
+        except InputEnded as exc:  # not an error: the tasks drain as they are
+            return agent.machine.handle(machine.InputEnded(agent.clock(), f"no {how} of tasks {[r['id'] for r in records]}: {exc}"))
         at = ended[0].until_s
         parents = [r["id"] for r in records]
         # The old tasks' queries run on until their restart over the ended input, a tick or
@@ -109,7 +105,7 @@ class Regrain:
                 if not made:  # the registry ended nothing: the old tasks go on as they were
                     for r in records:
                         agent.host.end_output(task_key(r), r.get("until_s"))
-                return
+                return []
         agent._stale.add("task")
         agent._changed()
         agent.counts[f"{how}s"] += 1
@@ -118,6 +114,7 @@ class Regrain:
         verb = "split" if how == "split" else "merged"
         agent.note(f"task.{how}", f"{verb} {olds_named} into {names} at {at}: the old task(s) complete the windows before it",
                    report=True, data={"from_tasks": parents, "tasks": [t["id"] for t in made], "at": at})
+        return []
 
     def _register(self, parent: Mapping, location: str, prefix: str, parents: Sequence[int], at: int) -> dict:
         return self.agent.client.register_task(regrained_name(prefix, parents), input_uri=location, params=parent.get("params") or {},

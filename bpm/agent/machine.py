@@ -20,6 +20,9 @@ Events:
     `Answered` — a partner answered an offer of mine (the refusal memory).
     `TasksChanged` — a task started or stopped here: the load window is mixed until
         `settle_s` has passed.
+    `InputEnded` — the participant's input has ended (a split or merge found its stream's
+        newest record an end-of-input mark): no key groups are handed over from then on,
+        and its tasks drain as they are.
 
 Instructions: `Contracts`, `Gather`, `Accept`, `Refuse`, `End`, `MakeOffer`, `Split` and `Merge`
 (tasks over their key groups, `bpm.negotiation.granularity`, when the machine has a
@@ -138,7 +141,13 @@ class TasksChanged:
     at_s: float
 
 
-Event = Tick | Period | OfferReceived | EndsDue | OfferDue | Answered | TasksChanged
+@dataclass(frozen=True, slots=True)
+class InputEnded:
+    at_s: float
+    reason: str
+
+
+Event = Tick | Period | OfferReceived | EndsDue | OfferDue | Answered | TasksChanged | InputEnded
 
 # ---- instructions ------------------------------------------------------------------------------
 
@@ -238,6 +247,7 @@ class Mechanism:
             such a split made does not split again on a refusal (an acceptance of a small
             piece elsewhere would otherwise let it halve on down to single key groups).
         changed_s: when the tasks running here last changed.
+        input_ended: why no task splits or merges any more (`InputEnded`), if none does.
         waiting: the cause of the last decision not taken (recorded once per change).
         next_period_s: when the next period is due (`Tick`).
     """
@@ -255,6 +265,7 @@ class Mechanism:
     refused_splits: int = 0
     refusal_split: frozenset[str] = frozenset()
     changed_s: float = -math.inf
+    input_ended: str | None = None
     waiting: str | None = None
     next_period_s: float = -math.inf
 
@@ -280,6 +291,9 @@ class Mechanism:
             case TasksChanged(at_s):
                 self.changed_s = max(self.changed_s, at_s)
                 return []
+            case InputEnded(_, reason):
+                self.input_ended = reason
+                return self._wait("input_ended", f"no split or merge from now on: {reason}")
         raise TypeError(f"not an event: {event!r}")
 
     def split_memory(self) -> dict:
@@ -391,7 +405,7 @@ class Mechanism:
         regrain: Split | Merge | None = None
         if cause == "lumpy":
             regrain = self._split(view, load, tasks)
-        elif cause in ("below_price", "no_contract") and self.fixed_cost is not None:
+        elif cause in ("below_price", "no_contract") and self.fixed_cost is not None and self.input_ended is None:
             pair = choose_merge(load=load, cost=view.cost, tasks=tasks, contracts=view.contracts, split=view.split,
                                 margin=self.margin, hysteresis=self.hysteresis, me=self.name)
             regrain = None if pair is None else Merge(pair)
@@ -401,9 +415,9 @@ class Mechanism:
         return [regrain]
 
     def _split(self, view: View, load: float, tasks: list[Task]) -> Split | None:
-        """With a fixed cost per task: a split where every task is too large to move, for this
-        participant's saving ("lumpy") or for its partners' room (refused)."""
-        if self.fixed_cost is None:
+        """With a fixed cost per task and an input that goes on: a split where every task is too
+        large to move, for this participant's saving ("lumpy") or for its partners' room (refused)."""
+        if self.fixed_cost is None or self.input_ended is not None:
             return None
         task = choose_split(load=load, cost=view.cost, tasks=tasks, contracts=view.contracts, fixed_cost=self.fixed_cost,
                             margin=self.margin, me=self.name)

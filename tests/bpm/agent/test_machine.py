@@ -13,6 +13,7 @@ from bpm.agent.machine import (
     End,
     Gather,
     Incoming,
+    InputEnded,
     MakeOffer,
     Mechanism,
     Merge,
@@ -171,6 +172,23 @@ def test_halves_of_a_split_merge_back_where_the_participant_no_longer_sheds():
     assert [w.cause for w in Mechanism("a", fixed_cost=0.01).handle(Period(View(now_s=0.0, load=0.21, cost=COST, contracts=(B, C),
                                                                                    offerable=halves)))] == ["below_price"], \
         "nothing was split: nothing merges"
+
+
+def test_once_its_input_has_ended_a_participant_neither_splits_nor_merges_and_says_so_once():
+    """A split or merge after the input ended could not complete (the agent finds the end
+    mark the stream's newest record): told so, the machine asks for neither again."""
+    tasks = _shares({"00": 0.14, "01": 0.13, "10": 0.125, "11": 0.125})
+    centred = (Contract("1", "b", 0.9, 1.1, 30.0), Contract("2", "c", 0.9, 1.1, 30.0))
+    machine = Mechanism("a", fixed_cost=0.01)
+    [split] = machine.handle(Period(View(now_s=0.0, load=0.52, cost=COST, contracts=centred, offerable=tasks)))
+    assert isinstance(split, Split)
+    [said] = machine.handle(InputEnded(1.0, "a's stream has ended"))
+    assert isinstance(said, Wait) and said.cause == "input_ended" and "a's stream has ended" in said.message
+    assert machine.handle(InputEnded(2.0, "a's stream has ended")) == [], "said once"
+    assert [w.cause for w in machine.handle(Period(View(now_s=3.0, load=0.52, cost=COST, contracts=centred, offerable=tasks)))] == ["lumpy"]
+    halves = _shares({"00": 0.05, "01": 0.06, "1": 0.1})
+    assert [w.cause for w in machine.handle(Period(View(now_s=4.0, load=0.21, cost=COST, contracts=(B, C), offerable=halves,
+                                                          split=("0",))))] == ["below_price"], "no merge either"
 
 
 def test_halves_split_again_merge_back_deepest_first_into_the_first_task():

@@ -80,7 +80,8 @@ def test_an_agent_splits_a_task_too_large_to_move_and_sheds_a_half(tmp_path, own
 def test_an_agent_splits_nothing_once_its_input_has_ended(tmp_path, own_brokers):
     """The same federation with a's input closed (its end-of-input mark the newest message):
     a split then could not complete (`spark_agents.broker.source.InputEnded`); the agent
-    says so once and its tasks drain as they are."""
+    tells its state machine, which asks for no split again and says so once; its tasks
+    drain as they are."""
     write_end(BrokerStream(own_brokers["a"].connection(), "a"), 60 * MICROS, range(4))
     with stepped_federation(tmp_path, lambda now: _KeyGroupsHost(MM1Cost(a=0.25, c=1.0)), brokers=own_brokers,
                             fixed_cost={"a": FIXED_COST}) as federation:
@@ -88,8 +89,9 @@ def test_an_agent_splits_nothing_once_its_input_has_ended(tmp_path, own_brokers)
         shed_to_b_and_c(federation, len(SHARES))
         a = agents["a"]
         assert not a.counts["splits"] and not [t for t in operator.tasks(origin="a") if t["from_tasks"]]
-        said = [r.message for r in a.records if r.kind == "task.no_split"]
-        assert len(said) == 1 and "stream has ended" in said[0], said
+        said = [r.message for r in a.records if "stream has ended" in r.message]
+        assert len(said) == 1 and said[0].startswith("no split or merge from now on"), said
+        assert a.machine.input_ended is not None
         assert not a.errors
 
 
