@@ -1022,6 +1022,7 @@ class Agent:
             "errors": self.errors,
             "races": self.races,
             "running": sorted(self.host.running()),
+            "warming_up": self.machine.warming(self.clock()),
             "released": dict(self._released),
             "last_report": self.last_report,
             "partners": dict(self.seen.partners),

@@ -138,7 +138,7 @@ class FailoverDemo(Demo):
             self.say(f"registry on {self.fed.registry_url} (admin UI at {self.fed.registry_url}/, operator key {self.fed.admin_key})")
             self.say(f"contracts under {self.ha_mode}")
             self._setup_first(list(self.members), measured=["a"])
-            self._phase("1 A carries every task", names, until=None, hold_s=0, not_before=self._trading_from(names))
+            self._phase("1 A carries every task", names, until=None, hold_s=0, warm=names)
             self._phase("2 A sheds load to B and C", names, hold_s=s.settle_s)
             self._kill_when_copied()
             if self.fault == "registry":

@@ -86,7 +86,9 @@ MEMBERS = (
     # What a query costs varies from run to run (0.06 to 0.2 of a participant's capacity
     # measured here), so phases 2 and 3 feed as many more shares as it takes; shares never
     # fed are no task's input.
-    Member("a", 16, 3, 11, spare=7),  # phase 2 feeds more of A's shares until A is overloaded
+    # Two shares fed keep A below where it sheds (about 0.5, `DemoSettings.spread`) until
+    # phase 2 feeds more; with three it shed before phase 1 in every recorded run.
+    Member("a", 16, 2, 11, spare=8),  # phase 2 feeds more of A's shares until A is overloaded
     Member("b", 32, 1, 12, spare=12),  # phase 3 feeds more of B's shares, as many as it takes
     Member("c", 4, 1, 13),
     Member("d", 0, 0, 14),
@@ -129,7 +131,8 @@ class DemoSettings:
             (0.5) was tried: the federation then holds about 1.85 once D has joined against
             1.5 for the first three, a margin of three tasks, and phase 3 passed it.
         warmup_s: how long an agent that starts with tasks of its own neither offers nor takes
-            load (their first batches, JIT-compiled, cost several times the later ones).
+            load, after its start and after the last of its tasks that started meanwhile
+            (their first batches, JIT-compiled, cost several times the later ones).
         join_warmup_s: the same for an agent that joins without tasks (D): nothing to wait out
             but its own start.
         agent_settle_s: how long after a task starts or stops an agent waits before it
@@ -253,7 +256,7 @@ class Demo:
         self.t0 = time.time()
         self.state: dict = {}
         self._members = {m.name: m for m in MEMBERS}
-        self._up_at: dict[str, float] = {}  # monotonic time each agent first answered
+        self._warm: set[str] = set()  # the agents past their warm-up
         self.inputs = BrokerInputs(settings.workdir)
         self.fed_tasks: dict[str, list[str]] = {}  # per participant, its tasks whose shares are fed, in the order fed
         self._end_us: dict[str, int | None] = {}  # per participant, the end-of-input mark its replayer wrote
@@ -364,23 +367,23 @@ class Demo:
                 loads[p["name"]], thresholds[p["name"]] = p["load"], p["threshold"]
         return loads, thresholds
 
-    def _phase(self, name: str, names: list[str], *, until: str | None = "acceptable", hold_s: float, not_before: float = 0.0,
+    def _phase(self, name: str, names: list[str], *, until: str | None = "acceptable", hold_s: float, warm: Collection[str] = (),
                action: Callable[[], None] | None = None, feeding: Feeding | None = None) -> Phase:
         """Run `action` (what happens in the phase), then poll for at least `hold_s` and until
-        `not_before` (monotonic), and then until the allocation of `names` has stayed
+        the agents of `warm` are past their warm-up (`_past_warm_up`), and then until the allocation of `names` has stayed
         `until` ("acceptable" or "overloaded"; None: any allocation) for `_steady_s` (or the phase
         timeout, counted from then), read on the polls when every task runs somewhere (none
         in transit, `_in_transit`): it held, not only passed by between two movements. The
         mechanism may go on trading within it (a participant whose marginal cost is above a
         partner's price gains by shedding, acceptable or not). With `feeding`, each poll
         first lets it feed more traffic, and the goal counts only once its target is reached;
-        with neither `until` nor `feeding`, the phase ends once `hold_s` and `not_before` pass."""
+        with neither `until` nor `feeding`, the phase ends once `hold_s` has passed and `warm` are warm."""
         phase = Phase(name, time.time() - self.t0)
         self.phases.append(phase)
         self.say(f"phase: {name}")
         if action is not None:
             action()
-        held_until = max(time.monotonic() + hold_s, not_before)
+        held_until = time.monotonic() + hold_s
         steady_s = self._steady_s()
         ok_since = None
         while True:
@@ -398,7 +401,7 @@ class Demo:
                 ok = goal and (feeding is None or feeding.reached)
                 ok_since = (ok_since or now) if ok else None
             held = ok_since is not None and now - ok_since >= steady_s
-            if now >= held_until and ((until is None and feeding is None) or held):
+            if now >= held_until and ((until is None and feeding is None) or held) and self._past_warm_up(warm):
                 break
             if now >= held_until + self.s.phase_timeout_s:
                 break
@@ -459,9 +462,15 @@ class Demo:
     def _warmup_s(self, member: Member) -> float:
         return self.s.warmup_s if member.initial else self.s.join_warmup_s
 
-    def _trading_from(self, names: list[str]) -> float:
-        """When (monotonic) every one of `names` is past its warm-up and may offer or take load."""
-        return max(self._up_at[n] + self._warmup_s(self._members[n]) for n in names)
+    def _past_warm_up(self, names: Collection[str]) -> bool:
+        """Whether every one of `names` is past its warm-up and may offer or take load, as its
+        agent says (its warm-up lasts until some time after the last of its tasks started)."""
+        for name in set(names) - self._warm:
+            status = self._agent_status(name)
+            if status is None or status.get("warming_up") is not False:
+                return False
+            self._warm.add(name)
+        return True
 
     def _wait_measured(self, names: list[str], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -482,7 +491,7 @@ class Demo:
             self.say(f"registry on {self.fed.registry_url} (admin UI at {self.fed.registry_url}/, operator key {self.fed.admin_key})")
             self._setup_first(list(MEMBERS), measured=["a", "b", "c"], unsigned={JOINS_LATER})
             self._phase("1 uneven load: A carries most tasks, every load below its threshold", ["a", "b", "c"],
-                        hold_s=s.settle_s, not_before=self._trading_from(["a", "b", "c"]))
+                        hold_s=s.settle_s, warm=["a", "b", "c"])
             self._phase("2 A's load rises over its threshold: it sheds load to B and C", ["a", "b", "c"],
                         hold_s=s.settle_s, feeding=Feeding(self, "a", ["a"], s.overload))
             self._phase("3 load rises at B until the federation is overloaded", ["a", "b", "c"], until="overloaded", hold_s=s.settle_s,
@@ -516,7 +525,6 @@ class Demo:
         traffic = {m.name: self._generate_input(m) for m in members if m.shares}
         for m in members:
             self.fed.wait_agent(m.name, on_wait=self.poll)  # the view and the timeline go on while the JVMs start
-            self._up_at[m.name] = time.monotonic()
         for m in members:
             if m.shares:
                 self._start_input(m, traffic[m.name])

@@ -84,7 +84,7 @@ class SplitDemo(Demo):
             self.say(f"registry on {self.fed.registry_url} (admin UI at {self.fed.registry_url}/, operator key {self.fed.admin_key})")
             self._setup_first(list(self.members), measured=["a"])
             self._phase("1 A runs one task over its whole stream, too large to move", names, until=None, hold_s=0,
-                        not_before=self._trading_from(names))
+                        warm=names)
             self._phase("2 A splits the task over its key groups and sheds a half to B", names, until=None, hold_s=s.settle_s,
                         feeding=Split(self))
             report = self._finish()

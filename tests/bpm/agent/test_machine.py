@@ -52,6 +52,19 @@ def test_a_period_is_due_every_period_and_trading_waits_out_the_warm_up_once_rec
     assert m.handle(Tick(12.0)) == [Contracts(), Gather()]
 
 
+def test_tasks_that_start_while_a_participant_warms_up_extend_its_warm_up_and_later_ones_do_not():
+    """A task's first batches cost far more than its later ones: a participant whose tasks
+    start one after another trades `warmup_s` after the last that started while it warmed up."""
+    m = Mechanism("a", started_s=0.0, period_s=3.0, warmup_s=10.0, settle_s=2.0)
+    for at in (2.0, 8.0, 15.0):  # each within the warm-up the one before left
+        m.handle(TasksChanged(at))
+    assert [i.cause for i in m.handle(Tick(24.0)) if isinstance(i, Wait)] == ["warming_up"]
+    assert m.handle(Tick(27.0)) == [Contracts(), Gather()], "warm 10 s after the last start, at the next period"
+    assert m.warm_from_s == 15.0
+    m.handle(TasksChanged(30.0))  # a task that arrives once it is warm: settling, not warming up
+    assert m.warm_from_s == 15.0 and m.settling(31.0)
+
+
 def test_an_overloaded_participant_offers_its_smallest_tasks_to_the_cheapest_partner_and_remembers_refusals():
     m = Mechanism("a")
     [made] = m.handle(Period(_view(0.0)))
