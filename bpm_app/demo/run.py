@@ -495,7 +495,7 @@ class Demo:
             self._phase("2 A's load rises over its threshold: it sheds load to B and C", ["a", "b", "c"],
                         hold_s=s.settle_s, feeding=Feeding(self, "a", ["a"], s.overload))
             self._phase("3 load rises at B until the federation is overloaded", ["a", "b", "c"], until="overloaded", hold_s=s.settle_s,
-                        feeding=Feeding(self, "b", ["a", "b", "c"], s.fill, hosts=True))
+                        feeding=Feeding(self, "b", ["a", "b", "c"], s.fill, until_held=True))
             self._phase("4 D joins (contract with C at 0.8 p): load flows B to C and C to D", ["a", "b", "c", "d"],
                         hold_s=s.settle_s, action=lambda: self._sign(self._members[JOINS_LATER]))
             return self._finish()
@@ -699,8 +699,8 @@ class Feeding:
     share whose task reads no more load than when it was fed stays on its way past the lag
     (`on_its_way`). `reached` says the target has been met once.
 
-    With `hosts` (phase 3: the tasks of `names` run only at `names`, and the phase's verdict
-    reads the participants' own loads), a lag after the target was reached, while the
+    With `until_held` (phase 3: the tasks of `names` run only at `names`, and the phase's
+    verdict reads the participants' own loads), a lag after the target was reached, while the
     phase's goal does not hold, one more share a lag: the highest of the tasks' loads within
     the lag can pass the target while the participants' own loads stay short of it (in two
     runs at 7da2aed, docs/benchmarks.md, "Demo runs", the tasks' loads reached 1.92 while
@@ -714,8 +714,8 @@ class Feeding:
         reached: whether the loads have reached the target at least once.
     """
 
-    def __init__(self, demo: Demo, name: str, names: list[str], share: float, hosts: bool = False) -> None:
-        self.demo, self.name, self.names, self.share, self.hosts = demo, name, names, share, hosts
+    def __init__(self, demo: Demo, name: str, names: list[str], share: float, until_held: bool = False) -> None:
+        self.demo, self.name, self.names, self.share, self.until_held = demo, name, names, share, until_held
         # per task fed: when (monotonic) and the load its task read then (0 before its first batch)
         self.fed: dict[str, tuple[float, float]] = {}
         # (when, the tasks' loads) of the polls within the lag
@@ -724,7 +724,7 @@ class Feeding:
 
     def poll(self, now: float, held: bool = True) -> None:
         """Feed what the loads call for; `held`: whether the phase's goal held at the last
-        poll (with `hosts`, a goal the loads reach only at times calls for one more share a lag)."""
+        poll (with `until_held`, a goal the loads reach only at times calls for one more share a lag)."""
         demo = self.demo
         own, thresholds = demo._measured(demo.state, self.names)
         loads = demo._task_loads(self.names)
@@ -751,8 +751,8 @@ class Feeding:
         # stay below it most of the time, and the phase's verdict, which wants its goal to hold,
         # then never comes: in one run at 15b38a2 phase 3 ended at 1.83 against 1.89 after its
         # limit. A lag after the target was first reached, with nothing on its way (a share is
-        # for a lag at least), the goal not held feeds one more share (`hosts`).
-        if not count and self.hosts and now - self.reached_at >= lag_s and not held and spare and not on_its_way:
+        # for a lag at least), the goal not held feeds one more share (`until_held`).
+        if not count and self.until_held and now - self.reached_at >= lag_s and not held and spare and not on_its_way:
             count = 1
         if own.get(self.name, 0.0) > FEED_CEILING:
             count = 0  # until it sheds: its readings understate what its tasks need

@@ -33,9 +33,9 @@ class _Demo:
         self.said.append(message)
 
 
-def _feed(participants, tasks, hosts):
+def _feed(participants, tasks, until_held):
     demo = _Demo(participants, tasks)
-    feeding = Feeding(demo, "b", ["a", "b", "c"], 1.02, hosts=hosts)
+    feeding = Feeding(demo, "b", ["a", "b", "c"], 1.02, until_held=until_held)
     feeding.poll(0.0)
     return demo.fed_tasks["b"], feeding.reached
 
@@ -45,17 +45,17 @@ def test_the_tasks_loads_size_the_steps_and_the_participants_lagging_loads_feed_
     once, they fed every spare share (the CI run at dee7225)."""
     short = {"a": 0.65, "b": 0.64, "c": 0.57}  # 1.86: not overloaded
     tasks = [0.2] * 9 + [0.13]  # 1.93: the tasks' loads are past the target
-    assert _feed(short, tasks, hosts=False) == ([], True), "by the tasks' loads the target is reached"
-    assert _feed(short, tasks, hosts=True) == ([], True), "the participants' loads short of it feed nothing at once"
-    assert _feed({"a": 0.55, "b": 0.55, "c": 0.55}, [0.2] * 9, hosts=True) == (["g00110"], False), "the tasks' loads short: one more share"
-    assert _feed({"a": 0.65, "b": 0.64}, [0.2] * 9, hosts=True) == ([], False), "not every threshold read yet: it waits"
+    assert _feed(short, tasks, until_held=False) == ([], True), "by the tasks' loads the target is reached"
+    assert _feed(short, tasks, until_held=True) == ([], True), "the participants' loads short of it feed nothing at once"
+    assert _feed({"a": 0.55, "b": 0.55, "c": 0.55}, [0.2] * 9, until_held=True) == (["g00110"], False), "the tasks' loads short: one more share"
+    assert _feed({"a": 0.65, "b": 0.64}, [0.2] * 9, until_held=True) == ([], False), "not every threshold read yet: it waits"
 
 
 def test_a_share_whose_load_has_not_shown_stays_on_its_way_past_the_lag():
     """The lag is 70 s at a 10 s trigger; a share counts as on its way for up to three lags
     while its task reads no more than when it was fed."""
     demo = _Demo({"a": 0.55, "b": 0.55, "c": 0.55}, [0.2] * 8)  # 1.6 of a 1.93 target: two shares short
-    feeding = Feeding(demo, "b", ["a", "b", "c"], 1.02, hosts=True)
+    feeding = Feeding(demo, "b", ["a", "b", "c"], 1.02, until_held=True)
     feeding.poll(0.0)
     assert demo.fed_tasks["b"] == ["g00110", "g00111"], "two shares short: two fed"
     feeding.poll(100.0)
@@ -74,7 +74,7 @@ def test_phase_3_feeds_one_more_share_a_lag_while_its_goal_does_not_hold():
     """The loads passed the target at times (the highest within the lag stands), but the
     participants' loads stay below the thresholds most of the time: the verdict never comes."""
     demo = _Demo({"a": 0.66, "b": 0.64, "c": 0.63}, [0.2] * 10)  # 1.93 and 2.0: past the target
-    feeding = Feeding(demo, "b", ["a", "b", "c"], 1.02, hosts=True)
+    feeding = Feeding(demo, "b", ["a", "b", "c"], 1.02, until_held=True)
     feeding.poll(0.0, held=False)
     assert feeding.reached and demo.fed_tasks["b"] == [], "the target just reached: the goal may hold soon"
     feeding.poll(72.0, held=True)
@@ -86,7 +86,7 @@ def test_phase_3_feeds_one_more_share_a_lag_while_its_goal_does_not_hold():
     assert demo.fed_tasks["b"] == ["g00110"], "not while the share is on its way"
     feeding.poll(145.0, held=False)
     assert demo.fed_tasks["b"] == ["g00110", "g00111"], "a lag later, the goal still not held: one more"
-    assert _feed({"a": 0.66, "b": 0.64, "c": 0.63}, [0.2] * 10, hosts=False) == ([], True), "phase 2's feeding never does so"
+    assert _feed({"a": 0.66, "b": 0.64, "c": 0.63}, [0.2] * 10, until_held=False) == ([], True), "phase 2's feeding never does so"
 
 
 def test_a_share_on_its_way_counts_at_what_a_task_whose_load_shows_measures():
@@ -94,7 +94,7 @@ def test_a_share_on_its_way_counts_at_what_a_task_whose_load_shows_measures():
     task (0.02) they would add 0.08 and call for more; at what the three tasks whose load
     shows measure (0.3) they add 1.2, past the target."""
     demo = _Demo({"a": 0.35, "b": 0.35, "c": 0.35}, [0.3] * 3)
-    feeding = Feeding(demo, "b", ["a", "b", "c"], 1.02, hosts=True)
+    feeding = Feeding(demo, "b", ["a", "b", "c"], 1.02, until_held=True)
     fed = [f"b.g1{i:04b}" for i in range(4)]
     feeding.fed = dict.fromkeys(fed, (0.0, 0.0))
     demo.fed_loads = dict.fromkeys(fed, 0.02)
@@ -105,10 +105,10 @@ def test_a_share_on_its_way_counts_at_what_a_task_whose_load_shows_measures():
 def test_a_saturated_participant_is_fed_no_more_until_it_sheds():
     """B's readings understate what its tasks need while its quota is full: no share until it has shed."""
     tasks = [0.2] * 8  # 1.6 of a 1.93 target
-    assert _feed({"a": 0.35, "b": 0.9, "c": 0.35}, tasks, hosts=True) == ([], False), "B at 0.9: nothing"
-    assert _feed({"a": 0.45, "b": 0.75, "c": 0.4}, tasks, hosts=True) == (["g00110", "g00111"], False), "B at 0.75: fed"
+    assert _feed({"a": 0.35, "b": 0.9, "c": 0.35}, tasks, until_held=True) == ([], False), "B at 0.9: nothing"
+    assert _feed({"a": 0.45, "b": 0.75, "c": 0.4}, tasks, until_held=True) == (["g00110", "g00111"], False), "B at 0.75: fed"
     demo = _Demo({"a": 0.66, "b": 0.85, "c": 0.6}, [0.2] * 10)
-    feeding = Feeding(demo, "b", ["a", "b", "c"], 1.02, hosts=True)
+    feeding = Feeding(demo, "b", ["a", "b", "c"], 1.02, until_held=True)
     feeding.poll(0.0, held=False)
     feeding.poll(80.0, held=False)
     assert demo.fed_tasks["b"] == [], "nor by the rule for a goal that does not hold"
