@@ -370,14 +370,15 @@ class Demo:
     def _phase(self, name: str, names: list[str], *, until: str | None = "acceptable", hold_s: float, warm: Collection[str] = (),
                action: Callable[[], None] | None = None, feeding: Feeding | None = None) -> Phase:
         """Run `action` (what happens in the phase), then poll for at least `hold_s` and until
-        the agents of `warm` are past their warm-up (`_past_warm_up`), and then until the allocation of `names` has stayed
-        `until` ("acceptable" or "overloaded"; None: any allocation) for `_steady_s` (or the phase
-        timeout, counted from then), read on the polls when every task runs somewhere (none
-        in transit, `_in_transit`): it held, not only passed by between two movements. The
-        mechanism may go on trading within it (a participant whose marginal cost is above a
-        partner's price gains by shedding, acceptable or not). With `feeding`, each poll
-        first lets it feed more traffic, and the goal counts only once its target is reached;
-        with neither `until` nor `feeding`, the phase ends once `hold_s` has passed and `warm` are warm."""
+        the agents of `warm` are past their warm-up (`_past_warm_up`), and then until the
+        allocation of `names` has stayed `until` ("acceptable" or "overloaded"; None: any
+        allocation) for `_steady_s` (or the phase timeout, counted from then), read on the
+        polls when every task runs somewhere (none in transit, `_in_transit`): it held, not
+        only passed by between two movements. The mechanism may go on trading within it (a
+        participant whose marginal cost is above a partner's price gains by shedding,
+        acceptable or not). With `feeding`, each poll first lets it feed more traffic, and
+        the goal counts only once its target is reached; with neither `until` nor `feeding`,
+        the phase ends once `hold_s` has passed and the agents of `warm` are warm."""
         phase = Phase(name, time.time() - self.t0)
         self.phases.append(phase)
         self.say(f"phase: {name}")
