@@ -256,7 +256,7 @@ class Demo:
         self.t0 = time.time()
         self.state: dict = {}
         self._members = {m.name: m for m in MEMBERS}
-        self._warm: set[str] = set()  # the agents past their warm-up
+        self._warm: set[str] = set()  # the agents past their warm-up, as their /status last said (`_running`)
         self.inputs = BrokerInputs(settings.workdir)
         self.fed_tasks: dict[str, list[str]] = {}  # per participant, its tasks whose shares are fed, in the order fed
         self._end_us: dict[str, int | None] = {}  # per participant, the end-of-input mark its replayer wrote
@@ -436,6 +436,8 @@ class Demo:
             status = self._agent_status(name)
             if status is None:
                 return None
+            if status.get("warming_up") is False:
+                self._warm.add(name)  # for good: a warm-up does not come back
             tasks = status.get("last_report", {}).get("details", {}).get("host", {}).get("tasks", [])
             return {t["task_id"]: t for t in tasks if t.get("state") == "running"}
 
@@ -465,13 +467,9 @@ class Demo:
 
     def _past_warm_up(self, names: Collection[str]) -> bool:
         """Whether every one of `names` is past its warm-up and may offer or take load, as its
-        agent says (its warm-up lasts until some time after the last of its tasks started)."""
-        for name in set(names) - self._warm:
-            status = self._agent_status(name)
-            if status is None or status.get("warming_up") is not False:
-                return False
-            self._warm.add(name)
-        return True
+        agent's `/status` said when a poll last read it (`_running`; its warm-up lasts until
+        some time after the last of its tasks started)."""
+        return set(names) <= self._warm
 
     def _wait_measured(self, names: list[str], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
