@@ -103,7 +103,8 @@ SHARED_SEED = 1  # of the addresses of the scanners that probe every participant
 
 @dataclass
 class DemoSettings:
-    """Knobs of the demo; with the defaults a run takes about 8 minutes on a 2-core machine.
+    """Knobs of the demo; with the defaults a run takes 8 to 13.5 minutes on a 2-core machine
+    (docs/benchmarks.md, "Demo runs").
 
     Attributes:
         price: the reference price p: each agent's threshold is its load where its marginal
@@ -132,7 +133,12 @@ class DemoSettings:
             1.5 for the first three, a margin of three tasks, and phase 3 passed it.
         warmup_s: how long an agent that starts with tasks of its own neither offers nor takes
             load, after its start and after the last of its tasks that started meanwhile
-            (their first batches, JIT-compiled, cost several times the later ones).
+            (their first batches, JIT-compiled, cost several times the later ones). A load
+            window (30 s) past a task's start-up (two triggers) must fit in it: an agent
+            measures on a window of at least half that, from 20 s after the last start, and
+            at 30 s A's first readings, on a machine that starts its tasks slowly (215 s
+            before phase 1), still carried its last idle tasks' start (0.14 each), and A
+            shed two or three of them before phase 1 in two of three runs at 0cf2873.
         join_warmup_s: the same for an agent that joins without tasks (D): nothing to wait out
             but its own start.
         agent_settle_s: how long after a task starts or stops an agent waits before it
@@ -187,7 +193,7 @@ class DemoSettings:
     margin: float = 0.1
     min_duration_s: float = 1200.0
     mm1_scale: float = 0.14
-    warmup_s: float = 30.0
+    warmup_s: float = 60.0
     join_warmup_s: float = 15.0
     agent_settle_s: float = 15.0
     rate: float = 40.0
