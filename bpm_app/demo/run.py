@@ -134,12 +134,8 @@ class DemoSettings:
         warmup_s: how long an agent that starts with tasks of its own neither offers nor takes
             load, after its start and after the last of its tasks that started meanwhile
             (their first batches, JIT-compiled, cost several times the later ones). A load
-            window (30 s) past a task's start-up (two triggers) must fit in it: an agent
-            measures on a window of at least half that, from 20 s after the last start, and
-            at 30 s A's first readings, on a machine that started its tasks slowly (210 to
-            216 s before phase 1), still carried its last idle tasks' start (0.14 to 0.2
-            each), and A shed one to three tasks before phase 1 in each of three runs at
-            0cf2873 (in none of four at 60 s; docs/benchmarks.md, "Demo runs").
+            window (30 s) past a task's start-up (two triggers) fits in it; with 30 s, A
+            shed before phase 1 on a machine slow to start its tasks (docs/demo.md).
         join_warmup_s: the same for an agent that joins without tasks (D): nothing to wait out
             but its own start.
         agent_settle_s: how long after a task starts or stops an agent waits before it
