@@ -1,6 +1,6 @@
 """End to end: `bpm demo --scenario split`'s federation as real processes on hosts; A's one
-task, too large to move, is split over its key groups, a half moves to B, and the alerts of
-the task and its halves equal the plain computation's."""
+task, too large to move, is split over its key groups, a piece of it moves to B, and the
+alerts of the task and its pieces equal the plain computation's."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tests.conftest import free_port
 pytestmark = pytest.mark.slow
 
 
-def test_a_task_too_large_to_move_is_split_and_a_half_moves_with_each_window_once(tmp_path):
+def test_a_task_too_large_to_move_is_split_and_a_piece_moves_with_each_window_once(tmp_path):
     """Whether the allocation ends acceptable depends on what the halves measure where they
     run (docs/benchmarks.md, "Split scenario"): the report says; this asserts the split.
     Phase 2 ends once a half has moved and the allocation has held after it, so its limit
