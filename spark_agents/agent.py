@@ -82,6 +82,7 @@ from spark_agents.correlation import Correlation, Endpoint, ask_alerts_credentia
 from spark_agents.credentials import Credentials, write_private
 from spark_agents.ha_agent import HADuties
 from spark_agents.regrain import Regrain
+from spark_agents.metrics import default_warmup_s
 from spark_agents.settings import default
 
 if TYPE_CHECKING:
@@ -157,7 +158,7 @@ class AgentConfig:
         contracts: terms agreed offline with partners; the agent brings them into the
             registry (`bpm.federation.views.contract_steps`).
         warmup_s: how long after start the agent neither offers nor takes load
-            (`bpm.agent.machine.Mechanism`).
+            (`bpm.agent.machine.Mechanism`; `spark_agents.metrics.default_warmup_s` for its trigger).
         pass_on: whether the agent offers tasks it hosts for others on to its own partners
             (a movement of its own; see docs/mechanism.md, "Passing load on"): never a task
             with an HA mode, nor under a contract that replicates moved tasks
@@ -192,7 +193,7 @@ class AgentConfig:
     reference_price: float | None = None
     offer_ttl_s: float = 20.0
     contracts: list[AgreedTerms] = field(default_factory=list)
-    warmup_s: float = default("warmup")
+    warmup_s: float = default_warmup_s(default("trigger"))
     pass_on: bool = default("pass_on")
     settle_s: float = default("settle")
     ha: bool = default("ha")

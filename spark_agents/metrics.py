@@ -258,6 +258,35 @@ def scaled_to_process(loads: dict[str, float], intervals: Iterable[IntervalSampl
     return {task: load * cpu / total for task, load in loads.items()}
 
 
+def default_load_window_s(trigger_s: float) -> float:
+    """How long an agent's loads average over: several batches (15 s, at least three triggers),
+    since one batch may last longer than a measuring interval, and batches of similar tasks
+    cost quite different CPU."""
+    return max(15.0, 3 * trigger_s)
+
+
+def default_startup_s(trigger_s: float) -> float:
+    """How long a task's start-up at a host lasts, left out of its load (`steady_window_start`):
+    its first two batches."""
+    return 2 * trigger_s
+
+
+# How long a JVM that has just started measures more CPU than its tasks need (its own JIT
+# compilation), whatever the trigger.
+JVM_WARMUP_S = 30.0
+
+
+def default_warmup_s(trigger_s: float) -> float:
+    """How long an agent neither offers nor takes load after its start and after the last of
+    its tasks that started meanwhile (`bpm.agent.machine.Mechanism.warmup_s`): its JVM's
+    warm-up, and at least a whole load window past that task's start-up, so that the first
+    load it trades on is measured on a full window of tasks past their first batches (a
+    shorter warm-up leaves half a window: the demo's A, on a slow machine, shed idle tasks on
+    such readings, docs/benchmarks.md, "Runs at 0cf2873 and 45caaf8"). 30 s at a 1 s
+    trigger, 50 s at 10 s."""
+    return max(JVM_WARMUP_S, default_startup_s(trigger_s) + default_load_window_s(trigger_s))
+
+
 def steady_window_start(now_s: float, window_s: float, started_s: Iterable[float], stopped_s: Iterable[float], startup_s: float) -> float:
     """Where a load window that saw one set of tasks, each past its start-up, begins: the
     latest of `now_s - window_s`, a running task's start plus `startup_s`, and a stop.

@@ -17,7 +17,7 @@ from bpm_http.client import RegistryClient, RegistryError
 from bpm.costs import CostFunction
 from bpm.zeek.definitions import QueryParams
 from spark_agents.agent import KEY_FILE, Agent, AgentConfig, write_key
-from spark_agents.metrics import demand, scaled_to_process, steady_window_start
+from spark_agents.metrics import default_load_window_s, default_startup_s, demand, scaled_to_process, steady_window_start
 
 if TYPE_CHECKING:
     from spark_agents.broker.access import OwnBroker
@@ -33,13 +33,6 @@ def _query(params: dict[str, Any]) -> QueryParams:
     return QueryParams(**{k: v for k, v in params.items() if k in _QUERY_FIELDS})
 
 
-def default_load_window_s(trigger_s: float) -> float:
-    """How long an agent's loads average over: several batches (15 s, at least three triggers),
-    since one batch may last longer than a measuring interval, and batches of similar tasks
-    cost quite different CPU."""
-    return max(15.0, 3 * trigger_s)
-
-
 class SparkTasks:
     """The agent's view of a `TaskHost`: query parameters travel as the registry's JSON.
 
@@ -53,8 +46,8 @@ class SparkTasks:
         self.trigger_s = trigger_s
         self.cost_model = cost_model
         self.load_window_s = load_window_s or default_load_window_s(trigger_s)
-        # A task's first batches here (two triggers by default) are its start-up, not its load.
-        self.startup_s = 2 * trigger_s if startup_s is None else startup_s
+        # A task's first batches here are its start-up, not its load.
+        self.startup_s = default_startup_s(trigger_s) if startup_s is None else startup_s
         self.min_window_s = self.load_window_s / 2
         self._steady: dict[str, float] = {}  # the loads of the last window that saw one set of tasks
         self._duties: dict[str, Any] = {}  # task -> PrimaryDuties

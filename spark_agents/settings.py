@@ -76,7 +76,7 @@ class AgentSettings(BaseSettings):
     reference_price: float | None = Field(None, gt=0, description="Price at which the threshold is reported (default: cheapest contract).")
     cost_model: Literal["fitted", "mm1"] = Field("fitted", description="fitted: from measured batch durations, M/M/1 until samples suffice; mm1: the analytic form only.")
     mm1_scale: float = Field(1.0, gt=0, description="Scale a of the M/M/1 cost a*u/(1-u) when --cost-model mm1.")
-    warmup: float = Field(30.0, ge=0, description="Seconds after start, and after each task that starts meanwhile, during which the agent neither offers nor takes load (JIT compilation and a task's first batches inflate the CPU measured).")
+    warmup: float | None = Field(None, ge=0, description="Seconds after start, and after each task that starts meanwhile, during which the agent neither offers nor takes load (JIT compilation and a task's first batches inflate the CPU measured); default 30, or two triggers and a load window when longer (50 at --trigger 10).")
     settle: float = Field(15.0, ge=0, description="Seconds after a task starts or stops here during which the agent neither offers, answers offers nor ends movements, so that it decides on a load window (15 s) that saw only the tasks it runs now.")
     pass_on: bool = Field(True, description="Offer tasks hosted for others on to this participant's own partners when it is over its threshold (only where none of its contracts replicates moved tasks).")
     margin: float = Field(DEFAULT_MARGIN, ge=0, description="Relative margin both sides demand on top of the price when offering and accepting load (bpm.negotiation): 0.1 keeps a partner taking load below its threshold by about 10% of the price.")

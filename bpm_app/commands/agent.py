@@ -132,6 +132,7 @@ def _run(s) -> None:
     from bpm.keygroups import shares as key_shares
     from bpm.zeek.definitions import QueryParams
     from spark_agents.agent import AgentConfig, OwnTask
+    from spark_agents.metrics import default_warmup_s
     from spark_agents.runtime import participant_key, run_agent
     from spark_agents.session import driver_addresses
 
@@ -171,7 +172,7 @@ def _run(s) -> None:
         heartbeat_s=s.heartbeat,
         reference_price=s.reference_price,
         contracts=agreed,
-        warmup_s=s.warmup,
+        warmup_s=default_warmup_s(s.trigger) if s.warmup is None else s.warmup,
         settle_s=s.settle,
         margin=s.margin,
         pass_on=s.pass_on,

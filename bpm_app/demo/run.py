@@ -51,7 +51,7 @@ from bpm_app.demo.inputs import BrokerInputs
 from spark_agents.streams.feed import end_mark_us, end_watermark_ms, write_end
 from bpm.zeek.definitions import QueryParams, ResultRow
 from spark_agents.hosts import Hosts
-from spark_agents.runtime import default_load_window_s
+from spark_agents.metrics import default_load_window_s
 
 
 @dataclass(frozen=True)
@@ -134,8 +134,9 @@ class DemoSettings:
         warmup_s: how long an agent that starts with tasks of its own neither offers nor takes
             load, after its start and after the last of its tasks that started meanwhile
             (their first batches, JIT-compiled, cost several times the later ones). A load
-            window (30 s) past a task's start-up (two triggers) fits in it; with 30 s, A
-            shed before phase 1 on a machine slow to start its tasks (docs/demo.md).
+            window (30 s) past a task's start-up (two triggers) fits in it, as in the agent's
+            default (`spark_agents.metrics.default_warmup_s`, 50 s), with 10 s to spare; with
+            30 s, A shed before phase 1 on a machine slow to start its tasks (docs/demo.md).
         join_warmup_s: the same for an agent that joins without tasks (D): nothing to wait out
             but its own start.
         agent_settle_s: how long after a task starts or stops an agent waits before it
@@ -693,7 +694,7 @@ class Feeding:
     joined), and steps waiting for fresh readings took a minute each. A share at a time,
     counting what is on its way, stops within a task or two of the target and feeds more if
     the loads later fall short of it. The lag is the task's next trigger and two of its
-    agent's load windows (`spark_agents.runtime.default_load_window_s`: 70 s in all with a
+    agent's load windows (`spark_agents.metrics.default_load_window_s`: 70 s in all with a
     10 s trigger): a participant that sheds and takes tasks meanwhile begins its window
     again at each change. With 25 s phase 2 fed seven shares where four were enough; with
     one window (40 s) phase 3 fed all twelve of B's spare shares in one run, as B's

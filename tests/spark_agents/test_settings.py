@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from bpm_app.cli import app
 from spark_agents.agent import AgentConfig
+from spark_agents.metrics import default_load_window_s, default_startup_s, default_warmup_s
 from spark_agents.settings import AgentSettings, SettingsError, default
 
 
@@ -84,12 +85,36 @@ def test_printed_settings_are_a_file_that_runs_the_same_without_its_keys(tmp_pat
 
 def test_the_agent_and_its_command_share_one_set_of_defaults():
     config = AgentConfig(name="a", workdir=Path("/x"), endpoint="http://x")
-    pairs = {"period_s": "period", "tick_s": "tick", "heartbeat_s": "heartbeat", "margin": "margin", "warmup_s": "warmup",
+    pairs = {"period_s": "period", "tick_s": "tick", "heartbeat_s": "heartbeat", "margin": "margin",
              "pass_on": "pass_on", "settle_s": "settle", "ha": "ha", "ha_interval_s": "ha_interval", "correlate": "correlate",
              "availability_bound_s": "availability_bound"}
     for attribute, setting in pairs.items():
         assert getattr(config, attribute) == default(setting), attribute
+    assert default("warmup") is None and config.warmup_s == default_warmup_s(default("trigger"))
     assert (config.warmup_s, config.settle_s) == (30.0, 15.0)
+
+
+def test_the_warm_up_outlasts_a_load_window_past_the_last_task_start_up():
+    """An agent's first load it trades on is measured on a whole load window of tasks past
+    their start-up: at a 10 s trigger 20 s of start-up and a 30 s window; never less than the
+    JVM's own warm-up."""
+    for trigger in (0.5, 1.0, 5.0, 10.0, 30.0):
+        warm = default_warmup_s(trigger)
+        assert warm >= default_startup_s(trigger) + default_load_window_s(trigger) and warm >= 30.0
+    assert (default_warmup_s(1.0), default_warmup_s(10.0)) == (30.0, 50.0)
+
+
+@pytest.mark.parametrize("given, trigger, expected", [([], 10.0, 50.0), ([], 1.0, 30.0), (["--warmup", "12"], 10.0, 12.0)])
+def test_the_agent_runs_with_the_warm_up_its_trigger_calls_for_unless_one_is_given(tmp_path, monkeypatch, given, trigger, expected):
+    import spark_agents.runtime as runtime
+
+    ran = {}
+    monkeypatch.setattr(runtime, "participant_key", lambda *args: "key")
+    monkeypatch.setattr(runtime, "run_agent", lambda config, **kw: ran.update(config=config, trigger=kw["trigger_s"]))
+    out = CliRunner().invoke(app, ["agent", "run", "--name", "a", "--workdir", str(tmp_path), "--key", "k",
+                                   "--trigger", str(trigger), *given])
+    assert out.exit_code == 0, out.output
+    assert (ran["trigger"], ran["config"].warmup_s) == (trigger, expected)
 
 
 def test_every_setting_is_an_option_with_its_help_default_and_environment_variable():
