@@ -81,8 +81,8 @@ from spark_agents.broker.source import JetStreamInput
 from spark_agents.correlation import Correlation, Endpoint, ask_alerts_credentials
 from spark_agents.credentials import Credentials, write_private
 from spark_agents.ha_agent import HADuties
-from spark_agents.regrain import Regrain
 from spark_agents.metrics import default_warmup_s
+from spark_agents.regrain import Regrain
 from spark_agents.settings import default
 
 if TYPE_CHECKING:
