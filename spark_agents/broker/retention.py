@@ -87,15 +87,18 @@ class Retention:
         """Forget `consumer`: it holds nothing back any more."""
         self.broker.call(self.kv.purge(check_name(consumer, "consumer name")))
 
-    def acks(self) -> dict[str, Ack]:
-        async def keys():
-            try:
-                return await self.kv.keys()
-            except nats.js.errors.NoKeysError:
-                return []
+    def _consumers(self) -> list[str]:
+        """The consumers with an entry in the bucket, released ones included (their entry is a purge marker).
 
+        Read from the bucket's stream state, not `KeyValue.keys()`: that watches the bucket with
+        an ordered consumer and can report no keys when the server pushed them before the
+        watcher counted what it had received."""
+        info = self.broker.call(self.broker.js.stream_info(f"KV_{BUCKET}", subjects_filter=f"$KV.{BUCKET}.>"))
+        return sorted(s.removeprefix(f"$KV.{BUCKET}.") for s in (info.state.subjects or {}))
+
+    def acks(self) -> dict[str, Ack]:
         out = {}
-        for consumer in self.broker.call(keys()):
+        for consumer in self._consumers():
             ack, _ = self._get(consumer)
             if ack is not None:
                 out[consumer] = ack
