@@ -140,8 +140,9 @@ class DemoSettings:
         join_warmup_s: the same for an agent that joins without tasks (D): nothing to wait out
             but its own start.
         agent_settle_s: how long after a task starts or stops an agent waits before it
-            trades again (`bpm agent run --settle`): one load window (15 s). A phase that
-            waits for an acceptable allocation wants it to hold that long too.
+            trades again (`bpm agent run --settle`): half its load window (30 s at the
+            10 s trigger), after which a stop has left a window of the tasks that stayed.
+            A phase that waits for an acceptable allocation wants it to hold that long too.
         min_duration_s: the contracts' minimum movement duration. Longer than the demo: a
             contract is meant to outlast the load changes it absorbs, and a movement that
             ends brings a task back to where the load has since grown
