@@ -125,6 +125,25 @@ def quota_of(folder: Path, version: int) -> float | None:
     return quota / period if quota > 0 and period > 0 else None
 
 
+@dataclass(frozen=True)
+class Throttling:
+    """A cgroup's CPU quota enforcement so far (its `cpu.stat`)."""
+
+    periods: int  # quota periods in which it ran
+    throttled: int  # of those, the periods at whose end it had used its quota and waited
+    throttled_s: float  # how long its threads waited for the next period, summed
+
+
+def throttling_of(folder: Path, version: int) -> Throttling | None:
+    """The throttling of one cgroup folder (either layout); None where unreadable."""
+    try:
+        stat = dict(line.split() for line in (folder / "cpu.stat").read_text().splitlines() if line.strip())
+        waited = int(stat["throttled_time"]) / 1e9 if version == 1 else int(stat["throttled_usec"]) / 1e6
+        return Throttling(int(stat["nr_periods"]), int(stat["nr_throttled"]), waited)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def cpu_quota(layout: CgroupLayout | None = None, proc_cgroup: str | None = None) -> float | None:
     """The tightest CPU quota on this process's cgroup and its ancestors, in CPUs; None without one."""
     layout = layout or cpu_layout()
@@ -240,6 +259,11 @@ class CpuHosts:
     def pids(self, name: str) -> list[int]:
         """Every process in `name`'s cgroup and the cgroups under it."""
         return _pids(self.folder(name))
+
+    def throttling(self) -> dict[str, Throttling]:
+        """Each participant's throttling so far (those whose `cpu.stat` can be read)."""
+        read = {name: throttling_of(self.folder(name), self.layout.version) for name in self.quotas}
+        return {name: t for name, t in read.items() if t is not None}
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Kill what is left in the run's cgroups and remove them; safe to call twice."""
@@ -523,6 +547,38 @@ class Hosts:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class CpuMeter:
+    """How busy the machine and each host's quota were between two readings: the share of the
+    machine's CPUs busy and stolen (`spark_agents.metrics.machine_cpu`), and per host with a
+    quota the share of the time its quota held it back (the quota periods that passed meanwhile
+    which it ended throttled: it had used its quota and its threads waited for the next). A
+    quota caps a host's share of the machine, it does not reserve it: where the machine is
+    busy, a host below its quota waits too, and its batches take longer."""
+
+    def __init__(self, cpu: CpuHosts | None) -> None:
+        from spark_agents.metrics import machine_cpu
+
+        self._machine = machine_cpu
+        self.cpu = cpu
+        self._last = self._read()
+
+    def _read(self):
+        return time.monotonic(), self._machine(), (self.cpu.throttling() if self.cpu is not None else {})
+
+    def sample(self) -> dict:
+        """Since the last sample (or the meter's start): `busy`, `steal` (shares of the
+        machine's CPUs) and `throttled` (host name -> share of the time its quota held it back)."""
+        (now, machine, hosts), (then, machine0, hosts0) = self._read(), self._last
+        self._last = (now, machine, hosts)
+        periods = (now - then) * 1e6 / PERIOD_US
+        throttled = {}
+        for name, t in hosts.items():
+            before = hosts0.get(name)
+            if before is not None and periods > 0:
+                throttled[name] = round(min(1.0, (t.throttled - before.throttled) / periods), 3)
+        return {**machine.since(machine0), "throttled": throttled}
 
 
 def _session(sid: int) -> set[int]:

@@ -26,6 +26,7 @@ Definitions (docs/pipeline.md, "Measuring load"):
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import time
 from collections.abc import Iterable, Sequence
@@ -173,6 +174,37 @@ def cost_samples(intervals: Iterable[IntervalSample]) -> tuple[list[float], list
 
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+@dataclass(frozen=True)
+class MachineCpu:
+    """CPU seconds of the whole machine since boot, summed over its CPUs (from /proc/stat)."""
+
+    busy_s: float  # running anything: user, nice, system, interrupts, and steal
+    steal_s: float  # a virtual machine's CPUs waiting while the hypervisor ran something else
+    total_s: float  # busy, idle and waiting for I/O
+    cpus: int
+
+    def since(self, earlier: MachineCpu) -> dict[str, float]:
+        """The share of the machine's CPUs busy, and stolen, between `earlier` and this reading."""
+        span = self.total_s - earlier.total_s
+        if span <= 0:
+            return {"busy": 0.0, "steal": 0.0}
+        return {"busy": round((self.busy_s - earlier.busy_s) / span, 3), "steal": round((self.steal_s - earlier.steal_s) / span, 3)}
+
+
+def machine_cpu(stat_text: str | None = None) -> MachineCpu:
+    """The machine's CPU times now (`stat_text`: the contents of /proc/stat, read when None)."""
+    if stat_text is None:
+        stat_text = Path("/proc/stat").read_text()
+    lines = stat_text.splitlines()
+    # cpu  user nice system idle iowait irq softirq steal guest guest_nice (guest time is in user)
+    ticks = [int(f) for f in lines[0].split()[1:9]]
+    ticks += [0] * (8 - len(ticks))
+    idle = ticks[3] + ticks[4]
+    total = sum(ticks)
+    cpus = sum(1 for line in lines if re.match(r"cpu\d+ ", line))
+    return MachineCpu((total - idle) / _CLOCK_TICKS, ticks[7] / _CLOCK_TICKS, total / _CLOCK_TICKS, cpus)
 
 
 def process_cpu_seconds(pid: int, reaped: bool = False) -> float | None:

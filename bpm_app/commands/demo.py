@@ -95,7 +95,7 @@ def demo(
             report = _run(runner)
     folder = write_report(report, report_dir, runner.t0)
     if as_json:
-        typer.echo(json.dumps({k: v for k, v in report.items() if k != "timeline"}))
+        typer.echo(json.dumps({k: v for k, v in report.items() if k not in ("timeline", "cpu")}))
     else:
         typer.echo(f"report: {folder / 'report.json'} and {folder / 'timeline.png'}")
         for phase in report["phases"]:

@@ -63,7 +63,8 @@ def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> No
     """One panel per participant: its load (solid) against its threshold (dashed), both as a
     share of its own capacity (its host's CPUs), phases shaded and named with how they ended,
     movements marked (a triangle up where a task arrives, down where it leaves), and splits
-    and merges of its own tasks (a diamond, a square)."""
+    and merges of its own tasks (a diamond, a square); below them, where the report measured
+    it (`cpu`), the machine's panel (`plot_cpu`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -72,7 +73,9 @@ def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> No
     from bpm.federation.views import seconds
 
     names = sorted({row["participant"] for row in report["timeline"]})
-    fig, axes = plt.subplots(len(names) or 1, 1, figsize=(11, 1.9 * max(1, len(names)) + 1.2), dpi=110, sharex=True, squeeze=False)
+    cpu = report.get("cpu") or []
+    panels = max(1, len(names)) + (1 if cpu else 0)
+    fig, axes = plt.subplots(panels, 1, figsize=(11, 1.9 * panels + 1.2), dpi=110, sharex=True, squeeze=False)
     hosts = report.get("hosts") or {}
     top = _top(report["timeline"])
     for ax, name in zip(axes[:, 0], names):
@@ -106,6 +109,8 @@ def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> No
             ax.axvline(killed["at_s"], color="black", lw=1.5)
             for f in report.get("failovers", []):
                 ax.axvline(f["at_s"], color=COLOURS.get(f["to"], "k"), lw=0.8, ls=":")
+    if cpu:
+        plot_cpu(axes[-1, 0], report)
     first = axes[0, 0]
     killed = report.get("killed")
     if killed and killed.get("at_s") is not None:
@@ -135,6 +140,26 @@ def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> No
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def plot_cpu(ax, report: dict) -> None:
+    """The machine's panel: the share of its CPUs busy and stolen, and per host the share of
+    its quota periods that ended throttled, in the host's colour."""
+    cpu = report["cpu"]
+    t = [r["t"] for r in cpu]
+    ax.plot(t, [r["busy"] for r in cpu], color="black", lw=1.5, label="machine busy")
+    if any(r["steal"] for r in cpu):
+        ax.plot(t, [r["steal"] for r in cpu], color="0.5", lw=1, label="stolen")
+    for name in sorted({n for r in cpu for n in r["throttled"]}):
+        rows = [r for r in cpu if name in r["throttled"]]
+        ax.plot([r["t"] for r in rows], [r["throttled"][name] for r in rows], color=COLOURS.get(name, "k"), lw=0.8, alpha=0.7,
+                label=f"{name} held by its quota")
+    for i, phase in enumerate(report["phases"]):
+        ax.axvspan(phase["started_s"], phase["ended_s"], color="0.9" if i % 2 else "0.96", zorder=0)
+    ax.set_ylim(0, 1.02)
+    ax.set_ylabel("machine\nshare of CPUs /\nof the time", fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=7)
 
 
 def phase_labels(ax, phases: list[dict]) -> list:

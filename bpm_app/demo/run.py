@@ -50,7 +50,7 @@ from bpm.negotiation import is_acceptable
 from bpm_app.demo.inputs import BrokerInputs
 from spark_agents.streams.feed import end_mark_us, end_watermark_ms, write_end
 from bpm.zeek.definitions import QueryParams, ResultRow
-from spark_agents.hosts import Hosts
+from spark_agents.hosts import CpuMeter, Hosts
 from spark_agents.metrics import default_load_window_s
 
 
@@ -258,6 +258,8 @@ class Demo:
         self.phases: list[Phase] = []
         self.stage: str | None = None  # what the live view shows once the phases are over
         self.timeline: list[dict] = []
+        self.cpu: list[dict] = []  # per poll, how busy the machine and the hosts' quotas were since the last (`CpuMeter`)
+        self._meter: CpuMeter | None = None
         self.t0 = time.time()
         self.state: dict = {}
         self._members = {m.name: m for m in MEMBERS}
@@ -354,6 +356,10 @@ class Demo:
         for p in participants:
             if p["load"] is not None:
                 self.timeline.append({"t": round(now, 2), "participant": p["name"], "load": p["load"], "threshold": p["threshold"]})
+        if self._meter is None:
+            self._meter = CpuMeter(self.fed.hosts.cpu if self.fed.hosts is not None else None)
+        else:
+            self.cpu.append({"t": round(now, 2), **self._meter.sample()})
         # Splits and merges as the registry's lineage has them, each at the poll that first saw it.
         made = regrains(tasks)
         for r in made:
@@ -574,6 +580,7 @@ class Demo:
             "queried_connections": {name: _connections(log) for name, log in logs.items()},
             "queried_tasks": queried,
             "timeline": self.timeline,
+            "cpu": self.cpu,
             "hosts": self.hosts_report(),
             "started_at": datetime.fromtimestamp(self.t0, timezone.utc).isoformat(),
             "elapsed_s": round(time.time() - self.t0, 1),

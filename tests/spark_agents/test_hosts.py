@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_agents.hosts import CgroupLayout, CpuHosts, cpu_layout, cpu_quota, own_cgroup, quota_of, remove_stale
+from spark_agents.hosts import CgroupLayout, CpuHosts, CpuMeter, Throttling, cpu_layout, cpu_quota, own_cgroup, quota_of, remove_stale, throttling_of
 
 V1_MOUNTINFO = """\
 30 25 0:26 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
@@ -66,6 +66,18 @@ def test_host_names_become_folders_only_when_safe(tmp_path):
     for bad in ("../escape", "a/b", "", "A", "x" * 80):
         with pytest.raises(ValueError):
             hosts.folder(bad)
+
+
+def test_throttling_is_read_in_either_layout(tmp_path):
+    v1, v2, none = tmp_path / "v1", tmp_path / "v2", tmp_path / "none"
+    for folder in (v1, v2, none):
+        folder.mkdir()
+    (v1 / "cpu.stat").write_text("nr_periods 40\nnr_throttled 10\nthrottled_time 2500000000\n")
+    (v2 / "cpu.stat").write_text("usage_usec 9\nuser_usec 5\nsystem_usec 4\nnr_periods 40\nnr_throttled 30\nthrottled_usec 1500000\n")
+    assert throttling_of(v1, 1) == Throttling(40, 10, 2.5)
+    assert throttling_of(v2, 2) == Throttling(40, 30, 1.5)
+    assert throttling_of(none, 2) is None
+    assert throttling_of(v2, 1) is None, "v1 names its wait throttled_time"
 
 
 needs_cgroups = pytest.mark.skipif(CpuHosts.available() is not None, reason=f"cannot make CPU cgroups here: {CpuHosts.available()}")
@@ -202,3 +214,23 @@ def test_a_process_put_behind_the_agent_and_what_it_starts_later_have_the_lower_
     assert len(niceness) >= 2 and set(niceness.values()) == {JVM_NICE}, niceness
     assert [int(line) for line in out.split()] == [JVM_NICE, JVM_NICE]
     assert os.getpriority(os.PRIO_PROCESS, 0) == 0, "the caller keeps its own priority"
+
+
+@needs_cgroups
+def test_the_meter_finds_a_host_that_spins_throttled_and_an_idle_one_not():
+    hosts = CpuHosts.create("test")
+    try:
+        hosts.add("a", 0.2)
+        hosts.add("b", 0.2)
+        meter = CpuMeter(hosts)
+        spinning = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 1.5\nwhile time.time() < end: pass"],
+                                    **hosts.popen_kwargs("a"))
+        idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"], **hosts.popen_kwargs("b"))
+        spinning.wait(timeout=20)
+        idle.wait(timeout=20)
+        sample = meter.sample()
+    finally:
+        hosts.close()
+    assert sample["throttled"]["a"] > 0.5, "a process that wants a whole CPU under 0.2 is held back most of the time"
+    assert sample["throttled"]["b"] < 0.1, "one that sleeps hardly (it may be held back a few periods, importing)"
+    assert 0.1 <= sample["busy"] <= 1.0, "the machine's CPUs were busy with at least a's 0.2 of one of them"

@@ -163,3 +163,20 @@ def test_a_cpu_series_never_goes_back_when_a_process_leaves_the_tree():
     readings = [10.0, 12.0, 6.5, 7.0, 9.0]  # a process with 5.5 s left the tree between the second and third
     values = [series.reading(r) for r in readings]
     assert values == [10.0, 12.0, 12.0, 12.5, 14.5], "no interval with negative CPU, and later ones as they were"
+
+
+def test_the_machine_s_cpu_is_read_from_proc_stat_and_shared_between_readings():
+    from spark_agents.metrics import _CLOCK_TICKS, machine_cpu
+
+    def stat(user, idle, iowait, steal):
+        # cpu  user nice system idle iowait irq softirq steal guest guest_nice, then one line per CPU
+        return (f"cpu  {user} 0 0 {idle} {iowait} 0 0 {steal} 0 0\ncpu0 1 0 0 1 0 0 0 0 0 0\ncpu1 1 0 0 1 0 0 0 0 0 0\n"
+                "intr 5\nctxt 9\n")
+
+    before, after = machine_cpu(stat(100, 300, 0, 0)), machine_cpu(stat(250, 330, 20, 20))
+    assert (before.cpus, before.busy_s, before.total_s) == (2, 100 / _CLOCK_TICKS, 400 / _CLOCK_TICKS)
+    # 220 ticks passed: 150 user and 20 stolen count busy, 30 idle and 20 waiting for I/O do not
+    assert after.since(before) == {"busy": round(170 / 220, 3), "steal": round(20 / 220, 3)}
+    assert before.since(before) == {"busy": 0.0, "steal": 0.0}
+    live = machine_cpu()
+    assert live.cpus == os.cpu_count() and 0 < live.busy_s <= live.total_s
