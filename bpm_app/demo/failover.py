@@ -18,7 +18,8 @@ run on, unheard. A fails B's tasks over exactly as after a crash (silence cannot
 two apart); then the link heals, B is heard from again (the registry records it as
 `participant.healed`), learns from the registry's answer that it lost the tasks and stops
 them, and whatever B's tasks still try to write at their old epoch is refused by the
-fence. Phase 4 then runs with B back.
+fence. Phase 4 then runs with B back (A, loaded with what it took over, may move one of
+them back to B at once: B then runs it again at the movement's epoch, `healed`'s `moved_back`).
 
 With `fault="registry"` (`bpm demo --scenario registry-cut`) only the link between B's host
 and the registry's is cut: B still reaches A and C, and they reach it. The registry hears
@@ -206,9 +207,11 @@ class FailoverDemo(Demo):
                 if heard is not None and running is not None and set(self.lost_tasks) <= set(running):
                     stopped = time.time()  # nothing to stop: it kept them
                     self.say(f"  {VICTIM} still runs every task it hosted ({stopped - healed_at:.1f} s after the heal)")
-            elif heard is not None and running is not None and not set(running) & set(self.lost_tasks):
+            elif heard is not None and running is not None and not set(running) & set(self.lost_tasks) - self._moved_back():
                 stopped = time.time()
-                self.say(f"  {VICTIM} runs none of the tasks it lost ({stopped - healed_at:.1f} s after the heal)")
+                back = sorted(set(running) & self._moved_back())
+                self.say(f"  {VICTIM} runs none of the tasks it lost ({stopped - healed_at:.1f} s after the heal)"
+                         + (f"; {', '.join(back)} moved back to it since, at a later epoch" if back else ""))
             time.sleep(self.s.poll_s)
         after = "ran_its_tasks_after_s" if self.fault == "registry" else "stopped_lost_tasks_after_s"
         self.healed = {
@@ -217,6 +220,19 @@ class FailoverDemo(Demo):
             after: None if stopped is None else round(stopped - healed_at, 1),
             "events": [e["message"] for e in events if e["subject"] == VICTIM],
         }
+        if self.fault == "cut":
+            self.healed["moved_back"] = sorted(self._moved_back())
+
+    def _moved_back(self) -> set[str]:
+        """The tasks B lost that the registry has since given back to it by a movement (at an
+        epoch past the failover's): B runs those again, under the new epoch, legitimately (A,
+        loaded with what it took over, may offer one back to B as soon as B is heard from)."""
+        failed_over = {}
+        for f in self.state.get("failovers", []):
+            if f.get("kind", "failover") == "failover" and f["from_host"] == VICTIM:
+                failed_over[f["task_id"]] = max(failed_over.get(f["task_id"], 0), f["to_epoch"])
+        return {f"{t['origin']}.{t['name']}" for t in self.state.get("tasks", [])
+                if t["id"] in failed_over and t["host"] == VICTIM and t["epoch"] > failed_over[t["id"]]}
 
     def _ride_out(self) -> None:
         """Phase 3 under a cut of B's link to the registry only: for `cut_s`, watch that nothing
