@@ -19,8 +19,8 @@ CPU = [{"t": t, "busy": busy, "steal": steal, "throttled": {"a": 0.1, "b": held}
 def test_the_panel_draws_the_machine_and_each_quota():
     fig, ax = plt.subplots()
     plot_cpu(ax, {"cpu": CPU, "phases": PHASES})
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["machine busy", "stolen", "a held by its quota", "b held by its quota"]
-    assert list(ax.get_lines()[3].get_ydata()) == [0.0, 0.4, 0.2]
+    assert [t.get_text().split("\n")[0] for t in ax.get_legend().get_texts()] == ["machine busy", "stolen", "a held by its quota", "b held by its quota"]
+    assert list(ax.get_lines()[3].get_ydata()) == [0.0, 0.4, 0.2], "points farther apart than the span: each its own"
     plt.close(fig)
 
 
@@ -34,3 +34,10 @@ def test_the_timeline_has_the_panel_below_the_participants_where_the_report_meas
     plot_timeline(report, tmp_path / "without.png")
     plot_timeline({**report, "cpu": CPU}, tmp_path / "with.png")
     assert _height(tmp_path / "with.png") > _height(tmp_path / "without.png")
+
+
+def test_a_quota_held_during_batches_only_reads_as_its_share_over_the_span():
+    from bpm_app.demo.report import _smoothed
+
+    points = [(float(t), 1.0 if t % 10 < 4 else 0.0) for t in range(0, 60, 2)]  # held 2 polls of 5
+    assert all(0.3 <= v <= 0.5 for v in _smoothed(points, 30.0)[8:-8])
