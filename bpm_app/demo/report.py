@@ -147,7 +147,7 @@ def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> No
 
 def plot_cpu(ax, report: dict) -> None:
     """The machine's panel: the share of its CPUs busy and stolen, and per host the share of
-    its quota periods that ended throttled, in the host's colour."""
+    the time its quota held it back (a mean over `HELD_SPAN_S`), in the host's colour."""
     cpu = report["cpu"]
     t = [r["t"] for r in cpu]
     ax.plot(t, [r["busy"] for r in cpu], color="black", lw=1.5, label="machine busy")
