@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from spark_agents.metrics import machine_cpu
+
 if TYPE_CHECKING:
     from spark_agents.network import HostNetwork
 
@@ -558,14 +560,11 @@ class CpuMeter:
     busy, a host below its quota waits too, and its batches take longer."""
 
     def __init__(self, cpu: CpuHosts | None) -> None:
-        from spark_agents.metrics import machine_cpu
-
-        self._machine = machine_cpu
         self.cpu = cpu
         self._last = self._read()
 
     def _read(self):
-        return time.monotonic(), self._machine(), (self.cpu.throttling() if self.cpu is not None else {})
+        return time.monotonic(), machine_cpu(), (self.cpu.throttling() if self.cpu is not None else {})
 
     def sample(self) -> dict:
         """Since the last sample (or the meter's start): `busy`, `steal` (shares of the

@@ -95,8 +95,7 @@ def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> No
         ax.set_ylabel(f"{name}" + (f"\n{where}" if where else ""), fontsize=8)
         ax.set_ylim(-0.02 * top, top)
         ax.grid(alpha=0.3)
-        for i, phase in enumerate(report["phases"]):
-            ax.axvspan(phase["started_s"], phase["ended_s"], color="0.9" if i % 2 else "0.96", zorder=0)
+        _shade_phases(ax, report["phases"])
         if t0_epoch is not None:
             for m in report["movements"]:
                 t = seconds(m["started_at"]) - t0_epoch
@@ -157,12 +156,17 @@ def plot_cpu(ax, report: dict) -> None:
         rows = [(r["t"], r["throttled"][name]) for r in cpu if name in r["throttled"]]
         ax.plot([t for t, _ in rows], _smoothed(rows, HELD_SPAN_S), color=COLOURS.get(name, "k"), lw=1, alpha=0.8,
                 label=f"{name} held by its quota\n({HELD_SPAN_S:g} s mean)")
-    for i, phase in enumerate(report["phases"]):
-        ax.axvspan(phase["started_s"], phase["ended_s"], color="0.9" if i % 2 else "0.96", zorder=0)
+    _shade_phases(ax, report["phases"])
     ax.set_ylim(0, 1.02)
     ax.set_ylabel("machine\nshare of CPUs /\nof the time", fontsize=8)
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=7)
+
+
+def _shade_phases(ax, phases: list[dict]) -> None:
+    """Each phase's span, shaded a little darker every other phase."""
+    for i, phase in enumerate(phases):
+        ax.axvspan(phase["started_s"], phase["ended_s"], color="0.9" if i % 2 else "0.96", zorder=0)
 
 
 def _smoothed(points: list[tuple[float, float]], span_s: float) -> list[float]:
