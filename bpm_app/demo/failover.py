@@ -207,9 +207,9 @@ class FailoverDemo(Demo):
                 if heard is not None and running is not None and set(self.lost_tasks) <= set(running):
                     stopped = time.time()  # nothing to stop: it kept them
                     self.say(f"  {VICTIM} still runs every task it hosted ({stopped - healed_at:.1f} s after the heal)")
-            elif heard is not None and running is not None and not set(running) & set(self.lost_tasks) - self._moved_back():
+            elif heard is not None and running is not None and not set(running) & (set(self.lost_tasks) - self._moved_back()):
                 stopped = time.time()
-                back = sorted(set(running) & self._moved_back())
+                back = sorted(set(running) & set(self.lost_tasks))  # here only tasks moved back to it
                 self.say(f"  {VICTIM} runs none of the tasks it lost ({stopped - healed_at:.1f} s after the heal)"
                          + (f"; {', '.join(back)} moved back to it since, at a later epoch" if back else ""))
             time.sleep(self.s.poll_s)
