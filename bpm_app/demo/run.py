@@ -644,28 +644,34 @@ class Demo:
         that batch emits the last windows; and a task that handed its key groups over to a
         split or merge has retired (its windows are out). A task moved after it has drained
         shows the same watermark in its handed-over checkpoint."""
-        deadline, pending = time.monotonic() + timeout_s, set()
+        deadline, pending = time.monotonic() + timeout_s, {}
         while True:
             self.poll()
             watermarks: dict[str, int] = {}
             for tasks in self._running().values():
                 for key, t in tasks.items():
                     watermarks[key] = max(watermarks.get(key, 0), t.get("watermark_ms") or 0)
-            pending = set()
+            pending = {}  # task: where it stands, as a person reads it
             for name, tasks in queried.items():
                 end_us = self._end_us.get(name)
                 if end_us is None:
                     continue  # nothing fed: nothing to drain
                 want = end_watermark_ms(end_us, self.params)
                 for t in self._over(name, tasks):
+                    if t.get("retired"):
+                        continue
                     key = task_key(t)
-                    if not t.get("retired") and (ending(t) or watermarks.get(key, 0) < want):
-                        pending.add(key)
+                    mark = watermarks.get(key, 0)
+                    if ending(t):
+                        pending[key] = f"not retired, its windows until {t['until_s']}"
+                    elif mark < want:
+                        pending[key] = f"{(want - mark) / 1000:.0f} s of input short" if mark else "no batch seen"
             if not pending or time.monotonic() >= deadline:
                 break
             time.sleep(self.s.poll_s)
         if pending:
-            self.say(f"tasks {', '.join(sorted(pending))} had not drained after {timeout_s:.0f} s; results compared as they are")
+            where = ", ".join(f"{key} ({pending[key]})" for key in sorted(pending))
+            self.say(f"tasks had not drained after {timeout_s:.0f} s: {where}; results compared as they are")
 
     def _reference(self, logs: dict[str, Path]) -> dict[str, list[ResultRow]]:
         """The plain computation (`bpm.zeek.reference`, the query's definitions without Spark)
