@@ -34,7 +34,7 @@ import signal
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -471,6 +471,16 @@ class Hosts:
         folder.mkdir(parents=True, exist_ok=True)
         folder.chmod(0o700)
         self.hosts[name] = host = Host(name, address, quota, folder, self.net is not None)
+        return host
+
+    def set_cpus(self, name: str, cpus: float) -> Host:
+        """Change the CPU quota of host `name` where it has one (its processes keep running);
+        a host without a quota is left as it is."""
+        host = self.hosts[name]
+        if host.cpus is None or self.cpu is None:
+            return host
+        self.cpu.add(name, cpus)
+        self.hosts[name] = host = replace(host, cpus=cpus)
         return host
 
     def command(self, name: str, args: list[str]) -> list[str]:

@@ -52,6 +52,7 @@ def demo(
     ha_mode: Annotated[HAMode, typer.Option(help="The contracts' HA mode in the failover and partition scenarios.")] = HAMode.passive_standby,
     cut_for: Annotated[float, typer.Option(min=1.0, help="How long the partition and registry-cut scenarios keep the participant cut off, seconds from the cut.")] = 30.0,
     cpus: Annotated[float, typer.Option(min=0.0, help="Each participant's capacity: a CPU quota of its own (a cgroup; needs root). 0: the participants share the machine's CPUs.")] = 0.4,
+    boot_cpus: Annotated[float, typer.Option(min=0.0, help="Each participant's CPU quota while its JVM and its tasks start, before phase 1; its capacity (--cpus) once they run. 0: its capacity from the start.")] = 0.8,
     hosts: Annotated[bool, typer.Option("--hosts/--no-hosts", help="Each participant and the registry in a network namespace of its own, on a private bridge (needs root); else loopback addresses 127.0.0.2 on.")] = True,
     log_format: Annotated[LogFormat, typer.Option(help="text, or json: what the demo tells as one JSON object per line on stderr (no live view).")] = LogFormat.text,
 ) -> None:
@@ -78,7 +79,7 @@ def demo(
         return Demo(settings, **kw)
 
     prepare_workdir(workdir)
-    settings = DemoSettings(workdir=workdir.resolve(), port=port, phase_timeout_s=phase_timeout, cpus=cpus or None, network=hosts)
+    settings = DemoSettings(workdir=workdir.resolve(), port=port, phase_timeout_s=phase_timeout, cpus=cpus or None, boot_cpus=boot_cpus or None, network=hosts)
     say = teller(log_format.value, "bpm.demo", markup=False) if log_format == LogFormat.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
     if headless or log_format == LogFormat.json:
         runner = make(say=say)

@@ -169,6 +169,13 @@ class DemoSettings:
             root, else the participants share the machine's CPUs): what one participant does
             then cannot raise the load another measures. Four quotas of 0.4 leave a 2-core
             machine 0.4 CPU for the registry, the replayers and the demo itself. None: no quotas.
+        boot_cpus: each host's quota while its JVM and its tasks start, before phase 1 (None:
+            `cpus` from the start). A participant's agent measures its load against `cpus`
+            throughout, and its host's quota is set to `cpus` once every one of its tasks runs,
+            before its warm-up is over: from then on, through every phase and the drain, its
+            quota is its capacity. Starting a query is CPU-bound: under a 0.4-CPU quota A and
+            B were held back by it all the time their tasks started (B's thirteen starts took
+            105 s in a run at cd7e70c), while the machine's two CPUs were half idle.
         network: each participant a network namespace of its own (else loopback addresses).
         correlate: the agents share their alerts and correlate them with their partners'
             (`bpm agent run --correlate`), with `availability_bound_s` as the bound.
@@ -206,6 +213,7 @@ class DemoSettings:
     overload: float = 1.15
     fill: float = 1.05
     cpus: float | None = 0.4
+    boot_cpus: float | None = 0.8
     network: bool = True
     correlate: bool = False
     availability_bound_s: float = 10.0
@@ -298,10 +306,12 @@ class Demo:
     def _join(self, member: Member, sign: bool = True) -> None:
         """Start the participant's agent in its host: it registers itself and, unless `sign` is
         false, signs the contracts it agreed offline (otherwise `_sign` does, later)."""
-        host = self.fed.host(member.name, self.s.cpus)
+        s = self.s
+        host = self.fed.host(member.name, s.boot_cpus if s.cpus and s.boot_cpus else s.cpus)
         inputs, env = self.inputs.agent(member.name, host.address, member.shares)
         initial = {"partitions": f"0-{member.tasks - 1}"} if member.tasks else {}
-        self.fed.start_agent(member.name, self.s.agent_port, {**inputs, **initial, **self._agent_settings(member, contracts=sign)}, env)
+        capacity = {"cpus": s.cpus} if host.cpus is not None else {}  # not its boot quota (`DemoSettings.boot_cpus`)
+        self.fed.start_agent(member.name, s.agent_port, {**inputs, **initial, **capacity, **self._agent_settings(member, contracts=sign)}, env)
 
     def _sign(self, member: Member, timeout_s: float = 60.0) -> None:
         """`member` joins: it accepts, with its own key through the registry's API, the
@@ -520,7 +530,8 @@ class Demo:
         if self.fed.hosts.net is not None:
             self.say(f"each participant is a host of its own on {self.fed.hosts.net.subnet} (bridge {self.fed.hosts.net.bridge})")
         if self.fed.hosts.cpu is not None:
-            self.say(f"each participant runs under a CPU quota of {self.s.cpus:g} CPU ({self.fed.hosts.cpu.parent})")
+            boot = f" ({self.s.boot_cpus:g} while its JVM and its tasks start)" if self.s.boot_cpus else ""
+            self.say(f"each participant runs under a CPU quota of {self.s.cpus:g} CPU{boot} ({self.fed.hosts.cpu.parent})")
 
     def hosts_report(self) -> dict:
         """Per participant: its address, its CPUs (its quota), and whether it had CPU and network of its own."""
@@ -540,6 +551,26 @@ class Demo:
                 self._start_input(m, traffic[m.name])
         self.say("agents up; input flowing")
         self._wait_measured(measured or [m.name for m in members], 300)
+        self._end_boot(members, 300)
+
+    def _end_boot(self, members: list[Member], timeout_s: float) -> None:
+        """Set each member's host to its capacity quota (`DemoSettings.boot_cpus`) once every
+        one of its tasks runs, or when `timeout_s` has passed."""
+        s = self.s
+        booting = {m.name: m.tasks for m in members if self.fed.hosts.hosts[m.name].cpus not in (None, s.cpus)}
+        if not booting:
+            return
+        deadline = time.monotonic() + timeout_s
+        while booting:
+            running = self._running()
+            for name, tasks in list(booting.items()):
+                if len(running.get(name, {})) >= tasks or time.monotonic() > deadline:
+                    self.fed.hosts.set_cpus(name, s.cpus)
+                    del booting[name]
+            if booting:
+                time.sleep(s.poll_s)
+                self.poll()
+        self.say(f"the tasks have started: each host's quota is its capacity, {s.cpus:g} CPU")
 
     # Drain and compare
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_agents.hosts import CgroupLayout, CpuHosts, CpuMeter, Throttling, cpu_layout, cpu_quota, own_cgroup, quota_of, remove_stale, throttling_of
+from spark_agents.hosts import CgroupLayout, CpuHosts, CpuMeter, Hosts, Throttling, cpu_layout, cpu_quota, own_cgroup, quota_of, remove_stale, throttling_of
 
 V1_MOUNTINFO = """\
 30 25 0:26 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
@@ -242,3 +242,22 @@ def test_the_meter_finds_a_host_that_spins_throttled_and_an_idle_one_not():
     assert sample["throttled"]["a"] > 0.5, "a process that wants a whole CPU under 0.2 is held back most of the time"
     assert sample["throttled"]["b"] < 0.1, "one that sleeps hardly"
     assert 0.1 <= sample["busy"] <= 1.0, "the machine's CPUs were busy with at least a's 0.2 of one of them"
+
+
+@needs_cgroups
+def test_a_hosts_quota_changes_while_it_runs(tmp_path):
+    """The demo's hosts start their JVMs and tasks under a larger quota, then get their
+    capacity (`Hosts.set_cpus`); a host without a quota keeps none."""
+    hosts = Hosts.open("test", tmp_path / "hosts", network=False)
+    try:
+        hosts.add("a", 0.8)
+        hosts.add("shared")  # no quota given
+        folder = hosts.cpu.folder("a")
+        assert quota_of(folder, hosts.cpu.layout.version) == pytest.approx(0.8)
+        assert hosts.set_cpus("a", 0.4).cpus == 0.4
+        assert quota_of(folder, hosts.cpu.layout.version) == pytest.approx(0.4), "the cgroup's quota itself"
+        assert hosts.report()["a"]["cpus"] == 0.4, "and the host's report"
+        assert hosts.set_cpus("shared", 0.4).cpus is None, "no quota to change"
+        assert not hosts.cpu.folder("shared").exists()
+    finally:
+        hosts.close()
