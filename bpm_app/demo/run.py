@@ -103,7 +103,7 @@ SHARED_SEED = 1  # of the addresses of the scanners that probe every participant
 
 @dataclass
 class DemoSettings:
-    """Knobs of the demo; with the defaults a run takes 8 to 13.5 minutes on a 2-core machine
+    """Knobs of the demo; with the defaults a run takes 7.3 to 11.3 minutes on a 2-core machine
     (docs/benchmarks.md, "Demo runs").
 
     Attributes:
