@@ -383,6 +383,50 @@ def fixed_cost(
     return result
 
 
+def first_queries(
+    spark: SparkSession, work_dir: Path, prime_s: float = 0.0, queries: int = 3, seconds: float = 30.0, trigger_s: float = 10.0,
+    progress: Progress = lambda _: None,
+) -> dict[str, Any]:
+    """What a driver's first queries cost, primed for `prime_s` (`spark_agents.warmup.prime`;
+    0: not) or not: `queries` runs of the tasks' query over generated rows, one after
+    another, each for `seconds` at a `trigger_s` trigger; per query, the CPU seconds the
+    driver used (its local JVM with its Python processes, and this process) over its first
+    trigger interval and over all of it. Run it in a fresh process: the first query of a
+    driver that has run none costs several times the later ones' start."""
+    from spark_agents.metrics import spark_cpu_seconds
+    from spark_agents.query import stop_between_batches
+    from spark_agents.warmup import PARAMS as PRIME_PARAMS
+    from spark_agents.warmup import Discard, GeneratedInput, prime
+
+    proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+    if proc is None or not spark.sparkContext.master.startswith("local"):
+        raise ValueError("the driver's CPU is measured on a local master whose JVM this process started")
+    primed = None
+    if prime_s > 0:
+        progress(f"priming for {prime_s:g} s")
+        primed = prime(spark, prime_s, work_dir / "prime")
+    runs = []
+    for n in range(queries):
+        progress(f"query {n + 1} of {queries}")
+        done = threading.Event()
+        start = spark_cpu_seconds(proc.pid)
+        query = start_query(spark, f"first-{n}", GeneratedInput(), work_dir / f"first-{n}", PRIME_PARAMS, Discard(),  # type: ignore[arg-type]
+                            trigger_s, lambda *_: done.set())
+        time.sleep(trigger_s)
+        first = spark_cpu_seconds(proc.pid)
+        time.sleep(max(0.0, seconds - trigger_s))
+        stop_between_batches(query, done)
+        runs.append({"query": n + 1, "first_trigger_cpu_s": round(first - start, 2), "cpu_s": round(spark_cpu_seconds(proc.pid) - start, 2),
+                     "batches": (query.lastProgress or {}).get("batchId", -1) + 1})
+    later = [r["first_trigger_cpu_s"] for r in runs[1:]]
+    return {
+        "benchmark": "first-queries", "prime_s": prime_s, "primed": primed, "trigger_s": trigger_s, "seconds": seconds,
+        "queries": runs,
+        "first_over_later": round(runs[0]["first_trigger_cpu_s"] / statistics.median(later), 2) if later and statistics.median(later) > 0 else None,
+        "method": "process CPU of the driver (JVM, its Python processes, this process) from /proc, around each query's first trigger interval and its whole run",
+    }
+
+
 def plot_fixed_cost(levels: list[dict[str, Any]], slope: float, intercept: float, path: Path) -> None:
     """The process CPU per number of tasks over the same rows, and the fitted line."""
     import matplotlib

@@ -43,7 +43,7 @@ from spark_agents.metrics import (
     spark_cpu_seconds,
     task_loads,
 )
-from spark_agents.query import Sink, staggered_trigger_s, start_query
+from spark_agents.query import Sink, staggered_trigger_s, start_query, stop_between_batches
 
 log = logging.getLogger(__name__)
 
@@ -203,11 +203,9 @@ class TaskHost:
             return task
 
     def stop_task(self, task_id: str, timeout_s: float = 60.0) -> Path:
-        """Stop a task after its current batch and return its checkpoint folder, ready to hand over.
+        """Stop a task after its current batch (`spark_agents.query.stop_between_batches`) and
+        return its checkpoint folder, ready to hand over.
 
-        The stop comes while the query waits for its next trigger or, when batches run back to
-        back, the moment a batch's output function returns: never inside that function, where
-        an interrupt breaks the Python callback (and with it, later batches of the driver).
         Should a new trigger begin before the stop lands, Spark abandons that batch
         uncommitted; the next start runs it again, and the fence drops what was written.
         A task stopped before the batch that its watermark owes runs it where it resumes
@@ -216,12 +214,7 @@ class TaskHost:
         task = self._task(task_id)
         query = task.query
         if query is not None:
-            deadline = time.monotonic() + timeout_s
-            task.output_done.clear()
-            while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
-                if task.output_done.wait(0.01):
-                    break
-            query.stop()
+            stop_between_batches(query, task.output_done, timeout_s)
             task.query = None
             task.stopped_s = time.time()
         return task.checkpoint_dir

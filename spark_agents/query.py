@@ -14,6 +14,7 @@ and hands them to the task's sink: the output fence on the origin's broker
 
 from __future__ import annotations
 
+import threading
 import time
 import zlib
 from collections import Counter
@@ -145,6 +146,19 @@ def start_query(
     if trigger_s is not None:
         writer = writer.trigger(processingTime=f"{round(trigger_s * 1000)} milliseconds")
     return writer.start()
+
+
+def stop_between_batches(query: StreamingQuery, output_done: threading.Event, timeout_s: float = 60.0) -> None:
+    """Stop `query` while it waits for its next trigger or, when batches run back to back, the
+    moment a batch's output function returns (`output_done`, which its `on_cpu` callback
+    sets; waited for up to `timeout_s`): never inside that function, where an interrupt
+    breaks the Python callback (and with it, later batches of the driver)."""
+    deadline = time.monotonic() + timeout_s
+    output_done.clear()
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        if output_done.wait(0.01):
+            break
+    query.stop()
 
 
 def staggered_trigger_s(task_id: str, trigger_s: float) -> float:

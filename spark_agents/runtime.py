@@ -225,15 +225,19 @@ def run_agent(
     sample_s: float,
     cost_model: CostFunction | None = None,
     broker: OwnBroker | None = None,
+    prime_s: float = 0.0,
 ) -> None:
     """Run until SIGTERM or SIGINT; then stop every task at a batch boundary and exit.
-    With `broker`, the participant's own NATS server runs as long as the agent."""
+    With `broker`, the participant's own NATS server runs as long as the agent. With
+    `prime_s`, its Spark first runs the tasks' query over generated rows for that long
+    (`spark_agents.warmup`), before the agent answers or trades."""
     import uvicorn
 
     from spark_agents.host import TaskHost
     from spark_agents.hosts import lower_priority, python_first
     from spark_agents.server import create_agent_app
     from spark_agents.session import make_session
+    from spark_agents.warmup import prime
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -254,6 +258,12 @@ def run_agent(
         driver = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
         if driver is not None:
             lower_priority(driver.pid)  # a saturated participant's agent still answers and hands over
+        if prime_s:
+            try:
+                ran = prime(spark, prime_s, config.workdir / "prime")
+                log.info("%s: Spark primed: %d batches of generated rows in %g s", config.name, ran["batches"], ran["seconds"])
+            except RuntimeError as exc:  # its first tasks then pay the warm-up, as without priming
+                log.warning("%s: priming Spark failed, its first tasks will measure its warm-up: %s", config.name, exc)
         host = TaskHost(spark, config.workdir, cpus=cpus, interval_s=sample_s)
         host.start_sampling()
         client = cleanup.enter_context(RegistryClient(registry_url, key))

@@ -187,4 +187,4 @@ def _run(s) -> None:
     driver_host, driver_bind = driver_addresses(s.spark_master, s.host, s.spark_driver_host, s.spark_bind_address)
     run_agent(config, registry_url=s.registry, key=api_key, bind_host=s.host, port=s.port, spark_master=s.spark_master,
               driver_host=driver_host, driver_bind=driver_bind, cpus=s.cpus, trigger_s=s.trigger,
-              sample_s=s.sample, cost_model=fixed, broker=broker)
+              sample_s=s.sample, cost_model=fixed, broker=broker, prime_s=s.prime)

@@ -1,4 +1,4 @@
-"""`bpm bench overhead`, `bpm bench source`, `bpm bench load-model` and `bpm bench fixed-cost`: benchmarks of the Spark data plane."""
+"""`bpm bench overhead`, `bpm bench source`, `bpm bench load-model`, `bpm bench fixed-cost` and `bpm bench first-queries`: benchmarks of the Spark data plane."""
 
 from __future__ import annotations
 
@@ -24,13 +24,14 @@ def _report(result: dict, as_json: bool) -> None:
         Console().print_json(json.dumps(result))
 
 
-def _with_spark(name: str, master: str, as_json: bool, bench) -> None:
-    """Run `bench(spark, work_dir, progress)` in a temporary folder with a session of its own; report its result."""
+def _with_spark(name: str, master: str, as_json: bool, bench, lean: bool = False) -> None:
+    """Run `bench(spark, work_dir, progress)` in a temporary folder with a session of its own
+    (`lean`: the JVM options of an agent's local driver); report its result."""
     from spark_agents.session import make_session
 
     err = Console(stderr=True)
     with tempfile.TemporaryDirectory(prefix=f"bpm-bench-{name}-") as tmp, err.status("starting Spark") as status:
-        result = bench(make_session(master, f"bpm-bench-{name}"), Path(tmp), status.update)
+        result = bench(make_session(master, f"bpm-bench-{name}", lean=lean), Path(tmp), status.update)
     _report(result, as_json)
 
 
@@ -110,3 +111,23 @@ def fixed_cost_command(
     _with_spark("fixed-cost", spark_master, as_json,
                 lambda spark, tmp, progress: benchmarks.fixed_cost(spark, tmp, depth, level_seconds, interval, trigger, rows_per_batch,
                                                                    warmup, capacity, plot, progress=progress))
+
+
+@bench_app.command("first-queries")
+def first_queries_command(
+    prime: float = typer.Option(0.0, "--prime", min=0, help="Seconds of priming first (bpm agent run --prime); 0: none."),
+    queries: int = typer.Option(3, "--queries", min=2, help="Queries run one after another."),
+    seconds: float = typer.Option(30.0, "--seconds", min=1, help="Seconds each query runs."),
+    trigger: float = typer.Option(10.0, "--trigger", min=0.1, help="Their trigger interval in seconds."),
+    spark_master: SparkMaster = "local[1]",
+    as_json: AsJson = False,
+) -> None:
+    """What a fresh driver's first query costs against its later ones, primed (--prime) or not,
+    with the JVM options of an agent's local driver (goal, primed: the first query's first trigger interval costs at most 1.5 times a later one's)."""
+    from spark_agents import benchmarks
+
+    if not spark_master.startswith("local"):
+        raise typer.BadParameter("the driver's CPU is measured on a local master", param_hint="--spark-master")
+    _with_spark("first-queries", spark_master, as_json,
+                lambda spark, tmp, progress: benchmarks.first_queries(spark, tmp, prime, queries, seconds, trigger, progress=progress),
+                lean=True)

@@ -139,6 +139,10 @@ class DemoSettings:
             30 s, A shed before phase 1 on a machine slow to start its tasks (docs/demo.md).
         join_warmup_s: the same for an agent that joins without tasks (D): nothing to wait out
             but its own start.
+        join_prime_s: how long such an agent first runs the tasks' query over generated rows
+            (`bpm agent run --prime`), so that its first tasks do not pay its JVM's warm-up:
+            unprimed, D used its whole quota for the 25 s after its first two tasks came,
+            which had used a fifth of it at C.
         agent_settle_s: how long after a task starts or stops an agent waits before it
             trades again (`bpm agent run --settle`): half its load window (30 s at the
             10 s trigger), after which a stop has left a window of the tasks that stayed.
@@ -201,6 +205,7 @@ class DemoSettings:
     mm1_scale: float = 0.14
     warmup_s: float = 60.0
     join_warmup_s: float = 15.0
+    join_prime_s: float = 30.0
     agent_settle_s: float = 15.0
     rate: float = 40.0
     sources: int = 150
@@ -300,6 +305,7 @@ class Demo:
                 "min_connections": s.min_connections, "min_ports": s.min_ports,
                 "trigger": s.trigger_s, "period": s.period_s, "tick": s.tick_s, "sample": s.sample_s,
                 "cost_model": "mm1", "mm1_scale": s.mm1_scale, "warmup": self._warmup_s(member), "settle": s.agent_settle_s,
+                **({} if member.tasks else {"prime": s.join_prime_s}),
                 **({"correlate": True, "availability_bound": s.availability_bound_s} if s.correlate and member.shares else {}),
                 }
 
