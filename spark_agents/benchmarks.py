@@ -391,7 +391,7 @@ def first_queries(
     0: not) or not: `queries` runs of the tasks' query over generated rows, one after
     another, each for `seconds` at a `trigger_s` trigger; per query, the CPU seconds the
     driver used (its local JVM with its Python processes, and this process) over its first
-    trigger interval and over all of it. Run it in a fresh process: the first query of a
+    trigger interval and over all of it (and what the priming used). Run it in a fresh process: the first query of a
     driver that has run none costs several times the later ones' start."""
     from spark_agents.metrics import spark_cpu_seconds
     from spark_agents.query import stop_between_batches
@@ -404,7 +404,9 @@ def first_queries(
     primed = None
     if prime_s > 0:
         progress(f"priming for {prime_s:g} s")
+        start = spark_cpu_seconds(proc.pid)
         primed = prime(spark, prime_s, work_dir / "prime")
+        primed["cpu_s"] = round(spark_cpu_seconds(proc.pid) - start, 2)
     runs = []
     for n in range(queries):
         progress(f"query {n + 1} of {queries}")

@@ -140,9 +140,11 @@ class DemoSettings:
         join_warmup_s: the same for an agent that joins without tasks (D): nothing to wait out
             but its own start.
         join_prime_s: how long such an agent first runs the tasks' query over generated rows
-            (`bpm agent run --prime`), so that its first tasks do not pay its JVM's warm-up:
-            unprimed, D used its whole quota for the 25 s after its first two tasks came,
-            which had used a fifth of it at C.
+            (`bpm agent run --prime`, at least three batches), so that its first tasks do not
+            pay its JVM's warm-up: unprimed, D used its whole quota for the 25 s after its
+            first two tasks came, which had used a fifth of it at C. A driver's first query
+            costs about 9 CPU seconds in its first 10 s, a later one 2; three batches of
+            priming bring the first to 2.2 (`bpm bench first-queries`, docs/benchmarks.md).
         agent_settle_s: how long after a task starts or stops an agent waits before it
             trades again (`bpm agent run --settle`): half its load window (30 s at the
             10 s trigger), after which a stop has left a window of the tasks that stayed.
@@ -205,7 +207,7 @@ class DemoSettings:
     mm1_scale: float = 0.14
     warmup_s: float = 60.0
     join_warmup_s: float = 15.0
-    join_prime_s: float = 30.0
+    join_prime_s: float = 10.0
     agent_settle_s: float = 15.0
     rate: float = 40.0
     sources: int = 150

@@ -30,7 +30,7 @@ def test_the_first_queries_benchmark_measures_each_query_s_cpu_after_priming(spa
     from spark_agents.benchmarks import first_queries
 
     result = first_queries(spark, tmp_path, prime_s=0.5, queries=2, seconds=2.0, trigger_s=1.0)
-    assert result["primed"]["batches"] >= BATCHES
+    assert result["primed"]["batches"] >= BATCHES and result["primed"]["cpu_s"] > 0
     assert [q["query"] for q in result["queries"]] == [1, 2]
     assert all(0 < q["first_trigger_cpu_s"] <= q["cpu_s"] and q["batches"] >= 1 for q in result["queries"]), result
     assert result["first_over_later"] == round(result["queries"][0]["first_trigger_cpu_s"] / result["queries"][1]["first_trigger_cpu_s"], 2)
