@@ -262,7 +262,7 @@ def run_agent(
             try:
                 ran = prime(spark, prime_s, config.workdir / "prime")
                 log.info("%s: Spark primed: %d batches of generated rows in %g s", config.name, ran["batches"], ran["seconds"])
-            except RuntimeError as exc:  # its first tasks then pay the warm-up, as without priming
+            except Exception as exc:  # Spark's own errors included: its first tasks then pay the warm-up, as unprimed
                 log.warning("%s: priming Spark failed, its first tasks will measure its warm-up: %s", config.name, exc)
         host = TaskHost(spark, config.workdir, cpus=cpus, interval_s=sample_s)
         host.start_sampling()

@@ -110,7 +110,7 @@ class GeneratedInput:
 
 
 class Discard:
-    """An output function's sink that keeps nothing (with the fence's `closed_through`)."""
+    """An output function's sink that counts the rows and keeps none (with the fence's `closed_through`)."""
 
     def __init__(self) -> None:
         self.rows = 0
