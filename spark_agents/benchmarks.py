@@ -383,6 +383,9 @@ def fixed_cost(
     return result
 
 
+FIRST_BATCH_TIMEOUT_S = 120.0
+
+
 def first_queries(
     spark: SparkSession, work_dir: Path, prime_s: float = 0.0, queries: int = 3, seconds: float = 30.0, trigger_s: float = 10.0,
     progress: Progress = lambda _: None,
@@ -410,16 +413,24 @@ def first_queries(
     runs = []
     for n in range(queries):
         progress(f"query {n + 1} of {queries}")
-        done = threading.Event()
+        done, batches = threading.Event(), []
+
+        def output(*_: Any) -> None:
+            batches.append(1)
+            done.set()
+
         start = spark_cpu_seconds(proc.pid)
         query = start_query(spark, f"first-{n}", GeneratedInput(), work_dir / f"first-{n}", PRIME_PARAMS, Discard(),  # type: ignore[arg-type]
-                            trigger_s, lambda *_: done.set())
+                            trigger_s, output)
         time.sleep(trigger_s)
         first = spark_cpu_seconds(proc.pid)
         time.sleep(max(0.0, seconds - trigger_s))
+        if not done.wait(FIRST_BATCH_TIMEOUT_S):  # a slow machine's first batch may outlast `seconds`: a query is measured over one at least
+            query.stop()
+            raise RuntimeError(f"query {n + 1} completed no batch in {seconds + FIRST_BATCH_TIMEOUT_S:g} s")
         stop_between_batches(query, done)
         runs.append({"query": n + 1, "first_trigger_cpu_s": round(first - start, 2), "cpu_s": round(spark_cpu_seconds(proc.pid) - start, 2),
-                     "batches": (query.lastProgress or {}).get("batchId", -1) + 1})
+                     "batches": len(batches)})
     later = [r["first_trigger_cpu_s"] for r in runs[1:]]
     return {
         "benchmark": "first-queries", "prime_s": prime_s, "primed": primed, "trigger_s": trigger_s, "seconds": seconds,
