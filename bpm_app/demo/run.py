@@ -494,10 +494,6 @@ class Demo:
         """The loads of the tasks of `names` by key, wherever they run (0 where not measured yet), as the last poll read them."""
         return {task_key(t): t["load"] or 0.0 for t in self.state["tasks"] if t["origin"] in names and not t.get("retired")}
 
-    def _tasks_at(self, name: str) -> set[str]:
-        """The keys of the tasks that run at `name`, as the last poll read them."""
-        return {task_key(t) for t in self.state["tasks"] if t["host"] == name and not t.get("retired")}
-
     def _warmup_s(self, member: Member) -> float:
         return self.s.warmup_s if member.initial else self.s.join_warmup_s
 
@@ -729,8 +725,7 @@ class Demo:
         return {name: compute(read_logs([log]), self.params) for name, log in logs.items()}
 
 
-# The load a phase feeds a participant up to, counting the shares on their way to it (passed
-# by less than one share), and above which it feeds it no more until it has shed some: a
+# The load above which a phase feeds a participant no more shares until it has shed some: a
 # saturated participant's tasks queue, and its readings understate what they need. In a run
 # at 3125b9c B read 0.87 to 0.94 for most of phase 3 while it was fed nine shares; its loads
 # and its partners' went on rising once D had joined (2.03 at the end of phase 3, 2.46 in
@@ -808,8 +803,7 @@ class Feeding:
         # reads part of its load, and counted in the median it made each share on its way
         # count for less (0.39 on its way for four shares, then 0.25 for five, in one run).
         measured = [load for key, load in loads.items() if load and key not in on_its_way]
-        per_share = statistics.median(measured) if measured else 0.0
-        coming = len(on_its_way) * per_share
+        coming = len(on_its_way) * (statistics.median(measured) if measured else 0.0)
         spare = demo._spare_tasks(self.name)
         count = min(2, queries_to_add(target, [total + coming], measured, len(spare)))
         # The highest reading within the lag can pass the target while the participants' loads
@@ -819,13 +813,8 @@ class Feeding:
         # for a lag at least), the goal not held feeds one more share (`until_held`).
         if not count and self.until_held and now - self.reached_at >= lag_s and not held and spare and not on_its_way:
             count = 1
-        # Nor past the ceiling, with what is on its way to it, by one share or more (none
-        # once it reads the ceiling, until it sheds): fed while its own readings were below
-        # the ceiling, B read 0.93 and 1.06 at the end of phase 3 in runs at ecf0df9 and
-        # 1cd108f, and phase 4 could not pack the load (docs/benchmarks.md, "Demo runs").
-        here = demo._tasks_at(self.name)
-        coming_here = sum(1 for key in on_its_way if key in here) * per_share
-        count = min(count, queries_to_add(FEED_CEILING, [own.get(self.name, 0.0), coming_here], measured, count))
+        if own.get(self.name, 0.0) > FEED_CEILING:
+            count = 0  # until it sheds: its readings understate what its tasks need
         if count:
             tasks = spare[:count]
             demo.fed.feed_more(self.name, [task[1:] for task in tasks])
