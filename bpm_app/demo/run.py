@@ -91,7 +91,7 @@ MEMBERS = (
     Member("a", 16, 2, 11, spare=8),  # phase 2 feeds more of A's shares until A is overloaded
     # Phase 3 feeds more of B's shares, as many as it takes: twelve spare ones fell short of an
     # overloaded federation (1.76 against 1.89) on a machine whose tasks cost less, in a run
-    # at 6d96c69, and just reached it in the next.
+    # at 6d96c69, and phase 3 fed fourteen in a run at 34854ae.
     Member("b", 32, 1, 12, spare=16),
     Member("c", 4, 1, 13),
     Member("d", 0, 0, 14),
