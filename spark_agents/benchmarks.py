@@ -396,7 +396,7 @@ def first_queries(
     driver used (its local JVM with its Python processes, and this process) over its first
     trigger interval and over all of it (and what the priming used). Run it in a fresh process: the first query of a
     driver that has run none costs several times the later ones' start."""
-    from spark_agents.metrics import spark_cpu_seconds
+    from spark_agents.metrics import CpuSeries, spark_cpu_seconds
     from spark_agents.query import stop_between_batches
     from spark_agents.warmup import PARAMS as PRIME_PARAMS
     from spark_agents.warmup import Discard, GeneratedInput, prime
@@ -404,12 +404,17 @@ def first_queries(
     proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
     if proc is None or not spark.sparkContext.master.startswith("local"):
         raise ValueError("the driver's CPU is measured on a local master whose JVM this process started")
+    series = CpuSeries()  # a Python worker that exits takes its time out of the tree's reading
+
+    def cpu() -> float:
+        return series.reading(spark_cpu_seconds(proc.pid) or 0.0)
+
     primed = None
     if prime_s > 0:
         progress(f"priming for {prime_s:g} s")
-        start = spark_cpu_seconds(proc.pid)
+        start = cpu()
         primed = prime(spark, prime_s, work_dir / "prime")
-        primed["cpu_s"] = round(spark_cpu_seconds(proc.pid) - start, 2)
+        primed["cpu_s"] = round(cpu() - start, 2)
     runs = []
     for n in range(queries):
         progress(f"query {n + 1} of {queries}")
@@ -419,17 +424,17 @@ def first_queries(
             batches.append(1)
             done.set()
 
-        start = spark_cpu_seconds(proc.pid)
+        start = cpu()
         query = start_query(spark, f"first-{n}", GeneratedInput(), work_dir / f"first-{n}", PRIME_PARAMS, Discard(),  # type: ignore[arg-type]
                             trigger_s, output)
         time.sleep(trigger_s)
-        first = spark_cpu_seconds(proc.pid)
+        first = cpu()
         time.sleep(max(0.0, seconds - trigger_s))
         if not done.wait(FIRST_BATCH_TIMEOUT_S):  # a slow machine's first batch may outlast `seconds`: a query is measured over one at least
             query.stop()
             raise RuntimeError(f"query {n + 1} completed no batch in {seconds + FIRST_BATCH_TIMEOUT_S:g} s")
         stop_between_batches(query, done)
-        runs.append({"query": n + 1, "first_trigger_cpu_s": round(first - start, 2), "cpu_s": round(spark_cpu_seconds(proc.pid) - start, 2),
+        runs.append({"query": n + 1, "first_trigger_cpu_s": round(first - start, 2), "cpu_s": round(cpu() - start, 2),
                      "batches": len(batches)})
     later = [r["first_trigger_cpu_s"] for r in runs[1:]]
     return {
