@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spark_agents.metrics import machine_cpu
+from spark_agents.metrics import machine_cpu, process_cpu_seconds
 
 if TYPE_CHECKING:
     from spark_agents.network import HostNetwork
@@ -262,6 +262,16 @@ class CpuHosts:
         """Every process in `name`'s cgroup and the cgroups under it."""
         return _pids(self.folder(name))
 
+    def processes(self, name: str) -> dict[int, tuple[str, float]]:
+        """Each live process of `name`'s cgroup: pid -> (its `process_kind`, its own CPU seconds)."""
+        found = {}
+        for child in (MAIN, PYTHON):
+            for pid in _pids(self.folder(name) / child):
+                cpu = process_cpu_seconds(pid)
+                if cpu is not None:
+                    found[pid] = (process_kind(pid, child), cpu)
+        return found
+
     def throttling(self) -> dict[str, Throttling]:
         """Each participant's throttling so far (those whose `cpu.stat` can be read)."""
         read = {name: throttling_of(self.folder(name), self.layout.version) for name in self.quotas}
@@ -332,6 +342,25 @@ def _pids(folder: Path) -> list[int]:
         except (OSError, ValueError):
             pass
     return found
+
+
+def process_kind(pid: int, child: str = MAIN) -> str:
+    """What a participant's process is, for a person reading where its quota went: `spark
+    python` (Spark's Python workers, in the `python` child of its cgroup), `jvm` (its Spark
+    driver), `agent` or `replay` (the `bpm` command it runs), else the program's name."""
+    if child == PYTHON:
+        return "spark python"
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "gone"
+    if comm == "java":
+        return "jvm"
+    for kind in ("agent", "replay"):
+        if kind in argv[1:4]:
+            return kind
+    return comm
 
 
 def python_first(workdir: Path, python: str) -> str:
@@ -565,29 +594,41 @@ class CpuMeter:
     """How busy the machine and each host's quota were between two readings: the share of the
     machine's CPUs busy and stolen (`spark_agents.metrics.machine_cpu`), and per host with a
     quota the share of the time its quota held it back (the quota periods that passed meanwhile
-    which it ended throttled: it had used its quota and its threads waited for the next). A
-    quota caps a host's share of the machine, it does not reserve it: where the machine is
-    busy, a host below its quota waits too, and its batches take longer."""
+    which it ended throttled: it had used its quota and its threads waited for the next), and
+    the CPUs each kind of its processes used (`process_kind`). A quota caps a host's share of
+    the machine, it does not reserve it: where the machine is busy, a host below its quota
+    waits too, and its batches take longer."""
 
     def __init__(self, cpu: CpuHosts | None) -> None:
         self.cpu = cpu
         self._last = self._read()
 
     def _read(self):
-        return time.monotonic(), machine_cpu(), (self.cpu.throttling() if self.cpu is not None else {})
+        if self.cpu is None:
+            return time.monotonic(), machine_cpu(), {}, {}
+        return time.monotonic(), machine_cpu(), self.cpu.throttling(), {name: self.cpu.processes(name) for name in self.cpu.quotas}
 
     def sample(self) -> dict:
         """Since the last sample (or the meter's start): `busy`, `steal` (shares of the
-        machine's CPUs) and `throttled` (host name -> share of the time its quota held it back)."""
-        (now, machine, hosts), (then, machine0, hosts0) = self._read(), self._last
-        self._last = (now, machine, hosts)
+        machine's CPUs), `throttled` (host name -> share of the time its quota held it back) and
+        `processes` (host name -> process kind -> CPUs, of the processes alive at both readings)."""
+        (now, machine, hosts, procs), (then, machine0, hosts0, procs0) = self._read(), self._last
+        self._last = (now, machine, hosts, procs)
         periods = (now - then) * 1e6 / PERIOD_US
         throttled = {}
         for name, t in hosts.items():
             before = hosts0.get(name)
             if before is not None and periods > 0:
                 throttled[name] = round(min(1.0, (t.throttled - before.throttled) / periods), 3)
-        return {**machine.since(machine0), "throttled": throttled}
+        processes = {}
+        for name, now_read in procs.items():
+            kinds: dict[str, float] = {}
+            for pid, (kind, cpu) in now_read.items():
+                before = procs0.get(name, {}).get(pid)
+                if before is not None and now > then:
+                    kinds[kind] = kinds.get(kind, 0.0) + max(0.0, cpu - before[1]) / (now - then)
+            processes[name] = {kind: round(cpus, 3) for kind, cpus in sorted(kinds.items())}
+        return {**machine.since(machine0), "throttled": throttled, "processes": processes}
 
 
 def _session(sid: int) -> set[int]:

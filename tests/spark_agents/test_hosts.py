@@ -235,14 +235,19 @@ def test_the_meter_finds_a_host_that_spins_throttled_and_an_idle_one_not():
         for process in (spinning, idle):
             process.stdin.write("go\n")
             process.stdin.flush()
+        time.sleep(1.0)
+        sample = meter.sample()  # while both still run: the processes of a sample are those alive at both readings
         spinning.wait(timeout=20)
         idle.wait(timeout=20)
-        sample = meter.sample()
     finally:
         hosts.close()
     assert sample["throttled"]["a"] > 0.5, "a process that wants a whole CPU under 0.2 is held back most of the time"
     assert sample["throttled"]["b"] < 0.1, "one that sleeps hardly"
     assert 0.1 <= sample["busy"] <= 1.0, "the machine's CPUs were busy with at least a's 0.2 of one of them"
+    spun, slept = (sum(sample["processes"][name].values()) for name in ("a", "b"))
+    assert 0.1 <= spun <= 0.3, f"a's process used about its quota of 0.2 CPU, not {spun}"
+    assert slept < 0.05, f"b's hardly any, not {slept}"
+    assert list(sample["processes"]["a"]) == [Path(sys.executable).name[:15]], "named by its program (the name it was started by)"
 
 
 @needs_cgroups
@@ -262,3 +267,18 @@ def test_a_hosts_quota_changes_while_it_runs(tmp_path):
         assert not hosts.cpu.folder("shared").exists()
     finally:
         hosts.close()
+
+
+def test_a_process_is_named_by_what_it_runs():
+    from spark_agents.hosts import PYTHON, process_kind
+
+    process = subprocess.Popen([sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.readline()", "replay"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert process.stdout.readline() == b"up\n"
+        assert process_kind(process.pid) == "replay", "a bpm command is named by its subcommand"
+        assert process_kind(process.pid, PYTHON) == "spark python", "whatever runs in the python child is Spark's"
+        assert process_kind(os.getpid()) == Path(sys.executable).name[:15], "anything else by its program"
+    finally:
+        process.communicate(b"\n", timeout=10)
+    assert process_kind(process.pid) == "gone"
