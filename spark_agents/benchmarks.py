@@ -396,7 +396,7 @@ def first_queries(
     driver used (its local JVM with its Python processes, and this process) over its first
     trigger interval and over all of it (and what the priming used). Run it in a fresh process: the first query of a
     driver that has run none costs several times the later ones' start."""
-    from spark_agents.metrics import CpuSeries, spark_cpu_seconds
+    from spark_agents.metrics import SparkCpu
     from spark_agents.query import stop_between_batches
     from spark_agents.warmup import PARAMS as PRIME_PARAMS
     from spark_agents.warmup import Discard, GeneratedInput, prime
@@ -404,10 +404,13 @@ def first_queries(
     proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
     if proc is None or not spark.sparkContext.master.startswith("local"):
         raise ValueError("the driver's CPU is measured on a local master whose JVM this process started")
-    series = CpuSeries()  # a Python worker that exits takes its time out of the tree's reading
+    spark_cpu = SparkCpu(proc.pid)
 
     def cpu() -> float:
-        return series.reading(spark_cpu_seconds(proc.pid) or 0.0)
+        seconds = spark_cpu.seconds()
+        if seconds is None:
+            raise RuntimeError(f"the driver's JVM (pid {proc.pid}) can no longer be read")
+        return seconds
 
     primed = None
     if prime_s > 0:

@@ -34,13 +34,12 @@ from spark_agents.exporter import batch_durations
 from spark_agents.hosts import cpu_capacity
 from spark_agents.listener import BatchRecorder, TaskCpuMeter
 from spark_agents.metrics import (
-    CpuSeries,
     BatchSample,
     IntervalSample,
+    SparkCpu,
     cost_samples,
     interval_sample,
     overhead_factor,
-    spark_cpu_seconds,
     task_loads,
 )
 from spark_agents.query import Sink, staggered_trigger_s, start_query, stop_between_batches
@@ -152,8 +151,7 @@ class TaskHost:
         proc = getattr(gateway, "proc", None)
         # The Spark driver JVM is a child of this process when PySpark launched it; its CPU and
         # ours (foreachBatch runs here) cross-check the measured utilisation.
-        self._jvm_pid: int | None = proc.pid if proc is not None and spark.sparkContext.master.startswith("local") else None
-        self._cpu_series = CpuSeries()
+        self._spark_cpu = SparkCpu(proc.pid) if proc is not None and spark.sparkContext.master.startswith("local") else None
         self._last_tick = (time.time(), self._cpu_seconds())
         self.factor = 1.0
         self._model: tuple[tuple, CostFunction] | None = None
@@ -280,11 +278,8 @@ class TaskHost:
     # -- measurements ------------------------------------------------------------------
 
     def _cpu_seconds(self) -> float | None:
-        """The Spark processes' CPU seconds so far (`spark_cpu_seconds`), never going back (`CpuSeries`)."""
-        if self._jvm_pid is None:
-            return None
-        raw = spark_cpu_seconds(self._jvm_pid)
-        return None if raw is None else self._cpu_series.reading(raw)
+        """The Spark processes' CPU seconds so far (`SparkCpu`); None without a local JVM."""
+        return None if self._spark_cpu is None else self._spark_cpu.seconds()
 
     def sample(self) -> IntervalSample:
         """Close the current measuring interval and record it."""

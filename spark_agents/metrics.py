@@ -30,7 +30,7 @@ import re
 import statistics
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 
@@ -269,6 +269,20 @@ class CpuSeries:
             cpu = self.high
         self.high = cpu
         return cpu
+
+
+@dataclass
+class SparkCpu:
+    """The CPU seconds a participant's Spark has used so far (`spark_cpu_seconds` of its local
+    JVM), read as a `CpuSeries`: a Python worker that exits does not take its time back."""
+
+    jvm_pid: int
+    series: CpuSeries = field(default_factory=CpuSeries)
+
+    def seconds(self) -> float | None:
+        """None where the JVM can no longer be read."""
+        raw = spark_cpu_seconds(self.jvm_pid)
+        return None if raw is None else self.series.reading(raw)
 
 
 def scaled_to_process(loads: dict[str, float], intervals: Iterable[IntervalSample], start_s: float) -> dict[str, float]:

@@ -82,6 +82,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_agents.hosts import Hosts
+from spark_agents.metrics import SparkCpu
 from bpm_app.bench.move import PacedFeed, RemoteSide, Side, load_average, own_address, step_limits, traffic
 from bpm.ha.decisions import HA_MODES, PRECISE_MODES
 from bpm.zeek.definitions import MICROS, QueryParams
@@ -193,12 +194,6 @@ class HASettings:
 # -- one participant: a warm session, a task host and the HA roles -----------------------------
 
 
-def _process_cpu_seconds(jvm_pid: int | None) -> float:
-    from spark_agents.metrics import spark_cpu_seconds
-
-    return (spark_cpu_seconds(jvm_pid) if jvm_pid is not None else None) or time.process_time()
-
-
 def _connect(address: tuple[str, int], key: bytes, timeout_s: float) -> Connection:
     """A connection to a `Listener` at `address`, as `Client` makes it, that fails with a
     timeout when it is not made, or a write or read does not go through, within `timeout_s`."""
@@ -260,7 +255,7 @@ class HASide(Side):
         super().__init__(name, root, master, conf)
         gateway = getattr(self.spark.sparkContext, "_gateway", None)
         proc = getattr(gateway, "proc", None)
-        self._jvm_pid = proc.pid if proc is not None else None
+        self._spark_cpu = SparkCpu(proc.pid) if proc is not None else None
         self._duties: dict[str, Any] = {}
         self._sinks: dict[str, Any] = {}
         self._backups: dict[str, Any] = {}
@@ -406,7 +401,8 @@ class HASide(Side):
     def measure(self, task_id: str) -> dict[str, float]:
         """This process's CPU seconds so far (Python and its Spark JVM) and the input rows the task processed here."""
         rows = sum(t.rows for t in self.host.tasks() if t.task_id == task_id)
-        return {"time": time.time(), "cpu_s": _process_cpu_seconds(self._jvm_pid), "rows": float(rows)}
+        cpu = self._spark_cpu.seconds() if self._spark_cpu is not None else None
+        return {"time": time.time(), "cpu_s": time.process_time() if cpu is None else cpu, "rows": float(rows)}
 
     def measure_at_batch(self, task_id: str, timeout_s: float) -> dict[str, float]:
         """`measure` right after the task's next batch ends: the rows counted so far are then exactly

@@ -180,3 +180,14 @@ def test_the_machine_s_cpu_is_read_from_proc_stat_and_shared_between_readings():
     assert before.since(before) == {"busy": 0.0, "steal": 0.0}
     live = machine_cpu()
     assert live.cpus == os.cpu_count() and 0 < live.busy_s <= live.total_s
+
+
+def test_spark_cpu_reads_a_jvm_tree_as_a_series_and_none_once_it_is_gone():
+    from spark_agents.metrics import SparkCpu
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.readline()"], stdin=subprocess.PIPE)
+    spark_cpu = SparkCpu(child.pid)
+    first = spark_cpu.seconds()
+    assert first is not None and first >= time.process_time() - 1e-3, "the tree and this process (the driver's Python side)"
+    child.communicate(b"\n", timeout=10)
+    assert spark_cpu.seconds() is None, "a JVM that is gone is unreadable, not no CPU"
