@@ -43,6 +43,7 @@ from bpm.federation.views import (
     AgreedTerms,
     active_contracts,
     contract_steps,
+    key_groups,
     movement_views,
     offer_view,
     offerable_tasks,
@@ -61,6 +62,7 @@ from bpm.agent.machine import (
     End,
     Gather,
     Incoming,
+    InputEnded,
     Instruction,
     MakeOffer,
     Mechanism,
@@ -77,6 +79,8 @@ from bpm.negotiation import DEFAULT_HYSTERESIS
 from bpm.zeek.definitions import QueryParams
 from spark_agents import handover
 from spark_agents.broker.access import OwnBroker, ask_credentials
+from spark_agents.broker.server import BrokerError
+from spark_agents.broker.source import InputEnded as StreamEnded
 from spark_agents.broker.source import JetStreamInput
 from spark_agents.correlation import Correlation, Endpoint, ask_alerts_credentials
 from spark_agents.credentials import Credentials, write_private
@@ -888,6 +892,7 @@ class Agent:
             case Contracts():
                 self._refresh_contracts()
             case Gather():
+                self._input_ended()
                 return self.machine.handle(Period(self._view()))
             case Accept(offer_id, partner, task_ids, _, price):
                 try:
@@ -931,6 +936,27 @@ class Agent:
             case Wait(_, message):
                 self.note("offer.none", message)
         return []
+
+    def _input_ended(self) -> None:
+        """Tell the state machine, once, that this participant's input has ended: its stream's
+        newest record is an end-of-input mark (`JetStreamInput.present_end`), read on its own
+        broker. Its own tasks then drain where they run (`bpm.agent.machine.InputEnded`); a
+        read that fails is tried again at the next period."""
+        if self.machine.input_ended is not None or self.broker is None:
+            return
+        import nats.errors
+
+        me = self.config.name
+        own = next((t for t in self.seen.tasks if t["origin"] == me and key_groups(t) is not None), None)
+        if own is None:
+            return
+        try:
+            self.stream_input(own).present_end()
+        except StreamEnded as exc:
+            for instruction in self.machine.handle(InputEnded(self.clock(), str(exc))):
+                self._execute(instruction)
+        except (BrokerError, nats.errors.Error, OSError, ValueError) as exc:
+            self.note("input.unread", f"whether {me}'s input has ended could not be read: {type(exc).__name__}: {exc}")
 
     def _refresh_contracts(self) -> None:
         """My contracts in force, after bringing those agreed offline into the registry."""

@@ -20,9 +20,10 @@ Events:
     `Answered` — a partner answered an offer of mine (the refusal memory).
     `TasksChanged` — a task started or stopped here: the load window is mixed until
         `settle_s` has passed.
-    `InputEnded` — the participant's input has ended (a split or merge found its stream's
-        newest record an end-of-input mark): no key groups are handed over from then on,
-        and its tasks drain as they are.
+    `InputEnded` — the participant's input has ended (its stream's newest record is an
+        end-of-input mark): its own tasks drain where they run. No key groups are handed
+        over from then on, and none of its own tasks is offered or called home: a task
+        whose input is over has no load to come, and a move would only hold its drain up.
 
 Instructions: `Contracts`, `Gather`, `Accept`, `Refuse`, `End`, `MakeOffer`, `Split` and `Merge`
 (tasks over their key groups, `bpm.negotiation.granularity`, when the machine has a
@@ -252,7 +253,7 @@ class Mechanism:
             piece elsewhere would otherwise let it halve on down to single key groups).
         changed_s: when the tasks running here last changed.
         warm_from_s: when a task last started while it warmed up (the warm-up counts from it).
-        input_ended: why no task splits or merges any more (`InputEnded`), if none does.
+        input_ended: why its own tasks no longer split, merge or move (`InputEnded`), if so.
         waiting: the cause of the last decision not taken (recorded once per change).
         next_period_s: when the next period is due (`Tick`).
     """
@@ -301,7 +302,7 @@ class Mechanism:
                 return []
             case InputEnded(_, reason):
                 self.input_ended = reason
-                return self._wait("input_ended", f"no split or merge from now on: {reason}")
+                return self._wait("input_ended", f"no split, merge or move of its own tasks from now on: {reason}")
         raise TypeError(f"not an event: {event!r}")
 
     def split_memory(self) -> dict:
@@ -388,6 +389,8 @@ class Mechanism:
         return Accept(incoming.id, incoming.partner, answer.task_ids, answer.load, price)
 
     def _ends(self, now_s: float, load: float, cost: CostFunction, movements: Sequence[Movement]) -> list[Instruction]:
+        if self.input_ended is not None:  # its own tasks drain where they run
+            movements = [m for m in movements if m.origin != self.name]
         by_id = {m.id: m for m in movements}
         ended = movements_to_end(me=self.name, now_s=now_s, load=load, cost=cost, movements=movements, hysteresis=self.hysteresis)
         if ended:
@@ -397,7 +400,7 @@ class Mechanism:
     def _offer(self, view: View, load: float, gone: set[str]) -> list[Instruction]:
         if view.handing_over:
             return self._wait("handing_over", "tasks of an accepted offer still run here")
-        tasks = [t for t in view.offerable if t.id not in gone]
+        tasks = [t for t in view.offerable if t.id not in gone and (self.input_ended is None or t.origin != self.name)]
         offer = choose_offer(load=load, cost=view.cost, tasks=tasks, contracts=view.contracts, refused_last=self.refused,
                              outstanding=view.outstanding, margin=self.margin, me=self.name)
         if offer is not None:

@@ -189,7 +189,8 @@ def test_halves_of_a_split_merge_back_where_the_participant_no_longer_sheds():
 
 def test_once_its_input_has_ended_a_participant_neither_splits_nor_merges_and_says_so_once():
     """A split or merge after the input ended could not complete (the agent finds the end
-    mark the stream's newest record): told so, the machine asks for neither again."""
+    mark the stream's newest record): told so, the machine asks for neither again (nor
+    offers the tasks: they have nothing to offer)."""
     tasks = _shares({"00": 0.14, "01": 0.13, "10": 0.125, "11": 0.125})
     centred = (Contract("1", "b", 0.9, 1.1, 30.0), Contract("2", "c", 0.9, 1.1, 30.0))
     machine = Mechanism("a", fixed_cost=0.01)
@@ -198,10 +199,31 @@ def test_once_its_input_has_ended_a_participant_neither_splits_nor_merges_and_sa
     [said] = machine.handle(InputEnded(1.0, "a's stream has ended"))
     assert isinstance(said, Wait) and said.cause == "input_ended" and "a's stream has ended" in said.message
     assert machine.handle(InputEnded(2.0, "a's stream has ended")) == [], "said once"
-    assert [w.cause for w in machine.handle(Period(View(now_s=3.0, load=0.52, cost=COST, contracts=centred, offerable=tasks)))] == ["lumpy"]
+    assert [w.cause for w in machine.handle(Period(View(now_s=3.0, load=0.52, cost=COST, contracts=centred, offerable=tasks)))] == ["no_task"]
     halves = _shares({"00": 0.05, "01": 0.06, "1": 0.1})
-    assert [w.cause for w in machine.handle(Period(View(now_s=4.0, load=0.21, cost=COST, contracts=(B, C), offerable=halves,
-                                                          split=("0",))))] == ["below_price"], "no merge either"
+    assert machine.handle(Period(View(now_s=4.0, load=0.21, cost=COST, contracts=(B, C), offerable=halves, split=("0",)))) == [], \
+        "no merge either (the same cause, recorded once)"
+
+
+def test_once_its_input_has_ended_a_participant_neither_offers_its_own_tasks_nor_calls_them_home():
+    """A task whose input is over only drains: a move would stop it at a batch boundary and
+    start it afresh elsewhere for nothing. Another's task it hosts may still go (its
+    origin's input is not this participant's)."""
+    def period(machine: Mechanism, now: float, **kw) -> list:
+        return machine.handle(Period(_view(now, **kw)))
+
+    over = Mechanism("a")
+    assert _kinds(period(over, 0.0)) == ["MakeOffer"], "overloaded with its input running: it offers"
+    ended = Mechanism("a")
+    assert _kinds(ended.handle(InputEnded(0.0, "a's stream has ended"))) == ["Wait"]
+    assert [w.cause for w in period(ended, 1.0)] == ["no_task"], "its own tasks stay"
+    hosted = Task("h", 0.3, "x")
+    [offer] = period(ended, 2.0, offerable=(*OWN, hosted))
+    assert isinstance(offer, MakeOffer) and offer.offer.task_ids == ("h",), "what it hosts for another may still go"
+    away = Movement("m1", ("t9",), "a", "b", price=1.2, load=0.1, started_s=0.0, earliest_end_s=1.0)
+    idle = {"load": 0.1, "offerable": ()}
+    assert "End" in _kinds(Mechanism("a").handle(Period(_view(20.0, movements=(away,), **idle)))), "it would call its task home"
+    assert not any(isinstance(i, End) for i in period(ended, 20.0, movements=(away,), **idle)), "not once its input has ended"
 
 
 def test_halves_split_again_merge_back_deepest_first_into_the_first_task():

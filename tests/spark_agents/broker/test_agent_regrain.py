@@ -90,8 +90,23 @@ def test_an_agent_splits_nothing_once_its_input_has_ended(tmp_path, own_brokers)
         a = agents["a"]
         assert not a.counts["splits"] and not [t for t in operator.tasks(origin="a") if t["from_tasks"]]
         said = [r.message for r in a.records if "stream has ended" in r.message]
-        assert len(said) == 1 and said[0].startswith("no split or merge from now on"), said
+        assert len(said) == 1 and said[0].startswith("no split, merge or move of its own tasks from now on"), said
         assert a.machine.input_ended is not None
+        assert not a.errors
+
+
+def test_an_overloaded_agent_whose_input_has_ended_moves_none_of_its_tasks(tmp_path, own_brokers):
+    """Eight tasks of 0.12 against a threshold of 0.5 shed to b and c while a's input runs
+    (as nine do in `test_agent.test_overloaded_participant_sheds_until_acceptable`); once it has ended
+    they only drain, and a move would hold the drain up: a offers none, and says why once."""
+    write_end(BrokerStream(own_brokers["a"].connection(), "a"), 60 * MICROS, range(4))
+    with stepped_federation(tmp_path, lambda now: SteppedHost(MM1Cost(a=0.25, c=1.0)), brokers=own_brokers) as federation:
+        operator, agents, _, _ = federation
+        shed_to_b_and_c(federation, 8)
+        a = agents["a"]
+        assert a.machine.input_ended is not None and not a.counts["offers_made"], a.counts
+        assert {t["host"] for t in operator.tasks(origin="a")} == {"a"}, "every task of a's drains where it ran"
+        assert len([r for r in a.records if "stream has ended" in r.message]) == 1
         assert not a.errors
 
 
