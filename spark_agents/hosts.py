@@ -614,7 +614,8 @@ class CpuMeter:
         `processes` (host name -> process kind -> CPUs, of the processes alive at both readings)."""
         (now, machine, hosts, procs), (then, machine0, hosts0, procs0) = self._read(), self._last
         self._last = (now, machine, hosts, procs)
-        periods = (now - then) * 1e6 / PERIOD_US
+        elapsed = now - then
+        periods = elapsed * 1e6 / PERIOD_US
         throttled = {}
         for name, t in hosts.items():
             before = hosts0.get(name)
@@ -625,8 +626,8 @@ class CpuMeter:
             kinds: dict[str, float] = {}
             for pid, (kind, cpu) in now_read.items():
                 before = procs0.get(name, {}).get(pid)
-                if before is not None and now > then:
-                    kinds[kind] = kinds.get(kind, 0.0) + max(0.0, cpu - before[1]) / (now - then)
+                if before is not None and elapsed > 0:
+                    kinds[kind] = kinds.get(kind, 0.0) + max(0.0, cpu - before[1]) / elapsed
             processes[name] = {kind: round(cpus, 3) for kind, cpus in sorted(kinds.items())}
         return {**machine.since(machine0), "throttled": throttled, "processes": processes}
 

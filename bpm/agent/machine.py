@@ -388,9 +388,12 @@ class Mechanism:
         self.changed_s = now_s  # the accepted tasks will start here
         return Accept(incoming.id, incoming.partner, answer.task_ids, answer.load, price)
 
+    def _draining(self, origin: str) -> bool:
+        """Whether a task of `origin` drains where it runs: its own, once its input has ended."""
+        return origin == self.name and self.input_ended is not None
+
     def _ends(self, now_s: float, load: float, cost: CostFunction, movements: Sequence[Movement]) -> list[Instruction]:
-        if self.input_ended is not None:  # its own tasks drain where they run
-            movements = [m for m in movements if m.origin != self.name]
+        movements = [m for m in movements if not self._draining(m.origin)]
         by_id = {m.id: m for m in movements}
         ended = movements_to_end(me=self.name, now_s=now_s, load=load, cost=cost, movements=movements, hysteresis=self.hysteresis)
         if ended:
@@ -400,7 +403,7 @@ class Mechanism:
     def _offer(self, view: View, load: float, gone: set[str]) -> list[Instruction]:
         if view.handing_over:
             return self._wait("handing_over", "tasks of an accepted offer still run here")
-        tasks = [t for t in view.offerable if t.id not in gone and (self.input_ended is None or t.origin != self.name)]
+        tasks = [t for t in view.offerable if t.id not in gone and not self._draining(t.origin)]
         offer = choose_offer(load=load, cost=view.cost, tasks=tasks, contracts=view.contracts, refused_last=self.refused,
                              outstanding=view.outstanding, margin=self.margin, me=self.name)
         if offer is not None:
