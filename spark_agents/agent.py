@@ -29,6 +29,7 @@ import logging
 import threading
 import time
 from collections import Counter, deque
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -129,6 +130,7 @@ class OwnTask:
 CORRELATE_S = 2.0  # how often the agent shares newly closed windows and checks whom it correlates with
 KEY_FILE = "participant.key"  # in the agent's work folder: the key it registered with, or rotated to
 SPLITS_FILE = "splits.json"  # in the agent's work folder: its state machine's memory of splits on refusals
+END_READ_WAIT_S = 1.0  # how long a period waits for the reads of whether inputs have ended (`Agent._inputs_ended`)
 
 
 def send_stream_ack(endpoint: str, key: str, epoch: int, seq: int, token: str) -> None:
@@ -137,6 +139,22 @@ def send_stream_ack(endpoint: str, key: str, epoch: int, seq: int, token: str) -
                           headers={"Authorization": f"Bearer {token}"}, timeout=10.0)
     if response.status_code != 204:
         raise RuntimeError(f"{endpoint} refuses the acknowledgement of {key} up to {seq}: {response.status_code} {response.text[:200]}")
+
+
+def in_background(call: Callable[[], object], name: str) -> futures.Future:
+    """`call` run in a daemon thread of its own: its future, which the caller may stop waiting
+    for (a read of a broker that is cut off ends only with its timeout, and holds up neither
+    the caller nor the process's exit)."""
+    future: futures.Future = futures.Future()
+
+    def run() -> None:
+        try:
+            future.set_result(call())
+        except BaseException as exc:  # handed to whoever reads the future
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future
 
 
 def write_key(path: Path, key: str) -> None:
@@ -270,6 +288,8 @@ class Agent:
         self._task_ids: dict[str, int] = {}  # task key -> registry id
         self._released: dict[str, int | None] = {}  # task key -> epoch at which it was handed over (None: the task left my view)
         self._stopping: set[str] = set()  # task keys waiting for their batch boundary to stop (`_release_locally`)
+        self._sources: dict[str, JetStreamInput | None] = {}  # task key -> the input it was last started on here
+        self._end_reads: dict[str, futures.Future] = {}  # participant -> a read of whether its input has ended (`_inputs_ended`)
         self._endpoints: dict[str, str] = {}
         # Partners the origin's agent let into its broker on the registry's token, before its
         # next read of its tasks says so: (partner, task key, key-group prefix, writes results) -> when.
@@ -576,6 +596,7 @@ class Agent:
         source = self.stream_input(task)
         with self._lock:
             self.host.start_task(key, source, checkpoint, task.get("params") or {}, epoch=epoch)
+            self._sources[key] = source
             self.regrain.started(key, task.get("until_s"))
             self._changed()
             self._released.pop(key, None)
@@ -892,7 +913,7 @@ class Agent:
             case Contracts():
                 self._refresh_contracts()
             case Gather():
-                self._input_ended()
+                self._inputs_ended()
                 return self.machine.handle(Period(self._view()))
             case Accept(offer_id, partner, task_ids, _, price):
                 try:
@@ -937,26 +958,57 @@ class Agent:
                 self.note("offer.none", message)
         return []
 
-    def _input_ended(self) -> None:
-        """Tell the state machine, once, that this participant's input has ended: its stream's
-        newest record is an end-of-input mark (`JetStreamInput.present_end`), read on its own
-        broker. Its own tasks then drain where they run (`bpm.agent.machine.InputEnded`); a
-        read that fails is tried again at the next period."""
-        if self.machine.input_ended is not None or self.broker is None:
-            return
+    def _inputs_ended(self) -> None:
+        """Tell the state machine, once for each, whose input has ended among the tasks that run
+        here: this participant's own, read on its own broker, and each partner's whose tasks it
+        hosts, read on that partner's broker as those tasks read it. A stream has ended when its
+        newest record is an end-of-input mark (`JetStreamInput.has_ended`); the tasks of that
+        input then drain where they run (`bpm.agent.machine.InputEnded`). Each read runs in a
+        thread of its own, and the period waits for it `END_READ_WAIT_S` at most: a partner's
+        broker that is cut off holds no period up (its read ends with the broker's timeout and
+        is tried again). A read that fails is tried again at a later period."""
         import nats.errors
 
-        me = self.config.name
-        own = next((t for t in self.seen.tasks if t["origin"] == me and key_groups(t) is not None), None)
-        if own is None:
-            return
-        try:
-            self.stream_input(own).present_end()
-        except StreamEnded as exc:
-            for instruction in self.machine.handle(InputEnded(self.clock(), str(exc))):
-                self._execute(instruction)
-        except (BrokerError, nats.errors.Error, OSError, ValueError) as exc:
-            self.note("input.unread", f"whether {me}'s input has ended could not be read: {type(exc).__name__}: {exc}")
+        for origin, source in self._inputs_to_read().items():
+            if origin not in self._end_reads:
+                self._end_reads[origin] = in_background(functools.partial(self._has_ended, source), f"bpm-input-end-{origin}")
+        futures.wait(list(self._end_reads.values()), timeout=END_READ_WAIT_S)
+        for origin, read in list(self._end_reads.items()):
+            if not read.done():
+                continue
+            del self._end_reads[origin]
+            try:
+                read.result()
+            except StreamEnded as exc:
+                for instruction in self.machine.handle(InputEnded(self.clock(), str(exc), origin)):
+                    self._execute(instruction)
+            except (BrokerError, nats.errors.Error, OSError, ValueError, TimeoutError) as exc:
+                self.note("input.unread", f"whether {origin}'s input has ended could not be read: {type(exc).__name__}: {exc}")
+
+    @staticmethod
+    def _has_ended(source: JetStreamInput) -> None:
+        """Raises `StreamEnded` when `source`'s input has ended."""
+        if source.has_ended():
+            raise StreamEnded(f"{source.participant}'s stream has ended (an end-of-input mark is the newest message of {source.location})")
+
+    def _inputs_to_read(self) -> dict[str, JetStreamInput]:
+        """Per participant whose tasks run here and whose input has not ended yet, a stream
+        input to read it by: for its own, any of its tasks over its key groups; for a partner's,
+        what a task of its hosted here reads (with the credentials that task runs with)."""
+        me, running, ended = self.config.name, self.host.running(), self.machine.ended
+        out: dict[str, JetStreamInput] = {}
+        for task in self.seen.tasks:
+            origin, key = task["origin"], task_key(task)
+            if origin in ended or origin in out:
+                continue
+            if origin == me:
+                if self.broker is not None and key_groups(task) is not None:
+                    source = self.stream_input(task)
+                    if source is not None:
+                        out[me] = source
+            elif key in running and self._sources.get(key) is not None:
+                out[origin] = self._sources[key]
+        return out
 
     def _refresh_contracts(self) -> None:
         """My contracts in force, after bringing those agreed offline into the registry."""

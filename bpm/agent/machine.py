@@ -20,10 +20,12 @@ Events:
     `Answered` — a partner answered an offer of mine (the refusal memory).
     `TasksChanged` — a task started or stopped here: the load window is mixed until
         `settle_s` has passed.
-    `InputEnded` — the participant's input has ended (its stream's newest record is an
-        end-of-input mark): its own tasks drain where they run. No key groups are handed
-        over from then on, and none of its own tasks is offered or called home: a task
-        whose input is over has no load to come, and a move would only hold its drain up.
+    `InputEnded` — a participant's input has ended (its stream's newest record is an
+        end-of-input mark): its tasks drain where they run. For the participant's own input,
+        no key groups are handed over from then on, and none of its own tasks is offered or
+        called home; for the input of a partner whose tasks it hosts, none of those is passed
+        on or returned early. A task whose input is over has no load to come, and a move
+        would only hold its drain up.
 
 Instructions: `Contracts`, `Gather`, `Accept`, `Refuse`, `End`, `MakeOffer`, `Split` and `Merge`
 (tasks over their key groups, `bpm.negotiation.granularity`, when the machine has a
@@ -146,6 +148,7 @@ class TasksChanged:
 class InputEnded:
     at_s: float
     reason: str
+    origin: str | None = None  # whose input: None for the participant's own
 
 
 Event = Tick | Period | OfferReceived | EndsDue | OfferDue | Answered | TasksChanged | InputEnded
@@ -209,7 +212,7 @@ class Merge:
 
 @dataclass(frozen=True, slots=True)
 class Wait:
-    """A decision not taken: `cause` is short (`warming_up`, `settling`, `handing_over`, or one
+    """A decision not taken: `cause` is short (`warming_up`, `settling`, `handing_over`, `input_ended`, or one
     of `bpm.negotiation.why_no_offer`'s), `message` says it with the figures behind it."""
 
     cause: str
@@ -253,7 +256,8 @@ class Mechanism:
             piece elsewhere would otherwise let it halve on down to single key groups).
         changed_s: when the tasks running here last changed.
         warm_from_s: when a task last started while it warmed up (the warm-up counts from it).
-        input_ended: why its own tasks no longer split, merge or move (`InputEnded`), if so.
+        ended: per participant whose input has ended (`InputEnded`), why: its tasks no longer
+            move, and the participant's own no longer split or merge either.
         waiting: the cause of the last decision not taken (recorded once per change).
         next_period_s: when the next period is due (`Tick`).
     """
@@ -272,7 +276,7 @@ class Mechanism:
     refusal_split: frozenset[str] = frozenset()
     changed_s: float = -math.inf
     warm_from_s: float = -math.inf
-    input_ended: str | None = None
+    ended: dict[str, str] = field(default_factory=dict)
     waiting: str | None = None
     next_period_s: float = -math.inf
 
@@ -300,9 +304,14 @@ class Mechanism:
                     self.warm_from_s = max(self.warm_from_s, at_s)
                 self.changed_s = max(self.changed_s, at_s)
                 return []
-            case InputEnded(_, reason):
-                self.input_ended = reason
-                return self._wait("input_ended", f"no split, merge or move of its own tasks from now on: {reason}")
+            case InputEnded(_, reason, origin):
+                origin = origin or self.name
+                if origin in self.ended:
+                    return []
+                self.ended[origin] = reason
+                self.waiting = "input_ended"
+                what = "split, merge or move of its own tasks" if origin == self.name else f"move of the tasks it hosts for {origin}"
+                return [Wait("input_ended", f"no {what} from now on: {reason}")]
         raise TypeError(f"not an event: {event!r}")
 
     def split_memory(self) -> dict:
@@ -328,6 +337,11 @@ class Mechanism:
         self.refusal_split = frozenset(check_prefix(p) for p in prefixes)
         self.refused_splits = count
         self.split_s = -math.inf if split_s is None else float(split_s)
+
+    @property
+    def input_ended(self) -> str | None:
+        """Why its own input has ended, if it has."""
+        return self.ended.get(self.name)
 
     def warming(self, now_s: float) -> bool:
         return now_s - max(self.started_s, self.warm_from_s) < self.warmup_s
@@ -389,8 +403,8 @@ class Mechanism:
         return Accept(incoming.id, incoming.partner, answer.task_ids, answer.load, price)
 
     def _draining(self, origin: str) -> bool:
-        """Whether a task of `origin` drains where it runs: its own, once its input has ended."""
-        return origin == self.name and self.input_ended is not None
+        """Whether a task of `origin` drains where it runs: once `origin`'s input has ended."""
+        return origin in self.ended
 
     def _ends(self, now_s: float, load: float, cost: CostFunction, movements: Sequence[Movement]) -> list[Instruction]:
         movements = [m for m in movements if not self._draining(m.origin)]

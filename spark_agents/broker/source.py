@@ -80,14 +80,16 @@ def connection(url: str, user: str, password: str) -> Broker:
         return broker
 
 
-def _reader(filter_subject: str, after: int):
-    """A short-lived consumer's configuration: the messages after `after` that `filter_subject` selects.
-    A consumer is how a partner reads (its broker user may create consumers on its key groups'
-    filters only), so it is also how a reader learns whether its key groups have anything new."""
+def _reader(filter_subject: str, after: int | None):
+    """A short-lived consumer's configuration: the messages after `after` that `filter_subject`
+    selects (None: the newest of them only). A consumer is how a partner reads (its broker user
+    may create consumers on its key groups' filters only), so it is also how a reader learns
+    whether its key groups have anything new."""
     from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-    return ConsumerConfig(name=f"read-{uuid.uuid4().hex[:12]}", filter_subject=filter_subject, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                          opt_start_seq=after + 1, ack_policy=AckPolicy.NONE, inactive_threshold=30.0, mem_storage=True)
+    where = {"deliver_policy": DeliverPolicy.LAST} if after is None else {"deliver_policy": DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": after + 1}
+    return ConsumerConfig(name=f"read-{uuid.uuid4().hex[:12]}", filter_subject=filter_subject, ack_policy=AckPolicy.NONE,
+                          inactive_threshold=30.0, mem_storage=True, **where)
 
 
 async def _pending(js, stream: str, filter_subject: str, after: int) -> int:
@@ -96,6 +98,23 @@ async def _pending(js, stream: str, filter_subject: str, after: int) -> int:
     info = await js.add_consumer(stream, config)
     await js.delete_consumer(stream, config.name)
     return info.num_pending
+
+
+async def _newest(js, stream: str, filter_subject: str) -> bytes | None:
+    """The payload of the newest message that `filter_subject` selects (None: none)."""
+    config = _reader(filter_subject, None)
+    info = await js.add_consumer(stream, config)
+    try:
+        if not info.num_pending:
+            return None
+        sub = await js.pull_subscribe_bind(config.name, stream=stream)
+        try:
+            [msg] = await sub.fetch(1, timeout=10)
+            return msg.data
+        finally:
+            await sub.unsubscribe()
+    finally:
+        await js.delete_consumer(stream, config.name)
 
 
 async def _fetch(js, stream: str, filter_subject: str, after: int, last: int) -> list[bytes]:
@@ -224,6 +243,15 @@ class JetStreamInput:
     def last_seq(self) -> int:
         """The newest sequence of the whole stream."""
         return self.connection().last_seq()
+
+    def has_ended(self) -> bool:
+        """Whether the newest message of its key groups is an end-of-input mark (the feeder ends
+        each key group's input with one). Read as a partner reads, through a consumer on its key
+        groups: a host asks it of the stream of a task it hosts for another."""
+        broker = self.connection()
+        data = broker.read(lambda: _newest(broker.js, INPUT, subject_filter(self.participant, self.prefix)))
+        batch = parse([data]) if data else None
+        return batch is not None and all(mark == MARK_END for mark in batch.column("mark").to_pylist())
 
     def pending(self, after: int) -> int:
         """How many messages of its key groups the stream holds after sequence `after`."""

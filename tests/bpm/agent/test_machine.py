@@ -226,6 +226,24 @@ def test_once_its_input_has_ended_a_participant_neither_offers_its_own_tasks_nor
     assert not any(isinstance(i, End) for i in period(ended, 20.0, movements=(away,), **idle)), "not once its input has ended"
 
 
+def test_once_a_partners_input_has_ended_the_tasks_hosted_for_it_neither_move_on_nor_go_back():
+    """The agent reads a partner's stream as the tasks it hosts for it do; once that input has
+    ended, those tasks drain here as well: a task passed on or sent back would stop at a batch
+    boundary and start afresh elsewhere for the few batches it has left."""
+    hosted = Task("h", 0.3, "x")
+    here = Movement("m2", ("h",), "x", "a", price=0.5, load=0.3, started_s=0.0, earliest_end_s=1.0)
+    loaded = {"offerable": (hosted,), "movements": (here,)}
+    machine = Mechanism("a")
+    assert "End" in _kinds(machine.handle(Period(_view(20.0, **loaded)))), "overloaded, it sends the task back"
+    ended = Mechanism("a")
+    [said] = ended.handle(InputEnded(0.0, "x's stream has ended", "x"))
+    assert said.cause == "input_ended" and "hosts for x" in said.message and ended.input_ended is None
+    assert ended.handle(InputEnded(1.0, "x's stream has ended", "x")) == [], "said once"
+    assert [w.cause for w in ended.handle(Period(_view(20.0, **loaded)))] == ["no_task"], "nor sent back nor passed on"
+    [offer] = ended.handle(Period(_view(30.0, offerable=(*OWN, hosted), movements=(here,))))
+    assert isinstance(offer, MakeOffer) and "h" not in offer.offer.task_ids, "its own input goes on: its own tasks still move"
+
+
 def test_halves_split_again_merge_back_deepest_first_into_the_first_task():
     """A task split twice (0 into 00 and 01, then 01 into 010 and 011) merges back in two
     steps: 010 and 011 into 01, then 00 and 01 into 0. Which prefixes were split comes from

@@ -8,13 +8,13 @@ import pytest
 
 from bpm.costs import MM1Cost
 from bpm.federation.views import regrains
-from bpm.keygroups import check_prefix
+from bpm.keygroups import BITS, check_prefix
 from bpm.zeek.definitions import MICROS
 from spark_agents.broker.stream import BrokerStream
 from spark_agents.streams.feed import write_end
 from tests.spark_agents.broker.test_agent_broker import own_brokers  # noqa: F401 - the fixture
 from tests.spark_agents.stepped import stepped_federation
-from tests.spark_agents.test_agent import SteppedHost, shed_to_b_and_c
+from tests.spark_agents.test_agent import SteppedHost, _round, shed_to_b_and_c
 
 pytestmark = pytest.mark.slow
 
@@ -108,6 +108,28 @@ def test_an_overloaded_agent_whose_input_has_ended_moves_none_of_its_tasks(tmp_p
         assert {t["host"] for t in operator.tasks(origin="a")} == {"a"}, "every task of a's drains where it ran"
         assert len([r for r in a.records if "stream has ended" in r.message]) == 1
         assert not a.errors
+
+
+def test_partners_that_host_tasks_of_an_input_that_has_ended_learn_it_on_its_broker(tmp_path, own_brokers):
+    """a sheds to b and c while its input runs; once it has ended, b and c read so on a's
+    broker, as the tasks they host for a read it, and keep those tasks where they are."""
+    with stepped_federation(tmp_path, lambda now: SteppedHost(MM1Cost(a=0.25, c=1.0)), brokers=own_brokers) as federation:
+        operator, agents, _, clock = federation
+        shed_to_b_and_c(federation, 8)
+        hosts = {t["host"] for t in operator.tasks(origin="a")} - {"a"}
+        assert hosts, "a shed while its input ran"
+        assert not any(agents[h].machine.ended for h in hosts), "nothing has ended yet"
+        write_end(BrokerStream(own_brokers["a"].connection(), "a"), 60 * MICROS, range(2 ** BITS))  # as the feeder ends it
+        for _ in range(30):  # an agent reads at each period it may trade (not while it settles)
+            _round(agents, clock)
+            if all(agents[h].machine.ended for h in hosts):
+                break
+        for h in hosts:
+            assert set(agents[h].machine.ended) == {"a"}, (h, agents[h].machine.ended)
+            said = [r.message for r in agents[h].records if "stream has ended" in r.message]
+            assert len(said) == 1 and said[0].startswith("no move of the tasks it hosts for a from now on"), said
+            assert not agents[h].errors
+        assert agents["a"].machine.input_ended is not None
 
 
 def test_an_agent_that_stopped_between_the_two_halves_of_a_split_registers_the_missing_one(tmp_path, own_brokers):
