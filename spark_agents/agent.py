@@ -964,15 +964,17 @@ class Agent:
         hosts, read on that partner's broker as those tasks read it. A stream has ended when its
         newest record is an end-of-input mark (`JetStreamInput.has_ended`); the tasks of that
         input then drain where they run (`bpm.agent.machine.InputEnded`). Each read runs in a
-        thread of its own, and the period waits for it `END_READ_WAIT_S` at most: a partner's
-        broker that is cut off holds no period up (its read ends with the broker's timeout and
-        is tried again). A read that fails is tried again at a later period."""
+        thread of its own, and the period that starts it waits for it `END_READ_WAIT_S` at most:
+        a partner's broker that is cut off holds no period up (its read ends with the broker's
+        timeout, and a later period reads again). A read that fails is tried again at a later period."""
         import nats.errors
 
+        fresh = []
         for origin, source in self._inputs_to_read().items():
             if origin not in self._end_reads:
-                self._end_reads[origin] = in_background(functools.partial(self._has_ended, source), f"bpm-input-end-{origin}")
-        futures.wait(list(self._end_reads.values()), timeout=END_READ_WAIT_S)
+                fresh.append(in_background(functools.partial(self._has_ended, source), f"bpm-input-end-{origin}"))
+                self._end_reads[origin] = fresh[-1]
+        futures.wait(fresh, timeout=END_READ_WAIT_S)  # not again for a read an earlier period started
         for origin, read in list(self._end_reads.items()):
             if not read.done():
                 continue
