@@ -52,7 +52,7 @@ def demo(
     ha_mode: Annotated[HAMode, typer.Option(help="The contracts' HA mode in the failover and partition scenarios.")] = HAMode.passive_standby,
     cut_for: Annotated[float, typer.Option(min=1.0, help="How long the partition and registry-cut scenarios keep the participant cut off, seconds from the cut.")] = 30.0,
     cpus: Annotated[float, typer.Option(min=0.0, help="Each participant's capacity: a CPU quota of its own (a cgroup; needs root). 0: the participants share the machine's CPUs.")] = 0.4,
-    boot_cpus: Annotated[float, typer.Option(min=0.0, help="Each participant's CPU quota while its JVM and its tasks start, before phase 1; its capacity (--cpus) once they run. 0: its capacity from the start.")] = 0.8,
+    boot_cpus: Annotated[float, typer.Option(min=0.0, help="Each participant's CPU quota while its JVM and its tasks start, before phase 1, and while they drain after phase 4; its capacity (--cpus) in every phase. 0: its capacity throughout.")] = 0.8,
     hosts: Annotated[bool, typer.Option("--hosts/--no-hosts", help="Each participant and the registry in a network namespace of its own, on a private bridge (needs root); else loopback addresses 127.0.0.2 on.")] = True,
     log_format: Annotated[LogFormat, typer.Option(help="text, or json: what the demo tells as one JSON object per line on stderr (no live view).")] = LogFormat.text,
 ) -> None:

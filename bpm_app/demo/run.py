@@ -178,13 +178,17 @@ class DemoSettings:
             root, else the participants share the machine's CPUs): what one participant does
             then cannot raise the load another measures. Four quotas of 0.4 leave a 2-core
             machine 0.4 CPU for the registry, the replayers and the demo itself. None: no quotas.
-        boot_cpus: each host's quota while its JVM and its tasks start, before phase 1 (None:
-            `cpus` from the start). A participant's agent measures its load against `cpus`
-            throughout, and its host's quota is set to `cpus` once every one of its tasks runs,
-            before its warm-up is over: from then on, through every phase and the drain, its
-            quota is its capacity. Starting a query is CPU-bound: under a 0.4-CPU quota A and
-            B were held back by it all the time their tasks started (B's thirteen starts took
-            105 s in a run at cd7e70c), while the machine's two CPUs were half idle.
+        boot_cpus: each host's quota while its JVM and its tasks start, before phase 1, and
+            while its tasks drain once phase 4 is over (None: `cpus` throughout). A
+            participant's agent measures its load against `cpus` throughout, and its host's
+            quota is set to `cpus` once every one of its tasks runs, before its warm-up is over:
+            from then on, through every phase, its quota is its capacity. Starting a query is
+            CPU-bound: under a 0.4-CPU quota A and B were held back by it all the time their
+            tasks started (B's thirteen starts took 105 s in a run at cd7e70c), while the
+            machine's two CPUs were half idle. So is the drain, where every task closes its
+            last windows at once: B, with most tasks, was held by its 0.4-CPU quota for 45 of
+            the drain's 60 s while the others were idle (docs/benchmarks.md). Once the input is
+            closed no task moves (`bpm.agent.machine.InputEnded`) and no phase is read.
         network: each participant a network namespace of its own (else loopback addresses).
         correlate: the agents share their alerts and correlate them with their partners'
             (`bpm agent run --correlate`), with `availability_bound_s` as the bound.
@@ -541,7 +545,7 @@ class Demo:
         if self.fed.hosts.net is not None:
             self.say(f"each participant is a host of its own on {self.fed.hosts.net.subnet} (bridge {self.fed.hosts.net.bridge})")
         if self.fed.hosts.cpu is not None:
-            boot = f" ({self.s.boot_cpus:g} while its JVM and its tasks start)" if self.s.boot_cpus else ""
+            boot = f" ({self.s.boot_cpus:g} while its JVM and its tasks start, and while they drain)" if self.s.boot_cpus else ""
             self.say(f"each participant runs under a CPU quota of {self.s.cpus:g} CPU{boot} ({self.fed.hosts.cpu.parent})")
 
     def hosts_report(self) -> dict:
@@ -583,6 +587,13 @@ class Demo:
                 self.poll()
         self.say(f"the tasks have started: each host's quota is its capacity, {s.cpus:g} CPU")
 
+    def _set_quotas(self, cpus: float | None) -> None:
+        """Set the quota of every member's host that has one to `cpus` (None, or no quotas: left as they are)."""
+        if cpus and self.s.cpus:
+            for name in self._members:
+                if name in self.fed.hosts.hosts:
+                    self.fed.hosts.set_cpus(name, cpus)
+
     # Drain and compare
 
     def _finish(self) -> dict:
@@ -593,7 +604,9 @@ class Demo:
         queried = {name: list(self.fed_tasks[name]) for name in self.fed_logs}
         logs = {name: self._queried_input(name, log, queried[name]) for name, log in self.fed_logs.items()}
         self._end_together()
+        self._set_quotas(self.s.boot_cpus)  # the phases are over: the tasks drain as they started
         self._drain(queried, timeout_s=180)
+        self._set_quotas(self.s.cpus)
         state = self.poll()
         # while the brokers run; a split's or merge's tasks write the results of their key groups
         outputs = {name: self.inputs.outputs(name, [t["name"] for t in self._over(name, tasks)]) for name, tasks in queried.items()}
