@@ -1059,8 +1059,8 @@ class Agent:
             contract = contracts.get(offer["contract_id"])
             view = None
             if contract is not None:
-                task_loads = {t["id"]: t["load"] for t in self.client.tasks(host=offer["from"]) if t["id"] in offer["task_ids"]}
-                view = offer_view(offer, contract, task_loads)
+                offered = [t for t in self.client.tasks(host=offer["from"]) if t["id"] in offer["task_ids"]]
+                view = offer_view(offer, contract, {t["id"]: t["load"] for t in offered}, {t["id"]: t["origin"] for t in offered})
             incoming.append(Incoming(str(offer["id"]), offer["from"], view))
         movements = [m for m in self.seen.movements if m["state"] == "active"]
         # Where each task runs: the host of the newest of its movements I see (the end of its

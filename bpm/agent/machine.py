@@ -24,8 +24,8 @@ Events:
         end-of-input mark): its tasks drain where they run. For the participant's own input,
         no key groups are handed over from then on, and none of its own tasks is offered or
         called home; for the input of a partner whose tasks it hosts, none of those is passed
-        on or returned early. A task whose input is over has no load to come, and a move
-        would only hold its drain up.
+        on or returned early; and an offer of a task of an input that has ended is refused.
+        A task whose input is over has no load to come, and a move would only hold its drain up.
 
 Instructions: `Contracts`, `Gather`, `Accept`, `Refuse`, `End`, `MakeOffer`, `Split` and `Merge`
 (tasks over their key groups, `bpm.negotiation.granularity`, when the machine has a
@@ -394,6 +394,9 @@ class Mechanism:
         offer = incoming.offer
         if offer is None:
             return Refuse(incoming.id, incoming.partner, "no active contract")
+        drained = sorted({t.origin for t in offer.tasks if self._draining(t.origin)})
+        if drained:
+            return Refuse(incoming.id, incoming.partner, f"the input of {', '.join(drained)} has ended: its tasks drain where they run")
         answer = evaluate_offer(load=load, cost=cost, offer=offer, margin=self.margin)
         price = settle(offer, answer)
         if price is None:

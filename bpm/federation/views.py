@@ -117,10 +117,12 @@ def regrains(tasks: Sequence[Mapping]) -> list[dict]:
     return out
 
 
-def offer_view(offer: Mapping, contract: Mapping, task_loads: Mapping[int, float]) -> Offer:
+def offer_view(offer: Mapping, contract: Mapping, task_loads: Mapping[int, float], origins: Mapping[int, str] | None = None) -> Offer:
     """A pending offer made to me, as `evaluate_offer` sees it: with the offerer's caps for
-    each leading part of its tasks, as the registry carries them."""
-    tasks = tuple(Task(id=str(tid), load=max(task_loads.get(tid, 0.0), MIN_TASK_LOAD)) for tid in offer["task_ids"])
+    each leading part of its tasks, as the registry carries them, and each task's origin
+    where `origins` says it."""
+    origins = origins or {}
+    tasks = tuple(Task(id=str(tid), load=max(task_loads.get(tid, 0.0), MIN_TASK_LOAD), origin=origins.get(tid, "")) for tid in offer["task_ids"])
     return Offer(
         contract_id=str(offer["contract_id"]),
         partner=offer["from"],

@@ -242,6 +242,12 @@ def test_once_a_partners_input_has_ended_the_tasks_hosted_for_it_neither_move_on
     assert [w.cause for w in ended.handle(Period(_view(20.0, **loaded)))] == ["no_task"], "nor sent back nor passed on"
     [offer] = ended.handle(Period(_view(30.0, offerable=(*OWN, hosted), movements=(here,))))
     assert isinstance(offer, MakeOffer) and "h" not in offer.offer.task_ids, "its own input goes on: its own tasks still move"
+    # Nor does it take a task of that input from a partner that had not read the end yet.
+    offer = Offer("1", "b", (Task("t1", 0.12, "x"),), (1.2,), 1.0, 1.2)
+    [refused] = ended.handle(OfferReceived(40.0, 0.12, COST, Incoming("3", "b", offer)))
+    assert isinstance(refused, Refuse) and "the input of x has ended" in refused.reason
+    [accepted] = Mechanism("a").handle(OfferReceived(40.0, 0.12, COST, Incoming("3", "b", offer)))
+    assert isinstance(accepted, Accept), "an input that goes on: taken"
 
 
 def test_halves_split_again_merge_back_deepest_first_into_the_first_task():
