@@ -92,6 +92,11 @@ def _reader(filter_subject: str, after: int | None):
                           inactive_threshold=30.0, mem_storage=True, **where)
 
 
+def _is_end(batch) -> bool:
+    """Whether a message's rows are end-of-input marks (the feeder ends each key group with one)."""
+    return all(mark == MARK_END for mark in batch.column("mark").to_pylist())
+
+
 async def _pending(js, stream: str, filter_subject: str, after: int) -> int:
     """How many messages after sequence `after` `filter_subject` selects."""
     config = _reader(filter_subject, after)
@@ -251,7 +256,7 @@ class JetStreamInput:
         broker = self.connection()
         data = broker.read(lambda: _newest(broker.js, INPUT, subject_filter(self.participant, self.prefix)))
         batch = parse([data]) if data else None
-        return batch is not None and all(mark == MARK_END for mark in batch.column("mark").to_pylist())
+        return batch is not None and _is_end(batch)
 
     def pending(self, after: int) -> int:
         """How many messages of its key groups the stream holds after sequence `after`."""
@@ -274,7 +279,7 @@ class JetStreamInput:
             data = broker.message(seq)
             batch = parse([data]) if data else None
             if batch is not None:
-                if all(mark == MARK_END for mark in batch.column("mark").to_pylist()):
+                if _is_end(batch):
                     raise InputEnded(f"{self.participant}'s stream has ended (an end-of-input mark at sequence {seq})")
                 return last, max(batch.column("ts_us").to_pylist())
         return last, None
