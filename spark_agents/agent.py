@@ -841,11 +841,11 @@ class Agent:
 
     # Measurement
 
-    def measure(self) -> tuple[float, dict[str, float], CostFunction, float]:
+    def measure(self, here: dict[str, float] | None = None) -> tuple[float, dict[str, float], CostFunction, float]:
         """My load, per task and in total. A task that has just arrived and has no load
         measured here yet counts with the load its previous host reported: what the offer
-        that brought it said."""
-        loads = self.host.loads()
+        that brought it said. `here`: the loads measured here (`host.loads()`), if read already."""
+        loads = dict(self.host.loads() if here is None else here)
         for key in self.host.running():
             if key not in loads:
                 loads[key] = self._reported.get(key, 0.0)
@@ -1046,7 +1046,8 @@ class Agent:
         movements I may end, the tasks I may offer, and the answers to my offers so far."""
         me = self.config.name
         now = self.clock()
-        load, loads, cost, _ = self.measure()
+        here = self.host.loads()
+        load, loads, cost, _ = self.measure(here)
         self.read()
         in_force = {int(c.id) for c in self._contracts}
         contracts = {c["id"]: c for c in self.seen.contracts if c["id"] in in_force}
@@ -1086,7 +1087,10 @@ class Agent:
             contracts=with_live_partners(self._contracts, self.seen.partners),
             incoming=tuple(incoming),
             movements=tuple(endable),
-            offerable=tuple(offerable_tasks(me, tasks, loads, self.host.running(), pass_on=self.config.pass_on,
+            # Only tasks measured here: one that has just arrived counts in my load with what its
+            # previous host measured, a price no one measured here (passed on so, a task went
+            # b->c->a->c->d within 3 minutes of a demo run, each move a restart).
+            offerable=tuple(offerable_tasks(me, tasks, here, self.host.running(), pass_on=self.config.pass_on,
                                             modes=self.ha.modes if self.ha is not None else None)),
             outstanding=any(o["state"] == "pending" for o in mine),
             # An offer of mine was just accepted: its tasks still run here, and my load still counts them.

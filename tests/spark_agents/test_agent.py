@@ -142,6 +142,26 @@ def test_a_task_not_measured_yet_counts_with_the_load_its_previous_host_reported
     assert [t["load"] for t in operator.tasks(host="b")] == pytest.approx([0.2] * len(moved))
 
 
+def test_a_task_not_measured_here_yet_counts_in_the_load_but_is_not_offered(federation):
+    """A host counts a task that has just arrived with what its previous host measured, but
+    offers it on, or offers its own task back home, only once it has measured it itself."""
+    operator, agents, add, clock = federation
+    a, b, c = add("a", 6), add("b", 1), add("c", 0)
+    _contract(agents, "a", "b", duration=600.0)
+    _contract(agents, "b", "c", duration=600.0)
+    for _ in range(4):
+        _round(agents, clock)
+    hosted = {k for k in b.host.running() if k.startswith("a.")}
+    assert hosted, "a shed load to b"
+    seen = b._view()
+    assert {t.origin for t in seen.offerable} == {"a", "b"}, "measured here: b's own task and a's may go on"
+    own = {k for k in b.host.running() if k.startswith("b.")}
+    b.host.loads = lambda: {key: TASK_LOAD for key in own}  # b has not measured a's tasks yet (start-up)
+    view = b._view()
+    assert view.load == pytest.approx(seen.load), "a's tasks count with what a measured"
+    assert {t.origin for t in view.offerable} == {"b"}, "only the task b measured may be offered"
+
+
 def _b_passes_on(federation, a_b_duration: float):
     """a sheds to b; the tasks grow at b, over its threshold with only a's tasks, which it
     cannot return before the a-b contract's minimum duration: b passes them on to c."""
