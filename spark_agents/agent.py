@@ -1087,9 +1087,10 @@ class Agent:
             contracts=with_live_partners(self._contracts, self.seen.partners),
             incoming=tuple(incoming),
             movements=tuple(endable),
-            # Only tasks measured here: one that has just arrived counts in my load with what its
-            # previous host measured, a price no one measured here (passed on so, a task went
-            # b->c->a->c->d within 3 minutes of a demo run, each move a restart).
+            # Only tasks measured here (`offerable_tasks`: a task not measured has no price): one
+            # that has just arrived counts in my load with what its previous host measured, and
+            # from the end of my settling time (15 s) to its first steady window here (about 35 s)
+            # it was offered at that load.
             offerable=tuple(offerable_tasks(me, tasks, here, self.host.running(), pass_on=self.config.pass_on,
                                             modes=self.ha.modes if self.ha is not None else None)),
             outstanding=any(o["state"] == "pending" for o in mine),
