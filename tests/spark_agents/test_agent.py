@@ -144,7 +144,7 @@ def test_a_task_not_measured_yet_counts_with_the_load_its_previous_host_reported
 
 def test_a_task_not_measured_here_yet_counts_in_the_load_but_is_not_offered(federation):
     """A host counts a task that has just arrived with what its previous host measured, but
-    offers it on, or offers its own task back home, only once it has measured it itself."""
+    offers it only once it has measured it itself."""
     operator, agents, add, clock = federation
     a, b, c = add("a", 6), add("b", 1), add("c", 0)
     _contract(agents, "a", "b", duration=600.0)
