@@ -143,8 +143,8 @@ def test_bpm_bench_load_model_runs_its_levels_over_shares_of_one_broker_stream(s
 
     refused = CliRunner().invoke(app, ["bench", "load-model", "--tasks", "6"])
     assert refused.exit_code == 2 and "power of two" in " ".join(refused.output.split()), refused.output
-    # A warm-up past the four queries' first batches: on a busy machine none of them had
-    # completed a batch within the first level, which then measured nothing.
+    # A warm-up past the four queries' first batches: with none, on a busy machine a level
+    # read no utilisation (the queries just started can complete no batch within the first).
     out = CliRunner().invoke(app, ["bench", "load-model", "--tasks", "4", "--level-seconds", "5", "--warmup", "10", "--interval", "2",
                                    "--trigger", "0.5", "--rows-per-batch", "200", "--json"])
     assert out.exit_code == 0, out.output
