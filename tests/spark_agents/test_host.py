@@ -126,8 +126,8 @@ def test_a_task_stopped_before_its_last_windows_emits_them_where_it_resumes(spar
     feeder = feed_all(BrokerStream(broker, "a"), conns, PARAMS)
     last = broker.last_seq()
     # The stop must land between the batch that reads the end mark and the next trigger's,
-    # which runs the watermark's batch; the host learns of a batch from Spark's progress
-    # listener, which on a busy machine reports seconds late, so the triggers are far apart.
+    # which runs the watermark's batch. The host learns of a batch from Spark's progress
+    # listener, which can report late on a busy machine, so the triggers are far apart.
     task = host.start_task("a.p0", source(), params=PARAMS, trigger_s=8.0, sink=sink(broker, "a.p0", 1))
     assert task.trigger_s == staggered_trigger_s("a.p0", 8.0)
     wait_for(lambda: task.position == last)  # the batch that read the end mark
