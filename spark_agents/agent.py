@@ -113,6 +113,10 @@ class TaskHost(Protocol):
     def loads(self) -> dict[str, float]:
         """Each running task's load; a task may be missing while it has not been measured here yet."""
 
+    def rising(self) -> set[str]:
+        """The running tasks whose load, as `loads` reads it, is still rising (their input has
+        just begun): they count in the load, but are not offered at it."""
+
     def cost_function(self) -> CostFunction: ...
 
     def status(self) -> dict[str, Any]: ...
@@ -1075,6 +1079,8 @@ class Agent:
             endable = [v for v in endable if not (self.ha.failed(v.origin) or self.ha.failed(runs_at[int(v.task_ids[0])]))]
         tasks = self.seen.tasks
         load -= passing_load(me, tasks, loads, self.config.fixed_cost or 0.0)
+        rising = self.host.rising()
+        steady = {key: value for key, value in here.items() if key not in rising}
         mine = [o for o in offers if o["from"] == me]
         for o in sorted((o for o in mine if o["state"] in ("accepted", "rejected") and o["decided_at"] and o["id"] not in self._answered),
                         key=lambda o: (seconds(o["decided_at"]), o["id"])):
@@ -1090,8 +1096,8 @@ class Agent:
             # Only tasks measured here (`offerable_tasks`: a task not measured has no price): one
             # that has just arrived counts in my load with what its previous host measured, and
             # from the end of my settling time (15 s) to its first steady window here (about 35 s)
-            # it was offered at that load.
-            offerable=tuple(offerable_tasks(me, tasks, here, self.host.running(), pass_on=self.config.pass_on,
+            # it was offered at that load. Nor one whose load is still rising (`TaskHost.rising`).
+            offerable=tuple(offerable_tasks(me, tasks, steady, self.host.running(), pass_on=self.config.pass_on,
                                             modes=self.ha.modes if self.ha is not None else None)),
             outstanding=any(o["state"] == "pending" for o in mine),
             # An offer of mine was just accepted: its tasks still run here, and my load still counts them.

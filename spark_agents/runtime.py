@@ -50,6 +50,8 @@ class SparkTasks:
         self.startup_s = default_startup_s(trigger_s) if startup_s is None else startup_s
         self.min_window_s = self.load_window_s / 2
         self._steady: dict[str, float] = {}  # the loads of the last window that saw one set of tasks
+        self._rising: set[str] = set()  # of those, the tasks whose input began within that window (`rising`)
+        self._input_from: dict[tuple[str, float], float] = {}  # (task, when it started here) -> its first batch with input
         self._duties: dict[str, Any] = {}  # task -> PrimaryDuties
         self._replicas: dict[str, Any] = {}  # task -> the held-back sink of an active-standby replica
         self._sinks: dict[str, Any] = {}  # task -> the output fence's sink it runs with
@@ -155,7 +157,38 @@ class SparkTasks:
             got = scaled_to_process(self.host.loads(window_s=now - start), list(self.host.intervals), start)
             triggers = {t.task_id: t.trigger_s for t in tasks}
             self._steady = demand(got, self.host.recorder.samples(since_s=start), triggers)
+            self._rising = self._input_within(tasks, running, start)
         return {task: load for task, load in self._steady.items() if task in running}
+
+    def rising(self) -> set[str]:
+        """The running tasks whose load, as `loads` last measured it, is still rising: tasks
+        whose input began after their start-up here (a task over a share not fed yet runs no
+        micro-batch) less than a start-up before their load window. Their first batches with
+        input are a start-up of their own, and a window that began before them reads a part
+        of what they need: in the demo A offered the shares fed a few seconds before, smallest
+        first, at 0.08 to 0.13, and they measured 0.15 to 0.23 at the partner that took them
+        (docs/benchmarks.md, "Runs at 1a426e8"). The agent does not offer them."""
+        return self._rising & self.running()
+
+    def _input_within(self, tasks: list, running: set[str], start_s: float) -> set[str]:
+        """Of `running`, the tasks whose input began after their start-up and less than a
+        start-up before `start_s`; remembers each task's first batch with input since it
+        started here (a task with none yet has no load to offer it at)."""
+        started = {t.task_id: t.started_s for t in tasks if t.task_id in running}
+        self._input_from = {k: v for k, v in self._input_from.items() if started.get(k[0]) == k[1]}
+        unknown = {task: s for task, s in started.items() if (task, s) not in self._input_from}
+        if unknown:
+            for sample in self.host.recorder.samples(since_s=min(unknown.values())):
+                s = unknown.get(sample.task_id)
+                if s is not None and sample.rows > 0 and sample.start_s >= s:
+                    key = (sample.task_id, s)
+                    self._input_from[key] = min(sample.start_s, self._input_from.get(key, sample.start_s))
+        out = set()
+        for task, s in started.items():
+            first = self._input_from.get((task, s))
+            if first is not None and first > s + self.startup_s and first + self.startup_s > start_s:
+                out.add(task)
+        return out
 
     def cost_function(self) -> CostFunction:
         # A fixed model stands in for the fitted one when the operator chose it (--cost-model mm1).

@@ -96,6 +96,9 @@ class SimulatedHost:
         factor = 1.0 + self.amplitude * math.sin(2 * math.pi * self.clock() / self.wave_s + self.phase)
         return {key: self.base.get(key, 0.05) * factor for key in self.running()}
 
+    def rising(self) -> set[str]:
+        return set()  # a simulated task's load is what it is from its start
+
     def cost_function(self) -> CostFunction:
         return self.cost
 

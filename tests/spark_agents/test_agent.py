@@ -50,6 +50,9 @@ class SteppedHost:
     def loads(self):
         return {key: self.task_load.get(key, TASK_LOAD) for key in self._running}
 
+    def rising(self):
+        return set()
+
     def cost_function(self):
         return self.cost
 

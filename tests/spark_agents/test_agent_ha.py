@@ -132,6 +132,9 @@ class SteppedHAHost:
     def loads(self):
         return {key: TASK_LOAD for key in self._running}
 
+    def rising(self):
+        return set()
+
     def cost_function(self):
         return self.cost
 

@@ -33,6 +33,7 @@ class FakeHost:
         self.samples: list[BatchSample] = []
         self.intervals: list = []
         self.recorder = SimpleNamespace(samples=lambda since_s=0.0: [s for s in self.samples if s.end_s > since_s])
+        self.input_from: dict[str, float] = {}  # a task with no input runs no batch until then
 
     def run(self, start_s: float, end_s: float) -> None:
         """Record batches and 1-second process CPU intervals over [start_s, end_s)."""
@@ -41,7 +42,7 @@ class FakeHost:
             for task in self._tasks.values():
                 # a batch every 5 s from its start, 1 s long; its first two cost ten times more
                 k, late = divmod(t0 - task.started_s, 5)
-                if k < 0 or late != 0 or (task.stopped_s is not None and t0 >= task.stopped_s):
+                if k < 0 or late != 0 or (task.stopped_s is not None and t0 >= task.stopped_s) or t0 < self.input_from.get(task.task_id, 0.0):
                     continue
                 cpu = self.cpu[task.task_id] * (10 if k < 2 else 1)
                 batches.append(BatchSample(task.task_id, int(k), t0, 1.0, 10, cpu))
@@ -94,6 +95,31 @@ def test_reported_loads_leave_out_tasks_that_left_and_the_first_batches_of_new_o
     assert set(after) == {"a", "b", "d"}
     assert after["d"] == pytest.approx(after["a"], rel=0.3), "d's start-up batches are not its load"
     assert sum(after.values()) == pytest.approx(0.1 + 3 * 0.05, rel=0.15)
+
+
+def test_a_task_whose_input_has_just_begun_is_rising_until_a_window_past_its_first_batches(clock):
+    """A task over a share not fed runs no batch; once fed, a window that began before its
+    input reads part of what it needs, so it is not offered (`rising`) until its first
+    batches with input are a start-up before the window. A task fed from its start is not."""
+    host = FakeHost({"a": 0.25, "s": 0.25})
+    host.input_from["s"] = 60.0
+    tasks = runtime.SparkTasks(host, trigger_s=5.0)  # a 15 s window, a 10 s start-up
+    host.run(0, 60)
+    clock.t = 60
+    tasks.loads()
+    assert tasks.rising() == set(), "a task with no input yet has no load to be offered at"
+    for now in range(62, 86, 2):
+        host.run(now - 2, now)
+        clock.t = now
+        loads = tasks.loads()
+        assert tasks.rising() == {"s"}, f"at {now} s its window began less than a start-up after its input"
+        if now == 66:
+            assert loads["s"] < 0.8 * loads["a"], "a window that began before its input reads part of it"
+    host.run(84, 90)
+    clock.t = 90
+    loads = tasks.loads()
+    assert tasks.rising() == set()
+    assert loads["s"] == pytest.approx(loads["a"], rel=0.3)
 
 
 def test_without_the_steady_window_the_change_would_show(clock):
