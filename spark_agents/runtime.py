@@ -52,6 +52,7 @@ class SparkTasks:
         self._steady: dict[str, float] = {}  # the loads of the last window that saw one set of tasks
         self._rising: set[str] = set()  # of those, the tasks whose input began within that window (`rising`)
         self._input_from: dict[tuple[str, float], float] = {}  # (task, when it started here) -> its first batch with input
+        self._input_read_s = 0.0  # the latest end of a batch `_input_within` has read
         self._duties: dict[str, Any] = {}  # task -> PrimaryDuties
         self._replicas: dict[str, Any] = {}  # task -> the held-back sink of an active-standby replica
         self._sinks: dict[str, Any] = {}  # task -> the output fence's sink it runs with
@@ -178,7 +179,11 @@ class SparkTasks:
         self._input_from = {k: v for k, v in self._input_from.items() if started.get(k[0]) == k[1]}
         unknown = {task: s for task, s in started.items() if (task, s) not in self._input_from}
         if unknown:
-            for sample in self.host.recorder.samples(since_s=min(unknown.values())):
+            # Samples already read are not read again (a task never fed stays unknown), but
+            # a listener may report a batch late: a minute's overlap.
+            since = max(min(unknown.values()), self._input_read_s - 60.0)
+            for sample in self.host.recorder.samples(since_s=since):
+                self._input_read_s = max(self._input_read_s, sample.end_s)
                 s = unknown.get(sample.task_id)
                 if s is not None and sample.rows > 0 and sample.start_s >= s:
                     key = (sample.task_id, s)
