@@ -183,7 +183,7 @@ def why_no_offer(
     if not contracts:
         return "no_contract", "no contract in force"
     if not tasks:
-        return "no_task", "no task to offer: none measured yet, or none may move"
+        return "no_task", "no task to offer: none measured yet (a task that has just arrived or whose input has just begun), or none may move"
     lowest = min(c.price_min for c in contracts) * _factor(margin)
     marginal = cost.marginal(load)
     if marginal <= lowest:
