@@ -14,6 +14,9 @@ import dataclasses
 import functools
 import sys
 
+# Knobs `bpm demo` sets from its own options, whatever a NAME=VALUE says: set them there.
+OPTIONS = {"port": "--port", "phase_timeout_s": "--phase-timeout", "cpus": "--cpus", "boot_cpus": "--boot-cpus"}
+
 
 def overrides(arguments: list[str]) -> dict[str, float | int]:
     """The NAME=VALUE arguments as DemoSettings fields; SystemExit with a readable message on any other."""
@@ -23,6 +26,8 @@ def overrides(arguments: list[str]) -> dict[str, float | int]:
     out: dict[str, float | int] = {}
     for argument in arguments:
         name, sep, value = argument.partition("=")
+        if name in OPTIONS:
+            raise SystemExit(f"{name}: `bpm demo` sets it from its option {OPTIONS[name]}: give that after `--`")
         if not sep or name not in numeric:
             raise SystemExit(f"not NAME=VALUE with NAME one of {', '.join(sorted(numeric))}: {argument!r}")
         try:

@@ -22,7 +22,8 @@ def test_numeric_knobs_take_their_field_type(demo_with):
 
 
 @pytest.mark.parametrize("argument, says", [("bogus=1", "bogus"), ("fill", "NAME=VALUE"), ("workdir=/tmp", "workdir"),
-                                            ("fill=much", "not a number"), ("sources=1.5", "not a number")])
+                                            ("fill=much", "not a number"), ("sources=1.5", "not a number"),
+                                            ("phase_timeout_s=100", "--phase-timeout"), ("cpus=0.5", "--cpus")])
 def test_anything_else_is_refused_with_a_message(demo_with, argument, says):
     with pytest.raises(SystemExit, match=says):
         demo_with.overrides([argument])
