@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 import nats
 from nats.js.api import StorageType, StreamConfig
 
-from bpm.dpc import Alerts, CorrelatedRow, Correlator, Empty, Ignored, Members, Publish, Tick
+from bpm.dpc import Alerts, CorrelatedRow, Correlator, Ignored, Members, Publish, Tick
 from bpm.keygroups import token
 from bpm.names import check_name
 from spark_agents.broker.server import User, inbox_prefix, partner_user
@@ -192,15 +192,13 @@ def parse_alerts(data: bytes, owner: str, at: float, window_s: int | None = None
 
 async def follow(owner: str, endpoint: Endpoint, events: asyncio.Queue, stop: asyncio.Event, *, poll_s: float = 0.2,
                  timeout_s: float = 2.0, window_s: int | None = None, refused: Callable[[str, str], None] | None = None) -> None:
-    """Put every message of `owner`'s `ALERTS` stream on `events`, in order, as `Alerts`, until
-    `stop` (and `Empty` once, when the stream is found to hold nothing yet).
+    """Put every message of `owner`'s `ALERTS` stream on `events`, in order, as `Alerts`, until `stop`.
 
     Reads by sequence number: a connection lost to a partition is made again, and reading
     resumes at the first message not read yet.
     """
     nc = None
     next_seq = 1
-    said_empty = False
     while not stop.is_set():
         try:
             if nc is None:
@@ -211,9 +209,6 @@ async def follow(owner: str, endpoint: Endpoint, events: asyncio.Queue, stop: as
                                         ping_interval=1, max_outstanding_pings=2, inbox_prefix=inbox_prefix(endpoint.user))
             js = nc.jetstream(timeout=timeout_s)
             state = (await js.stream_info(ALERTS)).state
-            if state.last_seq == 0 and not said_empty:  # reachable, and shares no window yet
-                events.put_nowait(Empty(owner, time.time()))
-                said_empty = True
             next_seq = max(next_seq, state.first_seq)
             while next_seq <= state.last_seq and not stop.is_set():
                 try:
@@ -279,6 +274,7 @@ class LiveCorrelator:
         self.published = self.tentative = self.refused = self.resumed = 0
         self.last: dict[str, float] = {}
         self._sources: dict[str, Endpoint] = {me: own}
+        self._awaited: frozenset[str] = frozenset()
         self._lock = threading.Lock()
         self._changed = True
         self._loop = asyncio.new_event_loop()
@@ -289,12 +285,16 @@ class LiveCorrelator:
         self._thread.start()
         return self
 
-    def set_sources(self, partners: Mapping[str, Endpoint]) -> None:
-        """Follow these partners (and `me`) from now on."""
+    def set_sources(self, partners: Mapping[str, Endpoint], awaited: Iterable[str] = ()) -> None:
+        """Follow these partners (and `me`) from now on. New windows need their alerts and
+        those of the partners `awaited`: partners that share theirs but cannot be read yet
+        (unreachable, or not ready to answer), whose windows are published tentative after the
+        bound until they are followed and their alerts arrive."""
         wanted = {self.me: self.own, **{p: ep for p, ep in partners.items() if p != self.me}}
+        awaited = frozenset(awaited) - set(wanted)
         with self._lock:
-            if wanted != self._sources:
-                self._sources, self._changed = wanted, True
+            if (wanted, awaited) != (self._sources, self._awaited):
+                self._sources, self._awaited, self._changed = wanted, awaited, True
 
     def close(self, timeout_s: float = 10.0) -> None:
         self._stop.set()
@@ -303,8 +303,8 @@ class LiveCorrelator:
 
     def status(self) -> dict:
         with self._lock:
-            sources = sorted(self._sources)
-        return {"sources": sources, "bound_s": self.bound_s, "open_windows": len(self.machine.open), "stable_windows": len(self.machine.stable),
+            sources, awaited = sorted(self._sources), sorted(self._awaited)
+        return {"sources": sources, "awaited": awaited, "bound_s": self.bound_s, "open_windows": len(self.machine.open), "stable_windows": len(self.machine.stable),
                 "published": self.published, "tentative": self.tentative, "refused": self.refused, "resumed": self.resumed,
                 "last_alerts": {p: round(t, 3) for p, t in self.last.items()}}
 
@@ -323,7 +323,7 @@ class LiveCorrelator:
         try:
             while not self._stop.is_set():
                 with self._lock:
-                    sources, changed, self._changed = dict(self._sources), self._changed, False
+                    sources, awaited, changed, self._changed = dict(self._sources), self._awaited, self._changed, False
                 if changed:
                     for name in [n for n, (ep, _, _) in followers.items() if sources.get(n) != ep]:
                         followers.pop(name)[1].set()
@@ -332,7 +332,7 @@ class LiveCorrelator:
                             stop = asyncio.Event()
                             followers[name] = (ep, stop, asyncio.create_task(follow(name, ep, events, stop, poll_s=self.poll_s, window_s=self.window_s,
                                                                                      refused=refused)))
-                    await self._publish(js, self.machine.handle(Members(frozenset(sources), time.time())))
+                    await self._publish(js, self.machine.handle(Members(frozenset(sources) | awaited, time.time())))
                     if not resumed:
                         # Go on from what an earlier run published (none on a first start).
                         before = await correlated_versions(js)
@@ -394,9 +394,15 @@ class Correlation:
     The correlation starts with the first partner that shares: a window correlated alone
     would be published stable without rows, before the partners' alerts could count.
 
+    A partner that says it shares none (`LookupError`) is not waited for. One that could
+    not be asked (unreachable, busy, not ready to answer) is *awaited*: windows wait for its
+    alerts as for a partner cut off, tentative after the bound, rather than being published
+    stable without the alerts it shares once it answers.
+
     Attributes:
         partners: the partners followed, with where their alerts are read.
         refused: per partner not followed, when it was last asked and why it gave nothing.
+        awaited: the partners not followed whose alerts the windows wait for.
         shared: windows of alerts shared so far.
     """
 
@@ -412,6 +418,7 @@ class Correlation:
         self.live: LiveCorrelator | None = None
         self.partners: dict[str, Endpoint] = {}
         self.refused: dict[str, tuple[float, str]] = {}
+        self.awaited: set[str] = set()
         self.shared = 0
 
     def step(self, tasks: Iterable[str], partners: Iterable[str], now: float, ask: Callable[[str], Endpoint]) -> None:
@@ -426,19 +433,25 @@ class Correlation:
             try:
                 self.partners[partner] = ask(partner)
                 self.refused.pop(partner, None)
+                self.awaited.discard(partner)
             except Exception as exc:  # it shares none, refuses, or cannot be reached: ask again later
                 self.refused[partner] = (now, f"{type(exc).__name__}: {exc}")
+                if isinstance(exc, LookupError):
+                    self.awaited.discard(partner)
+                else:
+                    self.awaited.add(partner)
         for partner in set(self.partners) - partners:
             del self.partners[partner]
+        self.awaited &= partners
         if self.live is None and self.partners:
             self.live = LiveCorrelator(self.me, self.own, window_s=self.alerts.window_s, bound_s=self.bound_s)
-            self.live.set_sources(self.partners)
+            self.live.set_sources(self.partners, self.awaited)
             self.live.start()
         elif self.live is not None:
-            self.live.set_sources(self.partners)
+            self.live.set_sources(self.partners, self.awaited)
 
     def status(self) -> dict:
-        live = self.live.status() if self.live is not None else {"sources": [self.me], "bound_s": self.bound_s}
+        live = self.live.status() if self.live is not None else {"sources": [self.me], "awaited": sorted(self.awaited), "bound_s": self.bound_s}
         return {**live, "shared_windows": self.shared, "refused": {p: why for p, (_, why) in sorted(self.refused.items())}}
 
     def close(self) -> None:

@@ -7,7 +7,7 @@ arrive.
 """
 
 from bpm.dpc.correlation import ALERT_KINDS, MIN_PARTICIPANTS, CorrelatedRow, alerting_sources, correlate, plain_correlation
-from bpm.dpc.machine import Alerts, CorrelatedView, Correlator, Empty, Ignored, Members, Publish, Tick
+from bpm.dpc.machine import Alerts, CorrelatedView, Correlator, Ignored, Members, Publish, Tick
 
 __all__ = [
     "ALERT_KINDS",
@@ -16,7 +16,6 @@ __all__ = [
     "CorrelatedRow",
     "CorrelatedView",
     "Correlator",
-    "Empty",
     "Ignored",
     "Members",
     "Publish",

@@ -53,15 +53,6 @@ class Tick:
 
 
 @dataclass(frozen=True, slots=True)
-class Empty:
-    """`participant`'s alerts stream was read at `at` and holds nothing: it shares no window
-    yet (no input reached its tasks), which is not the same as being unreachable."""
-
-    participant: str
-    at: float
-
-
-@dataclass(frozen=True, slots=True)
 class Members:
     """The participants whose alerts the result needs from `at` on (this one and its sharing partners)."""
 
@@ -69,7 +60,7 @@ class Members:
     at: float
 
 
-Event = Alerts | Tick | Members | Empty
+Event = Alerts | Tick | Members
 
 # ---- instructions ------------------------------------------------------------------------------
 
@@ -154,9 +145,6 @@ class Correlator:
         stable: windows published stable, with their last version.
         started: the first window each participant shared (its alerts arrive in order):
             earlier windows do not wait for it.
-        empty: participants whose stream was read and held nothing (reachable, sharing no
-            window yet): a window that still lacks only their alerts at its bound is
-            published stable without them, not tentative.
         forgotten: the newest stable window no longer remembered (`keep_stable`): alerts for
             it or an older one are ignored, as for a stable window.
     """
@@ -169,7 +157,6 @@ class Correlator:
     open: dict[Window, OpenWindow] = field(default_factory=dict)
     stable: dict[Window, int] = field(default_factory=dict)
     started: dict[str, Window] = field(default_factory=dict)
-    empty: set[str] = field(default_factory=set)
     forgotten: Window | None = None
 
     def __post_init__(self) -> None:
@@ -184,8 +171,6 @@ class Correlator:
                 return self._tick(at)
             case Members(participants, at):
                 return self._members(participants, at)
-            case Empty(participant, at):
-                return self._empty(participant, at)
         raise TypeError(f"not an event: {event!r}")
 
     def next_due(self) -> float | None:
@@ -218,7 +203,6 @@ class Correlator:
         if window in self.stable or (self.forgotten is not None and window <= self.forgotten):
             return [Ignored(event.participant, window, "the window is stable")]
         out: list[Instruction] = []
-        self.empty.discard(event.participant)
         if event.participant in self.participants and event.participant not in self.started:
             out = self._starts(event.participant, window, event.at)
         w = self.open.get(window)
@@ -243,8 +227,10 @@ class Correlator:
         return out
 
     def _tick(self, at: float) -> list[Instruction]:
-        """Windows at their bound: stable when all they lack is alerts of participants that
-        share nothing, else tentative (once: later versions follow arrivals)."""
+        """Windows at their bound with alerts still missing: published tentative (once: later
+        versions follow arrivals). A participant whose stream holds nothing yet is waited
+        for as one cut off: it may yet share the window (its tasks slow to close it), and a
+        stable version is never corrected."""
         out = []
         for window, w in sorted(self.open.items()):
             if w.hold_until is not None and at >= w.hold_until:
@@ -254,18 +240,9 @@ class Correlator:
                 continue
             if at < w.due_at + self.bound_s:
                 continue
-            lacking = w.needs - w.final
-            if lacking and lacking <= self.empty and not lacking & set(w.inputs):
-                w.needs = w.needs - lacking
-                out.append(self._publish(window, at))
-            elif w.rows is None:
+            if w.rows is None:
                 out.append(self._publish(window, at))
         return out
-
-    def _empty(self, participant: str, at: float) -> list[Instruction]:
-        if participant in self.participants and participant not in self.started:
-            self.empty.add(participant)
-        return []
 
     def _starts(self, participant: str, first: Window, at: float) -> list[Instruction]:
         """`participant` shares from window `first` on: open windows before it stop waiting for it."""

@@ -288,3 +288,58 @@ def test_a_restarted_correlator_goes_on_from_the_versions_it_published(tmp_path)
         rows = {(r.window_start, r.source) for p in read_correlated(a) for r in p.added} - {
             (r.window_start, r.source) for p in read_correlated(a) for r in p.retracted}
         assert rows == {(0, "10.0.0.1"), (60, "10.0.0.2")}
+
+
+def test_a_partner_that_cannot_be_asked_yet_is_waited_for_and_one_that_shares_none_is_not(tmp_path):
+    """a follows c; b could not be asked (its agent did not answer): a's windows wait for b,
+    tentative after the bound, and once b answers they are stable with b's alerts. A partner
+    that says it shares none is not waited for."""
+    import time
+
+    from spark_agents.correlation import Correlation, read_correlated
+
+    w = (60, 120)
+    with NatsServer.on_free_ports("a", tmp_path / "a", [User("a", "pa")]) as a_server, \
+            NatsServer.on_free_ports("b", tmp_path / "b", [User("b", "pb"), alerts_reader("a", "rb")]) as b_server, \
+            NatsServer.on_free_ports("c", tmp_path / "c", [User("c", "pc"), alerts_reader("a", "rc")]) as c_server, \
+            Broker(b_server.url, "b", "pb") as b, Broker(c_server.url, "c", "pc") as c:
+        answers = {"c": Endpoint(c_server.url, "a", "rc"), "b": RuntimeError("b's agent did not answer within 10 s"),
+                   "d": LookupError("d shares no alerts")}
+
+        def ask(partner):
+            answer = answers[partner]
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+        correlation = Correlation("a", a_server.url, "pa", window_s=60, bound_s=0.5, retry_s=0.0)
+        try:
+            ensure_streams(b, correlated=False)
+            ensure_streams(c, correlated=False)
+            share_alerts(correlation.owner, "a", w, ["10.0.0.1", "10.0.0.2"])
+            share_alerts(c, "c", w, ["10.0.0.1"])
+            correlation.step([], ["b", "c", "d"], 0.0, ask)
+            assert set(correlation.partners) == {"c"} and correlation.awaited == {"b"}
+            assert correlation.status()["awaited"] == ["b"] and set(correlation.refused) == {"b", "d"}
+
+            def versions():
+                return [(p.window, p.version, p.stable, p.missing) for p in read_correlated(correlation.owner)]
+
+            deadline = time.monotonic() + 20.0
+            while not versions() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(1.0)  # past the bound: anything published without b would be here by now
+            assert versions() == [(w, 1, False, ("b",))], "W waits for b, tentative, and not for d"
+
+            answers["b"] = Endpoint(b_server.url, "a", "rb")
+            share_alerts(b, "b", w, ["10.0.0.2"])
+            correlation.step([], ["b", "c", "d"], 1.0, ask)
+            assert set(correlation.partners) == {"b", "c"} and correlation.awaited == set()
+            while len(versions()) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert versions() == [(w, 1, False, ("b",)), (w, 2, True, ())]
+            rows = {r.source for p in read_correlated(correlation.owner) for r in p.added} - {
+                r.source for p in read_correlated(correlation.owner) for r in p.retracted}
+            assert rows == {"10.0.0.1", "10.0.0.2"}, "each source seen at two participants"
+        finally:
+            correlation.close()
