@@ -401,8 +401,8 @@ class Correlation:
 
     Attributes:
         partners: the partners followed, with where their alerts are read.
-        refused: per partner not followed, when it was last asked and why it gave nothing.
-        awaited: the partners not followed whose alerts the windows wait for.
+        refused: per partner not followed, when it was last asked, why it gave nothing, and
+            whether it said it shares none (else it is awaited).
         shared: windows of alerts shared so far.
     """
 
@@ -417,9 +417,13 @@ class Correlation:
         self.bound_s = bound_s
         self.live: LiveCorrelator | None = None
         self.partners: dict[str, Endpoint] = {}
-        self.refused: dict[str, tuple[float, str]] = {}
-        self.awaited: set[str] = set()
+        self.refused: dict[str, tuple[float, str, bool]] = {}
         self.shared = 0
+
+    @property
+    def awaited(self) -> set[str]:
+        """The partners not followed whose alerts the windows wait for."""
+        return {p for p, (_, _, shares_none) in self.refused.items() if not shares_none}
 
     def step(self, tasks: Iterable[str], partners: Iterable[str], now: float, ask: Callable[[str], Endpoint]) -> None:
         """Share what closed since the last step; follow the partners in `partners` (contracts in force) and only them."""
@@ -428,21 +432,17 @@ class Correlation:
             self.shared += 1
         partners = set(partners) - {self.me}
         for partner in sorted(partners - set(self.partners)):
-            if now - self.refused.get(partner, (-math.inf, ""))[0] < self.retry_s:
+            if now - self.refused.get(partner, (-math.inf,))[0] < self.retry_s:
                 continue
             try:
                 self.partners[partner] = ask(partner)
                 self.refused.pop(partner, None)
-                self.awaited.discard(partner)
             except Exception as exc:  # it shares none, refuses, or cannot be reached: ask again later
-                self.refused[partner] = (now, f"{type(exc).__name__}: {exc}")
-                if isinstance(exc, LookupError):
-                    self.awaited.discard(partner)
-                else:
-                    self.awaited.add(partner)
+                self.refused[partner] = (now, f"{type(exc).__name__}: {exc}", isinstance(exc, LookupError))
         for partner in set(self.partners) - partners:
             del self.partners[partner]
-        self.awaited &= partners
+        for partner in set(self.refused) - partners:
+            del self.refused[partner]
         if self.live is None and self.partners:
             self.live = LiveCorrelator(self.me, self.own, window_s=self.alerts.window_s, bound_s=self.bound_s)
             self.live.set_sources(self.partners, self.awaited)
@@ -452,7 +452,7 @@ class Correlation:
 
     def status(self) -> dict:
         live = self.live.status() if self.live is not None else {"sources": [self.me], "awaited": sorted(self.awaited), "bound_s": self.bound_s}
-        return {**live, "shared_windows": self.shared, "refused": {p: why for p, (_, why) in sorted(self.refused.items())}}
+        return {**live, "shared_windows": self.shared, "refused": {p: why for p, (_, why, _) in sorted(self.refused.items())}}
 
     def close(self) -> None:
         if self.live is not None:
