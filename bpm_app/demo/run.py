@@ -498,6 +498,10 @@ class Demo:
         """The loads of the tasks of `names` by key, wherever they run (0 where not measured yet), as the last poll read them."""
         return {task_key(t): t["load"] or 0.0 for t in self.state["tasks"] if t["origin"] in names and not t.get("retired")}
 
+    def _task_hosts(self, names: list[str]) -> dict[str, str]:
+        """Where the tasks of `names` run by key, as the last poll read the registry."""
+        return {task_key(t): t["host"] for t in self.state["tasks"] if t["origin"] in names and not t.get("retired")}
+
     def _warmup_s(self, member: Member) -> float:
         return self.s.warmup_s if member.initial else self.s.join_warmup_s
 
@@ -799,8 +803,10 @@ class Feeding:
         poll (with `until_held`, a goal the loads reach only at times calls for one more share a lag)."""
         demo = self.demo
         own, thresholds = demo._measured(demo.state, self.names)
-        loads = demo._task_loads(self.names)
         lag_s = demo.s.trigger_s + 2 * default_load_window_s(demo.s.trigger_s)
+        read = demo._task_loads(self.names)
+        on_its_way = self.on_its_way(read, now, lag_s)
+        loads = self.estimated(read, on_its_way)
         self.totals = [x for x in self.totals if now - x[0] < lag_s] + [(now, sum(loads.values()))]
         # Only feeding raises the total, so the highest reading within the lag stands for it:
         # readings dip while participants trade (1.76 to 1.47 in one run, with no share fed
@@ -811,7 +817,6 @@ class Feeding:
         target = self.share * sum(thresholds.values())
         if not self.reached and total >= target:
             self.reached_at = now
-        on_its_way = self.on_its_way(loads, now, lag_s)
         # What a task measures now, of the tasks whose load shows in full: a share on its way
         # reads part of its load, and counted in the median it made each share on its way
         # count for less (0.39 on its way for four shares, then 0.25 for five, in one run).
@@ -833,13 +838,33 @@ class Feeding:
             demo.fed.feed_more(self.name, [task[1:] for task in tasks])
             demo.fed_tasks[self.name] += tasks
             keys = [f"{self.name}.{task}" for task in tasks]
-            self.fed.update({key: (now, loads.get(key, 0.0)) for key in keys})
+            self.fed.update({key: (now, read.get(key, 0.0)) for key in keys})
             demo.say(f"  {self.name}'s traffic grows: its tasks {', '.join(tasks)} get input "
                      f"(the loads add up to {total:.2f}, {coming:.2f} on its way, of {target:.2f})")
 
     @property
     def reached(self) -> bool:
         return self.reached_at < math.inf
+
+    def estimated(self, loads: dict[str, float], on_its_way: Collection[str]) -> dict[str, float]:
+        """The tasks' `loads`, each task at a saturated participant (its own load above
+        `FEED_CEILING`) counted at least at what a task measures at a participant with room
+        (the median of those whose load shows): a full quota delays every batch, and the
+        tasks' readings there understate what they need. In a run at a206f56 B read 0.84 to
+        0.99 through phase 3 while its tasks' loads, with A's and C's, stayed at 1.78 to 1.81
+        against a target of 1.97; four more shares were fed on them, and the loads rose to
+        2.5 to 2.7 once B's tasks ran elsewhere in phase 4 (docs/benchmarks.md, "Demo runs").
+        Unchanged where no participant is saturated or none with room measures a task."""
+        demo = self.demo
+        own, _ = demo._measured(demo.state, [p["name"] for p in demo.state["participants"]])
+        saturated = {name for name, load in own.items() if load > FEED_CEILING}
+        hosts = demo._task_hosts(self.names)
+        with_room = [load for key, load in loads.items() if load and key not in on_its_way and hosts.get(key) not in saturated]
+        if not saturated or not with_room:
+            return loads
+        typical = statistics.median(with_room)
+        return {key: max(load, typical) if hosts.get(key) in saturated and key not in on_its_way else load
+                for key, load in loads.items()}
 
     def on_its_way(self, loads: dict[str, float], now: float, lag_s: float) -> list[str]:
         """The tasks fed whose load may not show yet: fed within the lag, or, for up to three

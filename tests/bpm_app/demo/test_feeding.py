@@ -20,11 +20,15 @@ class _Demo:
         self.tasks = tasks
         self.fed_tasks = {"b": []}
         self.fed_loads: dict[str, float] = {}  # the loads of B's spare tasks, once read
+        self.hosts: dict[str, str] = {}  # where B's tasks run, by key (none said: nowhere saturated)
         self.fed = SimpleNamespace(feed_more=lambda name, shares: None)
         self.said: list[str] = []
 
     def _task_loads(self, names):
         return {f"b.t{i}": load for i, load in enumerate(self.tasks)} | self.fed_loads
+
+    def _task_hosts(self, names):
+        return self.hosts
 
     def _spare_tasks(self, name):
         return [t for t in ("g00110", "g00111", "g01000") if t not in self.fed_tasks[name]]
@@ -112,3 +116,17 @@ def test_a_saturated_participant_is_fed_no_more_until_it_sheds():
     feeding.poll(0.0, held=False)
     feeding.poll(80.0, held=False)
     assert demo.fed_tasks["b"] == [], "nor by the rule for a goal that does not hold"
+
+
+def test_the_tasks_at_a_saturated_participant_count_at_what_a_task_measures_where_there_is_room():
+    """C's quota is full with six of B's tasks, each read at 0.08 there, while the four at A
+    and B read 0.2: at 0.2 C's six add up to 1.2 rather than 0.48, and the loads are past
+    the target (2.0 of 1.93) where the readings (1.28) would call for more."""
+    tasks = [0.2] * 4 + [0.08] * 6
+    hosts = {f"b.t{i}": "a" if i < 2 else "b" if i < 4 else "c" for i in range(len(tasks))}
+    for c, fed, reached in ((0.9, [], True), (0.7, ["g00110", "g00111"], False)):
+        demo = _Demo({"a": 0.6, "b": 0.6, "c": c}, tasks)
+        demo.hosts = hosts
+        feeding = Feeding(demo, "b", ["a", "b", "c"], 1.02, until_held=True)
+        feeding.poll(0.0)
+        assert (demo.fed_tasks["b"], feeding.reached) == (fed, reached), f"C at {c}"
