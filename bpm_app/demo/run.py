@@ -854,7 +854,9 @@ class Feeding:
         0.99 through phase 3 while its tasks' loads, with A's and C's, stayed at 1.78 to 1.81
         against a target of 1.97; four more shares were fed on them, and the loads rose to
         2.5 to 2.7 once B's tasks ran elsewhere in phase 4 (docs/benchmarks.md, "Demo runs").
-        Unchanged where no participant is saturated or none with room measures a task."""
+        A task that reads no load is left at none: its share is not fed (it runs no batch), or
+        its first batches are still to come. Unchanged where no participant is saturated or
+        none with room measures a task."""
         demo = self.demo
         own, _ = demo._measured(demo.state, [p["name"] for p in demo.state["participants"]])
         saturated = {name for name, load in own.items() if load > FEED_CEILING}
@@ -863,7 +865,7 @@ class Feeding:
         if not saturated or not with_room:
             return loads
         typical = statistics.median(with_room)
-        return {key: max(load, typical) if hosts.get(key) in saturated and key not in on_its_way else load
+        return {key: max(load, typical) if load and hosts.get(key) in saturated and key not in on_its_way else load
                 for key, load in loads.items()}
 
     def on_its_way(self, loads: dict[str, float], now: float, lag_s: float) -> list[str]:
