@@ -850,8 +850,8 @@ class Feeding:
         """The tasks' `loads`, each task at a saturated participant (its own load above
         `FEED_CEILING`) counted at least at what a task measures at a participant with room
         (the median of those whose load shows): a full quota delays every batch, and the
-        tasks' readings there understate what they need. In a run at a206f56 B read 0.84 to
-        0.99 through phase 3 while its tasks' loads, with A's and C's, stayed at 1.78 to 1.81
+        tasks' readings there understate what they need. In a run at a206f56 B read 0.64 to
+        0.99 through phase 3, above 0.8 most of it, while its tasks' loads, with A's and C's, stayed at 1.78 to 1.81
         against a target of 1.97; four more shares were fed on them, and the loads rose to
         2.5 to 2.7 once B's tasks ran elsewhere in phase 4 (docs/benchmarks.md, "Demo runs").
         A task that reads no load is left at none: its share is not fed (it runs no batch), or
