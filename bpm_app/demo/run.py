@@ -494,13 +494,17 @@ class Demo:
         fed = set(self.fed_tasks.get(name, []))
         return [task for task in self.inputs.tasks(self._members[name].shares)[:self._members[name].tasks] if task not in fed]
 
+    def _tasks_of(self, names: list[str]) -> list[dict]:
+        """The tasks of `names` that are not retired, wherever they run, as the last poll read the registry."""
+        return [t for t in self.state["tasks"] if t["origin"] in names and not t.get("retired")]
+
     def _task_loads(self, names: list[str]) -> dict[str, float]:
-        """The loads of the tasks of `names` by key, wherever they run (0 where not measured yet), as the last poll read them."""
-        return {task_key(t): t["load"] or 0.0 for t in self.state["tasks"] if t["origin"] in names and not t.get("retired")}
+        """The loads of the tasks of `names` by key (0 where not measured yet)."""
+        return {task_key(t): t["load"] or 0.0 for t in self._tasks_of(names)}
 
     def _task_hosts(self, names: list[str]) -> dict[str, str]:
-        """Where the tasks of `names` run by key, as the last poll read the registry."""
-        return {task_key(t): t["host"] for t in self.state["tasks"] if t["origin"] in names and not t.get("retired")}
+        """Where the tasks of `names` run, by key."""
+        return {task_key(t): t["host"] for t in self._tasks_of(names)}
 
     def _warmup_s(self, member: Member) -> float:
         return self.s.warmup_s if member.initial else self.s.join_warmup_s
