@@ -18,12 +18,10 @@ participant's load by feeding more of its traffic (`bpm replay --feed-from-stdin
 Each participant, and the registry, is a host of its own (`spark_agents.hosts`): its own
 address, CPU quota and storage, where the machine allows it.
 
-D's agent starts when phase 2 begins, under its capacity quota and without a contract: its
-JVM's start then takes at most D's own quota, which the machine has to spare while the
-phases run, and not the CPU that A's, B's and C's tasks need to start (at the start, four
-JVMs kept both CPUs busy, D's taking a quarter of them). D joins the federation in phase 4,
-when it accepts C's proposal of the terms they agreed offline, through the registry's API
-with its own key; until then no one trades with it.
+D's agent starts with the others, without a contract: a JVM starting takes much of this
+machine's CPU for a while, and loads measured then would be far off. D joins the
+federation in phase 4, when it accepts C's proposal of the terms they agreed offline,
+through the registry's API with its own key; until then no one trades with it.
 
 Loads are measured by each agent on its Spark; the decisions are `bpm.negotiation`'s.
 Each participant's stream and results are on its own broker, which its agent runs
@@ -181,8 +179,7 @@ class DemoSettings:
             then cannot raise the load another measures. Four quotas of 0.4 leave a 2-core
             machine 0.4 CPU for the registry, the replayers and the demo itself. None: no quotas.
         boot_cpus: each host's quota while its JVM and its tasks start, before phase 1, and
-            while its tasks drain once phase 4 is over (None: `cpus` throughout; D, which
-            starts while the phases run, starts under `cpus`). A
+            while its tasks drain once phase 4 is over (None: `cpus` throughout). A
             participant's agent measures its load against `cpus` throughout, and its host's
             quota is set to `cpus` once every one of its tasks runs, before its warm-up is over:
             from then on, through every phase, its quota is its capacity. Starting a query is
@@ -321,26 +318,20 @@ class Demo:
                 **({"correlate": True, "availability_bound": s.availability_bound_s} if s.correlate and member.shares else {}),
                 }
 
-    def _join(self, member: Member, sign: bool = True, boot: bool = True) -> None:
+    def _join(self, member: Member, sign: bool = True) -> None:
         """Start the participant's agent in its host: it registers itself and, unless `sign` is
-        false, signs the contracts it agreed offline (otherwise `_sign` does, later). Its host
-        starts under the boot quota (`DemoSettings.boot_cpus`; `_end_boot` sets its capacity),
-        unless `boot` is false: a participant that starts while the phases run starts under
-        its capacity, and takes no CPU the others' measured tasks need."""
+        false, signs the contracts it agreed offline (otherwise `_sign` does, later)."""
         s = self.s
-        host = self.fed.host(member.name, s.boot_cpus if s.cpus and s.boot_cpus and boot else s.cpus)
+        host = self.fed.host(member.name, s.boot_cpus if s.cpus and s.boot_cpus else s.cpus)
         inputs, env = self.inputs.agent(member.name, host.address, member.shares)
         initial = {"partitions": f"0-{member.tasks - 1}"} if member.tasks else {}
         capacity = {"cpus": s.cpus} if host.cpus is not None else {}  # not its boot quota (`DemoSettings.boot_cpus`)
         self.fed.start_agent(member.name, s.agent_port, {**inputs, **initial, **capacity, **self._agent_settings(member, contracts=sign)}, env)
 
-    def _sign(self, member: Member, timeout_s: float = 60.0, wait_agent: bool = False) -> None:
+    def _sign(self, member: Member, timeout_s: float = 60.0) -> None:
         """`member` joins: it accepts, with its own key through the registry's API, the
         proposals of the contracts it agreed offline (its partners' agents proposed them
-        once it registered); with `wait_agent`, once its agent answers (it registers itself
-        before its JVM starts, and answers once its Spark is up and primed)."""
-        if wait_agent:
-            self.fed.wait_agent(member.name, on_wait=self.poll)
+        once it registered)."""
         agreed = {t.partner: t for t in self._contracts(member)}
         deadline = time.monotonic() + timeout_s
         with self.fed.participant(member.name) as client:
@@ -541,17 +532,15 @@ class Demo:
             self._open_hosts()
             self.fed.start_registry()
             self.say(f"registry on {self.fed.registry_url} (admin UI at {self.fed.registry_url}/, operator key {self.fed.admin_key})")
-            joins = self._members[JOINS_LATER]
-            self._setup_first([m for m in MEMBERS if m is not joins], measured=["a", "b", "c"])
+            self._setup_first(list(MEMBERS), measured=["a", "b", "c"], unsigned={JOINS_LATER})
             self._phase("1 uneven load: A carries most tasks, every load below its threshold", ["a", "b", "c"],
                         hold_s=s.settle_s, warm=["a", "b", "c"])
             self._phase("2 A's load rises over its threshold: it sheds load to B and C", ["a", "b", "c"],
-                        hold_s=s.settle_s, action=lambda: self._join(joins, sign=False, boot=False),
-                        feeding=Feeding(self, "a", ["a"], s.overload))
+                        hold_s=s.settle_s, feeding=Feeding(self, "a", ["a"], s.overload))
             self._phase("3 load rises at B until the federation is overloaded", ["a", "b", "c"], until="overloaded", hold_s=s.settle_s,
                         feeding=Feeding(self, "b", ["a", "b", "c"], s.fill, until_held=True))
             self._phase("4 D joins (contract with C at 0.8 p): load flows B to C and C to D", ["a", "b", "c", "d"],
-                        hold_s=s.settle_s, action=lambda: self._sign(joins, wait_agent=True))
+                        hold_s=s.settle_s, action=lambda: self._sign(self._members[JOINS_LATER]))
             return self._finish()
         finally:
             self.fed.close()
@@ -571,11 +560,12 @@ class Demo:
         """Per participant: its address, its CPUs (its quota), and whether it had CPU and network of its own."""
         return {name: host.report() for name, host in self.fed.hosts.hosts.items() if name in self._members}
 
-    def _setup_first(self, members: list[Member], measured: list[str] | None = None) -> None:
-        """Start the members' agents and, while their JVMs start, generate their traffic; then
-        replay it into their streams; wait until `measured` (default: all) report load."""
+    def _setup_first(self, members: list[Member], measured: list[str] | None = None, unsigned: Collection[str] = ()) -> None:
+        """Start the members' agents (those in `unsigned` without their contracts) and, while
+        their JVMs start, generate their traffic; then replay it into their streams; wait until
+        `measured` (default: all) report load."""
         for m in members:
-            self._join(m)
+            self._join(m, sign=m.name not in unsigned)
         traffic = {m.name: self._generate_input(m) for m in members if m.shares}
         for m in members:
             self.fed.wait_agent(m.name, on_wait=self.poll)  # the view and the timeline go on while the JVMs start
