@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import time
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -80,7 +81,14 @@ def demo(
 
     prepare_workdir(workdir)
     settings = DemoSettings(workdir=workdir.resolve(), port=port, phase_timeout_s=phase_timeout, cpus=cpus or None, boot_cpus=boot_cpus or None, network=hosts)
-    say = teller(log_format.value, "bpm.demo", markup=False) if log_format == LogFormat.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    started = time.monotonic()
+
+    def stamped(msg: str) -> str:
+        """A line of the run's story, after the seconds since the run began (the report's
+        clock): where a run's time went can be read from its log."""
+        return f"{time.monotonic() - started:4.0f} s  {msg}"
+
+    say = teller(log_format.value, "bpm.demo", markup=False) if log_format == LogFormat.json else (lambda msg: print(stamped(msg), file=sys.stderr, flush=True))
     if headless or log_format == LogFormat.json:
         runner = make(say=say)
         report = _run(runner)
@@ -92,7 +100,7 @@ def demo(
 
         console = Console(stderr=as_json)
         with Live(console=console, refresh_per_second=2, transient=False) as live:
-            runner = make(view=lambda state: live.update(render(state)), say=lambda msg: live.console.print(msg))
+            runner = make(view=lambda state: live.update(render(state)), say=lambda msg: live.console.print(stamped(msg), markup=False, highlight=False))
             report = _run(runner)
     folder = write_report(report, report_dir, runner.t0)
     if as_json:

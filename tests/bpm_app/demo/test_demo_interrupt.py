@@ -46,6 +46,7 @@ def test_ctrl_c_stops_every_process_of_the_demo(tmp_path):
             assert demo.poll() is None, log.read_text()
             time.sleep(1)
         assert "agents up" in log.read_text(), log.read_text()
+        assert re.search(r"(?m)^ *\d+ s  agents up; input flowing$", log.read_text()), "each line after the seconds since the start"
         started = _processes_mentioning(str(workdir))
         assert len(started) >= 7, f"registry, three agents, three replayers: {started}"
         demo.send_signal(signal.SIGINT)
