@@ -56,6 +56,7 @@ from bpm.negotiation import (
     movements_to_end,
     settle,
     why_no_offer,
+    why_refused,
 )
 
 # ---- events ------------------------------------------------------------------------------------
@@ -400,7 +401,8 @@ class Mechanism:
         answer = evaluate_offer(load=load, cost=cost, offer=offer, margin=self.margin)
         price = settle(offer, answer)
         if price is None:
-            reason = f"marginal cost at load {load:.3f} is {cost.marginal(load):.3f}; not below the offered {offer.price_cap:.3f} with margin"
+            reason = (why_refused(load=load, cost=cost, offer=offer, margin=self.margin) if not answer.accepted
+                      else f"no price in the contract's range [{offer.price_min:.3f}, {offer.price_max:.3f}] between the offered cap and my floor ({answer.price_floor:.3f})")
             return Refuse(incoming.id, incoming.partner, reason)
         self.changed_s = now_s  # the accepted tasks will start here
         return Accept(incoming.id, incoming.partner, answer.task_ids, answer.load, price)

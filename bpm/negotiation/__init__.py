@@ -14,6 +14,7 @@ from bpm.negotiation.decisions import (
     settle,
     settle_price,
     why_no_offer,
+    why_refused,
 )
 from bpm.negotiation.granularity import REFUSED_SPLITS, choose_merge, choose_split, piece_load, reference_price, split_depth
 from bpm.negotiation.models import (
@@ -54,4 +55,5 @@ __all__ = [
     "settle_price",
     "split_depth",
     "why_no_offer",
+    "why_refused",
 ]

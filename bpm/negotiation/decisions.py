@@ -193,6 +193,17 @@ def why_no_offer(
                      f"task's own saving beats the price of a contract whose partner may take it: the smallest ({smallest:.3f}) is too large")
 
 
+def why_refused(*, load: float, cost: CostFunction, offer: Offer, margin: float = DEFAULT_MARGIN) -> str:
+    """Why `evaluate_offer`, called with the same state, took nothing of `offer`, for the
+    record of a refusal: its first task's own per-unit cost here, with the margin, is not
+    below the offerer's cap for that task. The marginal cost at the load alone can be below
+    the cap while a whole task, taken at once, costs more per unit."""
+    first, cap = offer.tasks[0], offer.caps[0]
+    unit = cost.marginal_take(load, first.load)
+    return (f"taking task {first.id} ({first.load:.3f} load) at load {load:.3f} costs {unit:.3f} per unit, "
+            f"{unit * _factor(margin):.3f} with margin: not below the offered {cap:.3f}")
+
+
 def evaluate_offer(*, load: float, cost: CostFunction, offer: Offer, margin: float = DEFAULT_MARGIN) -> Acceptance:
     """The receiver's answer to `offer`, given the load it carries now.
 
@@ -209,13 +220,10 @@ def evaluate_offer(*, load: float, cost: CostFunction, offer: Offer, margin: flo
     f = _factor(margin)
     amount = 0.0
     count = 0
-    d_prev = cost.cost(load)
     for task, cap in zip(offer.tasks, offer.caps):
-        new = amount + task.load
-        d_new = cost.cost(load + new)
-        if not (d_new - d_prev) / task.load * f < cap:
+        if not cost.marginal_take(load + amount, task.load) * f < cap:
             break
-        amount, d_prev = new, d_new
+        amount += task.load
         count += 1
     if not count:
         return Acceptance(task_ids=(), load=0.0, price_floor=offer.price_max)

@@ -14,6 +14,7 @@ from bpm.costs import MM1Cost, QuadraticCost
 from bpm.negotiation import (
     Contract,
     Movement,
+    Offer,
     Task,
     after_answer,
     choose_offer,
@@ -23,6 +24,7 @@ from bpm.negotiation import (
     movements_to_end,
     settle_price,
     why_no_offer,
+    why_refused,
 )
 
 
@@ -140,6 +142,24 @@ def test_a_decision_not_to_offer_says_why() -> None:
         assert got == cause and sentence, (cause, got, sentence)
     assert "0.500" in why_no_offer(**{**state, **cases["lumpy"]})[1], "the sentence names the smallest task"
     assert choose_offer(load=0.9, tasks=small, **state) is not None, "the same state over its threshold with small tasks offers"
+
+
+def test_a_refusal_says_what_the_whole_first_task_would_cost() -> None:
+    # At load 0.5 the marginal cost (0.59) is below the offered cap (0.85), but a task of
+    # 0.23 taken at once costs about 1.1 per unit: refused, and the sentence says so.
+    cost = MM1Cost.with_threshold(0.6258, 1.0)
+    offer = Offer("c", "B", (Task("12", 0.226, "A"),), (0.851,), 0.5, 1.0)
+    assert cost.marginal(0.5) < 0.851
+    assert not evaluate_offer(load=0.5, cost=cost, offer=offer, margin=0.1).accepted
+    unit = cost.marginal_take(0.5, 0.226)
+    sentence = why_refused(load=0.5, cost=cost, offer=offer, margin=0.1)
+    assert sentence == (f"taking task 12 (0.226 load) at load 0.500 costs {unit:.3f} per unit, "
+                        f"{unit * 1.1:.3f} with margin: not below the offered 0.851")
+    assert unit * 1.1 >= 0.851
+    # A smaller task at the same load is taken: the rule the sentence states is the one applied.
+    small = Offer("c", "B", (Task("13", 0.05, "A"),), (0.851,), 0.5, 1.0)
+    assert cost.marginal_take(0.5, 0.05) * 1.1 < 0.851
+    assert evaluate_offer(load=0.5, cost=cost, offer=small, margin=0.1).accepted
 
 
 def test_offers_respect_outstanding_prices_and_task_origin() -> None:
