@@ -106,8 +106,9 @@ SHARED_SEED = 1  # of the addresses of the scanners that probe every participant
 
 @dataclass
 class DemoSettings:
-    """Knobs of the demo; with the defaults a run took 7.5 to 10.4 minutes on a 2-core machine,
-    nine of the latest ten under 10 (docs/benchmarks.md, "Demo runs").
+    """Knobs of the demo; with the defaults ten runs in a row took 7.5 to 10.4 minutes on a
+    2-core machine, nine under 10, and four later ones 7.5 to 13.5, two under 10
+    (docs/benchmarks.md, "Demo runs").
 
     Attributes:
         price: the reference price p: each agent's threshold is its load where its marginal
