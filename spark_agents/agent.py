@@ -1082,10 +1082,15 @@ class Agent:
         rising = self.host.rising()
         steady = {key: value for key, value in here.items() if key not in rising}
         mine = [o for o in offers if o["from"] == me]
-        for o in sorted((o for o in mine if o["state"] in ("accepted", "rejected") and o["decided_at"] and o["id"] not in self._answered),
-                        key=lambda o: (seconds(o["decided_at"]), o["id"])):
+        # The answers to my offers, in the order they came; an offer that expired unanswered
+        # counts from its expiry (the partner goes after the others until it answers one).
+        def answered_at(o: dict) -> float:
+            return seconds(o["expires_at"] if o["state"] == "expired" else o["decided_at"])
+
+        for o in sorted((o for o in mine if (o["state"] == "expired" or o["state"] in ("accepted", "rejected") and o["decided_at"])
+                         and o["id"] not in self._answered), key=lambda o: (answered_at(o), o["id"])):
             self._answered.add(o["id"])
-            self.machine.handle(Answered(o["to"], o["state"] == "accepted", seconds(o["decided_at"])))
+            self.machine.handle(Answered(o["to"], o["state"] == "accepted", answered_at(o), expired=o["state"] == "expired"))
         return View(
             now_s=now,
             load=load,

@@ -135,9 +135,13 @@ class OfferDue:
 
 @dataclass(frozen=True, slots=True)
 class Answered:
+    """`partner` answered the offer made to it at `at_s` (`accepted` or not), or, `expired`, let it
+    expire unanswered at `at_s` (a participant settling after its own movements answers nothing)."""
+
     partner: str
     accepted: bool
     at_s: float
+    expired: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +252,9 @@ class Mechanism:
             where it no longer does (`bpm.negotiation.granularity`); None: tasks keep
             their size.
         refused: partner -> when it refused the last offer made to it (`after_answer`).
+        unanswered: partner -> when the last offer made to it expired unanswered. Offers pass such
+            a partner over as they do one that refused (`contract_order` tries it last, until it
+            answers one), but a split never counts it: it said nothing of the tasks' size.
         split_s: when it last split a task.
         refused_splits: splits made because a partner refused, since an offer of its was last
             accepted: at most `REFUSED_SPLITS` (near saturation no partner has room at any
@@ -272,6 +279,7 @@ class Mechanism:
     hysteresis: float = DEFAULT_HYSTERESIS
     fixed_cost: float | None = None
     refused: dict[str, float] = field(default_factory=dict)
+    unanswered: dict[str, float] = field(default_factory=dict)
     split_s: float = -math.inf
     refused_splits: int = 0
     refusal_split: frozenset[str] = frozenset()
@@ -295,7 +303,11 @@ class Mechanism:
                 return self._ends(now_s, load, cost, movements)
             case OfferDue(view):
                 return self._offer(view, view.load, ())
+            case Answered(partner, _, at_s, True):
+                self.unanswered[partner] = max(at_s, self.unanswered.get(partner, -math.inf))
+                return []
             case Answered(partner, accepted, at_s):
+                self.unanswered.pop(partner, None)
                 self.refused = after_answer(self.refused, partner, accepted, at_s)
                 if accepted and at_s >= self.split_s:  # an acceptance decided before the last split counts no splits after it
                     self.refused_splits = 0
@@ -343,6 +355,12 @@ class Mechanism:
     def input_ended(self) -> str | None:
         """Why its own input has ended, if it has."""
         return self.ended.get(self.name)
+
+    def passed_over(self) -> dict[str, float]:
+        """Partners that refused the last offer made to them or let it expire, with when: offers
+        try them last (`contract_order`)."""
+        return {p: max(self.refused.get(p, -math.inf), self.unanswered.get(p, -math.inf))
+                for p in self.refused.keys() | self.unanswered.keys()}
 
     def warming(self, now_s: float) -> bool:
         return now_s - max(self.started_s, self.warm_from_s) < self.warmup_s
@@ -423,7 +441,7 @@ class Mechanism:
         if view.handing_over:
             return self._wait("handing_over", "tasks of an accepted offer still run here")
         tasks = [t for t in view.offerable if t.id not in gone and not self._draining(t.origin)]
-        offer = choose_offer(load=load, cost=view.cost, tasks=tasks, contracts=view.contracts, refused_last=self.refused,
+        offer = choose_offer(load=load, cost=view.cost, tasks=tasks, contracts=view.contracts, refused_last=self.passed_over(),
                              outstanding=view.outstanding, margin=self.margin, me=self.name)
         if offer is not None:
             # The best offer left goes to a partner that refused one since the last split:

@@ -109,6 +109,21 @@ def test_overloaded_participant_sheds_until_acceptable(federation):
     assert {"offer.made", "offer.accepted", "task.received"} <= kinds
 
 
+def test_an_offer_left_to_expire_by_a_settling_partner_sends_the_next_to_the_other_partner(federation):
+    """b settles after changes of its own and answers nothing: a's offer expires, and a turns to
+    c, as after a refusal, instead of offering to b, its cheapest partner, again."""
+    operator, agents, add, clock = federation
+    a, b, c = add("a", 9), add("b", 1), add("c", 1)
+    _contract(agents, "a", "b")
+    _contract(agents, "a", "c")
+    b.machine.settle_s, b.machine.changed_s = 1e6, clock.now.timestamp()  # b's tasks keep changing
+    for _ in range(3 + int(a.config.offer_ttl_s)):
+        _round(agents, clock)
+    offers = sorted(operator.offers(), key=lambda o: o["id"])
+    assert [(o["to"], o["state"]) for o in offers[:2]] == [("b", "expired"), ("c", "accepted")], offers
+    assert a.machine.unanswered and set(a.machine.unanswered) == {"b"} and a.machine.refused_splits == 0
+
+
 def test_movement_ends_and_task_returns_with_its_checkpoint(federation):
     operator, agents, add, clock = federation
     add("a", 6)

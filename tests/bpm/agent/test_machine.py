@@ -77,6 +77,28 @@ def test_an_overloaded_participant_offers_its_smallest_tasks_to_the_cheapest_par
     assert m.handle(Period(_view(5.0)))[0].offer.partner == "b", "an acceptance forgets the refusal"
 
 
+def test_a_partner_that_lets_an_offer_expire_goes_last_until_it_answers_and_no_split_counts_it():
+    """A partner settling after its own movements answers nothing; the offer expires. The next
+    offer goes to another partner, as after a refusal, but the tasks were not found too large:
+    with every partner passed over by expiry the offerer offers again, it does not split."""
+    m = Mechanism("a", fixed_cost=0.005)
+    shares = _shares({"0": 0.48, "1": 0.48})
+    [first] = m.handle(Period(_view(0.0, offerable=shares)))
+    assert isinstance(first, MakeOffer) and first.offer.partner == "b"
+    m.handle(Answered("b", False, 20.0, expired=True))
+    [second] = m.handle(Period(_view(21.0, offerable=shares)))
+    assert isinstance(second, MakeOffer) and second.offer.partner == "c", "b let the offer expire: c is tried"
+    m.handle(Answered("c", False, 41.0, expired=True))
+    [third] = m.handle(Period(_view(42.0, offerable=shares)))
+    assert isinstance(third, MakeOffer) and third.offer.partner == "b", "the older expiry first; an expiry is no refusal"
+    assert m.refused == {} and m.refused_splits == 0
+    m.handle(Answered("b", False, 43.0))
+    [fourth] = m.handle(Period(_view(44.0, offerable=shares)))
+    assert isinstance(fourth, MakeOffer) and fourth.offer.partner == "c", "b refused now: c, whose offer expired earlier, is tried"
+    m.handle(Answered("c", True, 45.0))
+    assert m.unanswered == {} and m.passed_over() == {"b": 43.0}, "an answer supersedes the partner's expiry"
+
+
 def test_a_participant_with_room_accepts_part_of_an_offer_at_a_settled_price_and_refuses_one_without_contract():
     m = Mechanism("b")
     offer = Offer("1", "a", tuple(Task(f"t{i}", 0.12) for i in range(5)), (1.2,) * 5, 1.0, 1.2)
