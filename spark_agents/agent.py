@@ -1091,6 +1091,8 @@ class Agent:
                          and o["id"] not in self._answered), key=lambda o: (answered_at(o), o["id"])):
             self._answered.add(o["id"])
             self.machine.handle(Answered(o["to"], o["state"] == "accepted", answered_at(o), expired=o["state"] == "expired"))
+            if o["state"] == "expired":
+                self.note("offer.expired", f"my offer #{o['id']} to {o['to']} expired unanswered: my next offers try my other partners first, until {o['to']} answers one")
         return View(
             now_s=now,
             load=load,

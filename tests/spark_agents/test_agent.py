@@ -122,6 +122,8 @@ def test_an_offer_left_to_expire_by_a_settling_partner_sends_the_next_to_the_oth
     offers = sorted(operator.offers(), key=lambda o: o["id"])
     assert [(o["to"], o["state"]) for o in offers[:2]] == [("b", "expired"), ("c", "accepted")], offers
     assert a.machine.unanswered and set(a.machine.unanswered) == {"b"} and a.machine.refused_splits == 0
+    assert [r.message for r in a.records if r.kind == "offer.expired"] == [
+        f"my offer #{offers[0]['id']} to b expired unanswered: my next offers try my other partners first, until b answers one"]
 
 
 def test_movement_ends_and_task_returns_with_its_checkpoint(federation):
