@@ -102,6 +102,8 @@ def demo(
         with Live(console=console, refresh_per_second=2, transient=False) as live:
             runner = make(view=lambda state: live.update(render(state)), say=lambda msg: live.console.print(stamped(msg), markup=False, highlight=False))
             report = _run(runner)
+        if not console.is_terminal:
+            console.line()  # to a file or pipe the view's last state ends without one
     folder = write_report(report, report_dir, runner.t0)
     if as_json:
         typer.echo(json.dumps({k: v for k, v in report.items() if k not in ("timeline", "cpu")}))
