@@ -106,8 +106,9 @@ SHARED_SEED = 1  # of the addresses of the scanners that probe every participant
 
 @dataclass
 class DemoSettings:
-    """Knobs of the demo; with the defaults ten runs in a row took 7.5 to 10.4 minutes on a
-    2-core machine, nine under 10, and four later ones 7.5 to 13.5, two under 10
+    """Knobs of the demo; with the defaults thirteen runs took 7.1 to 12.5 minutes on a
+    2-core machine, twelve under 10 with every phase as meant, the last ten in a row, and on
+    a day the machine ran the tasks slower five took 8.9 to 13.1, two as meant
     (docs/benchmarks.md, "Demo runs").
 
     Attributes:
