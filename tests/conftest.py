@@ -4,10 +4,52 @@ from __future__ import annotations
 
 import os
 import socket
+import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 
 from spark_agents.broker.server import free_port  # noqa: F401 - the suite's one way to pick a port
+
+T = TypeVar("T")
+
+
+def missing(what: str) -> None:
+    """What a test needs is not on this machine: a skip on a developer's machine, a failure
+    under CI (`CI` set), where the project's own scripts install everything a test needs."""
+    if os.environ.get("CI"):
+        pytest.fail(f"required here (CI is set): {what}")
+    pytest.skip(what)
+
+
+def requires(reason: str | None, what: str) -> pytest.MarkDecorator:
+    """Mark a test as needing something the machine may lack: `reason` says why it cannot be
+    had here (None: it can). Such a test is skipped on a developer's machine and fails under
+    CI (`pytest_runtest_setup`), never skipped silently there."""
+    return pytest.mark.requires(reason=reason, what=what)
+
+
+def pytest_runtest_setup(item):
+    for mark in item.iter_markers("requires"):
+        if mark.kwargs["reason"] is not None:
+            missing(f"{mark.kwargs['what']}: {mark.kwargs['reason']}")
+
+
+def wait_until(condition: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.05) -> T:
+    """The first truthy value `condition` returns, polled every `interval_s`; AssertionError
+    naming `what` (and the last value) once `timeout_s` has passed. The suite's one way to
+    wait for a state or an event: a check that something did not happen waits for the event
+    after which it would have happened, then looks, instead of sleeping."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what}: not within {timeout_s:g} s (last: {value!r})")
+        time.sleep(interval_s)
+
 
 POSTGRES_URL = os.environ.get("BPM_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
@@ -30,9 +72,9 @@ def require_postgres() -> str:
     run ends: another run on the same machine (another checkout's tests) can then not empty
     the database under this one's tests. Without the right to create one, the URL's own."""
     if not postgres_reachable():
-        if os.environ.get("CI") or os.environ.get("BPM_TEST_POSTGRES_URL"):
+        if os.environ.get("BPM_TEST_POSTGRES_URL"):
             pytest.fail(f"PostgreSQL is required here but {POSTGRES_URL} is unreachable")
-        pytest.skip("no PostgreSQL server at 127.0.0.1:5432")
+        missing(f"a PostgreSQL server at {POSTGRES_URL}")
     if not _RUN_DATABASE:
         _RUN_DATABASE.append(_create_run_database())
     return _RUN_DATABASE[0]

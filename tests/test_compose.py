@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import missing
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -20,9 +22,7 @@ SECRETS = {"BPM_ADMIN_KEY": "op-key", "BPM_DB_PASSWORD": "db-password", **{f"BPM
 
 def _compose_config(env: dict) -> subprocess.CompletedProcess:
     if shutil.which("docker-compose") is None:
-        if os.environ.get("CI"):
-            pytest.fail("docker-compose is missing; scripts/install-system-deps.sh installs it")
-        pytest.skip("docker-compose not installed")
+        missing("docker-compose: scripts/install-system-deps.sh installs it")
     clean = {k: v for k, v in os.environ.items() if k not in SECRETS}
     return subprocess.run(["docker-compose", "config", "-q"], cwd=ROOT, env={**clean, **env}, capture_output=True, text=True, timeout=60)
 
@@ -178,6 +178,7 @@ def test_participants_run_the_demos_agent_settings():
 
 
 @pytest.mark.slow
+@pytest.mark.full
 def test_the_federation_services_run_as_local_processes_and_move_load(tmp_path):
     """Registry (PostgreSQL), replayers and participants a, b, c with their compose commands
     and environment as local processes on 127.0.0.x, each participant under its service's CPU

@@ -47,7 +47,9 @@ def _seed(url: str, admin_key: str) -> dict[str, str]:
         return keys
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+# The CI tier fuzzes the registry on SQLite; the second tier on PostgreSQL too (the hostile-input
+# and concurrency tests run on both databases in either tier).
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.full)])
 def fuzzed_registry(request, tmp_path_factory):
     """A served registry on one database, seeded, and the tally of its run, printed at the end."""
     tally = Tally()

@@ -13,8 +13,9 @@ from spark_agents.broker.server import NatsServer, User
 from spark_agents.broker.stream import Broker
 from spark_agents.correlation import ALERTS, Endpoint, alerts_reader, ensure_streams, follow, parse_alerts, share_alerts
 from spark_agents.network import HostNetwork
+from tests.conftest import requires
 
-needs_namespaces = pytest.mark.skipif(HostNetwork.available() is not None, reason=f"cannot make network namespaces here: {HostNetwork.available()}")
+needs_namespaces = requires(HostNetwork.available(), "network namespaces (root, iproute2)")
 
 
 def body(**fields) -> bytes:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from spark_agents.hosts import CgroupLayout, CpuHosts, CpuMeter, Hosts, Throttling, cpu_layout, cpu_quota, own_cgroup, quota_of, remove_stale, throttling_of
+from tests.conftest import requires
 
 V1_MOUNTINFO = """\
 30 25 0:26 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
@@ -80,10 +81,11 @@ def test_throttling_is_read_in_either_layout(tmp_path):
     assert throttling_of(v2, 1) is None, "v1 names its wait throttled_time"
 
 
-needs_cgroups = pytest.mark.skipif(CpuHosts.available() is not None, reason=f"cannot make CPU cgroups here: {CpuHosts.available()}")
+needs_cgroups = requires(CpuHosts.available(), "CPU cgroups (root)")
 
 
 @needs_cgroups
+@pytest.mark.serial
 def test_a_participant_runs_under_its_quota_and_reads_it_as_its_capacity():
     """A process started in a host of 0.3 CPU, spinning for 2 s, reads 0.3 as its capacity and
     gets about 0.6 s of CPU; its child (as the Spark JVM is the agent's) is in the host too."""
@@ -145,6 +147,7 @@ def _procs(folder: Path) -> list[int]:
 
 
 @needs_cgroups
+@pytest.mark.serial
 def test_spark_s_python_processes_of_a_participant_run_first_within_its_quota(tmp_path):
     """`python_first` in a participant's host gives an interpreter that runs in the host's
     `python` cgroup, weighted above `main`; elsewhere one that stays where it is."""
@@ -189,6 +192,7 @@ def test_spark_s_python_imports_the_installed_pyspark_not_spark_s_zips(tmp_path)
     assert ".zip" not in imported and path == "/elsewhere"
 
 
+@pytest.mark.serial
 def test_a_process_put_behind_the_agent_and_what_it_starts_later_have_the_lower_priority():
     """`lower_priority` reaches every thread of the process, and what it starts afterwards
     inherits it: the Spark driver's later threads and Python workers run behind the agent."""
@@ -218,6 +222,7 @@ def test_a_process_put_behind_the_agent_and_what_it_starts_later_have_the_lower_
 
 
 @needs_cgroups
+@pytest.mark.serial
 def test_the_meter_finds_a_host_that_spins_throttled_and_an_idle_one_not():
     """Measured from when both processes have started (a Python start-up under 0.2 CPU is
     held back too: on a busy machine it took b's share to 0.19 over the whole run)."""
@@ -251,6 +256,7 @@ def test_the_meter_finds_a_host_that_spins_throttled_and_an_idle_one_not():
 
 
 @needs_cgroups
+@pytest.mark.serial
 def test_a_hosts_quota_changes_while_it_runs(tmp_path):
     """The demo's hosts start their JVMs and tasks under a larger quota, then get their
     capacity (`Hosts.set_cpus`); a host without a quota keeps none."""

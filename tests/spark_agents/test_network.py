@@ -12,9 +12,10 @@ import pytest
 
 from spark_agents.hosts import CpuHosts, Hosts
 from spark_agents.network import HostNetwork, free_subnet, ip
+from tests.conftest import requires
 
 PORT = 8123
-needs_namespaces = pytest.mark.skipif(HostNetwork.available() is not None, reason=f"cannot make network namespaces here: {HostNetwork.available()}")
+needs_namespaces = requires(HostNetwork.available(), "network namespaces (root, iproute2)")
 
 
 def test_a_run_takes_the_first_24_that_nothing_on_the_machine_covers():
@@ -96,7 +97,8 @@ def test_without_namespaces_hosts_are_loopback_addresses_and_links_cannot_be_cut
 
 
 @needs_namespaces
-@pytest.mark.skipif(CpuHosts.available() is not None, reason=f"cannot make CPU cgroups here: {CpuHosts.available()}")
+@requires(CpuHosts.available(), "CPU cgroups (root)")
+@pytest.mark.serial
 def test_a_process_in_a_host_reads_its_quota_and_runs_on_its_address(tmp_path):
     hosts = Hosts.open("test", tmp_path)
     try:

@@ -15,8 +15,9 @@ from spark_agents.settings import AgentSettings, SettingsError, default
 
 
 def _effective(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
-    """What `bpm agent run ARGS --print-config` prints (the settings it would run with)."""
-    out = CliRunner().invoke(app, ["agent", "run", *args, "--print-config"], env=env)
+    """What `bpm agent run ARGS --print-config` prints (the settings it would run with), on a
+    terminal wide enough that an error's box does not fold a long path."""
+    out = CliRunner().invoke(app, ["agent", "run", *args, "--print-config"], env={"COLUMNS": "1000", **(env or {})})
     return out.exit_code, out.output
 
 

@@ -43,6 +43,7 @@ def wait_for_port(address: str, port: int, proc: subprocess.Popen, timeout_s: fl
 
 @pytest.mark.slow
 @pytest.mark.timeout(420)
+@pytest.mark.full
 def test_tasks_run_on_a_spark_worker_in_another_host(tmp_path):
     hosts, server = Hosts.open("cluster", tmp_path / "hosts", cpus=False), None
     try:

@@ -1,5 +1,7 @@
 """Priming a driver: the tasks' query over generated rows, then nothing left behind."""
 
+import pytest
+
 from spark_agents.broker.source import parse
 from spark_agents.warmup import BATCHES, PARAMS, ROWS_PER_BATCH, prime, rows
 
@@ -26,6 +28,7 @@ def test_priming_runs_the_query_batch_after_batch_emits_alerts_and_leaves_nothin
     assert again["batches"] >= BATCHES and again["alerts"] > 0, again
 
 
+@pytest.mark.serial
 def test_the_first_queries_benchmark_measures_each_query_s_cpu_after_priming(spark, tmp_path):
     from spark_agents.benchmarks import first_queries
 

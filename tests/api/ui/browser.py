@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import pytest
+from tests.conftest import missing
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Headless and quiet: no sandbox (containers), no GPU, and nothing that phones home.
@@ -26,10 +25,7 @@ def require_chromium() -> Path:
     """Chromium's path; a skip on a machine without it, a failure in CI where it must be installed."""
     if CHROMIUM.exists():
         return CHROMIUM
-    message = f"{CHROMIUM} is missing: run scripts/install-browser.sh"
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
+    missing(f"{CHROMIUM}: run scripts/install-browser.sh")
 
 
 def launch(playwright):

@@ -17,6 +17,7 @@ def png_size(data: bytes) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
+@pytest.mark.full
 def test_capture_saves_every_view_at_laptop_size(tmp_path, browser):
     saved = capture(tmp_path, browser)
     assert sorted(p.name for p in saved) == sorted(["ui-signin.png", *(name for name, *_ in SHOTS)])

@@ -92,6 +92,8 @@ def test_both_sessions_get_the_retention_asked_for():
 
 
 @pytest.mark.slow
+@pytest.mark.serial
+@pytest.mark.full
 def test_tasks_move_back_and_forth_between_two_processes_without_losing_or_duplicating_results(tmp_path):
     bpm = str(Path(sys.executable).with_name("bpm"))
     args = [bpm, "bench", "move", "--json", "--moves", "3", "--warmup", "1", "--age", "0", "--timeout", "480",

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full]
 
 
 def _processes_mentioning(text: str) -> list[str]:

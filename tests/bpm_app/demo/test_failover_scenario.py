@@ -10,10 +10,10 @@ from bpm_app.demo.failover import FailoverDemo
 from bpm_app.demo.report import write_report
 from bpm_app.demo.run import DemoSettings
 from spark_agents.network import HostNetwork
-from tests.conftest import free_port
+from tests.conftest import free_port, requires
 
-pytestmark = pytest.mark.slow
-needs_namespaces = pytest.mark.skipif(HostNetwork.available() is not None, reason=f"cannot make network namespaces here: {HostNetwork.available()}")
+pytestmark = [pytest.mark.slow, pytest.mark.full]
+needs_namespaces = requires(HostNetwork.available(), "network namespaces (root, iproute2)")
 
 
 def run_scenario(tmp_path, **kw):

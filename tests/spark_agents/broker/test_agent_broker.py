@@ -136,6 +136,7 @@ def spark_hosts(spark, tmp_path):
             host.host.close(stop_tasks=True)
 
 
+@pytest.mark.full
 def test_a_task_over_the_broker_moves_between_agents_that_share_no_folder_and_writes_each_result_once(tmp_path, own_brokers, spark):
     broker = own_brokers["a"]
     params = QueryParams(window_s=10, lateness_s=5)

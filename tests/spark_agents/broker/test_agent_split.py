@@ -43,6 +43,7 @@ def _as_task(record: dict) -> Task:
     return Task(str(record["id"]), 0.1, record["origin"], groups=key_groups(record))
 
 
+@pytest.mark.full
 def test_an_agent_splits_a_task_moves_a_half_and_merges_the_halves_with_each_window_once(tmp_path, own_brokers, spark):
     broker = own_brokers["a"]
     params = QueryParams(window_s=10, lateness_s=5)

@@ -119,6 +119,8 @@ def test_bpm_bench_source_reads_the_same_rows_from_both_sources(spark):
     assert result["batch_ratio"] == pytest.approx(result["jetstream_batch_rows_per_s"] / result["file_batch_rows_per_s"], rel=1e-3)
 
 
+@pytest.mark.serial
+@pytest.mark.full
 def test_bpm_bench_overhead_runs_both_variants_over_the_broker_stream(spark):
     import json
 
@@ -134,6 +136,8 @@ def test_bpm_bench_overhead_runs_both_variants_over_the_broker_stream(spark):
     assert result["ratio"] == pytest.approx(result["instrumented_rows_per_s"] / result["bare_rows_per_s"], rel=1e-3)
 
 
+@pytest.mark.serial
+@pytest.mark.full
 def test_bpm_bench_load_model_runs_its_levels_over_shares_of_one_broker_stream(spark):
     import json
 
@@ -155,6 +159,8 @@ def test_bpm_bench_load_model_runs_its_levels_over_shares_of_one_broker_stream(s
     assert result["goal_met"] in (True, False) and "prediction_interpolated" in result
 
 
+@pytest.mark.serial
+@pytest.mark.full
 def test_bpm_bench_fixed_cost_runs_levels_of_tasks_over_the_same_rows_and_fits_a_line(spark, tmp_path):
     import json
 

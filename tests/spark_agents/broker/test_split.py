@@ -76,6 +76,7 @@ def test_a_stream_whose_input_has_ended_hands_no_key_groups_over(nats_server, br
 
 
 @pytest.mark.slow
+@pytest.mark.full
 def test_a_task_split_with_a_half_moved_and_merged_back_gives_the_plain_computation_s_rows(spark, nats_server, broker, tmp_path):
     server, owner = nats_server
     params = QueryParams()

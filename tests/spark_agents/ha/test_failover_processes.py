@@ -24,12 +24,13 @@ from spark_agents.ha.fence import FencedSink
 from spark_agents.host import TaskHost
 from spark_agents.network import HostNetwork
 from spark_agents.pipeline import run_pipeline
+from tests.conftest import requires
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full]
 
 SETTINGS = HASettings(rate=60.0, warmup_s=2.0, measure_s=4.0, after_s=4.0, timeout_s=400.0, step_timeout_s=180.0, cut_s=8.0)
 NO_HOSTS = HostNetwork.available()
-needs_hosts = pytest.mark.skipif(NO_HOSTS is not None, reason=f"a partition needs network namespaces: {NO_HOSTS}")
+needs_hosts = requires(NO_HOSTS, "network namespaces for a partition (root, iproute2)")
 
 
 @pytest.fixture(scope="module")
