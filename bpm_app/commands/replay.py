@@ -72,7 +72,8 @@ def replay_command(
         fail(exc)
     target, where = BrokerStream(broker, located.participant), f"{located.participant}'s stream at {located.url}"
     recorded, stats = read_input(files, err)
-    conns = list(amplified(recorded, amplify))
+    conns = amplified(recorded, amplify)  # copied as they are fed, never all held at once
+    total = len(recorded) * amplify
     params = QueryParams(window_s=window, lateness_s=lateness)
     feeder = Feeder(target, params, fed_groups)
     stop = threading.Event()
@@ -91,11 +92,11 @@ def replay_command(
         threading.Thread(target=more_from_stdin, name="feed-from-stdin", daemon=True).start()
     fed: list = []
     with progress("rows", console=err, say=say if log_format == LogFormat.json else None) as steps:
-        bar = steps.add("replaying", len(conns))
+        bar = steps.add("replaying", total)
         replay(feeder, conns, rate, speedup, flush_interval, stop=stop, on_flush=lambda done: steps.update(bar, completed=done), fed=fed)
     if not feeder.closed:
         feeder.close()
-        say(f"stopped after {len(fed)} rows fed of {len(conns)}; the stream is closed")
+        say(f"stopped after {len(fed)} rows fed of {total}; the stream is closed")
     if fed_log is not None:
         from bpm.zeek.conn import write_tsv
 

@@ -56,8 +56,10 @@ import dataclasses
 import time
 from collections.abc import Callable
 
+from bpm.federation.views import AgreedTerms
+from bpm_app.demo.faults import KINDS as FAULTS
+from bpm_app.demo.faults import Fault
 from bpm_app.demo.run import Demo, DemoSettings, Member, Phase
-from bpm.federation.views import AgreedTerms, seconds
 
 # A owns every task; B and C only take load, so killing B loses no input of its own.
 FAILOVER_MEMBERS = (
@@ -78,12 +80,14 @@ PARTITION_MEMBERS = (
 )
 CORRELATOR = "a"
 SHARED_SCANNERS = 2
-# crash: B's host killed; cut: cut off from every host; registry: cut off from the registry's host only.
-FAULTS = ("crash", "cut", "registry")
 
 
 class FailoverDemo(Demo):
-    """The failover scenario on the phases scenario's federation (see the module text)."""
+    """The failover scenario on the phases scenario's federation (see the module text).
+
+    Attributes:
+        fault: B's fault (`bpm_app.demo.faults.Fault`).
+    """
 
     def __init__(self, settings: DemoSettings, view: Callable[[dict], None] | None = None, say: Callable[[str], None] = print,
                  ha_mode: str = "passive_standby", recover_timeout_s: float = 120.0, fault: str = "crash",
@@ -98,13 +102,7 @@ class FailoverDemo(Demo):
         self._members = {m.name: m for m in self.members}
         self.ha_mode = ha_mode
         self.recover_timeout_s = recover_timeout_s
-        self.killed_at: float | None = None
-        self.lost_tasks: list[str] = []
-        self.recovered: list[dict] = []  # tasks whose movement ended as their host died: restarted from their copy
-        self.fault = fault
-        self.cut_s = cut_s  # how long B stays cut off (from the cut; at least until its tasks recovered elsewhere)
-        self.healed: dict | None = None
-        self.registry_cut: dict | None = None
+        self.fault = Fault(self, VICTIM, fault, ha_mode=ha_mode, cut_s=cut_s)
 
     def _contracts(self, member: Member) -> list[AgreedTerms]:
         """The phases scenario's contracts, each with the HA mode."""
@@ -116,10 +114,8 @@ class FailoverDemo(Demo):
             state = super().poll()
         finally:
             self.view = view
-        with self.fed.operator() as operator:
-            state["failovers"] = operator.failovers()
-            state["replicas"] = operator.replicas()
-        state["killed"] = None if self.killed_at is None else {"participant": VICTIM, "t": round(self.killed_at - self.t0, 1), "fault": self.fault}
+        at = self.fault.at
+        state["killed"] = None if at is None else {"participant": VICTIM, "t": round(at - self.t0, 1), "fault": self.fault.kind}
         if self.s.correlate:
             state["correlation"] = self._correlation_status()
         if self.view:
@@ -131,9 +127,10 @@ class FailoverDemo(Demo):
     def run(self) -> dict:
         s = self.s
         names = [m.name for m in self.members]
+        fault = self.fault
         try:
             self._open_hosts()
-            if self.fault != "crash" and self.fed.hosts.net is None:
+            if fault.kind != "crash" and self.fed.hosts.net is None:
                 raise RuntimeError("a partition needs hosts with networks of their own (run as root on Linux, with iproute2)")
             self.fed.start_registry()
             self.say(f"registry on {self.fed.registry_url} (admin UI at {self.fed.registry_url}/, operator key {self.fed.admin_key})")
@@ -141,149 +138,34 @@ class FailoverDemo(Demo):
             self._setup_first(list(self.members), measured=["a"])
             self._phase("1 A carries every task", names, until=None, hold_s=0, warm=names)
             self._phase("2 A sheds load to B and C", names, hold_s=s.settle_s)
-            self._kill_when_copied()
-            if self.fault == "registry":
-                self._ride_out()
-                self._heal()
+            self.drive(fault.strike_when_copied())
+            if fault.kind == "registry":
+                self._stepped_phase(f"3 {VICTIM}'s link to the registry is cut: {VICTIM} goes on processing", ["a", "b", "c"], fault.ride_out())
+                self.drive(fault.heal())
                 self._phase("4 B is heard from again", names, hold_s=s.settle_s)
-            elif self.fault == "cut":
-                self._recover()
-                self._heal()
+            elif fault.kind == "cut":
+                self._stepped_phase(f"3 {VICTIM}'s host is cut off: detection and failover", ["a", "c"], fault.recover(self.recover_timeout_s))
+                self.drive(fault.heal())
                 self._phase("4 B is back", names, hold_s=s.settle_s)
             else:
-                self._recover()
+                self._stepped_phase(f"3 {VICTIM}'s host crashed: detection and failover", ["a", "c"], fault.recover(self.recover_timeout_s))
                 self._phase("4 the federation runs on without B", ["a", "c"], hold_s=s.settle_s)
             return self._finish_failover()
         finally:
             self.fed.close()
 
-    def _kill_when_copied(self, timeout_s: float = 120.0) -> None:
-        """Wait until B hosts moved tasks whose replicas hold a copy (or, without replicas, just hosts), then crash B's host."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            state = self.poll()
-            hosted = [t for t in state["tasks"] if t["host"] == VICTIM and t["origin"] != VICTIM]
-            synced = {r["task_id"] for r in state["replicas"] if r["state"] == "active" and r["synced_at"]}
-            copied = hosted and (self.ha_mode not in ("passive_standby",) or all(t["id"] in synced for t in hosted))
-            if copied or (hosted and time.monotonic() > deadline):
-                break
-            if time.monotonic() > deadline + timeout_s:
-                raise TimeoutError(f"{VICTIM} hosted no moved task within {2 * timeout_s:.0f} s; see {self.s.workdir / 'logs'}")
-            time.sleep(self.s.poll_s)
-        self.lost_tasks = [f"{t['origin']}.{t['name']}" for t in hosted]
-        self.killed_at = time.time()
-        if self.fault == "cut":
-            self.say(f"{VICTIM}'s host is cut off from every other host (a network partition) while it hosts {', '.join(self.lost_tasks)}")
-            self.fed.hosts.cut(VICTIM)
-        elif self.fault == "registry":
-            self.say(f"{VICTIM}'s host is cut off from the registry only (it still reaches A and C) while it hosts {', '.join(self.lost_tasks)}")
-            self.fed.hosts.cut_link(self.fed.REGISTRY, VICTIM)
-        else:
-            self.say(f"{VICTIM}'s host crashes (every process in it killed at once) while it hosts {', '.join(self.lost_tasks)}")
-            self.fed.hosts.crash(VICTIM)
-
-    def _heal(self, timeout_s: float = 120.0) -> None:
-        """Heal B's link once it has been cut off `cut_s`; wait until B is heard from again and
-        runs none of the tasks it lost (with `fault="registry"`: still runs every task it hosted)."""
-        time.sleep(max(0.0, self.killed_at + self.cut_s - time.time()))
-        if self.fault == "registry":
-            self.fed.hosts.heal_link(self.fed.REGISTRY, VICTIM)
-        else:
-            self.fed.hosts.heal(VICTIM)
-        healed_at = time.time()
-        self.say(f"{VICTIM}'s link heals after {healed_at - self.killed_at:.0f} s")
-        heard = stopped = None
-        events: list[dict] = []
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and (heard is None or stopped is None):
-            self.poll()
-            with self.fed.operator() as operator:
-                events = operator.events(kind="participant.healed", limit=10)
-            if heard is None and any(e["subject"] == VICTIM for e in events):
-                heard = time.time()
-                self.say(f"  {VICTIM} is heard from again {heard - healed_at:.1f} s after the heal")
-            running = self._running().get(VICTIM)
-            if self.fault == "registry":
-                if heard is not None and running is not None and set(self.lost_tasks) <= set(running):
-                    stopped = time.time()  # nothing to stop: it kept them
-                    self.say(f"  {VICTIM} still runs every task it hosted ({stopped - healed_at:.1f} s after the heal)")
-            elif heard is not None and running is not None and not set(running) & (set(self.lost_tasks) - self._moved_back()):
-                stopped = time.time()
-                back = sorted(set(running) & set(self.lost_tasks))  # here only tasks moved back to it
-                self.say(f"  {VICTIM} runs none of the tasks it lost ({stopped - healed_at:.1f} s after the heal)"
-                         + (f"; {', '.join(back)} moved back to it since, at a later epoch" if back else ""))
-            time.sleep(self.s.poll_s)
-        after = "ran_its_tasks_after_s" if self.fault == "registry" else "stopped_lost_tasks_after_s"
-        self.healed = {
-            "at_s": round(healed_at - self.t0, 1),
-            "heard_after_s": None if heard is None else round(heard - healed_at, 1),
-            after: None if stopped is None else round(stopped - healed_at, 1),
-            "events": [e["message"] for e in events if e["subject"] == VICTIM],
-        }
-        if self.fault == "cut":
-            self.healed["moved_back"] = sorted(self._moved_back())
-
-    def _moved_back(self) -> set[str]:
-        """The tasks B lost that the registry has since given back to it by a movement (at an
-        epoch past the failover's): B runs those again, under the new epoch, legitimately (A,
-        loaded with what it took over, may offer one back to B as soon as B is heard from)."""
-        failed_over = {}
-        for f in self.state.get("failovers", []):
-            if f.get("kind", "failover") == "failover" and f["from_host"] == VICTIM:
-                failed_over[f["task_id"]] = max(failed_over.get(f["task_id"], 0), f["to_epoch"])
-        return {f"{t['origin']}.{t['name']}" for t in self.state.get("tasks", [])
-                if t["id"] in failed_over and t["host"] == VICTIM and t["epoch"] > failed_over[t["id"]]}
-
-    def _ride_out(self) -> None:
-        """Phase 3 under a cut of B's link to the registry only: for `cut_s`, watch that nothing
-        of B's is failed over and that B goes on running what it hosts; A's agent notes that B
-        answers it directly."""
-        phase = Phase(f"3 {VICTIM}'s link to the registry is cut: {VICTIM} goes on processing", time.time() - self.t0)
+    def _stepped_phase(self, name: str, names: list[str], steps) -> Phase:
+        """A phase that lasts as long as `steps` (the fault's), its loads those of `names` at its end."""
+        phase = Phase(name, time.time() - self.t0)
         self.phases.append(phase)
-        self.say(f"phase: {phase.name}")
-        polls = kept = 0
-        silent = False
-        while time.time() < self.killed_at + self.cut_s:
-            state = self.poll()
-            polls += 1
-            running = self._running().get(VICTIM) or {}
-            kept += set(self.lost_tasks) <= set(running)
-            silent = silent or any(p["name"] == VICTIM and p["status"] == "failed" for p in state["participants"])
-            phase.loads, phase.thresholds = self._measured(state, ["a", "b", "c"])
-            time.sleep(self.s.poll_s)
-        phase.ended_s = time.time() - self.t0
-        failovers = [f for f in self.failover_rows(self.state.get("failovers", [])) if f["from"] == VICTIM]
-        records = (self._agent_status("a") or {}).get("records", [])
-        reachable = [r["message"] for r in records if r.get("kind") == "ha.reachable"]
-        self.registry_cut = {"polls": polls, "polls_running_every_task": kept, "registry_counted_it_failed": silent,
-                             "failovers": failovers, "origin_noted": reachable}
-        self.say(f"  {VICTIM} ran every task it hosted at {kept} of {polls} polls; {len(failovers)} failed over; "
-                 f"the registry counted it failed: {silent}; A noted: {reachable[-1] if reachable else 'nothing'}")
+        self.say(f"phase: {name}")
 
-    def _recover(self) -> None:
-        """Phase 3: poll until every task B hosted was failed over and produces output again."""
-        what = "is cut off" if self.fault == "cut" else "crashed"
-        phase = Phase(f"3 {VICTIM}'s host {what}: detection and failover", time.time() - self.t0)
-        self.phases.append(phase)
-        self.say(f"phase: {phase.name}")
-        deadline = time.monotonic() + self.recover_timeout_s
-        while time.monotonic() < deadline:
-            state = self.poll()
-            with self.fed.operator() as operator:
-                away = {f"{t['origin']}.{t['name']}" for t in operator.tasks(host=VICTIM)}
-                self.recovered = [e for e in operator.events(kind="task.recovered", limit=100)]
-            pending = [f for f in state["failovers"] if f["kind"] == "failover" and not f["completed_at"]]
-            loads, thresholds = self._measured(state, ["a", "c"])
-            phase.loads, phase.thresholds = loads, thresholds
-            # Recovered: no task left at the dead host, every failover producing output again.
-            if not away & set(self.lost_tasks) and not pending and state["failovers"]:
-                break
-            time.sleep(self.s.poll_s)
-        else:
-            self.say(f"not every task of {VICTIM} recovered within {self.recover_timeout_s:.0f} s")
+        def measure(state: dict) -> None:
+            phase.loads, phase.thresholds = self._measured(state, names)
+
+        self.drive(steps, each=measure)
         phase.ended_s = time.time() - self.t0
-        for f in self.failover_rows(self.state.get("failovers", [])):
-            self.say(f"  {f['task']}: {f['mode']} {f['from']} -> {f['to']}, detected {f['detected_s']} s after the {'kill' if self.fault == 'crash' else 'cut'}, recovered {f['recovery_s']} s after detection")
+        return phase
 
     # The correlated result (partition scenario)
 
@@ -301,6 +183,7 @@ class FailoverDemo(Demo):
 
         names = [m.name for m in self.members]
         deadline = time.monotonic() + timeout_s
+        healed = self.fault.healed
         while True:
             shared: dict[str, dict] = {}
             for name in names:
@@ -309,47 +192,23 @@ class FailoverDemo(Demo):
             with self.inputs.broker(CORRELATOR) as broker:
                 publishes = read_correlated(broker)
             figures = correlation_figures(publishes, shared, self.s.availability_bound_s, self.t0,
-                                          None if self.healed is None else self.t0 + self.healed["at_s"])
+                                          None if healed is None else self.t0 + healed["at_s"])
             if not figures["windows_not_stable"] or time.monotonic() > deadline:
                 return figures
             time.sleep(self.s.poll_s)
 
-    def failover_rows(self, records: list[dict]) -> list[dict]:
-        """The failovers as the report shows them: times relative to the kill and the demo's start."""
-        rows = []
-        for f in records:
-            if f["kind"] != "failover":
-                continue
-            detected = seconds(f["detected_at"])
-            rows.append({
-                "task": f["task"], "mode": f["mode"], "from": f["from_host"], "to": f["to_host"],
-                "epoch": f["to_epoch"], "requested_by": (f.get("details") or {}).get("requested_by"),
-                "detected_s": None if self.killed_at is None else round(detected - self.killed_at, 2),
-                "recovery_s": None if f["recovery_s"] is None else round(f["recovery_s"], 2),
-                "completed": f["completed_at"] is not None, "at_s": round(detected - self.t0, 1),
-            })
-        return rows
-
     def _finish_failover(self) -> dict:
         report = self._finish()
         records = self.state.get("failovers", [])
-        report["scenario"] = {"cut": "partition", "registry": "registry-cut"}.get(self.fault, "failover")
+        fault = self.fault.report(records)
+        report["scenario"] = {"cut": "partition", "registry": "registry-cut"}.get(self.fault.kind, "failover")
         report["ha_mode"] = self.ha_mode
-        report["killed"] = {"participant": VICTIM, "at_s": round(self.killed_at - self.t0, 1) if self.killed_at else None,
-                            "hosted": self.lost_tasks, "fault": self.fault}
-        if self.fault != "crash":
-            report["healed"] = self.healed
-        if self.fault == "registry":
-            report["registry_cut"] = self.registry_cut
+        report["killed"] = {k: fault[k] for k in ("participant", "at_s", "hosted", "fault")}
+        for key in ("healed", "registry_cut", "failovers", "repairs", "recovered_without_failover"):
+            if key in fault:
+                report[key] = fault[key]
         if report.get("correlation"):
             self.say(describe_correlation(report["correlation"]))
-        report["failovers"] = self.failover_rows(records)
-        report["recovered_without_failover"] = [{"message": e["message"], "at": e["at"]} for e in self.recovered]
-        report["repairs"] = [
-            {"task": f["task"], "at": f["to_host"], "completed": f["completed_at"] is not None,
-             "repair_of": (f.get("details") or {}).get("repair_of")}
-            for f in records if f["kind"] == "repair"
-        ]
         return report
 
 

@@ -29,6 +29,8 @@ from spark_agents.runtime import KEY_FILE
 from spark_agents.settings import AgentSettings
 
 BPM = str(Path(sys.executable).with_name("bpm"))
+# The kinds of record an agent's log line begins with that say what it decided (`Agent.note`).
+DECISION_KINDS = ("offer.", "movement.", "task.", "failover.", "ha.", "replica.", "agent.error", "contract.")
 
 
 @dataclass
@@ -136,15 +138,16 @@ class Federation:
         return generated
 
     def start_replay(self, name: str, log: Path, target: list[str], env: dict[str, str], window_s: int, lateness_s: int, speedup: float,
-                     feed: list[str], host: str | None = None) -> Path:
+                     feed: list[str], host: str | None = None, amplify: int = 1) -> Path:
         """`bpm replay` into the participant's stream (`target`: its options) at recorded time x
-        speedup, feeding the key groups of the prefixes `feed` and later those `feed_more`
-        names, in host `host` (default: the participant's); returns where the fed log will be."""
+        speedup, each connection `amplify` times from distinct sources, feeding the key groups
+        of the prefixes `feed` and later those `feed_more` names, in host `host` (default: the
+        participant's); returns where the fed log will be."""
         fed = log.with_name(f"{name}.fed.log")
         self._spawn(
             f"replay-{name}", host or name,
             [BPM, "replay", str(log), *target, "--rate", "0", "--speedup", str(speedup),
-             "--window", str(window_s), "--lateness", str(lateness_s), "--fed-log", str(fed),
+             "--window", str(window_s), "--lateness", str(lateness_s), "--fed-log", str(fed), "--amplify", str(amplify),
              *(o for prefix in feed for o in ("--feed", prefix)), "--feed-from-stdin"],
             env, stdin=subprocess.PIPE,
         )
@@ -156,13 +159,35 @@ class Federation:
         stdin.write("".join(f"{prefix}\n" for prefix in prefixes))
         stdin.flush()
 
-    def stop_replay(self, name: str, timeout_s: float = 60) -> None:
-        """Stop a replayer: it closes the stream (every window ends) and writes what it fed."""
-        process = self.processes.pop(f"replay-{name}")
+    def replaying(self, name: str) -> bool:
+        """Whether `name`'s replayer runs (it was started and not stopped)."""
+        return f"replay-{name}" in self.processes
+
+    def end_replay(self, name: str) -> subprocess.Popen:
+        """Tell `name`'s replayer to stop, without waiting: it closes the stream (every window
+        ends) and writes what it fed, then exits (`stop_replay` waits for that)."""
+        process = self.processes[f"replay-{name}"]
         _signal_group(process, signal.SIGTERM)
+        return process
+
+    def stop_replay(self, name: str, timeout_s: float = 180) -> None:
+        """Stop a replayer (`end_replay`) and wait until it has written what it fed."""
+        process = self.end_replay(name)
+        del self.processes[f"replay-{name}"]
         process.wait(timeout=timeout_s)
         if process.returncode != 0:
             raise RuntimeError(f"the replayer of {name} failed (exit {process.returncode}); see {self.workdir / 'logs' / f'replay-{name}.log'}")
+
+    def decisions(self, lines: int = 40) -> str:
+        """The tail of each agent's log as far as it records decisions (offers made, refused and
+        not made, movements, tasks started and stopped, failovers, splits): why a run ended as it
+        did, for a person reading a run that missed its goal."""
+        out = []
+        for log in sorted((self.workdir / "logs").glob("*.log")):
+            if log.stem in self.endpoints:
+                kept = [line for line in log.read_text(errors="replace").splitlines() if any(f" {k}" in line for k in DECISION_KINDS)]
+                out += [f"--- {log.name}", *kept[-lines:]]
+        return "\n".join(out)
 
     def close(self) -> None:
         """Stop every process: agents first (they stop their tasks at batch boundaries), then the registry.

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -292,6 +292,7 @@ class Demo:
         self.fed_tasks: dict[str, list[str]] = {}  # per participant, its tasks whose shares are fed, in the order fed
         self._end_us: dict[str, int | None] = {}  # per participant, the end-of-input mark its replayer wrote
         self._regrained_at: dict[tuple[int, ...], float] = {}  # the tasks a split or merge made -> when first seen
+        self.unreachable: set[str] = set()  # participants whose host a fault made unreachable (`bpm_app.demo.faults`): asked briefly
 
     # Setup
 
@@ -324,17 +325,17 @@ class Demo:
         """Start the participant's agent in its host: it registers itself and, unless `sign` is
         false, signs the contracts it agreed offline (otherwise `_sign` does, later)."""
         s = self.s
-        host = self.fed.host(member.name, s.boot_cpus if s.cpus and s.boot_cpus else s.cpus)
+        host = self.fed.host(member.name, s.boot_cpus if s.cpus and s.boot_cpus else self._cpus(member))
         inputs, env = self.inputs.agent(member.name, host.address, member.shares)
         initial = {"partitions": f"0-{member.tasks - 1}"} if member.tasks else {}
-        capacity = {"cpus": s.cpus} if host.cpus is not None else {}  # not its boot quota (`DemoSettings.boot_cpus`)
+        capacity = {"cpus": self._cpus(member)} if host.cpus is not None else {}  # not its boot quota (`DemoSettings.boot_cpus`)
         self.fed.start_agent(member.name, s.agent_port, {**inputs, **initial, **capacity, **self._agent_settings(member, contracts=sign)}, env)
 
-    def _sign(self, member: Member, timeout_s: float = 60.0) -> None:
+    def _sign(self, member: Member, partners: Collection[str] | None = None, timeout_s: float = 60.0) -> None:
         """`member` joins: it accepts, with its own key through the registry's API, the
-        proposals of the contracts it agreed offline (its partners' agents proposed them
-        once it registered)."""
-        agreed = {t.partner: t for t in self._contracts(member)}
+        proposals of the contracts it agreed offline (with `partners` only, if given; its
+        partners' agents proposed them once it registered)."""
+        agreed = {t.partner: t for t in self._contracts(member) if partners is None or t.partner in partners}
         deadline = time.monotonic() + timeout_s
         with self.fed.participant(member.name) as client:
             while agreed:
@@ -364,7 +365,12 @@ class Demo:
         self.fed_tasks[member.name] = self.inputs.tasks(member.shares)[:member.initial]
         self.fed_logs[member.name] = self.fed.start_replay(member.name, generated(), target, env, s.window_s, s.lateness_s, s.speedup,
                                                            feed=[task[1:] for task in self.fed_tasks[member.name]],
-                                                           host=self._replay_host(member))
+                                                           host=self._replay_host(member), amplify=self._amplify(member))
+
+    def _amplify(self, member: Member) -> int:
+        """How many times the participant's replayer feeds each generated connection (from
+        distinct sources): heavy traffic without generating every connection."""
+        return 1
 
     def _replay_host(self, member: Member) -> str:
         """Where the participant's traffic is replayed from: its own host (a few connections a
@@ -379,6 +385,8 @@ class Demo:
             movements = operator.movements()
             ledger = operator.ledger()
             tasks = operator.tasks()
+            failovers = operator.failovers()
+            replicas = operator.replicas()
         now = time.time() - self.t0
         for p in participants:
             if p["load"] is not None:
@@ -393,6 +401,7 @@ class Demo:
             self._regrained_at.setdefault(tuple(r["ids"]), round(now, 2))
         self.state = {"t": now, "participants": participants, "movements": movements, "ledger": ledger, "phase": self.stage or (self.phases[-1].name if self.phases else "setup"),
                       "registry": self.fed.registry_url, "hosts": self.hosts_report(), "tasks": tasks,
+                      "failovers": failovers, "replicas": replicas,
                       "regrains": [{**r, "t": self._regrained_at[tuple(r["ids"])]} for r in made]}
         if self.view:
             self.view(self.state)
@@ -449,6 +458,15 @@ class Demo:
         self.say(f"  {verdict(phase.to_json())}: loads {_fmt(phase.loads)} thresholds {_fmt(phase.thresholds)}")
         return phase
 
+    def drive(self, steps: Iterator[None], each: Callable[[dict], None] | None = None) -> None:
+        """Advance `steps` (`bpm_app.demo.faults.Fault`'s) a poll at a time until they are done,
+        calling `each` with every poll's state."""
+        for _ in steps:
+            time.sleep(self.s.poll_s)
+            state = self.poll()
+            if each is not None:
+                each(state)
+
     def _steady_s(self) -> float:
         """How long an allocation must hold to count: an agent's settling time (or two offer
         periods) and two offer periods more, long enough for every agent to have measured its
@@ -471,7 +489,7 @@ class Demo:
         the agents asked at once (a saturated one answers late, and a poll waited for each in turn)."""
 
         def ask(name: str) -> dict[str, dict] | None:
-            status = self._agent_status(name)
+            status = self._agent_status(name, timeout_s=1.0 if name in self.unreachable else 10.0)
             if status is None:
                 return None
             if status.get("warming_up") is False:
@@ -556,7 +574,9 @@ class Demo:
             self.say(f"each participant is a host of its own on {self.fed.hosts.net.subnet} (bridge {self.fed.hosts.net.bridge})")
         if self.fed.hosts.cpu is not None:
             boot = f" ({self.s.boot_cpus:g} while its JVM and its tasks start, and while they drain)" if self.s.boot_cpus else ""
-            self.say(f"each participant runs under a CPU quota of {self.s.cpus:g} CPU{boot} ({self.fed.hosts.cpu.parent})")
+            quotas = {name: self._cpus(m) for name, m in self._members.items()}
+            quota = f"{self.s.cpus:g} CPU" if len(set(quotas.values())) == 1 else ", ".join(f"{n} {q:g}" for n, q in quotas.items()) + " CPU"
+            self.say(f"each participant runs under a CPU quota of its own: {quota}{boot} ({self.fed.hosts.cpu.parent})")
 
     def hosts_report(self) -> dict:
         """Per participant: its address, its CPUs (its quota), and whether it had CPU and network of its own."""
@@ -582,7 +602,7 @@ class Demo:
         """Set each member's host to its capacity quota (`DemoSettings.boot_cpus`) once every
         one of its tasks runs, or when `timeout_s` has passed."""
         s = self.s
-        booting = {m.name: m.tasks for m in members if self.fed.hosts.hosts[m.name].cpus not in (None, s.cpus)}
+        booting = {m.name: m.tasks for m in members if self.fed.hosts.hosts[m.name].cpus not in (None, self._cpus(m))}
         if not booting:
             return
         deadline = time.monotonic() + timeout_s
@@ -590,19 +610,24 @@ class Demo:
             running = self._running()
             for name, tasks in list(booting.items()):
                 if len(running.get(name, {})) >= tasks or time.monotonic() > deadline:
-                    self.fed.hosts.set_cpus(name, s.cpus)
+                    self.fed.hosts.set_cpus(name, self._cpus(self._members[name]))
                     del booting[name]
             if booting:
                 time.sleep(s.poll_s)
                 self.poll()
-        self.say(f"the tasks have started: each host's quota is its capacity, {s.cpus:g} CPU")
+        self.say("the tasks have started: each host's quota is its capacity")
 
     def _set_quotas(self, cpus: float | None) -> None:
-        """Set the quota of every member's host that has one to `cpus` (None, or no quotas: left as they are)."""
-        if cpus and self.s.cpus:
-            for name in self._members:
+        """Set the quota of every member's host that has one to `cpus` (None: each its capacity,
+        `_cpus`; no quotas: left as they are)."""
+        if self.s.cpus:
+            for name, member in self._members.items():
                 if name in self.fed.hosts.hosts:
-                    self.fed.hosts.set_cpus(name, cpus)
+                    self.fed.hosts.set_cpus(name, cpus or self._cpus(member))
+
+    def _cpus(self, member: Member) -> float | None:
+        """`member`'s capacity: its host's CPU quota once its tasks run (None: no quotas)."""
+        return self.s.cpus
 
     # Drain and compare
 
@@ -610,13 +635,14 @@ class Demo:
         self.say("closing the input and draining every task")
         self.stage = "draining: the input is closed, every task completes its last batch (phase 4 is over)"
         for name in self.fed_logs:
-            self.fed.stop_replay(name)
+            if self.fed.replaying(name):
+                self.fed.stop_replay(name)
         queried = {name: list(self.fed_tasks[name]) for name in self.fed_logs}
         logs = {name: self._queried_input(name, log, queried[name]) for name, log in self.fed_logs.items()}
         self._end_together()
         self._set_quotas(self.s.boot_cpus)  # the phases are over: the tasks drain as they started
         self._drain(queried, timeout_s=180)
-        self._set_quotas(self.s.cpus)
+        self._set_quotas(None)
         state = self.poll()
         # while the brokers run; a split's or merge's tasks write the results of their key groups
         outputs = {name: self.inputs.outputs(name, [t["name"] for t in self._over(name, tasks)]) for name, tasks in queried.items()}
@@ -762,7 +788,7 @@ class Feeding:
     of their thresholds (in phase 3 the loads of A's, B's and C's tasks then add up to `fill`
     times their thresholds).
 
-    At each poll it feeds one more share (two while far short) while the highest load read
+    At each poll it feeds one more share (up to `step`, two by default, while far short) while the highest load read
     within a lag and what the shares fed within it will add, at what a task measures now
     (the median of the tasks running), stay below the target. A task's load shows in full
     only after its next trigger and one load window, and what a task costs varies from run
@@ -796,8 +822,8 @@ class Feeding:
         reached: whether the loads have reached the target at least once.
     """
 
-    def __init__(self, demo: Demo, name: str, names: list[str], share: float, until_held: bool = False) -> None:
-        self.demo, self.name, self.names, self.share, self.until_held = demo, name, names, share, until_held
+    def __init__(self, demo: Demo, name: str, names: list[str], share: float, until_held: bool = False, step: int = 2) -> None:
+        self.demo, self.name, self.names, self.share, self.until_held, self.step = demo, name, names, share, until_held, step
         # per task fed: when (monotonic) and the load its task read then (0 before its first batch)
         self.fed: dict[str, tuple[float, float]] = {}
         # (when, the tasks' loads) of the polls within the lag
@@ -829,7 +855,7 @@ class Feeding:
         measured = [load for key, load in loads.items() if load and key not in on_its_way]
         coming = len(on_its_way) * (statistics.median(measured) if measured else 0.0)
         spare = demo._spare_tasks(self.name)
-        count = min(2, queries_to_add(target, [total + coming], measured, len(spare)))
+        count = min(self.step, queries_to_add(target, [total + coming], measured, len(spare)))
         # The highest reading within the lag can pass the target while the participants' loads
         # stay below it most of the time, and the phase's verdict, which wants its goal to hold,
         # then never comes: in one run at 15b38a2 phase 3 ended at 1.83 against 1.89 after its
