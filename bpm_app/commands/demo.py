@@ -25,6 +25,7 @@ class Scenario(str, Enum):
     partition = "partition"
     registry_cut = "registry-cut"
     split = "split"
+    tour = "tour"
 
 
 def prepare_workdir(workdir: Path) -> None:
@@ -49,7 +50,7 @@ def demo(
     report_dir: Annotated[Path, typer.Option("--report", help="Report folder: report.json and timeline.png.")] = Path("demo-report"),
     port: Annotated[int, typer.Option(help="Registry port (the admin UI is served there too).")] = 8700,
     phase_timeout: Annotated[float, typer.Option(help="Longest wait of a phase for an acceptable allocation, seconds.")] = 240.0,
-    scenario: Annotated[Scenario, typer.Option(help="phases: the four phases of load management; failover: kill -9 of a participant hosting moved tasks, and the recovery; partition: the same participant cut off from every other host, then healed; registry-cut: cut off from the registry only, it goes on processing; split: a task too large to move is split over its key groups and a half moves.")] = Scenario.phases,
+    scenario: Annotated[Scenario, typer.Option(help="phases: the four phases of load management; failover: kill -9 of a participant hosting moved tasks, and the recovery; partition: the same participant cut off from every other host, then healed; registry-cut: cut off from the registry only, it goes on processing; split: a task too large to move is split over its key groups and a half moves; tour: every one of them on one federation (the phases on A, B and C while E splits its task and D, hosting a piece of it, is cut off from the registry, partitioned and crashed; then D joins).")] = Scenario.phases,
     ha_mode: Annotated[HAMode, typer.Option(help="The contracts' HA mode in the failover and partition scenarios.")] = HAMode.passive_standby,
     cut_for: Annotated[float, typer.Option(min=1.0, help="How long the partition and registry-cut scenarios keep the participant cut off, seconds from the cut.")] = 30.0,
     cpus: Annotated[float, typer.Option(min=0.0, help="Each participant's capacity: a CPU quota of its own (a cgroup; needs root). 0: the participants share the machine's CPUs.")] = 0.4,
@@ -64,10 +65,14 @@ def demo(
     from bpm_app.demo.report import write_report
     from bpm_app.demo.run import Demo, DemoSettings, verdict
 
-    if scenario in (Scenario.partition, Scenario.registry_cut) and not hosts:
+    if scenario in (Scenario.partition, Scenario.registry_cut, Scenario.tour) and not hosts:
         raise typer.BadParameter(f"--scenario {scenario.value} cuts a host's links: it needs --hosts")
 
     def make(**kw):
+        if scenario == Scenario.tour:
+            from bpm_app.demo.tour import Tour
+
+            return Tour(settings, **kw)
         if scenario == Scenario.split:
             from bpm_app.demo.split import SplitDemo
 
@@ -116,6 +121,9 @@ def demo(
             typer.echo(f"  {r['kind']} of {r['origin']}'s {', '.join(r['from'])} into {', '.join(r['made'])} at {r['t']:.0f} s")
         for f in report.get("failovers", []):
             typer.echo(f"  failover of {f['task']} ({f['mode']}) {f['from']} -> {f['to']}: detected {f['detected_s']} s after the fault, recovery {f['recovery_s']} s")
+        for f in report.get("faults", []):
+            typer.echo(f"  {f['participant']}'s host: {f['fault']} at {f['at_s']} s while it hosted {', '.join(f['hosted']) or 'nothing'}; "
+                       f"{len(f['failovers'])} failed over")
         if report.get("healed"):
             h = report["healed"]
             then = (f"still ran every task it hosted after {h['ran_its_tasks_after_s']} s" if "ran_its_tasks_after_s" in h

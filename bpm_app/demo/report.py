@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bpm_app.demo.run import verdict
 
-COLOURS = {"a": "tab:red", "b": "tab:blue", "c": "tab:green", "d": "tab:purple"}
+COLOURS = {"a": "tab:red", "b": "tab:blue", "c": "tab:green", "d": "tab:purple", "e": "tab:orange"}
 REGRAIN_MARKS = {"split": "D", "merge": "s"}  # on the origin's panel of the timeline
 # A host is held by its quota while a micro-batch runs and not between (a 10 s trigger, a
 # poll every 2 s): the machine's panel shows the share over a few triggers.
