@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from fastapi.testclient import TestClient
 
@@ -23,13 +25,16 @@ from tests.api.conftest import Clock
 def stepped_federation(
     tmp_path: Path, make_host: Callable[[Callable[[], float]], object], task_params: dict | None = None,
     brokers: Mapping[str, OwnBroker] | None = None, correlate: bool = False, fixed_cost: Mapping[str, float] | None = None,
+    settings: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Iterator[tuple[RegistryClient, dict[str, Agent], Callable[[str, int], Agent], Clock]]:
     """(operator, agents, add(name, tasks), clock): `add` registers a participant and connects
     its agent, whose host is `make_host(now)`; agents fetch checkpoints from each other directly.
     A participant with a broker in `brokers` runs it and has its tasks over shares of its
     stream; the others' tasks name no input. With `correlate` the agents share their alerts
     and correlate them (`AgentConfig.correlate`, an availability bound of 2 s). A participant
-    in `fixed_cost` splits and merges its tasks with that fixed cost per task (`AgentConfig.fixed_cost`)."""
+    in `fixed_cost` splits and merges its tasks with that fixed cost per task (`AgentConfig.fixed_cost`).
+    `settings` sets other fields of a participant's `AgentConfig` (by default every agent
+    trades at every tick: no period, warm-up or settling time)."""
     brokers = brokers or {}
     database_url = f"sqlite:///{tmp_path / 'registry.db'}"
     upgrade(database_url)
@@ -81,6 +86,7 @@ def stepped_federation(
                 availability_bound_s=2.0,
                 fixed_cost=(fixed_cost or {}).get(name),
             )
+            config = replace(config, **(settings or {}).get(name, {}))
             agent = Agent(config, client, make_host(now), clock=now, fetch=fetch, ask_stream=ask_stream, send_ack=send_ack,
                           ask_alerts=ask_alerts, broker=brokers.get(name))
             agents[name] = agent
