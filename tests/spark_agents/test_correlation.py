@@ -13,7 +13,7 @@ from spark_agents.broker.server import NatsServer, User
 from spark_agents.broker.stream import Broker
 from spark_agents.correlation import ALERTS, Endpoint, alerts_reader, ensure_streams, follow, parse_alerts, share_alerts
 from spark_agents.network import HostNetwork
-from tests.conftest import requires
+from tests.conftest import requires, wait_until
 
 needs_namespaces = requires(HostNetwork.available(), "network namespaces (root, iproute2)")
 
@@ -263,13 +263,11 @@ def test_a_restarted_correlator_goes_on_from_the_versions_it_published(tmp_path)
             share_alerts(broker, name, (0, 60), ["10.0.0.1"])  # both begin sharing here
         share_alerts(a, "a", w, ["10.0.0.1", "10.0.0.2"])
 
-        def run_until(done, bound_s, timeout_s=20.0):
+        def run_until(done, bound_s, what, timeout_s=20.0):
             live = LiveCorrelator("a", Endpoint(a_server.url, "a", "pa"), window_s=60, bound_s=bound_s, poll_s=0.05).start()
             live.set_sources({"b": Endpoint(b_server.url, "a", "ra")})
             try:
-                deadline = time.monotonic() + timeout_s
-                while not done() and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                wait_until(lambda: done(live), timeout_s, what)
                 return live
             finally:
                 live.close()
@@ -277,13 +275,14 @@ def test_a_restarted_correlator_goes_on_from_the_versions_it_published(tmp_path)
         def versions():
             return [(p.window, p.version, p.stable) for p in read_correlated(a)]
 
-        first = run_until(lambda: ((60, 120), 1, False) in versions(), bound_s=0.5)
+        first = run_until(lambda live: ((60, 120), 1, False) in versions(), 0.5, "W published tentative")
         assert versions() == [((0, 60), 1, True), (w, 1, False)] and first.resumed == 0
         share_alerts(b, "b", w, ["10.0.0.2"])
         # b's alerts are there when it starts: with a bound of 0.5 s a loaded machine (the CI
         # run at cd9f8f3) passed it before reading them, and published W stable without b.
-        second = run_until(lambda: len(versions()) > 2, bound_s=10.0)
-        time.sleep(1.0)  # anything it would publish twice would be here by now
+        # Until W is stable and no window is left open: the correlator has nothing more to
+        # publish, so what it published twice is in the stream by then.
+        second = run_until(lambda live: len(versions()) > 2 and live.status()["open_windows"] == 0, 10.0, "W published stable, nothing open")
         assert versions() == [((0, 60), 1, True), (w, 1, False), (w, 2, True)]
         assert second.resumed == 2 and second.status()["resumed"] == 2
         rows = {(r.window_start, r.source) for p in read_correlated(a) for r in p.added} - {
@@ -326,11 +325,12 @@ def test_a_partner_that_cannot_be_asked_yet_is_waited_for_and_one_that_shares_no
             def versions():
                 return [(p.window, p.version, p.stable, p.missing) for p in read_correlated(correlation.owner)]
 
-            deadline = time.monotonic() + 20.0
-            while not versions() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            time.sleep(1.0)  # past the bound: anything published without b would be here by now
+            wait_until(lambda: versions() and correlation.status()["published"] == 1, 20.0, "W published")
+            # Published past the bound, tentative, and still open: the correlator waits for b's
+            # alerts before it publishes W again (a window it no longer waits for is closed).
             assert versions() == [(w, 1, False, ("b",))], "W waits for b, tentative, and not for d"
+            assert correlation.status()["open_windows"] == 1 and correlation.status()["tentative"] == 1
+            deadline = time.monotonic() + 20.0
 
             answers["b"] = Endpoint(b_server.url, "a", "rb")
             share_alerts(b, "b", w, ["10.0.0.2"])

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
+import httpx
 import pytest
 from playwright.sync_api import expect
 
@@ -408,6 +411,22 @@ def _list_reads(requests: list[str]) -> dict[str, int]:
     return counts
 
 
+@contextmanager
+def _quiet_feed(url: str, key: str) -> Iterator[Callable[[], None]]:
+    """Follows the registry's change feed beside the page: `quiet()` returns at its next
+    keepalive, the event it sends when it has looked for changes for 5 s and found none."""
+    with httpx.Client(base_url=url, timeout=15.0) as client, \
+            client.stream("GET", "/api/v1/changes/stream", headers={"Authorization": f"Bearer {key}"}) as response:
+        response.raise_for_status()
+        lines = response.iter_lines()
+
+        def quiet() -> None:
+            if not any(line == "event: time" for line in lines):
+                raise AssertionError("the change feed ended before a keepalive")
+
+        yield quiet
+
+
 def test_the_page_follows_the_change_feed_instead_of_polling(federation, page):
     federation.add("alpha", "bravo")
     requests: list[str] = []
@@ -416,10 +435,13 @@ def test_the_page_follows_the_change_feed_instead_of_polling(federation, page):
     go(page, "Contracts")
     expect(page.locator("#contracts-table")).to_contain_text("No contracts yet.")
     assert any(url.endswith("/api/v1/changes/stream") for url in requests), "it follows the feed"
-    time.sleep(1.5)  # the first reads settle
-    settled = _list_reads(requests)
-    time.sleep(4)  # nothing changes: nothing is read again (a poll every 2 s would read every list twice)
-    assert _list_reads(requests) == settled
+    with _quiet_feed(federation.url, federation.registry.admin_key) as quiet:
+        quiet()  # the page's first reads are over
+        page.evaluate("0")  # hands over the requests the page made meanwhile
+        settled = _list_reads(requests)
+        quiet()  # nothing changed for 5 s: nothing is read again (a poll every 2 s would read every list twice)
+        page.evaluate("0")
+        assert _list_reads(requests) == settled
     proposal = federation["alpha"].propose("bravo", 1.0, 1.5, 60)
     expect(contract_row(page, proposal["id"])).to_contain_text("proposed")
     after = _list_reads(requests)

@@ -10,6 +10,7 @@ import pytest
 from spark_agents.ha.delta import DeltaRefused, DeltaShipper, apply_delta, applied_copy, checkpoint_cut
 from spark_agents.ha.heartbeat import HeartbeatReceiver, HeartbeatSender, HeartbeatWatcher, beat_datagram, parse_beat, silent
 from spark_agents.ha.upstream import oldest_open_window_us, processed_ack_seq, replay_seq
+from tests.conftest import wait_until
 
 
 def write(path, text="x"):
@@ -113,7 +114,8 @@ def test_a_watcher_reports_a_host_whose_beats_stopped_arriving():
     seen = []
     watcher = HeartbeatWatcher(lambda: receiver.last_beat("a"), timeout_s=0.3, on_failure=lambda at, last: seen.append((at, last)), poll_s=0.01).start()
     try:
-        time.sleep(0.5)
+        first = wait_until(lambda: receiver.last_beat("a"), 10.0, "a's first beat")
+        wait_until(lambda: receiver.last_beat("a") - first > 0.6, 10.0, "a's beats over twice the timeout")
         assert watcher.detected_at is None, "a beating host is not failed"
         assert receiver.last_beat("b") is None
         beats.stop()
