@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import time
 from collections.abc import Callable
@@ -28,6 +29,16 @@ def requires(reason: str | None, what: str) -> pytest.MarkDecorator:
     had here (None: it can). Such a test is skipped on a developer's machine and fails under
     CI (`pytest_runtest_setup`), never skipped silently there."""
     return pytest.mark.requires(reason=reason, what=what)
+
+
+def pytest_configure(config):
+    """SIGTERM (a CI job cancelled, a timeout of the runner) ends the run as Ctrl-C does: the
+    running test's `finally` blocks and fixtures remove the hosts, cgroups and processes it made."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def pytest_runtest_setup(item):
