@@ -7,9 +7,10 @@ step after another:
 
 - **Split.** E runs one task over its whole stream, with traffic heavy enough to take it over
   its threshold alone, on a 0.2-CPU host (the split scenario's settings, `bpm_app.demo.split`),
-  with one contract, to D, priced so that D would take a piece of the task but not all of it:
-  the task cannot move whole, so E's agent splits it over its key groups and sheds a piece to
-  D. The contract replicates what moves (passive standby: E keeps a copy of each piece D hosts).
+  with one contract, to D, with a narrow range ([1.62 p, 1.8 p]): moving all of the task would
+  save E less per unit than the lowest price, though E's marginal cost is above it, so E's
+  agent splits the task over its key groups and sheds a piece to D. The contract replicates what moves (passive standby: E
+  keeps a copy of each piece D hosts).
 - **Registry cut.** Once D hosts a piece whose copy is up to date, D's link to the registry
   is cut: the registry counts D failed, E asks D's agent itself, finds it answering and fails
   nothing over; D processes the piece through the cut, and is heard from again once it heals.
@@ -59,9 +60,12 @@ TOUR_CONTRACTS = {
     ("a", "c"): (1.0, None, "none"),
     ("b", "c"): (1.0, None, "none"),
     ("c", JOINS): (0.8, None, "none"),
-    # Priced so that D refuses E's whole task (its cost of taking all of it, on its own curve,
-    # is above the price) and takes a piece: the task is too large to move, and E splits it.
-    (JOINS, SPLITS): (0.5, 0.2, "passive_standby"),
+    # A narrow range, as in the split scenario, but higher: E splits its task where its
+    # marginal cost is above the lowest price (with margin) and the whole task's per-unit
+    # saving below it, on E's curve from about 0.56 to 0.77 of its capacity, around what E
+    # measures while the poster runs (the split scenario's [0.9 p, p] ends near 0.6, and
+    # above that E offers the whole task, which D, larger than E, takes).
+    (JOINS, SPLITS): (1.8, 0.1, "passive_standby"),
 }
 CUT_S = 20.0
 # D, which joins in phase 4, is larger than the others: room for the load phase 3 leaves,
