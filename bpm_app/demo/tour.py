@@ -5,11 +5,12 @@ phases scenario but with shorter waits (fewer spare tasks, a shorter warm-up, ph
 end once their goal has held). Meanwhile, on two more participants, the rest plays out, one
 step after another:
 
-- **Split.** E runs one task over its whole stream, with traffic heavy enough to take it over
-  its threshold alone, on a 0.2-CPU host (the split scenario's settings, `bpm_app.demo.split`),
-  with one contract, to D, with a narrow range ([1.62 p, 1.8 p]): moving all of the task would
-  save E less per unit than the lowest price, though E's marginal cost is above it, so E's
-  agent splits the task over its key groups and sheds a piece to D. The contract replicates what moves (passive standby: E
+- **Split.** E and D play the split scenario's A and B (`bpm_app.demo.split`): 0.2-CPU hosts,
+  its steep cost curve, one contract with a narrow range ([0.9 p, p]). E runs one task over its
+  whole stream, with traffic heavy enough to take it over its threshold alone: moving all of it
+  would save E less per unit than the lowest price, or, on a busier machine, D refuses it whole
+  (on the same curve it costs D more than the price), so E's agent splits the task over its
+  key groups and sheds a piece to D. The contract replicates what moves (passive standby: E
   keeps a copy of each piece D hosts).
 - **Registry cut.** Once D hosts a piece whose copy is up to date, D's link to the registry
   is cut: the registry counts D failed, E asks D's agent itself, finds it answering and fails
@@ -19,16 +20,17 @@ step after another:
   it still writes).
 - **Crash.** Once D hosts a piece again, D's host crashes: E fails the piece over again. Once
   the registry has counted D failed, D's host restarts (its agent, with its key and folder), as
-  a participant's does after a crash. E's traffic then ends: its tasks drain.
+  a participant's does after a crash, as the poster's D: 0.6 CPU and the poster's cost curve.
+  E's traffic then ends: its tasks drain.
 
 D joins the poster in phase 4 once all of this is over: it signs its contract with C, and
 load flows B to C and C to D. At the end every stream closes, every task drains, and the
 results of A's, B's, C's and E's tasks (the split's pieces wherever they ran, the pieces that
 failed over) are compared with the plain computation. The report adds `split` and `faults`.
 
-The participants' CPU quotas (0.4 CPU for A, B and C, 0.6 for D, 0.2 for E) add up to a
-2-core machine's CPUs, though they are never all used at once; E's traffic is replayed from
-the registry's host (outside every quota).
+The participants' CPU quotas (0.4 CPU for A, B and C, 0.2 for E, and for D 0.2 and then 0.6)
+add up to at most a 2-core machine's CPUs, though they are never all used at once; E's traffic
+is replayed from the registry's host (outside every quota).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from collections.abc import Callable, Iterator
 from bpm.federation.views import AgreedTerms
 from bpm_app.demo.faults import Fault
 from bpm_app.demo.run import Demo, DemoSettings, Feeding, Member
-from bpm_app.demo.split import FIXED_COST_CPU_S, SPLIT_CPUS, SPLIT_MM1_SCALE, SPLIT_RATE
+from bpm_app.demo.split import FIXED_COST_CPU_S, SPLIT_CPUS, SPLIT_MM1_SCALE, SPLIT_RATE, SPLIT_SPREAD
 
 POSTER = ("a", "b", "c")
 JOINS = "d"  # joins the poster in phase 4; E's partner, and the faults' victim, before that
@@ -60,15 +62,14 @@ TOUR_CONTRACTS = {
     ("a", "c"): (1.0, None, "none"),
     ("b", "c"): (1.0, None, "none"),
     ("c", JOINS): (0.8, None, "none"),
-    # A narrow range, as in the split scenario, but higher: E splits its task where its
-    # marginal cost is above the lowest price (with margin) and the whole task's per-unit
-    # saving below it, on E's curve from about 0.56 to 0.77 of its capacity, around what E
-    # measures while the poster runs (the split scenario's [0.9 p, p] ends near 0.6, and
-    # above that E offers the whole task, which D, larger than E, takes).
-    (JOINS, SPLITS): (1.8, 0.1, "passive_standby"),
+    # The split scenario's range, D and E on its curve: whatever E's task measures above E's
+    # threshold, either moving all of it saves E less per unit than the lowest price, or D
+    # refuses it whole; either way E splits it. (With the poster's flatter curve, D would take
+    # the whole task when E's measures from about 0.6 to 0.8.)
+    (JOINS, SPLITS): (1.0, SPLIT_SPREAD, "passive_standby"),
 }
 CUT_S = 20.0
-# D, which joins in phase 4, is larger than the others: room for the load phase 3 leaves,
+# D, once it has restarted and joins in phase 4, is larger than the others: room for the load phase 3 leaves,
 # which goes on rising after its last share is fed while E's traffic and D's restart keep the
 # machine busy (a federation of four 0.4-CPU participants ended phase 4 overloaded here).
 JOINS_CPUS = 0.6
@@ -119,8 +120,10 @@ class Tour(Demo):
         if member.name == JOINS and not contracts:
             # D trades with E from the start; it signs C's proposal when it joins the poster.
             settings["contract"] = [t.spec() for t in self._contracts(member) if t.partner == SPLITS]
-        if member.name == SPLITS:
-            # In units of E's capacity, at E's trigger: what a running query costs whatever its input.
+        if member.name == SPLITS or (member.name == JOINS and self.restarted_s is None):
+            # The split scenario's curve for E, and for D until it restarts as the poster's D. The
+            # fixed cost in units of a 0.2-CPU capacity, at the trigger: what a running query costs
+            # whatever its input.
             fixed = FIXED_COST_CPU_S / self.s.trigger_s / (SPLIT_CPUS if self.s.cpus else 1.0)
             settings.update(mm1_scale=SPLIT_MM1_SCALE, fixed_cost=round(fixed, 4))
         return settings
@@ -128,7 +131,7 @@ class Tour(Demo):
     def _cpus(self, member: Member) -> float | None:
         if not self.s.cpus:
             return None
-        return {SPLITS: SPLIT_CPUS, JOINS: JOINS_CPUS}.get(member.name, self.s.cpus)
+        return {SPLITS: SPLIT_CPUS, JOINS: SPLIT_CPUS if self.restarted_s is None else JOINS_CPUS}.get(member.name, self.s.cpus)
 
     def _replay_host(self, member: Member) -> str:
         """E's heavy traffic from the registry's host, outside E's quota (`bpm_app.demo.split`)."""
@@ -193,10 +196,12 @@ class Tour(Demo):
                 while not fault.failover_rows(self.state.get("failovers", [])):
                     yield
                 self.fed.end_replay(SPLITS)
-                self.say(f"{JOINS}'s host restarts")
+                self.restarted_s = round(time.time() - self.t0, 1)
+                self.say(f"{JOINS}'s host restarts as the poster's {JOINS}: {self._cpus(self._members[JOINS]) or 'no'} CPU quota, the poster's cost curve")
+                if self.s.cpus:
+                    self.fed.hosts.set_cpus(JOINS, self._cpus(self._members[JOINS]))
                 self.unreachable.discard(JOINS)
                 self._join(self._members[JOINS], sign=False)
-                self.restarted_s = round(time.time() - self.t0, 1)
                 self._steps["recovery"] = fault.recover()
         while not self._agent_status(JOINS, timeout_s=2.0):
             yield
