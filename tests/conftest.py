@@ -31,6 +31,14 @@ def requires(reason: str | None, what: str) -> pytest.MarkDecorator:
     return pytest.mark.requires(reason=reason, what=what)
 
 
+
+def requires_hosts() -> pytest.MarkDecorator:
+    """`requires` for a test that makes participants hosts of their own: network namespaces and CPU cgroups."""
+    from spark_agents.hosts import CpuHosts
+    from spark_agents.network import HostNetwork
+
+    return requires(HostNetwork.available() or CpuHosts.available(), "hosts: network namespaces and CPU cgroups (root)")
+
 def pytest_configure(config):
     """SIGTERM (a CI job cancelled, a timeout of the runner) ends the run as Ctrl-C does: the
     running test's `finally` blocks and fixtures remove the hosts, cgroups and processes it made."""

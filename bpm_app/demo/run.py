@@ -544,14 +544,18 @@ class Demo:
             time.sleep(self.s.poll_s)
         raise TimeoutError(f"no measured load from {names} after {timeout_s:.0f} s; see {self.s.workdir / 'logs'}")
 
+    def _start_registry(self) -> None:
+        """Every scenario's first step: the hosts, then the registry on its own."""
+        self._open_hosts()
+        self.fed.start_registry()
+        self.say(f"registry on {self.fed.registry_url} (admin UI at {self.fed.registry_url}/, operator key {self.fed.admin_key})")
+
     # The run
 
     def run(self) -> dict:
         s = self.s
         try:
-            self._open_hosts()
-            self.fed.start_registry()
-            self.say(f"registry on {self.fed.registry_url} (admin UI at {self.fed.registry_url}/, operator key {self.fed.admin_key})")
+            self._start_registry()
             self._setup_first(list(MEMBERS), measured=["a", "b", "c"], unsigned={JOINS_LATER})
             self._phase("1 uneven load: A carries most tasks, every load below its threshold", ["a", "b", "c"],
                         hold_s=s.settle_s, warm=["a", "b", "c"])

@@ -79,9 +79,7 @@ class SplitDemo(Demo):
         s = self.s
         names = [m.name for m in self.members]
         try:
-            self._open_hosts()
-            self.fed.start_registry()
-            self.say(f"registry on {self.fed.registry_url} (admin UI at {self.fed.registry_url}/, operator key {self.fed.admin_key})")
+            self._start_registry()
             self._setup_first(list(self.members), measured=["a"])
             self._phase("1 A runs one task over its whole stream, too large to move", names, until=None, hold_s=0,
                         warm=names)

@@ -211,9 +211,7 @@ class Tour(Demo):
     def run(self) -> dict:
         s = self.s
         try:
-            self._open_hosts()
-            self.fed.start_registry()
-            self.say(f"registry on {self.fed.registry_url} (admin UI at {self.fed.registry_url}/, operator key {self.fed.admin_key})")
+            self._start_registry()
             self._setup_first(list(self.members), measured=[*POSTER, SPLITS], unsigned={JOINS})
             self._steps["side"] = self.side()
             names = list(POSTER)

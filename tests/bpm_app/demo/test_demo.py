@@ -8,12 +8,11 @@ import pytest
 from bpm_app.demo.report import write_report
 from bpm_app.demo.run import Demo, DemoSettings
 from bpm_app.demo.outcomes import poster_misses
-from spark_agents.hosts import CpuHosts
-from spark_agents.network import HostNetwork, ip
-from tests.conftest import free_port, requires
+from spark_agents.network import ip
+from tests.conftest import free_port, requires_hosts
 
 pytestmark = [pytest.mark.slow, pytest.mark.full,
-              requires(HostNetwork.available() or CpuHosts.available(), "hosts: network namespaces and CPU cgroups (root)")]
+              requires_hosts()]
 
 
 # The demo bounds itself: each phase waits at most phase_timeout_s (240 s, the command's).

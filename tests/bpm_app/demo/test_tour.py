@@ -15,12 +15,10 @@ from bpm_app.demo.outcomes import poster_misses
 from bpm_app.demo.report import write_report
 from bpm_app.demo.run import DemoSettings
 from bpm_app.demo.tour import Tour
-from spark_agents.hosts import CpuHosts
-from spark_agents.network import HostNetwork
-from tests.conftest import free_port, requires
+from tests.conftest import free_port, requires_hosts
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial,
-              requires(HostNetwork.available() or CpuHosts.available(), "hosts: network namespaces and CPU cgroups (root)")]
+              requires_hosts()]
 
 
 @pytest.mark.timeout(1800)
