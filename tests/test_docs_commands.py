@@ -8,6 +8,7 @@ path named in those blocks must be a file of the repository. Placeholders (`<nam
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass
@@ -230,3 +231,9 @@ def test_an_option_is_told_from_a_longer_one_that_starts_alike():
     # `--ha` exists on `bpm agent run`, `--ha-mode` does not (it is `bpm contracts propose`'s).
     assert problems(Command("sample", ("agent", "run", "--ha"))) == []
     assert problems(Command("sample", ("agent", "run", "--ha-mode", "none"))) != []
+
+
+def test_the_shell_scripts_are_executable():
+    """The scripts call one another directly (`scripts/test.sh --full` execs scripts/nightly.sh)."""
+    scripts = sorted(ROOT.glob("scripts/*.sh")) + [ROOT / ".ci" / "run"]
+    assert [s.relative_to(ROOT).as_posix() for s in scripts if not os.access(s, os.X_OK)] == []
