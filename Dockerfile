@@ -17,6 +17,7 @@ COPY bpm_http bpm_http
 COPY api api
 COPY spark_agents spark_agents
 COPY migrations migrations
+COPY examples examples
 
 FROM base AS registry
 RUN pip install --no-cache-dir .

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from bpm_app.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCUMENTS = ("README.md", "docs/deploy.md")
+DOCUMENTS = ("README.md", "docs/deploy.md", "docs/queries.md")
 WIDTH = 250  # wide enough that no help line is cut
 
 FENCE = re.compile(r"^\s*(```|~~~)")

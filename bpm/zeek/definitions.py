@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
+from bpm.records import Admission
 from bpm.zeek.conn import Conn
 
 KINDS = ("connections", "ports", "prefix")
@@ -125,28 +126,6 @@ def window_end(ts_us: int, window_s: int) -> int:
 
 def counts_port(proto: str) -> bool:
     return proto in PORT_PROTOCOLS
-
-
-class Admission:
-    """The lateness rule applied in input order: keeps rows not more than `lateness_s` behind the newest.
-
-    Attributes:
-        newest_us: the newest timestamp admitted so far (microseconds), None before the first row.
-        late: how many rows were refused as late.
-    """
-
-    def __init__(self, lateness_s: int, newest_us: int | None = None) -> None:
-        self.lateness_us = lateness_s * MICROS
-        self.newest_us = newest_us
-        self.late = 0
-
-    def admit(self, ts_us: int) -> bool:
-        if self.newest_us is not None and ts_us <= self.newest_us - self.lateness_us:
-            self.late += 1
-            return False
-        if self.newest_us is None or ts_us > self.newest_us:
-            self.newest_us = ts_us
-        return True
 
 
 def admitted(conns: Iterable[Conn], admission: Admission) -> Iterator[Conn]:

@@ -1,0 +1,130 @@
+"""A query's results as the federation compares, fences and stores them.
+
+A result is one row of a query's result (a dictionary of columns, after `finish`) with two
+things the query declares (`bpm.query.Query`): its identity (the `result_key` columns) and
+the event time at which it is final (`result_time`). Values are made plain and hashable the
+same way wherever a row comes from — a Spark `Row`, a JSON line read back from the results
+stream, a plain computation — so that the same result compares equal in all three: times
+become ISO 8601 UTC text, lists tuples, structures tuples of their fields.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from decimal import Decimal
+
+from bpm.query import Query, QueryError
+
+MICROS = 1_000_000
+
+
+def plain(value: object) -> object:
+    """`value` as JSON can carry it and a set can hold it."""
+    if isinstance(value, datetime):
+        moment = value if value.tzinfo else value.replace(tzinfo=UTC)
+        text = moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f").rstrip("0").rstrip(".")
+        return text + "Z"
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, Mapping):
+        return tuple((str(k), plain(v)) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return tuple(plain(v) for v in value)
+    return value
+
+
+def time_us(value: object) -> int:
+    """An event time in microseconds since the epoch, from a TIMESTAMP, epoch seconds or ISO text."""
+    if isinstance(value, datetime):
+        moment = value if value.tzinfo else value.replace(tzinfo=UTC)
+        return round(moment.timestamp() * MICROS)
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return round(value * MICROS)
+    if isinstance(value, str):
+        try:
+            return time_us(datetime.fromisoformat(value.replace("Z", "+00:00")))
+        except ValueError:
+            pass
+    raise ValueError(f"{value!r} is not a time")
+
+
+@dataclass(frozen=True)
+class Result:
+    """One result.
+
+    Attributes:
+        time_us: the event time at which it is final (microseconds since the epoch).
+        key: the values of the query's `result_key` columns.
+        row: every column of it, (name, plain value), in the row's order.
+    """
+
+    time_us: int
+    key: tuple
+    row: tuple[tuple[str, object], ...]
+
+    def to_json(self) -> dict[str, object]:
+        return dict(self.row)
+
+    def order(self) -> tuple:
+        """A total order for printing: by time, then identity (values of any type)."""
+        return (self.time_us, tuple(repr(k) for k in self.key), repr(self.row))
+
+    def __lt__(self, other: Result) -> bool:
+        return self.order() < other.order()
+
+
+def result(row: Mapping[str, object], query: Query) -> Result:
+    """`row` (a result row of `query`, or its JSON form) as a Result; QueryError when it lacks
+    a column the query says identifies it or makes it final."""
+    values = tuple((str(name), plain(value)) for name, value in row.items())
+    columns = dict(values)
+    missing = [c for c in (*query.result_key, query.result_time) if c not in columns]
+    if missing:
+        raise QueryError(f"query {query.name!r}: its result has no column {missing[0]!r} (it has {', '.join(columns) or 'none'})")
+    try:
+        when = time_us(row[query.result_time])
+    except ValueError as exc:
+        raise QueryError(f"query {query.name!r}: result_time {query.result_time!r} holds {exc}") from None
+    return Result(when, tuple(columns[c] for c in query.result_key), values)
+
+
+def results(rows: Iterable[Mapping[str, object]], query: Query) -> list[Result]:
+    return [result(row, query) for row in rows]
+
+
+@dataclass
+class OutputSet:
+    """Results (`Result`s, or any hashable rows) merged from many batches, compared with what was expected.
+
+    Attributes:
+        rows: each distinct result once.
+        copies: how many batches held each (more than one: duplicated output).
+    """
+
+    rows: set[Result] = field(default_factory=set)
+    copies: Counter = field(default_factory=Counter)
+
+    def add(self, rows: Iterable[Result]) -> None:
+        """Merge one batch's results."""
+        for row in rows:
+            self.rows.add(row)
+            self.copies[row] += 1
+
+    @property
+    def duplicates(self) -> list[Result]:
+        """Results present in more than one batch."""
+        return sorted(r for r, n in self.copies.items() if n > 1)
+
+    def lost(self, expected: Iterable[Result]) -> list[Result]:
+        """Expected results that no batch holds."""
+        return sorted(set(expected) - self.rows)
+
+    def extra(self, expected: Iterable[Result]) -> list[Result]:
+        """Results that no expected one matches."""
+        return sorted(self.rows - set(expected))
