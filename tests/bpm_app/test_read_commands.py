@@ -275,7 +275,8 @@ def test_follow_for_a_while_prints_only_matching_new_events(federation):
 
 def test_follow_prints_new_events_once_in_order_and_stops_on_ctrl_c(federation):
     before = federation.operator.events()[-1]["id"]
-    env = {**os.environ, "BPM_REGISTRY_URL": federation.url, "BPM_KEY": ADMIN_KEY}
+    # PYTHONFAULTHANDLER: a follow that does not stop is aborted and prints where each thread was.
+    env = {**os.environ, "BPM_REGISTRY_URL": federation.url, "BPM_KEY": ADMIN_KEY, "PYTHONFAULTHANDLER": "1"}
     process = subprocess.Popen([BPM, "events", "--follow", "--poll", "0.2", "--limit", "3"], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: queue.Queue[str] = queue.Queue()
@@ -305,8 +306,14 @@ def test_follow_prints_new_events_once_in_order_and_stops_on_ctrl_c(federation):
         try:
             code = process.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            process.kill()
-            pytest.fail(f"`bpm events --follow` still ran 30 s after Ctrl-C; its stderr: {process.stderr.read()[-2000:]}")
+            process.send_signal(signal.SIGABRT)
+            try:
+                process.wait(timeout=10)
+                err = process.stderr.read()
+            except subprocess.TimeoutExpired:
+                process.kill()
+                err = "(no stack: it did not abort either)"
+            pytest.fail(f"`bpm events --follow` still ran 30 s after Ctrl-C; its threads then: {err[-4000:]}")
         assert code == 0, process.stderr.read()[-2000:]
     finally:
         if process.poll() is None:
