@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bpm.records import MARK, MARK_DATA, TIME
 from bpm.zeek.definitions import PORT_PROTOCOLS, QueryParams, ResultRow
 from spark_agents.checkpoint import batch_watermark_ms, owes_watermark_batch
 
@@ -41,17 +42,17 @@ def per_source(raw: DataFrame, params: QueryParams, since_s: int | None = None, 
     Every row moves the watermark, those out of the span too."""
     from pyspark.sql import functions as F
 
-    events = raw.withColumn("event_time", F.timestamp_micros("ts_us")).withWatermark(
+    events = raw.withColumn("event_time", F.timestamp_micros(TIME)).withWatermark(
         "event_time", f"{params.lateness_s} seconds"
     )
     # The filter must mention event_time: Spark pushes filters that do not reference the
     # watermark column below the watermark, and then punctuation would never move it.
     keep = F.col("event_time").isNotNull()
     if since_s is not None:
-        keep &= F.col("ts_us") >= since_s * 1_000_000
+        keep &= F.col(TIME) >= since_s * 1_000_000
     if until_s is not None:
-        keep &= F.col("ts_us") < until_s * 1_000_000
-    data = events.where(F.when(F.col("mark") == 0, keep).otherwise(F.lit(False)))
+        keep &= F.col(TIME) < until_s * 1_000_000
+    data = events.where(F.when(F.col(MARK) == MARK_DATA, keep).otherwise(F.lit(False)))
     port = F.when(F.col("proto").isin(*PORT_PROTOCOLS), F.col("dport"))
     return data.groupBy(F.window("event_time", f"{params.window_s} seconds"), "src", "prefix").agg(
         F.count(F.lit(1)).alias("connections"), F.size(F.collect_set(port)).alias("ports")

@@ -13,12 +13,14 @@ batch with nothing new: see `JetStreamReader.latestOffset`). Offsets live in Spa
 another host resumes exactly where it stopped, reading the origin's stream over the
 network. Each micro-batch reads its range through a short-lived consumer of the
 origin's server, filtered to the task's key groups, and yields Arrow record batches
-parsed from the messages' CSV rows. Nothing of the stream is kept on the reader's side.
+parsed from the messages' CSV lines (`bpm.records`) with the columns the reading query
+gives (`readStream.schema(...)`). Nothing of the stream is kept on the reader's side.
 """
 
 from __future__ import annotations
 
 import io
+import re
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
@@ -28,13 +30,13 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from bpm.keygroups import StreamLocation, check_prefix, subject_filter
 from bpm.negotiation.granularity import split_time
+from bpm.records import MARK_END, mark_and_time
 from spark_agents.broker.stream import STREAM as INPUT, Broker
-from spark_agents.streams.records import MARK_END, STREAM_SCHEMA_DDL
+from spark_agents.streams.records import STREAM_SCHEMA_DDL
 
 NAME = "bpm_jetstream"
 FETCH = 256  # messages per pull request
-# The stream's columns and their SQL types, as the query declares them (one schema for both sources).
-COLUMNS = [tuple(column.split()) for column in STREAM_SCHEMA_DDL.split(",")]
+_COLUMN = re.compile(r"^\s*`?([^`\s]+)`?\s+(\w+)\s*$")
 
 
 @dataclass
@@ -45,22 +47,35 @@ class SeqRange(InputPartition):
     last: int
 
 
-def _arrow_types():
+def columns(ddl: str) -> list[tuple[str, str]]:
+    """(name, SQL type) of each column of a flat DDL schema: the stream's lines (`bpm.records`)."""
+    out = []
+    for part in ddl.split(","):
+        match = _COLUMN.match(part)
+        if match is None:
+            raise ValueError(f"bad column {part.strip()!r} in the stream's schema {ddl!r}")
+        out.append((match.group(1), match.group(2).upper()))
+    return out
+
+
+def _arrow_types(schema: list[tuple[str, str]]) -> dict:
     import pyarrow as pa
 
-    types = {"BIGINT": pa.int64(), "INT": pa.int32(), "STRING": pa.string()}
-    return {name: types[sql] for name, sql in COLUMNS}
+    types = {"BIGINT": pa.int64(), "LONG": pa.int64(), "INT": pa.int32(), "INTEGER": pa.int32(), "SMALLINT": pa.int16(),
+             "TINYINT": pa.int8(), "DOUBLE": pa.float64(), "FLOAT": pa.float32(), "BOOLEAN": pa.bool_(), "STRING": pa.string()}
+    return {name: types[sql] for name, sql in schema}
 
 
-def parse(chunks: list[bytes]):
-    """One Arrow record batch from messages of CSV rows (none for no rows)."""
+def parse(chunks: list[bytes], ddl: str = STREAM_SCHEMA_DDL):
+    """One Arrow record batch from messages of the stream's lines with columns `ddl` (none for no rows)."""
     from pyarrow import csv
 
     data = b"".join(chunks)
     if not data:
         return None
-    table = csv.read_csv(io.BytesIO(data), read_options=csv.ReadOptions(column_names=[name for name, _ in COLUMNS]),
-                         parse_options=csv.ParseOptions(), convert_options=csv.ConvertOptions(column_types=_arrow_types(), strings_can_be_null=False,
+    schema = columns(ddl)
+    table = csv.read_csv(io.BytesIO(data), read_options=csv.ReadOptions(column_names=[name for name, _ in schema]),
+                         parse_options=csv.ParseOptions(), convert_options=csv.ConvertOptions(column_types=_arrow_types(schema), strings_can_be_null=False,
                                                                                                quoted_strings_can_be_null=False))
     return table.combine_chunks().to_batches()[0] if table.num_rows else None
 
@@ -92,9 +107,15 @@ def _reader(filter_subject: str, after: int | None):
                           inactive_threshold=30.0, mem_storage=True, **where)
 
 
-def _is_end(batch) -> bool:
+def _marks_and_times(data: bytes) -> list[tuple[int, int]]:
+    """(mark, event time) of each line of a message, whatever the query's columns."""
+    return [mark_and_time(line) for line in data.splitlines() if line]
+
+
+def _is_end(data: bytes) -> bool:
     """Whether a message's rows are end-of-input marks (the feeder ends each key group with one)."""
-    return all(mark == MARK_END for mark in batch.column("mark").to_pylist())
+    marks = _marks_and_times(data)
+    return bool(marks) and all(mark == MARK_END for mark, _ in marks)
 
 
 async def _pending(js, stream: str, filter_subject: str, after: int) -> int:
@@ -150,7 +171,8 @@ async def _fetch(js, stream: str, filter_subject: str, after: int, last: int) ->
 
 
 class JetStreamReader(DataSourceStreamReader):
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: dict[str, str], ddl: str = STREAM_SCHEMA_DDL) -> None:
+        self.ddl = ddl
         options = {k.lower(): v for k, v in options.items()}  # Spark's option names are case-insensitive
         try:
             self.url, self.user, self.password, self.filter = (options[k] for k in ("url", "user", "password", "filter"))
@@ -194,7 +216,7 @@ class JetStreamReader(DataSourceStreamReader):
     def read(self, partition: SeqRange) -> Iterator:
         broker = connection(self.url, self.user, self.password)
         chunks = broker.read(lambda: _fetch(broker.js, self.stream, self.filter, partition.after, partition.last))
-        batch = parse(chunks)
+        batch = parse(chunks, self.ddl)
         if batch is not None:
             yield batch
 
@@ -211,7 +233,8 @@ class JetStreamSource(DataSource):
         return STREAM_SCHEMA_DDL
 
     def streamReader(self, schema) -> JetStreamReader:
-        return JetStreamReader(dict(self.options))
+        # The stream's lines have the columns the reading query gives (`JetStreamInput.ddl`).
+        return JetStreamReader(dict(self.options), ", ".join(f"`{f.name}` {f.dataType.simpleString().upper()}" for f in schema.fields))
 
 
 def register(spark) -> None:
@@ -224,7 +247,8 @@ class JetStreamInput:
     """A task's input: the key groups `prefix` of `participant`'s stream on the server at `url`,
     read as `user` (the password never shows in its repr), after sequence `start_seq` for a
     fresh task; of its rows, those with event time in [`since_s`, `until_s`) (epoch seconds,
-    window starts; None: unbounded), for tasks split or merged (`hand_over`)."""
+    window starts; None: unbounded), for tasks split or merged (`hand_over`); its lines have
+    the columns `ddl` (`bpm.records.Records.wire_ddl` of the task's query)."""
 
     url: str
     user: str
@@ -235,6 +259,7 @@ class JetStreamInput:
     max_messages: int | None = None
     since_s: int | None = None
     until_s: int | None = None
+    ddl: str = STREAM_SCHEMA_DDL
 
     @property
     def location(self) -> str:
@@ -255,8 +280,7 @@ class JetStreamInput:
         groups: a host asks it of the stream of a task it hosts for another."""
         broker = self.connection()
         data = broker.read(lambda: _newest(broker.js, INPUT, subject_filter(self.participant, self.prefix)))
-        batch = parse([data]) if data else None
-        return batch is not None and _is_end(batch)
+        return data is not None and _is_end(data)
 
     def pending(self, after: int) -> int:
         """How many messages of its key groups the stream holds after sequence `after`."""
@@ -277,11 +301,11 @@ class JetStreamInput:
         last = broker.last_seq()
         for seq in range(last, max(0, last - look_back), -1):
             data = broker.message(seq)
-            batch = parse([data]) if data else None
-            if batch is not None:
-                if _is_end(batch):
+            marks = _marks_and_times(data) if data else []
+            if marks:
+                if _is_end(data):
                     raise InputEnded(f"{self.participant}'s stream has ended (an end-of-input mark at sequence {seq})")
-                return last, max(batch.column("ts_us").to_pylist())
+                return last, max(ts for _, ts in marks)
         return last, None
 
     def options(self, owed_batch: bool = False) -> dict[str, str]:
@@ -297,7 +321,7 @@ class JetStreamInput:
         """The streaming DataFrame of the rows (the stream's schema); `owed_batch`: the query
         resumes from a checkpoint that owes the batch of a new watermark."""
         register(spark)
-        return spark.readStream.format(NAME).options(**self.options(owed_batch)).load()
+        return spark.readStream.format(NAME).schema(self.ddl).options(**self.options(owed_batch)).load()
 
 
 class InputEnded(ValueError):

@@ -1,13 +1,16 @@
 """The rows of a participant's input stream: connections, and punctuation marks that only
-move event time (a time-advance tick, or the end of input)."""
+move event time (a time-advance tick, or the end of input), as lines in the stream's format
+(`bpm.records`: event time and mark first, then the record's columns)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-MARK_DATA, MARK_TICK, MARK_END = 0, 1, 2
+from bpm.records import MARK, MARK_DATA, MARK_END, MARK_TICK, TIME
+
+__all__ = ["MARK_DATA", "MARK_END", "MARK_TICK", "STREAM_SCHEMA_DDL", "StreamRecord"]
 # The rows' columns as Spark reads them (`spark_agents.broker.source`).
-STREAM_SCHEMA_DDL = "ts_us BIGINT, src STRING, prefix STRING, dst STRING, dport INT, proto STRING, mark INT"
+STREAM_SCHEMA_DDL = f"{TIME} BIGINT, {MARK} INT, src STRING, prefix STRING, dst STRING, dport INT, proto STRING"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,9 +36,9 @@ class StreamRecord:
     mark: int = MARK_DATA
 
     def to_line(self) -> str:
-        return f"{self.ts_us},{self.src},{self.prefix},{self.dst},{self.dport},{self.proto},{self.mark}\n"
+        return f"{self.ts_us},{self.mark},{self.src},{self.prefix},{self.dst},{self.dport},{self.proto}\n"
 
     @classmethod
     def from_line(cls, line: str) -> StreamRecord:
-        ts, src, prefix, dst, dport, proto, mark = line.rstrip("\n").split(",")
+        ts, mark, src, prefix, dst, dport, proto = line.rstrip("\n").split(",")
         return cls(int(ts), src, prefix, dst, int(dport), proto, int(mark))

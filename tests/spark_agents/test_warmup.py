@@ -9,8 +9,8 @@ from spark_agents.warmup import BATCHES, PARAMS, ROWS_PER_BATCH, prime, rows
 def test_a_generated_second_parses_as_the_stream_s_rows_and_makes_sources_alert():
     batch = parse([rows(3)])
     assert batch.num_rows == ROWS_PER_BATCH
-    assert batch.schema.names == ["ts_us", "src", "prefix", "dst", "dport", "proto", "mark"]
-    seconds = {t // 1_000_000 for t in batch.column("ts_us").to_pylist()}
+    assert batch.schema.names == ["__ts_us", "__mark", "src", "prefix", "dst", "dport", "proto"]
+    seconds = {t // 1_000_000 for t in batch.column("__ts_us").to_pylist()}
     assert len(seconds) == 1, "one second of event time per batch"
     per_source = {}
     for src in batch.column("src").to_pylist():

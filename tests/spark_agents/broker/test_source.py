@@ -39,7 +39,7 @@ def _read(spark, server, user, prefix: str, checkpoint, batches: list | None = N
         query.processAllAvailable()
     finally:
         query.stop()
-    return [r for r in rows if r[-1] == MARK_DATA]
+    return [r for r in rows if r[1] == MARK_DATA]
 
 
 def test_a_task_reads_its_key_groups_and_resumes_from_its_checkpoint(spark, nats_server, tmp_path):
@@ -55,14 +55,14 @@ def test_a_task_reads_its_key_groups_and_resumes_from_its_checkpoint(spark, nats
         whole = _read(spark, server, owner, "", tmp_path / "whole", batches, max_messages=5)
         assert len(whole) == 400, "every row once, in bounded micro-batches too"
         assert len(batches) >= 64 // 5, "a flush is 64 messages, one per key group: at most 5 per micro-batch"
-        assert {r[2] for r in half} and all(key_group(r[2]) in groups("0") for r in half)
-        assert len(half) == sum(1 for r in whole if key_group(r[2]) in groups("0"))
-        assert sorted(whole) == sorted((r.ts_us, r.src, r.prefix, r.dst, r.dport, r.proto, r.mark) for r in _records(first)), "the rows as published"
+        assert {r[3] for r in half} and all(key_group(r[3]) in groups("0") for r in half)
+        assert len(half) == sum(1 for r in whole if key_group(r[3]) in groups("0"))
+        assert sorted(whole) == sorted((r.ts_us, r.mark, r.src, r.prefix, r.dst, r.dport, r.proto) for r in _records(first)), "the rows as published"
 
         later = _conns(100, start_ts=1_700_000_100.0)
         feeder.feed(later)
         again = _read(spark, server, owner, "", tmp_path / "whole")
-        assert sorted(again) == sorted((r.ts_us, r.src, r.prefix, r.dst, r.dport, r.proto, r.mark) for r in _records(later)), \
+        assert sorted(again) == sorted((r.ts_us, r.mark, r.src, r.prefix, r.dst, r.dport, r.proto) for r in _records(later)), \
             "restarted from its checkpoint: only what came since"
         newest = broker.last_seq()
     assert _read(spark, server, owner, "", tmp_path / "newest", start_seq=newest) == [], "from the newest input: nothing old"
@@ -86,7 +86,7 @@ def test_a_task_whose_key_groups_get_nothing_runs_no_micro_batch(spark, nats_ser
         feeder.feed(_conns(300, start_ts=1_700_000_100.0))
         fed: list[int] = []
         rows = _read(spark, server, owner, "1", tmp_path / "idle", fed)
-        assert rows and all(key_group(r[2]) in groups("1") for r in rows) and len(fed) >= 1
+        assert rows and all(key_group(r[3]) in groups("1") for r in rows) and len(fed) >= 1
 
 
 def _records(conns) -> list[StreamRecord]:
