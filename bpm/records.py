@@ -22,7 +22,7 @@ import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from bpm.keygroups import KEY_GROUPS
 from bpm.query import Column, Query
@@ -32,6 +32,7 @@ TIME, MARK = "__ts_us", "__mark"
 MICROS = 1_000_000
 _INTS = {"BIGINT": 63, "INT": 31, "SMALLINT": 15, "TINYINT": 7}
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # A time travels as microseconds since the epoch; the task host makes it a TIMESTAMP again.
 _WIRE = {"TIMESTAMP": "BIGINT"}
 
@@ -144,18 +145,51 @@ class Records:
             raise RecordError(f"{self.query.key}: the key is missing")
         return ts_us, values
 
-    def key_group(self, values: Sequence[object]) -> int:
-        """The key group of a record with `values` (`parse`'s): a stable hash of its key's text."""
-        return zlib.crc32(_text(values[self.key_index]).encode()) % KEY_GROUPS
+    def as_json(self, ts_us: int, values: Sequence[object]) -> dict[str, object]:
+        """A record (`parse`'s) as a JSON object that `parse` reads back exactly: times as ISO 8601 UTC."""
+        record: dict[str, object] = {self.time.name: iso_us(ts_us)}
+        for column, value in zip(self.columns, values, strict=True):
+            record[column.name] = iso_us(value) if column.type == "TIMESTAMP" and value is not None else value
+        return record
+
+    def key_group(self, values: Sequence[object], parts: int = KEY_GROUPS) -> int:
+        """The key group of a record with `values` (`parse`'s): a stable hash (CRC-32) of its key's
+        text, the same in every process, over `parts` parts (the stream's 64 key groups)."""
+        return zlib.crc32(_text(values[self.key_index]).encode()) % parts
 
     def line(self, ts_us: int, values: Sequence[object] = (), mark: int = MARK_DATA) -> str:
         """The stream's line of a record (`values`), or of a punctuation mark (no values)."""
-        out = io.StringIO()
         cells = [_text(v) for v in values] if values else [""] * len(self.columns)
+        text = ",".join(cells)
+        if text.count(",") == len(cells) - 1 and '"' not in text and "\n" not in text and "\r" not in text:
+            return f"{ts_us},{mark},{text}\n"
+        out = io.StringIO()
         # With "\r\n" as the terminator the writer quotes a value holding either character;
         # the stream's lines end with "\n".
         csv.writer(out, lineterminator="\r\n").writerow([ts_us, mark, *cells])
         return out.getvalue()[:-2] + "\n"
+
+
+# An event time far past any record's: an end of input after which every window, session
+# and join state of any query has closed.
+END_US = 1 << 53
+
+
+def end_mark_us(newest_us: int, lateness_s: int, align_s: int | None) -> int:
+    """The end-of-input mark after the newest record `newest_us`: for a query with a grain
+    (`align_s`, `bpm.query.Query.align`), an event time that brings the watermark one second
+    past the end of the grain holding it, short of the next one's end: that grain's results
+    close and no later ones', so streams whose newest records fall in one grain close the
+    same results (a correlation waits for every partner's). Without a grain, `END_US`."""
+    if align_s is None:
+        return END_US
+    return ((newest_us // (align_s * MICROS) + 1) * align_s + lateness_s + 1) * MICROS
+
+
+def end_watermark_ms(end_us: int, lateness_s: int) -> int:
+    """The watermark (epoch ms) a task reaches after reading the end mark `end_us`: every
+    result of the input is final by then, so the batch that runs with it emits the last ones."""
+    return (end_us - lateness_s * MICROS) // 1000
 
 
 FORMATS = ("jsonl", "csv")
@@ -207,6 +241,11 @@ def parse_lines(records: Records, lines: Iterable[str], fmt: str, bad: BadRecord
             bad.add(number, f"not JSON: {exc.msg}")
         except RecordError as exc:
             bad.add(number, str(exc))
+
+
+def iso_us(ts_us: int) -> str:
+    """A time in µs since the epoch as ISO 8601 UTC text, to the microsecond."""
+    return (_EPOCH + timedelta(microseconds=ts_us)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _text(value: object) -> str:

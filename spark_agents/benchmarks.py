@@ -24,7 +24,7 @@ from spark_agents.host import TaskHost
 from spark_agents.metrics import IntervalSample
 from spark_agents.query import start_query
 from spark_agents.status import StatusServer
-from spark_agents.streams.records import STREAM_SCHEMA_DDL, StreamRecord
+from spark_agents.streams.records import STREAM_SCHEMA_DDL
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -54,9 +54,9 @@ class CsvFiles:
         queries start fresh: no checkpoint owes them a batch)."""
         return spark.readStream.schema(STREAM_SCHEMA_DDL).option("maxFilesPerTrigger", self.batch_files).csv(str(self.root))
 
-    def append(self, k: int, records: Iterable[StreamRecord]) -> int:
+    def append(self, k: int, lines: Iterable[str]) -> int:
         temp = self.root / f".{self.count:012d}.csv.tmp"  # the file source skips hidden names
-        temp.write_text("".join(r.to_line() for r in records))
+        temp.write_text("".join(lines))
         temp.rename(self.root / f"{self.count:012d}.csv")
         self.count += 1
         return self.count

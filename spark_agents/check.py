@@ -26,16 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bpm.query import Params, Query
-from bpm.records import MARK_END, MARK_TICK, Admission, Records
+from bpm.records import END_US, MARK_END, MARK_TICK, Admission, Records
 from bpm.results import OutputSet, Result
 from spark_agents.checkpoint import batch_watermark_ms
 from spark_agents.frames import batch_results, events
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-# The end of input: a mark far in event time closes every window, session and join state.
-END_US = 1 << 53
 
 
 @dataclass

@@ -128,6 +128,12 @@ def counts_port(proto: str) -> bool:
     return proto in PORT_PROTOCOLS
 
 
+def stream_values(conn: Conn) -> tuple[int, tuple]:
+    """A connection as a record of the network-monitoring query (`examples.network_monitoring`):
+    (event time in µs, (src, prefix, dst, dport, proto)), its schema's order."""
+    return ts_micros(conn.ts), (conn.orig_h, source_prefix(conn.orig_h), conn.resp_h, conn.resp_p, conn.proto)
+
+
 def admitted(conns: Iterable[Conn], admission: Admission) -> Iterator[Conn]:
     """The connections that the lateness rule keeps, in order."""
     for conn in conns:

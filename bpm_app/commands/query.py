@@ -46,10 +46,27 @@ def load_bound(reference: str, params: list[str] | None):
         fail(str(exc))
 
 
-def _format(path: Path, given: str | None) -> str:
-    if given is not None:
-        return given
-    return "csv" if path.suffix.lower() == ".csv" else "jsonl"
+def read_records(files: list[Path], records, fmt: str | None, bad, err: Console) -> list:
+    """The records of `files` (`bpm.records.parse_lines`; '-' is standard input), in order; those
+    that do not fit are counted in `bad`. Exits 2 on a missing file or an unknown format."""
+    from bpm.records import FORMATS, parse_lines
+
+    if fmt is not None and fmt not in FORMATS:
+        fail(f"--format {fmt!r}: one of {', '.join(FORMATS)}")
+    missing = [str(f) for f in files if str(f) != "-" and not f.is_file()]
+    if missing:
+        fail(f"no such file: {', '.join(missing)}")
+    out: list = []
+    with err.status(f"reading {', '.join(str(f) for f in files)}"):
+        for path in files:
+            kind = fmt or ("csv" if path.suffix.lower() == ".csv" else "jsonl")
+            stream = sys.stdin if str(path) == "-" else path.open(newline="", encoding="utf-8")
+            try:
+                out.extend(parse_lines(records, stream, kind, bad))
+            finally:
+                if stream is not sys.stdin:
+                    stream.close()
+    return out
 
 
 @query_app.command("show")
@@ -99,7 +116,7 @@ def check(
     It passes when Spark runs it as a streaming query, its results carry the declared columns,
     none comes out before the watermark reaches its result_time, none comes out twice, and
     the streaming results equal the batch computation's. Exits 1 when it does not pass."""
-    from bpm.records import FORMATS, BadRecords, Records, parse_lines
+    from bpm.records import FORMATS, BadRecords, Records
 
     query, bound = load_bound(reference, params)
     if fmt is not None and fmt not in FORMATS:
@@ -108,15 +125,7 @@ def check(
     bad = BadRecords()
     records: list = []
     if sample is not None:
-        if str(sample) != "-" and not sample.is_file():
-            fail(f"no such file: {sample}")
-        with err.status(f"reading {sample}"):
-            stream = sys.stdin if str(sample) == "-" else sample.open(newline="")
-            try:
-                records = list(parse_lines(Records(query), stream, _format(sample, fmt), bad))
-            finally:
-                if stream is not sys.stdin:
-                    stream.close()
+        records = read_records([sample], Records(query), fmt, bad, err)
         if not records:
             fail(f"no record of {sample} fits query {query.name!r}" + (f" ({bad.count} refused; {bad.first[0]})" if bad.first else ""), 1)
 

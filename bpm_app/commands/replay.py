@@ -1,7 +1,8 @@
-"""`bpm replay`: publish Zeek logs into a participant's stream at a paced rate; `bpm generate-traffic`: write realistic logs."""
+"""`bpm replay`: publish a query's records (Zeek logs by default) into a participant's stream at a paced rate; `bpm generate-traffic`: write realistic logs."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -15,16 +16,19 @@ from bpm_app.progress import progress
 
 @app.command("replay")
 def replay_command(
-    files: list[Path] = typer.Argument(..., help="Zeek conn.log files (TSV or JSON lines, optionally .gz), replayed in order."),
+    files: list[Path] = typer.Argument(..., help="Zeek conn.log files (TSV or JSON lines, optionally .gz), replayed in order; with --query, files of its records (JSON lines or CSV with a header; '-' for standard input)."),
+    query_ref: str | None = typer.Option(None, "--query", help="Publish records of this query (module:attribute or path/to/file.py:attribute, bpm.query) instead of Zeek connections."),
+    params: list[str] = typer.Option(None, "--param", help="With --query: one of its parameters, name=value (repeat for several); its lateness and grain size the end of input."),
+    fmt: str | None = typer.Option(None, "--format", help="With --query: the files' format, jsonl or csv (default: by each file's name, .csv or else JSON lines)."),
     stream: str = typer.Option(..., "--stream", help="The participant's stream on its broker: nats://HOST:PORT/PARTICIPANT (password in BPM_NATS_PASSWORD)."),
     user: str | None = typer.Option(None, "--user", help="The broker's user (default: the participant)."),
     rate: float = typer.Option(..., "--rate", min=0, help="Rows per second at most; 0 for no limit."),
     speedup: float | None = typer.Option(None, "--speedup", min=0.001, help="Also follow recorded time, X times faster."),
-    amplify: int = typer.Option(1, "--amplify", min=1, help="Replay each connection N times from distinct sources."),
-    window: int = typer.Option(60, "--window", min=1, help="Query window in seconds (sizes the end-of-input mark)."),
-    lateness: int = typer.Option(60, "--lateness", min=0, help="Rows further behind the newest are late and not written."),
+    amplify: int = typer.Option(1, "--amplify", min=1, help="Replay each connection N times from distinct sources (Zeek logs only)."),
+    window: int | None = typer.Option(None, "--window", min=1, help="Query window in seconds (sizes the end-of-input mark; default 60; Zeek logs only)."),
+    lateness: int | None = typer.Option(None, "--lateness", min=0, help="Rows further behind the newest are late and not written (default 60; Zeek logs only)."),
     flush_interval: float = typer.Option(1.0, "--flush-interval", min=0.01, help="Seconds between flushes (one message per key group that got rows)."),
-    fed_log: Path | None = typer.Option(None, "--fed-log", help="Write the connections fed so far as a Zeek log here at the end (also when stopped)."),
+    fed_log: Path | None = typer.Option(None, "--fed-log", help="Write the rows fed so far here at the end (also when stopped): a Zeek log, or with --query JSON lines of its records."),
     feed: list[str] = typer.Option([], "--feed", help="Feed only the key groups whose bits start with PREFIX (as a task names its share, e.g. 0110); repeat for several. Default: every key group."),
     feed_from_stdin: bool = typer.Option(False, "--feed-from-stdin", help="Also feed, from the moment each arrives, the key-group prefixes read from standard input, one a line (with no --feed, none at first)."),
     log_format: LogFormat = typer.Option(LogFormat.text, "--log-format", help="text, or json: what it tells (progress included) as one JSON object per line on stderr."),
@@ -46,11 +50,13 @@ def replay_command(
     import threading
 
     from bpm.keygroups import PASSWORD_ENV, KeyGroupError, groups, parse_location
+    from bpm.records import BadRecords, Records
     from bpm.zeek.definitions import QueryParams
     from bpm_app.commands.pipeline import read_input
+    from bpm_app.commands.query import load_bound, read_records
     from spark_agents.broker.server import BrokerError
     from spark_agents.broker.stream import Broker, BrokerStream
-    from spark_agents.streams.feed import Feeder, amplified, replay
+    from spark_agents.streams.feed import Feeder, RecordFeeder, amplified, replay
 
     err = Console(stderr=True)
     say = teller(log_format.value, "bpm.replay", console=err)
@@ -71,11 +77,23 @@ def replay_command(
     except ValueError as exc:
         fail(exc)
     target, where = BrokerStream(broker, located.participant), f"{located.participant}'s stream at {located.url}"
-    recorded, stats = read_input(files, err)
-    conns = amplified(recorded, amplify)  # copied as they are fed, never all held at once
-    total = len(recorded) * amplify
-    params = QueryParams(window_s=window, lateness_s=lateness)
-    feeder = Feeder(target, params, fed_groups)
+    if query_ref is None:
+        recorded, stats = read_input(files, err)
+        items = amplified(recorded, amplify)  # copied as they are fed, never all held at once
+        total = len(recorded) * amplify
+        window, lateness = window or 60, 60 if lateness is None else lateness
+        feeder = Feeder(target, QueryParams(window_s=window, lateness_s=lateness), fed_groups)
+    else:
+        if amplify != 1 or window is not None or lateness is not None:
+            fail("--amplify, --window and --lateness are for Zeek logs; a query's parameters are --param name=value")
+        if feed_from_stdin and any(str(f) == "-" for f in files):
+            fail("records come from standard input ('-'): --feed-from-stdin cannot read key groups from it too")
+        query, bound = load_bound(query_ref, params)
+        bad = BadRecords()
+        items = read_records(files, Records(query), fmt, bad, err)
+        total = len(items)
+        lateness = query.lateness_s(bound)
+        feeder = RecordFeeder(target, query, bound, fed_groups)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -93,7 +111,7 @@ def replay_command(
     fed: list = []
     with progress("rows", console=err, say=say if log_format == LogFormat.json else None) as steps:
         bar = steps.add("replaying", total)
-        replay(feeder, conns, rate, speedup, flush_interval, stop=stop, on_flush=lambda done: steps.update(bar, completed=done), fed=fed)
+        replay(feeder, items, rate, speedup, flush_interval, stop=stop, on_flush=lambda done: steps.update(bar, completed=done), fed=fed)
     if not feeder.closed:
         feeder.close()
         say(f"stopped after {len(fed)} rows fed of {total}; the stream is closed")
@@ -101,9 +119,15 @@ def replay_command(
         from bpm.zeek.conn import write_tsv
 
         with fed_log.open("w", encoding="utf-8") as out:
-            write_tsv(fed, out)
-    if stats.skipped:
+            if query_ref is None:
+                write_tsv(fed, out)
+            else:
+                out.writelines(json.dumps(feeder.records.as_json(ts_us, values)) + "\n" for ts_us, values in fed)
+    if query_ref is None and stats.skipped:
         say(f"[yellow]warning:[/] {stats.summary()}", logging.WARNING)
+    if query_ref is not None and bad.count:
+        say(f"[yellow]warning:[/] {bad.count} records did not fit query {query.name!r} and were not written; "
+            + "; ".join(bad.first), logging.WARNING)
     if feeder.admission.late:
         say(f"[yellow]warning:[/] {feeder.admission.late} rows more than {lateness} s behind the newest were not written", logging.WARNING)
     broker.close()

@@ -1,11 +1,11 @@
 """A participant's input stream in its own NATS JetStream, and a blocking client for it.
 
 The stream `INPUT` on the participant's server holds every key group's subject
-(`bpm.keygroups`). A message is a chunk of rows of one key group — CSV lines of
-`StreamRecord`, the last a punctuation mark that moves the key group's event time — so a
-reader takes thousands of rows per message. `BrokerStream.append(k, records)` publishes one
-such chunk to key group k, which is what `spark_agents.streams.feed.Feeder` writes through
-(partitioning rule: crc32 of the source prefix).
+(`bpm.keygroups`). A message is a chunk of rows of one key group — lines in the stream's
+format (`bpm.records`), the last a punctuation mark that moves the key group's event time — so a
+reader takes thousands of rows per message. `BrokerStream.append(k, lines)` publishes one
+such chunk to key group k, which is what `spark_agents.streams.feed.RecordFeeder` writes through
+(partitioning rule: crc32 of the record's key).
 
 nats-py is asynchronous; `Broker` runs its connection on a loop in a thread of its own so
 that agents, feeders and tests call it from ordinary code.
@@ -16,16 +16,13 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import nats
 from nats.js.api import StorageType, StreamConfig
 
 from bpm.keygroups import KEY_GROUPS, stream_subjects, subject
 from spark_agents.broker.server import BrokerError, inbox_prefix
-
-if TYPE_CHECKING:
-    from spark_agents.streams.records import StreamRecord
 
 STREAM = "INPUT"
 T = TypeVar("T")
@@ -154,8 +151,8 @@ class Broker:
 
 
 class BrokerStream:
-    """`participant`'s input stream as the feeder writes it: `append(k, records)` publishes
-    one message of key group `k`'s rows."""
+    """`participant`'s input stream as the feeder writes it: `append(k, lines)` publishes
+    one message of key group `k`'s lines (`bpm.records`)."""
 
     partitions = KEY_GROUPS
 
@@ -165,5 +162,5 @@ class BrokerStream:
         self.subjects = [subject(participant, k) for k in range(KEY_GROUPS)]
         broker.ensure_stream(participant)
 
-    def append(self, k: int, records: Iterable[StreamRecord]) -> int:
-        return self.broker.publish(self.subjects[k], "".join(r.to_line() for r in records).encode())
+    def append(self, k: int, lines: Iterable[str]) -> int:
+        return self.broker.publish(self.subjects[k], "".join(lines).encode())

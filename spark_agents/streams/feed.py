@@ -1,21 +1,26 @@
-"""Feeding connection summaries into a participant's stream (`spark_agents.broker.stream.BrokerStream`).
+"""Feeding a query's records into a participant's stream (`spark_agents.broker.stream.BrokerStream`).
 
 The feeder applies the lateness rule in input order (before partitioning, so the result does
-not depend on the number of key groups), routes each connection by its source prefix to its
-key group, and ends every chunk with a time-advance tick carrying the newest timestamp admitted so far: a
-key group that receives no connections for a while still sees event time move, so its
-windows close. `close()` writes an end-of-input mark that moves event time past every window holding a row.
+not depend on the number of key groups), routes each record by its key to its key group,
+and ends every chunk with a time-advance tick carrying the newest event time admitted so
+far: a key group that receives no records for a while still sees event time move, so its
+results close. `close()` writes an end-of-input mark that makes every result final
+(`bpm.records.end_mark_us`). `RecordFeeder` takes any query's records; `Feeder` takes Zeek
+connections for the network-monitoring query.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol
 
-from spark_agents.streams.records import MARK_END, MARK_TICK, StreamRecord
+from bpm.query import Params, Query
+from bpm.records import MARK_END, MARK_TICK, Admission, Records
+from bpm.records import end_mark_us as query_end_mark_us
+from bpm.records import end_watermark_ms as query_end_watermark_ms
 from bpm.zeek.conn import Conn
-from bpm.zeek.definitions import MICROS, Admission, QueryParams, partition_of, source_prefix, ts_micros, window_end
+from bpm.zeek.definitions import QueryParams, stream_values
 
 
 def amplified(conns: Iterable[Conn], copies: int) -> Iterator[Conn]:
@@ -37,55 +42,59 @@ def amplified(conns: Iterable[Conn], copies: int) -> Iterator[Conn]:
 
 
 def end_mark_us(newest_us: int, params: QueryParams) -> int:
-    """The end-of-input mark after the newest event `newest_us`: an event time that brings the
-    watermark one second past the end of the window holding it, short of the next window's
-    end. That window closes and no later one, so streams whose newest rows fall in one window
-    close the same windows (a correlation waits for every partner's, `spark_agents.correlation`)."""
-    return (window_end(newest_us, params.window_s) + params.lateness_s + 1) * MICROS
+    """The end-of-input mark of the network-monitoring query after the newest event `newest_us`
+    (`bpm.records.end_mark_us` with its window as the grain)."""
+    return query_end_mark_us(newest_us, params.lateness_s, params.window_s)
 
 
-def write_end(stream: Stream, end_us: int, key_groups: Iterable[int]) -> int:
-    """Append the end-of-input mark `end_us` (`end_mark_us`) to each of `key_groups`; returns how many."""
+def end_watermark_ms(end_us: int, params: QueryParams) -> int:
+    """The watermark (epoch ms) the network-monitoring query reaches after reading the end mark `end_us`."""
+    return query_end_watermark_ms(end_us, params.lateness_s)
+
+
+def write_end(stream: Stream, end_us: int, key_groups: Iterable[int], columns: int = 5) -> int:
+    """Append the end-of-input mark `end_us` to each of `key_groups` (lines of `columns` empty
+    values: a query's columns besides event time); returns how many."""
     count = 0
+    line = f"{end_us},{MARK_END},{',' * (columns - 1)}\n"
     for k in key_groups:
-        stream.append(k, [StreamRecord(end_us, mark=MARK_END)])
+        stream.append(k, [line])
         count += 1
     return count
 
 
-def end_watermark_ms(end_us: int, params: QueryParams) -> int:
-    """The watermark (epoch ms) a query reaches after reading the end mark `end_us`: every
-    window of the input has ended by then, so the batch that runs with it emits the last ones."""
-    return (end_us - params.lateness_s * MICROS) // 1000
-
-
 class Stream(Protocol):
-    """What a feeder writes to: `partitions` parts (key groups), each appended a chunk of rows at a time."""
+    """What a feeder writes to: `partitions` parts (key groups), each appended a chunk of lines at a time."""
 
     partitions: int
 
-    def append(self, k: int, records: Iterable[StreamRecord]) -> int: ...
+    def append(self, k: int, lines: Sequence[str]) -> int: ...
 
 
-class Feeder:
-    """Buffers connections per key group and appends them to the stream in chunks.
+class RecordFeeder:
+    """Buffers a query's records per key group and appends them to the stream in chunks.
+
+    A record is (event time in µs, the values of the query's other columns), as
+    `bpm.records.Records.parse` gives it.
 
     Attributes:
-        admission: the lateness rule (its `late` counts refused rows).
-        written: connections written per key group.
+        records: the query's records (lines, key groups).
+        admission: the lateness rule (its `late` counts refused records).
+        written: records written per key group.
         files: chunks written (messages, on the broker).
-        offered: connections given to `add` (admitted or not).
+        offered: records given to `add` (admitted or not).
         key_groups: the key groups fed (None: all). A key group not fed gets nothing, not even
             a time tick: a task over it has nothing to read and runs no micro-batch.
             `feed_key_groups` adds some while the feeder runs.
     """
 
-    def __init__(self, stream: Stream, params: QueryParams, key_groups: Iterable[int] | None = None) -> None:
+    def __init__(self, stream: Stream, query: Query, params: Params, key_groups: Iterable[int] | None = None) -> None:
         self.stream = stream
-        self.params = params
+        self.records = Records(query)
+        self.lateness_s, self.align_s = query.lateness_s(params), query.align_s(params)
         self.key_groups: frozenset[int] | None = None if key_groups is None else frozenset(key_groups)
-        self.admission = Admission(params.lateness_s)
-        self.buffers: list[list[StreamRecord]] = [[] for _ in range(stream.partitions)]
+        self.admission = Admission(self.lateness_s)
+        self.buffers: list[list[str]] = [[] for _ in range(stream.partitions)]
         self.ticked: list[int | None] = [None] * stream.partitions
         self.written = [0] * stream.partitions
         self.files = 0
@@ -104,32 +113,31 @@ class Feeder:
     def _fed(self, k: int) -> bool:
         return self.key_groups is None or k in self.key_groups
 
-    def feeds(self, conn: Conn) -> bool:
-        """Whether the connection's key group is fed."""
-        return self.key_groups is None or partition_of(source_prefix(conn.orig_h), self.stream.partitions) in self.key_groups
+    def feeds(self, record: tuple[int, tuple]) -> bool:
+        """Whether the record's key group is fed."""
+        return self.key_groups is None or self.records.key_group(record[1], self.stream.partitions) in self.key_groups
 
-    def add(self, conn: Conn) -> bool:
-        """Buffer a connection; returns False when the lateness rule refuses it. (Whether its key
+    def add(self, record: tuple[int, tuple]) -> bool:
+        """Buffer a record; returns False when the lateness rule refuses it. (Whether its key
         group is fed is the caller's to ask first, `feeds`.)"""
         self.offered += 1
-        ts_us = ts_micros(conn.ts)
+        ts_us, values = record
         if not self.admission.admit(ts_us):
             return False
-        prefix = source_prefix(conn.orig_h)
-        k = partition_of(prefix, self.stream.partitions)
-        self.buffers[k].append(StreamRecord(ts_us, conn.orig_h, prefix, conn.resp_h, conn.resp_p, conn.proto))
+        self.buffers[self.records.key_group(values, self.stream.partitions)].append(self.records.line(ts_us, values))
         return True
 
     def flush(self) -> int:
-        """Append one chunk per key group that has rows or whose event time moved; returns chunks written."""
+        """Append one chunk per key group that has records or whose event time moved; returns chunks written."""
         newest = self.admission.newest_us
         if newest is None:
             return 0
         written = 0
+        tick = self.records.line(newest, mark=MARK_TICK)
         for k, rows in enumerate(self.buffers):
             if (not rows and self.ticked[k] == newest) or not self._fed(k):
                 continue
-            self.stream.append(k, [*rows, StreamRecord(newest, mark=MARK_TICK)])
+            self.stream.append(k, [*rows, tick])
             self.written[k] += len(rows)
             self.buffers[k] = []
             self.ticked[k] = newest
@@ -137,23 +145,54 @@ class Feeder:
         self.files += written
         return written
 
-    def feed(self, conns: Iterable[Conn], rows_per_flush: int = 200_000) -> None:
-        """Add finite input at once (no pacing), flushing whenever `rows_per_flush` rows are
+    def feed(self, records: Iterable, rows_per_flush: int = 200_000) -> None:
+        """Add finite input at once (no pacing), flushing whenever `rows_per_flush` records are
         buffered and once at the end; the stream stays open."""
-        for conn in conns:
-            if self.feeds(conn):
-                self.add(conn)
+        for record in records:
+            if self.feeds(record):
+                self.add(record)
             if self.buffered >= rows_per_flush:
                 self.flush()
         self.flush()
 
+    def end_us(self) -> int | None:
+        """The end-of-input mark after what was admitted (None: nothing was)."""
+        newest = self.admission.newest_us
+        return None if newest is None else query_end_mark_us(newest, self.lateness_s, self.align_s)
+
     def close(self) -> None:
-        """Flush and write the end-of-input mark to every key group fed, closing all windows."""
+        """Flush and write the end-of-input mark to every key group fed, making every result final."""
         self.flush()
-        if self.admission.newest_us is not None:
+        end = self.end_us()
+        if end is not None:
             fed = [k for k in range(self.stream.partitions) if self._fed(k)]
-            self.files += write_end(self.stream, end_mark_us(self.admission.newest_us, self.params), fed)
+            self.files += write_end(self.stream, end, fed, len(self.records.columns))
         self.closed = True
+
+    @staticmethod
+    def time_s(record: tuple[int, tuple]) -> float:
+        """A record's event time in seconds (what a replay paces by)."""
+        return record[0] / 1_000_000
+
+
+class Feeder(RecordFeeder):
+    """A `RecordFeeder` of Zeek connections for the network-monitoring query with `params`."""
+
+    def __init__(self, stream: Stream, params: QueryParams, key_groups: Iterable[int] | None = None) -> None:
+        from examples.network_monitoring import query
+
+        super().__init__(stream, query, query.bind(params.to_dict()), key_groups)
+        self.params = params
+
+    def feeds(self, conn: Conn) -> bool:  # type: ignore[override]
+        return super().feeds(stream_values(conn))
+
+    def add(self, conn: Conn) -> bool:  # type: ignore[override]
+        return super().add(stream_values(conn))
+
+    @staticmethod
+    def time_s(conn: Conn) -> float:  # type: ignore[override]
+        return conn.ts
 
 
 def feed_all(stream: Stream, conns: Iterable[Conn], params: QueryParams, rows_per_flush: int = 200_000) -> Feeder:
@@ -174,8 +213,8 @@ def due_time(index: int, ts: float, first_ts: float, rate: float, speedup: float
 
 
 def replay(
-    feeder: Feeder,
-    conns: Iterable[Conn],
+    feeder: RecordFeeder,
+    items: Iterable,
     rate: float,
     speedup: float | None = None,
     flush_interval_s: float = 1.0,
@@ -183,15 +222,15 @@ def replay(
     sleep=None,
     stop=None,
     on_flush=None,
-    fed: list[Conn] | None = None,
-) -> Feeder:
-    """Feed connections at a paced rate, appending one chunk per key group every `flush_interval_s`.
+    fed: list | None = None,
+) -> RecordFeeder:
+    """Feed records (of the feeder's kind) at a paced rate, appending one chunk per key group every `flush_interval_s`.
 
     `clock`/`sleep` default to `time.monotonic`/`time.sleep`; `stop` is an optional
     `threading.Event` that ends the replay early (without an end mark); `on_flush(rows_done)`
     is called after each flush. The stream is closed (end mark) when the input is exhausted.
-    A connection whose key group is not fed (`Feeder.key_groups`) is passed over, on time;
-    `fed`, if given, receives every connection given to the feeder.
+    A record whose key group is not fed (`RecordFeeder.key_groups`) is passed over, on time;
+    `fed`, if given, receives every record given to the feeder.
     """
     import time
 
@@ -201,10 +240,11 @@ def replay(
     next_flush = started + flush_interval_s
     first_ts: float | None = None
     done = 0
-    for index, conn in enumerate(conns):
+    for index, item in enumerate(items):
+        ts = feeder.time_s(item)
         if first_ts is None:
-            first_ts = conn.ts
-        due = started + due_time(index, conn.ts, first_ts, rate, speedup)
+            first_ts = ts
+        due = started + due_time(index, ts, first_ts, rate, speedup)
         while clock() < due:
             if stop is not None and stop.is_set():
                 feeder.flush()
@@ -215,10 +255,10 @@ def replay(
                 if on_flush:
                     on_flush(done)
             sleep(max(0.0, min(due, next_flush) - clock()))
-        if feeder.feeds(conn):
-            feeder.add(conn)
+        if feeder.feeds(item):
+            feeder.add(item)
             if fed is not None:
-                fed.append(conn)
+                fed.append(item)
         done += 1
         if clock() >= next_flush:
             feeder.flush()

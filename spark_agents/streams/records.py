@@ -41,4 +41,4 @@ class StreamRecord:
     @classmethod
     def from_line(cls, line: str) -> StreamRecord:
         ts, mark, src, prefix, dst, dport, proto = line.rstrip("\n").split(",")
-        return cls(int(ts), src, prefix, dst, int(dport), proto, int(mark))
+        return cls(int(ts), src, prefix, dst, int(dport or 0), proto, int(mark))

@@ -78,3 +78,9 @@ def test_admission_keeps_records_within_the_lateness_of_the_newest():
     admission = Admission(lateness_s=10)
     assert [admission.admit(s * 1_000_000) for s in (100, 95, 90, 91, 120, 110)] == [True, True, False, True, True, False]
     assert admission.late == 2 and admission.newest_us == 120_000_000
+
+
+@given(st.integers(min_value=0, max_value=2**52), st.integers(min_value=-(2**40), max_value=2**40))
+def test_a_record_s_json_form_reads_back_exactly(ts_us, seen_us):
+    values = ("d", 1.5, 3, True, seen_us)
+    assert RECORDS.parse(RECORDS.as_json(ts_us, values)) == (ts_us, values)

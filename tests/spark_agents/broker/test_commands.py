@@ -257,3 +257,53 @@ def test_replay_and_broker_tell_in_json_lines_with_json_logs(nats_server, tmp_pa
     told = [json.loads(line) for line in done.stderr.splitlines()]
     assert [line["message"].split(":")[0] for line in told] == ["a's broker", "a's broker stopped"]
     assert {line["participant"] for line in told} == {"a"}
+
+
+@pytest.mark.slow
+def test_a_replay_of_any_query_s_records_reads_back_through_the_stream_as_the_batch_computation(spark, nats_server, tmp_path):
+    """Sensor readings (a schema of no Zeek) published with --query, then read by the query
+    through the source a task reads with: the results of the plain batch computation."""
+    import os
+    import subprocess
+    import sys
+
+    import examples.sensors as sensors
+    from bpm.records import BadRecords, Records, end_mark_us, end_watermark_ms, parse_lines
+    from spark_agents.broker.source import JetStreamInput
+    from spark_agents.checkpoint import committed_watermark_ms
+    from tests.conftest import wait_until
+    from spark_agents.check import check_query
+    from spark_agents.frames import batch_results, events
+
+    server, owner = nats_server
+    query, params = sensors.query, sensors.query.bind({"window_s": 20})
+    wire = Records(query)
+    lines = [json.dumps(r) for r in sensors.generate(seconds=200, devices=9, rate=5.0, seed=4)]
+    lines.insert(7, '{"ts": "later", "device": "d"}')
+    source = tmp_path / "readings.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    with Broker(server.url, owner.name, owner.password) as broker:
+        broker.ensure_stream("a")
+    bpm = str(Path(sys.executable).with_name("bpm"))
+    done = subprocess.run([bpm, "replay", str(source), "--query", "examples.sensors:query", "--param", "window_s=20",
+                           "--stream", f"{server.url}/a", "--rate", "0", "--fed-log", str(tmp_path / "fed.jsonl")],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "BPM_NATS_PASSWORD": owner.password})
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stderr.split())
+    assert "1 records did not fit query 'sensors'" in said and "line 8: ts: 'later'" in said
+    fed = list(parse_lines(wire, (tmp_path / "fed.jsonl").read_text().splitlines(), "jsonl", BadRecords()))
+    assert fed == list(parse_lines(wire, lines, "jsonl", BadRecords())), "the fed log holds the records published"
+
+    collected = []
+    task = JetStreamInput(server.url, owner.name, owner.password, "a", ddl=wire.wire_ddl)
+    checkpoint = tmp_path / "checkpoint"
+    running = (query.compute(events(task.read(spark), query, params), params).writeStream.outputMode("append")
+               .option("checkpointLocation", str(checkpoint))
+               .foreachBatch(lambda frame, _: collected.extend(batch_results(frame, query, params))).start())
+    end_ms = end_watermark_ms(end_mark_us(max(ts for ts, _ in fed), 30, 20), 30)
+    try:
+        wait_until(lambda: committed_watermark_ms(checkpoint) == end_ms, 300, "the batch that closes the last windows")
+    finally:
+        running.stop()
+    expected = check_query(spark, query, params, fed, tmp_path / "check").expected
+    assert len(expected) > 50 and sorted(collected) == expected

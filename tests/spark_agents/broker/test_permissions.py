@@ -14,6 +14,7 @@ from spark_agents.broker.server import BrokerError, User, partner_user
 from spark_agents.broker.source import _fetch
 from spark_agents.broker.stream import STREAM, Broker, BrokerStream
 from spark_agents.streams.feed import Feeder
+from spark_agents.streams.records import MARK_DATA, StreamRecord
 from tests.spark_agents.broker.test_source import _conns
 
 pytestmark = pytest.mark.slow
@@ -30,7 +31,7 @@ def test_a_partner_reads_its_share_and_writes_its_results_only(nats_server):
     with Broker(server.url, b.name, b.password, timeout_s=2) as theirs:
         assert theirs.last_seq() == last
         share = theirs.call(_fetch(theirs.js, STREAM, "in.a.0.>", 0, last))
-        prefixes = [line.split(",")[2] for chunk in share for line in chunk.decode().splitlines() if line.endswith(",0")]
+        prefixes = [r.prefix for chunk in share for r in map(StreamRecord.from_line, chunk.decode().splitlines()) if r.mark == MARK_DATA]
         assert prefixes and all(key_group(p) in groups("0") for p in prefixes)
         for outside in ("in.a.1.>", "in.a.>"):
             with pytest.raises(BrokerError, match="(?i)refused by .*permissions violation"):

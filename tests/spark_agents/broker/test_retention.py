@@ -10,6 +10,7 @@ from spark_agents.broker.retention import Ack, Retention
 from spark_agents.broker.source import _fetch
 from spark_agents.broker.stream import STREAM, Broker, BrokerStream
 from spark_agents.streams.feed import Feeder
+from spark_agents.streams.records import MARK_DATA, StreamRecord
 from tests.spark_agents.broker.test_source import _conns
 
 pytestmark = pytest.mark.slow
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 def _prefixes(broker, filter_, after=0) -> list[str]:
     chunks = broker.call(_fetch(broker.js, STREAM, filter_, after, broker.last_seq()))
-    return [line.split(",")[2] for chunk in chunks for line in chunk.decode().splitlines() if line.endswith(",0")]
+    return [r.prefix for chunk in chunks for r in map(StreamRecord.from_line, chunk.decode().splitlines()) if r.mark == MARK_DATA]
 
 
 def test_acknowledged_messages_are_purged_and_the_rest_stays(nats_server):

@@ -1,8 +1,9 @@
 import pytest
 
 from spark_agents.query import closed_window_end
-from spark_agents.streams.feed import Feeder, amplified, end_mark_us, end_watermark_ms, feed_all, write_end
-from spark_agents.streams.records import MARK_DATA, MARK_END, MARK_TICK
+from bpm.records import END_US
+from spark_agents.streams.feed import Feeder, RecordFeeder, amplified, end_mark_us, end_watermark_ms, feed_all, write_end
+from spark_agents.streams.records import MARK_DATA, MARK_END, MARK_TICK, StreamRecord
 from bpm.zeek.conn import Conn
 from bpm.zeek.definitions import QueryParams, partition_of, source_prefix
 from bpm.zeek.generator import TrafficProfile, generate
@@ -22,8 +23,8 @@ class Chunks:
         self.partitions = partitions
         self.parts: list[list[list]] = [[] for _ in range(partitions)]
 
-    def append(self, k, records):
-        self.parts[k].append(list(records))
+    def append(self, k, lines):
+        self.parts[k].append([StreamRecord.from_line(line) for line in lines])
         return len(self.parts[k])
 
 
@@ -109,3 +110,41 @@ def test_amplification_multiplies_sources_and_keeps_their_shape():
     assert sorted(r.key for r in rows if r.kind == "ports") == ["10.0.0.1", "27.0.0.1", "44.0.0.1"]
     with pytest.raises(ValueError):
         list(amplified(base, 0))
+
+
+def test_any_query_s_records_go_to_the_key_group_of_their_key_and_close_past_every_result():
+    from bpm.query import load
+    from bpm.records import Records, mark_and_time
+
+    query = load("examples.sessions:query")  # no grain: its end mark is past any session
+    wire = Records(query)
+    lines: list[list[str]] = [[] for _ in range(4)]
+
+    class Lines:
+        partitions = 4
+
+        def append(self, k, chunk):
+            lines[k].extend(chunk)
+            return len(lines[k])
+
+    feeder = RecordFeeder(Lines(), query, query.bind({"lateness_s": 5}))
+    records = [wire.parse({"ts": 100 + i, "user": f"u{i % 6}", "page": "/a,b"}) for i in range(12)]
+    feeder.feed([*records, wire.parse({"ts": 90, "user": "u0", "page": "/late"})])
+    feeder.close()
+    assert feeder.admission.late == 1 and sum(feeder.written) == 12
+    for k in range(4):
+        data = [line for line in lines[k] if mark_and_time(line)[0] == MARK_DATA]
+        assert all(wire.key_group(wire.parse({"ts": 1, "user": line.split(",")[2]})[1], 4) == k for line in data)
+        assert '"/a,b"' in "".join(data) or not data
+        assert mark_and_time(lines[k][-1]) == (MARK_END, END_US)
+
+
+def test_a_connection_is_a_record_of_the_network_monitoring_query():
+    from bpm.query import load
+    from bpm.records import Records
+    from bpm.zeek.definitions import stream_values
+
+    wire = Records(load("examples.network_monitoring:query"))
+    c = conn(100.5, "10.1.2.3")
+    assert stream_values(c) == wire.parse({"ts": c.ts, "src": c.orig_h, "prefix": source_prefix(c.orig_h), "dst": c.resp_h,
+                                           "dport": c.resp_p, "proto": c.proto})

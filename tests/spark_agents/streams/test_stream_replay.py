@@ -1,5 +1,5 @@
 from spark_agents.streams.feed import Feeder, due_time, replay
-from spark_agents.streams.records import MARK_DATA, MARK_END
+from spark_agents.streams.records import MARK_DATA, MARK_END, StreamRecord
 from bpm.zeek.conn import Conn
 from bpm.zeek.definitions import QueryParams
 
@@ -30,8 +30,8 @@ class MemoryStream:
     def __init__(self):
         self.chunks: list[list] = []
 
-    def append(self, k, records):
-        self.chunks.append(list(records))
+    def append(self, k, lines):
+        self.chunks.append([StreamRecord.from_line(line) for line in lines])
 
 
 def test_replay_paces_rows_and_writes_one_chunk_per_flush():
