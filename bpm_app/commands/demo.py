@@ -142,12 +142,14 @@ def _run(runner) -> dict:
         raise KeyboardInterrupt
 
     # SIGTERM (a supervisor, `kill`) cleans up like Ctrl-C: every process of the demo stops.
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, _stop)
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         return runner.run()
     except KeyboardInterrupt:
         print("interrupted: every process of the demo has been stopped", file=sys.stderr)
         raise typer.Exit(130) from None
+    finally:  # a caller in the same process (a test) gets its own handlers back
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
