@@ -108,8 +108,16 @@ def _reader(filter_subject: str, after: int | None):
 
 
 def _marks_and_times(data: bytes) -> list[tuple[int, int]]:
-    """(mark, event time) of each line of a message, whatever the query's columns."""
-    return [mark_and_time(line) for line in data.splitlines() if line]
+    """(mark, event time) of each line of a message, whatever the query's columns; a line that
+    does not start with two whole numbers (another participant's stream may hold anything) is
+    passed over."""
+    out = []
+    for line in data.splitlines():
+        try:
+            out.append(mark_and_time(line))
+        except (ValueError, UnicodeDecodeError):
+            continue
+    return out
 
 
 def _is_end(data: bytes) -> bool:

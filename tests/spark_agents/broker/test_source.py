@@ -177,3 +177,10 @@ def test_bpm_bench_fixed_cost_runs_levels_of_tasks_over_the_same_rows_and_fits_a
     assert all(lv["intervals"] == 4 and lv["batches"] > 0 and lv["rows_per_s"] > 0 for lv in result["levels"]), result["levels"]
     assert result["fixed_cost_load"] == pytest.approx(result["fixed_cost_cpu_s_per_s"] / 0.5, abs=1e-4)
     assert plot.stat().st_size > 5_000
+
+
+def test_the_end_of_any_query_s_input_is_found_from_its_lines_alone_and_garbage_is_passed_over():
+    from spark_agents.broker.source import _is_end, _marks_and_times
+
+    assert _marks_and_times(b'5,0,"a,b",1\n7,1,,\n\xff\xfe\nnot,a,line\n9') == [(0, 5), (1, 7)]
+    assert _is_end(b"9,2,,,\n9,2,,,\n") and not _is_end(b"9,2,,,\n8,1,,,\n") and not _is_end(b"garbage\n")
