@@ -77,6 +77,10 @@ class Task(Base):
     load: Mapped[float] = mapped_column(Float, default=0.0)
     input_uri: Mapped[str | None] = mapped_column(String(1024), nullable=True)
     params: Mapped[dict] = mapped_column(JSON, default=dict)
+    # The query it runs (`bpm.query`) and the digest of its definition: a host refuses a task
+    # whose query it does not have in that version.
+    query: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    query_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
     ha_mode: Mapped[str] = mapped_column(String(32), default="none")
     epoch: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -10,6 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from api.limits import MAX_DURATION_S, MAX_ID, MAX_INT, MAX_LOAD, MAX_PRICE, check_json, sane_moment
 from bpm.names import NAME_PATTERN, PARTICIPANT_MAX, TASK_MAX
+from bpm.query import DIGEST_PATTERN, QUERY_NAME_PATTERN
 from bpm.negotiation import MovementState, OfferState
 
 HaMode = Literal["none", "upstream_backup", "passive_standby", "active_standby"]
@@ -160,6 +161,8 @@ class TaskCreate(In):
     load: Load = 0.0
     input_uri: str | None = Field(default=None, max_length=1024, description="the origin's broker stream, nats://HOST:PORT/PARTICIPANT/KEY_GROUP_PREFIX (none: a task without input)")
     params: dict = Field(default_factory=dict)
+    query: str | None = Field(default=None, pattern=QUERY_NAME_PATTERN, description="The name of the query it runs (bpm.query); with query_digest")
+    query_digest: str | None = Field(default=None, pattern=DIGEST_PATTERN, description="The digest of that query's definition (bpm query show): a host runs the task only with a query of this digest")
     ha_mode: HaMode = "none"
     from_tasks: list[Id] = Field(
         default_factory=list, max_length=2,
@@ -171,6 +174,12 @@ class TaskCreate(In):
                     "the tasks it came from end there (their until_s), each at one time only",
     )
 
+    @model_validator(mode="after")
+    def _query_and_digest(self) -> TaskCreate:
+        if (self.query is None) != (self.query_digest is None):
+            raise ValueError("query and query_digest come together: the query's name and the digest of its definition")
+        return self
+
 
 class TaskOut(Out):
     id: int
@@ -181,6 +190,8 @@ class TaskOut(Out):
     load: float
     input_uri: str | None
     params: dict
+    query: str | None = Field(description="The query it runs (bpm.query), none for a task registered without one")
+    query_digest: str | None = Field(description="The digest of that query's definition")
     ha_mode: str
     epoch: int
     from_tasks: list[int] = Field(description="The tasks it came from by a split or a merge")

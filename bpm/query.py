@@ -54,7 +54,9 @@ _TYPES = {
 }
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _COLUMN = re.compile(r"^\s*`?([A-Za-z_][A-Za-z0-9_]*)`?\s+([A-Za-z]+)\s*(?:NOT\s+NULL\s*)?$", re.IGNORECASE)
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+QUERY_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+DIGEST_PATTERN = r"^[0-9a-f]{8,64}$"
+_NAME = re.compile(QUERY_NAME_PATTERN)
 # Columns of the stream that the federation adds to every record (`bpm.records`).
 RESERVED = ("__ts_us", "__mark")
 

@@ -30,6 +30,10 @@ def register(session: Session, caller: Principal, body: schemas.TaskCreate) -> T
     parents = _parents(session, me, body.from_tasks, where)
     if bool(parents) != (body.since_s is not None):
         raise Invalid("since_s comes with from_tasks: a task a split or merge makes starts where the tasks it came from end")
+    differs = [p for p in parents if (p.query, p.query_digest) != (body.query, body.query_digest)]
+    if differs:
+        raise Invalid(f"a task a split or merge makes runs the query of the tasks it came from: #{differs[0].id} runs "
+                      f"{differs[0].query or 'none'} ({differs[0].query_digest or 'no digest'}), not {body.query or 'none'} ({body.query_digest or 'no digest'})")
     task = Task(
         name=body.name,
         origin=me,
@@ -37,6 +41,8 @@ def register(session: Session, caller: Principal, body: schemas.TaskCreate) -> T
         load=body.load,
         input_uri=body.input_uri,
         params=body.params,
+        query=body.query,
+        query_digest=body.query_digest,
         ha_mode=body.ha_mode,
         since_s=body.since_s,
     )
@@ -175,6 +181,8 @@ def to_out(task: Task) -> schemas.TaskOut:
         load=task.load,
         input_uri=task.input_uri,
         params=task.params,
+        query=task.query,
+        query_digest=task.query_digest,
         ha_mode=task.ha_mode,
         epoch=task.epoch,
         from_tasks=[link.parent_id for link in task.lineage],

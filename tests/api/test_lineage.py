@@ -103,3 +103,25 @@ def test_only_the_origin_retires_a_task_that_ended_and_only_once(registry):
     assert "it is retired" in refused["detail"]
     assert registry.ok("POST", "/tasks/999999/retire", a, status=404)
     assert any(e["kind"] == "task.retired" for e in registry.ok("GET", "/events", a))
+
+
+def test_a_task_records_its_query_and_digest_and_a_split_keeps_them(registry):
+    a = registry.participant("a")
+    query = {"query": "sensors", "query_digest": "7d41f04a01b0a5f0"}
+    whole = registry.ok("POST", "/tasks", a, status=201, json={"name": "t", "input_uri": STREAM, **query})
+    assert (whole["query"], whole["query_digest"]) == ("sensors", "7d41f04a01b0a5f0")
+    assert registry.ok("GET", f"/tasks/{whole['id']}", a)["query"] == "sensors"
+    half = {"input_uri": f"{STREAM}/0", "from_tasks": [whole["id"]], "since_s": 600}
+    assert registry.ok("POST", "/tasks", a, status=201, json={"name": "t-0", **half, **query})["query_digest"] == "7d41f04a01b0a5f0"
+    plain = registry.ok("POST", "/tasks", a, status=201, json={"name": "plain"})
+    assert (plain["query"], plain["query_digest"]) == (None, None)
+    cases = [
+        ({"name": "x", **half, "input_uri": f"{STREAM}/1", "query": "sensors", "query_digest": "0000000000000000"}, "runs the query of the tasks it came from"),
+        ({"name": "x", **half, "input_uri": f"{STREAM}/1"}, "runs the query of the tasks it came from"),
+        ({"name": "x", "query": "sensors"}, "query and query_digest come together"),
+        ({"name": "x", "query": "../etc", "query_digest": "7d41f04a01b0a5f0"}, "should match pattern"),
+        ({"name": "x", "query": "sensors", "query_digest": "not hex!"}, "should match pattern"),
+    ]
+    for body, why in cases:
+        response = registry.call("POST", "/tasks", a, json=body)
+        assert response.status_code == 422 and why in str(response.json()["detail"]), (body, response.text)
