@@ -124,11 +124,14 @@ class TaskHost(Protocol):
 
 @dataclass(frozen=True)
 class OwnTask:
-    """A task this participant brings to the federation."""
+    """A task this participant brings to the federation, running the query named `query` whose
+    definition has digest `query_digest` (`bpm.query`; None: a task of no query, simulated)."""
 
     name: str
     input_uri: str
     params: dict = field(default_factory=dict)
+    query: str | None = None
+    query_digest: str | None = None
 
 
 CORRELATE_S = 2.0  # how often the agent shares newly closed windows and checks whom it correlates with
@@ -403,7 +406,8 @@ class Agent:
 
     def _register(self, task: OwnTask, record: dict | None) -> dict:
         if record is None:
-            record = self.client.register_task(task.name, input_uri=task.input_uri, params=task.params)
+            record = self.client.register_task(task.name, input_uri=task.input_uri, params=task.params, query=task.query,
+                                               query_digest=task.query_digest)
             self.note("task.registered", f"registered task {task.name} (#{record['id']})")
         self._task_ids[task_key(record)] = record["id"]
         return record

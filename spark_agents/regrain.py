@@ -118,6 +118,7 @@ class Regrain:
 
     def _register(self, parent: Mapping, location: str, prefix: str, parents: Sequence[int], at: int) -> dict:
         return self.agent.client.register_task(regrained_name(prefix, parents), input_uri=location, params=parent.get("params") or {},
+                                               query=parent.get("query"), query_digest=parent.get("query_digest"),
                                                ha_mode=parent.get("ha_mode", "none"), from_tasks=list(parents), since_s=at)
 
     # Every tick (`Agent.sync`)

@@ -131,6 +131,7 @@ def _run(s) -> None:
     from bpm.federation.views import AgreedTerms
     from bpm.keygroups import shares as key_shares
     from bpm.zeek.definitions import QueryParams
+    from examples.network_monitoring import query as monitoring
     from spark_agents.agent import AgentConfig, OwnTask
     from spark_agents.metrics import default_warmup_s
     from spark_agents.runtime import participant_key, run_agent
@@ -149,7 +150,8 @@ def _run(s) -> None:
     if s.partitions and broker is not None:
         try:
             prefixes = key_shares(s.shares or 1)
-            own = [OwnTask(f"g{prefixes[k]}", broker.location(prefixes[k]), params) for k in parse_partitions(s.partitions)]
+            own = [OwnTask(f"g{prefixes[k]}", broker.location(prefixes[k]), params, monitoring.name, monitoring.digest)
+                   for k in parse_partitions(s.partitions)]
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--shares") from None
         except IndexError:

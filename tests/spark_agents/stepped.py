@@ -15,6 +15,7 @@ from api.migrate import upgrade
 from bpm_http.client import RegistryClient
 from api.settings import Settings
 from bpm.keygroups import shares
+from examples.network_monitoring import query as MONITORING
 from spark_agents.agent import Agent, AgentConfig, OwnTask
 from spark_agents.broker.access import OwnBroker
 from spark_agents.correlation import Endpoint
@@ -76,7 +77,8 @@ def stepped_federation(
                 name=name,
                 workdir=tmp_path / name,
                 endpoint=f"http://127.0.0.2:9000/{name}",
-                tasks=[OwnTask(f"g{prefix}", brokers[name].location(prefix), dict(task_params or {})) for prefix in shares(tasks)]
+                tasks=[OwnTask(f"g{prefix}", brokers[name].location(prefix), dict(task_params or {}), MONITORING.name, MONITORING.digest)
+                       for prefix in shares(tasks)]
                 if name in brokers else [OwnTask(f"p{i}", "", dict(task_params or {})) for i in range(tasks)],  # no input: the hosts run no query
                 period_s=0.0,
                 warmup_s=0.0,

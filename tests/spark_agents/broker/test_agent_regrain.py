@@ -61,6 +61,8 @@ def test_an_agent_splits_a_task_too_large_to_move_and_sheds_a_half(tmp_path, own
         parent = next(t for t in tasks.values() if t["id"] == made[0]["from_tasks"][0])
         assert parent["name"] in ("g10", "g11") and parent["until_s"] is not None and parent["host"] == "a"
         assert all(t["since_s"] == parent["until_s"] for t in made if t["from_tasks"] == [parent["id"]])
+        assert parent["query"] == "network-monitoring" and all(
+            (t["query"], t["query_digest"]) == (parent["query"], parent["query_digest"]) for t in made), "a split runs its parent's query"
         assert a.host.output_ends[f"a.{parent['name']}"] == parent["until_s"], \
             "the old task's running query writes no window from the split time on, from the split on"
         assert a.host.sources[f"a.{parent['name']}"].until_s == parent["until_s"], "the split task runs on over its ended input"
@@ -138,7 +140,8 @@ def test_an_agent_that_stopped_between_the_two_halves_of_a_split_registers_the_m
         a = add("a", 2)
         a.sync()
         first = {t["name"]: t for t in a.client.tasks(origin="a")}["g0"]
-        a.client.register_task(f"g00-{first['id']}", input_uri=own_brokers["a"].location("00"), from_tasks=[first["id"]], since_s=600)
+        a.client.register_task(f"g00-{first['id']}", input_uri=own_brokers["a"].location("00"), from_tasks=[first["id"]], since_s=600,
+                               query=first["query"], query_digest=first["query_digest"])
         a = add("a", 2)  # restarted: it only finds the split half done in the registry
         a.sync()
         a._stale.add("task")
