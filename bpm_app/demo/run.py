@@ -485,8 +485,11 @@ class Demo:
         return {key for host, key in placed if key not in running.get(host, {})}
 
     def _running(self) -> dict[str, dict[str, dict]]:
-        """Per participant, the tasks its agent last reported running (its `/status`), by key;
-        the agents asked at once (a saturated one answers late, and a poll waited for each in turn)."""
+        """Per participant, the tasks its agent runs now (its `/status`), by key, each with what
+        the agent last reported of it (watermark, load; nothing for a task started since); the
+        agents asked at once (a saturated one answers late, and a poll waited for each in turn).
+        Which tasks run is the agent's own view, not its last report: an agent cut off from the
+        registry sends no report, and one that started a task just before still runs it."""
 
         def ask(name: str) -> dict[str, dict] | None:
             status = self._agent_status(name, timeout_s=1.0 if name in self.unreachable else 10.0)
@@ -494,8 +497,9 @@ class Demo:
                 return None
             if status.get("warming_up") is False:
                 self._warm.add(name)  # for good: a warm-up does not come back
-            tasks = status.get("last_report", {}).get("details", {}).get("host", {}).get("tasks", [])
-            return {t["task_id"]: t for t in tasks if t.get("state") == "running"}
+            reported = status.get("last_report", {}).get("details", {}).get("host", {}).get("tasks", [])
+            details = {t["task_id"]: t for t in reported}
+            return {key: details.get(key, {"task_id": key, "state": "running"}) for key in status.get("running", [])}
 
         with ThreadPoolExecutor(max_workers=len(self.fed.endpoints) or 1) as pool:
             answers = dict(zip(self.fed.endpoints, pool.map(ask, self.fed.endpoints)))
