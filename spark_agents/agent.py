@@ -52,6 +52,7 @@ from bpm.federation.views import (
     reconcile,
     seconds,
     split_groups,
+    task_query,
 )
 from bpm.ha import with_live_partners
 from bpm.keygroups import is_location, parse_location
@@ -207,6 +208,8 @@ class AgentConfig:
             correlates them with those they share (`spark_agents.correlation`; needs its own broker).
         availability_bound_s: how long the correlated result waits for a partner's alerts
             before it publishes a window tentative.
+        queries: the queries (name, digest) this participant can run: it refuses offers of
+            tasks of any other (`bpm.agent.machine.Mechanism.queries`); None: any.
     """
 
     name: str
@@ -231,6 +234,7 @@ class AgentConfig:
     fixed_cost: float | None = default("fixed_cost")
     correlate: bool = default("correlate")
     availability_bound_s: float = default("availability_bound")
+    queries: frozenset[tuple[str, str]] | None = None
 
 
 @dataclass
@@ -304,7 +308,7 @@ class Agent:
         self._view_read_at = float("-inf")
         self.machine = Mechanism(config.name, started_s=clock(), period_s=config.period_s, warmup_s=config.warmup_s,
                                  settle_s=config.settle_s, margin=config.margin, hysteresis=config.hysteresis,
-                                 fixed_cost=config.fixed_cost)
+                                 fixed_cost=config.fixed_cost, queries=config.queries)
         self._split_memory = self._remembered_splits()
         self._answered: set[int] = set()  # my offers whose answer the machine has seen
         self.last_report: dict[str, Any] = {}
@@ -1069,7 +1073,8 @@ class Agent:
             view = None
             if contract is not None:
                 offered = [t for t in self.client.tasks(host=offer["from"]) if t["id"] in offer["task_ids"]]
-                view = offer_view(offer, contract, {t["id"]: t["load"] for t in offered}, {t["id"]: t["origin"] for t in offered})
+                view = offer_view(offer, contract, {t["id"]: t["load"] for t in offered}, {t["id"]: t["origin"] for t in offered},
+                                  {t["id"]: task_query(t) for t in offered})
             incoming.append(Incoming(str(offer["id"]), offer["from"], view))
         movements = [m for m in self.seen.movements if m["state"] == "active"]
         # Where each task runs: the host of the newest of its movements I see (the end of its

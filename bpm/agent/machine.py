@@ -266,6 +266,9 @@ class Mechanism:
         warm_from_s: when a task last started while it warmed up (the warm-up counts from it).
         ended: per participant whose input has ended (`InputEnded`), why: its tasks no longer
             move, and the participant's own no longer split or merge either.
+        queries: the queries it can run, (name, digest) (`bpm.query`); an offer of a task whose
+            query is not one of them is refused whole. None: it runs whatever it is offered
+            (a simulated participant's tasks run no query).
         waiting: the cause of the last decision not taken (recorded once per change).
         next_period_s: when the next period is due (`Tick`).
     """
@@ -286,6 +289,7 @@ class Mechanism:
     changed_s: float = -math.inf
     warm_from_s: float = -math.inf
     ended: dict[str, str] = field(default_factory=dict)
+    queries: frozenset[tuple[str, str]] | None = None
     waiting: str | None = None
     next_period_s: float = -math.inf
 
@@ -416,6 +420,10 @@ class Mechanism:
         drained = sorted({t.origin for t in offer.tasks if self._draining(t.origin)})
         if drained:
             return Refuse(incoming.id, incoming.partner, f"the input of {', '.join(drained)} has ended: its tasks drain where they run")
+        foreign = [t for t in offer.tasks if not self._runs(t.query)]
+        if foreign:
+            name, digest = foreign[0].query or ("no query", "none")
+            return Refuse(incoming.id, incoming.partner, f"task #{foreign[0].id} runs query {name} (digest {digest}), which I do not have")
         answer = evaluate_offer(load=load, cost=cost, offer=offer, margin=self.margin)
         price = settle(offer, answer)
         if price is None:
@@ -424,6 +432,10 @@ class Mechanism:
             return Refuse(incoming.id, incoming.partner, reason)
         self.changed_s = now_s  # the accepted tasks will start here
         return Accept(incoming.id, incoming.partner, answer.task_ids, answer.load, price)
+
+    def _runs(self, query: tuple[str, str] | None) -> bool:
+        """Whether a task of `query` can run here (`queries`); a task of no query runs anywhere."""
+        return self.queries is None or query is None or query in self.queries
 
     def _draining(self, origin: str) -> bool:
         """Whether a task of `origin` drains where it runs: once `origin`'s input has ended."""

@@ -117,12 +117,14 @@ def regrains(tasks: Sequence[Mapping]) -> list[dict]:
     return out
 
 
-def offer_view(offer: Mapping, contract: Mapping, task_loads: Mapping[int, float], origins: Mapping[int, str] | None = None) -> Offer:
+def offer_view(offer: Mapping, contract: Mapping, task_loads: Mapping[int, float], origins: Mapping[int, str] | None = None,
+               queries: Mapping[int, tuple[str, str] | None] | None = None) -> Offer:
     """A pending offer made to me, as `evaluate_offer` sees it: with the offerer's caps for
     each leading part of its tasks, as the registry carries them, and each task's origin
-    where `origins` says it."""
-    origins = origins or {}
-    tasks = tuple(Task(id=str(tid), load=max(task_loads.get(tid, 0.0), MIN_TASK_LOAD), origin=origins.get(tid, "")) for tid in offer["task_ids"])
+    and query (name, digest) where `origins` and `queries` say them."""
+    origins, queries = origins or {}, queries or {}
+    tasks = tuple(Task(id=str(tid), load=max(task_loads.get(tid, 0.0), MIN_TASK_LOAD), origin=origins.get(tid, ""), query=queries.get(tid))
+                  for tid in offer["task_ids"])
     return Offer(
         contract_id=str(offer["contract_id"]),
         partner=offer["from"],
@@ -131,6 +133,12 @@ def offer_view(offer: Mapping, contract: Mapping, task_loads: Mapping[int, float
         price_min=contract["price_min"],
         price_max=contract["price_max"],
     )
+
+
+def task_query(task: Mapping) -> tuple[str, str] | None:
+    """(query, digest) of a task as the registry records it; None for a task of no query."""
+    name, digest = task.get("query"), task.get("query_digest")
+    return (name, digest) if name and digest else None
 
 
 def movement_views(movements: Iterable[Mapping]) -> list[Movement]:

@@ -85,6 +85,8 @@ class Task:
         groups: the key groups of its origin's stream it covers, as a prefix
             (`bpm.keygroups`: "" all, "0" the first half, ...), when it may split and merge
             over them (`bpm.negotiation.granularity`); None when it does not.
+        query: the query it runs and the digest of its definition (`bpm.query`), as the
+            registry records them; None for a task of no query (a simulated one).
     """
 
     id: str
@@ -92,6 +94,7 @@ class Task:
     origin: str = ""
     ha_mode: str = "none"
     groups: str | None = None
+    query: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if not (self.load > 0 and math.isfinite(self.load)):

@@ -183,6 +183,7 @@ def _run(s) -> None:
         fixed_cost=s.fixed_cost,
         correlate=s.correlate,
         availability_bound_s=s.availability_bound,
+        queries=frozenset({(monitoring.name, monitoring.digest)}),
     )
     fixed = MM1Cost(a=s.mm1_scale, c=1.0) if s.cost_model == "mm1" else None
     api_key = participant_key(s.registry, s.name, endpoint, workdir, s.key, s.admin_key)

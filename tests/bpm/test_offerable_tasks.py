@@ -75,3 +75,13 @@ def test_own_tasks_over_key_groups_may_split_and_those_that_handed_them_over_nei
     assert passing_load("c", tasks, catching_up) == 0.0, "not c's"
     plan = reconcile("b", tasks, running, [])
     assert plan.stop == ("b.g-2",) and plan.start == (), "a retired task runs nowhere"
+
+
+def test_an_offer_as_the_host_sees_it_carries_each_task_s_query_as_the_registry_records_it():
+    from bpm.federation.views import offer_view, task_query
+
+    records = [{"id": 1, "query": "sensors", "query_digest": "7d41f04a01b0a5f0"}, {"id": 2, "query": None, "query_digest": None}, {"id": 3}]
+    assert [task_query(r) for r in records] == [("sensors", "7d41f04a01b0a5f0"), None, None]
+    offer = offer_view({"contract_id": 4, "from": "a", "task_ids": [1, 2], "caps": [1.0, 1.0]}, {"price_min": 0.5, "price_max": 1.0},
+                       {1: 0.1, 2: 0.2}, {1: "a", 2: "a"}, {r["id"]: task_query(r) for r in records})
+    assert [t.query for t in offer.tasks] == [("sensors", "7d41f04a01b0a5f0"), None]

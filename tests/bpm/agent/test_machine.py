@@ -321,3 +321,21 @@ def test_the_memory_of_splits_on_refusals_goes_out_and_comes_back_whole_or_not_a
         with pytest.raises(ValueError):
             fresh.remember_splits(bad)
         assert fresh.split_memory() == never.split_memory(), bad
+
+
+def test_a_host_refuses_an_offer_of_a_task_whose_query_it_does_not_have_in_that_version():
+    mine, other = ("sensors", "7d41f04a01b0a5f0"), ("sensors", "0000000000000000")
+    host = Mechanism("b", queries=frozenset({mine}))
+
+    def answer(*queries):
+        offer = Offer("1", "a", tuple(Task(f"t{i}", 0.05, "a", query=q) for i, q in enumerate(queries)), (1.2,) * len(queries), 1.0, 1.2)
+        [said] = host.handle(OfferReceived(1.0, 0.1, COST, Incoming("3", "a", offer)))
+        return said
+
+    assert isinstance(answer(mine, mine, None), Accept), "its own query, and a task of no query (a simulated one)"
+    refused = answer(mine, other)
+    assert isinstance(refused, Refuse) and refused.reason == "task #t1 runs query sensors (digest 0000000000000000), which I do not have"
+    assert isinstance(answer(("sessions", "66a83b3f57cc2a9d")), Refuse), "nothing of an offer holding a query it lacks"
+    anyone = Mechanism("b")
+    offer = Offer("1", "a", (Task("t0", 0.05, "a", query=other),), (1.2,), 1.0, 1.2)
+    assert isinstance(anyone.handle(OfferReceived(1.0, 0.1, COST, Incoming("3", "a", offer)))[0], Accept), "no list: it runs any"

@@ -228,3 +228,17 @@ def test_a_half_of_a_split_task_moved_under_passive_standby_fails_over_over_its_
         assert took["epoch"] == moved["epoch"] + 1 and took["backup"] is not None
         old = next(t for t in a.client.tasks(origin="a") if t["id"] == whole["id"])
         assert old["host"] == "a" and old["until_s"] == at and old["epoch"] == whole["epoch"]
+
+
+def test_a_partner_that_does_not_have_the_tasks_query_refuses_them_and_the_other_takes_them(tmp_path, own_brokers):
+    """b can run only another version of the query: it refuses every offer of a's tasks, with
+    the reason; c, which has a's version, takes the load."""
+    other = frozenset({("network-monitoring", "0" * 16)})
+    with stepped_federation(tmp_path, lambda now: _KeyGroupsHost(MM1Cost(a=0.25, c=1.0)), brokers=own_brokers,
+                            fixed_cost={"a": FIXED_COST}, settings={"b": {"queries": other}}) as federation:
+        operator, agents, add, _ = federation
+        shed_to_b_and_c(federation, len(SHARES))
+        hosts = {t["host"] for t in operator.tasks(origin="a")}
+        assert "b" not in hosts and "c" in hosts, hosts
+        refusals = [e["message"] for e in operator.events(limit=500) if "which I do not have" in e["message"]]
+        assert refusals and "runs query network-monitoring" in refusals[0], [(e["kind"], e["message"]) for e in operator.events(limit=60)]
