@@ -10,7 +10,6 @@ become ISO 8601 UTC text, lists tuples, structures tuples of their fields.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -18,9 +17,7 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 
 from bpm.query import Query, QueryError
-
-MICROS = 1_000_000
-
+from bpm.records import RecordError, event_time_us
 
 def plain(value: object) -> object:
     """`value` as JSON can carry it and a set can hold it."""
@@ -40,18 +37,12 @@ def plain(value: object) -> object:
 
 
 def time_us(value: object) -> int:
-    """An event time in microseconds since the epoch, from a TIMESTAMP, epoch seconds or ISO text."""
-    if isinstance(value, datetime):
-        moment = value if value.tzinfo else value.replace(tzinfo=UTC)
-        return round(moment.timestamp() * MICROS)
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return round(value * MICROS)
-    if isinstance(value, str):
-        try:
-            return time_us(datetime.fromisoformat(value.replace("Z", "+00:00")))
-        except ValueError:
-            pass
-    raise ValueError(f"{value!r} is not a time")
+    """An event time in microseconds since the epoch, from a TIMESTAMP, epoch seconds or ISO text
+    (`bpm.records.event_time_us`); ValueError when it is none of these."""
+    try:
+        return event_time_us(value)
+    except RecordError:
+        raise ValueError(f"{value!r} is not a time") from None
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ results equal the batch's.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -99,7 +98,6 @@ def check_query(spark: SparkSession, query: Query, params: Params, records: Sequ
             report.problems.append(f"its result has no column {missing[0]!r} (it has {', '.join(result.columns)})")
             return report
 
-    lock = threading.Lock()
     per_batch: list[tuple[int, list[Result]]] = []
 
     failures: list[BaseException] = []
@@ -110,8 +108,7 @@ def check_query(spark: SparkSession, query: Query, params: Params, records: Sequ
         except Exception as exc:
             failures.append(exc)
             raise
-        with lock:
-            per_batch.append((batch_id, rows))
+        per_batch.append((batch_id, rows))
 
     try:
         running = (result.writeStream.outputMode(query.output_mode).option("checkpointLocation", str(checkpoint))

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bpm.keygroups import PASSWORD_ENV, StreamLocation, groups, key_group, shares
-from bpm.zeek.results import OutputSet
+from bpm.results import OutputSet
 
 if TYPE_CHECKING:
     from spark_agents.broker.stream import Broker

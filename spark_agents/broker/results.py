@@ -28,7 +28,7 @@ from nats.js.api import StorageType, StreamConfig
 from bpm.keygroups import token
 from bpm.names import check_name
 from bpm.zeek.definitions import ResultRow
-from bpm.zeek.results import OutputSet
+from bpm.results import OutputSet
 from spark_agents.broker.stream import Broker
 from spark_agents.ha.fence import FencedError, FencedSink, FenceState, unwritten
 
@@ -209,7 +209,7 @@ def read_results(broker: Broker, task_id: str, after: int = 0) -> list[ResultBat
 
 
 def broker_outputs(broker: Broker, tasks: Iterable[str]) -> OutputSet:
-    """Every batch the given tasks have written on this broker, merged (`bpm.zeek.results.OutputSet`)."""
+    """Every batch the given tasks have written on this broker, merged (`bpm.results.OutputSet`)."""
     merged = OutputSet()
     for task in tasks:
         for batch in read_results(broker, task):

@@ -66,14 +66,18 @@ def _arrow_types(schema: list[tuple[str, str]]) -> dict:
     return {name: types[sql] for name, sql in schema}
 
 
-def parse(chunks: list[bytes], ddl: str = STREAM_SCHEMA_DDL):
-    """One Arrow record batch from messages of the stream's lines with columns `ddl` (none for no rows)."""
+# The connection stream's columns (`StreamRecord`), for readers that name none.
+STREAM_COLUMNS = columns(STREAM_SCHEMA_DDL)
+
+
+def parse(chunks: list[bytes], schema: list[tuple[str, str]] = STREAM_COLUMNS):
+    """One Arrow record batch from messages of the stream's lines with columns `schema`, (name,
+    SQL type) each (none for no rows)."""
     from pyarrow import csv
 
     data = b"".join(chunks)
     if not data:
         return None
-    schema = columns(ddl)
     table = csv.read_csv(io.BytesIO(data), read_options=csv.ReadOptions(column_names=[name for name, _ in schema]),
                          parse_options=csv.ParseOptions(), convert_options=csv.ConvertOptions(column_types=_arrow_types(schema), strings_can_be_null=False,
                                                                                                quoted_strings_can_be_null=False))
@@ -179,8 +183,8 @@ async def _fetch(js, stream: str, filter_subject: str, after: int, last: int) ->
 
 
 class JetStreamReader(DataSourceStreamReader):
-    def __init__(self, options: dict[str, str], ddl: str = STREAM_SCHEMA_DDL) -> None:
-        self.ddl = ddl
+    def __init__(self, options: dict[str, str], schema: list[tuple[str, str]] = STREAM_COLUMNS) -> None:
+        self.schema = schema
         options = {k.lower(): v for k, v in options.items()}  # Spark's option names are case-insensitive
         try:
             self.url, self.user, self.password, self.filter = (options[k] for k in ("url", "user", "password", "filter"))
@@ -224,7 +228,7 @@ class JetStreamReader(DataSourceStreamReader):
     def read(self, partition: SeqRange) -> Iterator:
         broker = connection(self.url, self.user, self.password)
         chunks = broker.read(lambda: _fetch(broker.js, self.stream, self.filter, partition.after, partition.last))
-        batch = parse(chunks, self.ddl)
+        batch = parse(chunks, self.schema)
         if batch is not None:
             yield batch
 
@@ -242,7 +246,7 @@ class JetStreamSource(DataSource):
 
     def streamReader(self, schema) -> JetStreamReader:
         # The stream's lines have the columns the reading query gives (`JetStreamInput.ddl`).
-        return JetStreamReader(dict(self.options), ", ".join(f"`{f.name}` {f.dataType.simpleString().upper()}" for f in schema.fields))
+        return JetStreamReader(dict(self.options), [(f.name, f.dataType.simpleString().upper()) for f in schema.fields])
 
 
 def register(spark) -> None:

@@ -21,6 +21,7 @@ from bpm.records import end_mark_us as query_end_mark_us
 from bpm.records import end_watermark_ms as query_end_watermark_ms
 from bpm.zeek.conn import Conn
 from bpm.zeek.definitions import QueryParams, stream_values
+from spark_agents.streams.records import StreamRecord
 
 
 def amplified(conns: Iterable[Conn], copies: int) -> Iterator[Conn]:
@@ -52,11 +53,11 @@ def end_watermark_ms(end_us: int, params: QueryParams) -> int:
     return query_end_watermark_ms(end_us, params.lateness_s)
 
 
-def write_end(stream: Stream, end_us: int, key_groups: Iterable[int], columns: int = 5) -> int:
-    """Append the end-of-input mark `end_us` to each of `key_groups` (lines of `columns` empty
-    values: a query's columns besides event time); returns how many."""
+def write_end(stream: Stream, end_us: int, key_groups: Iterable[int], records: Records | None = None) -> int:
+    """Append the end-of-input mark `end_us` to each of `key_groups`, as a line of `records`
+    (None: of the connection stream, `StreamRecord`); returns how many."""
     count = 0
-    line = f"{end_us},{MARK_END},{',' * (columns - 1)}\n"
+    line = records.line(end_us, mark=MARK_END) if records is not None else StreamRecord(end_us, mark=MARK_END).to_line()
     for k in key_groups:
         stream.append(k, [line])
         count += 1
@@ -166,7 +167,7 @@ class RecordFeeder:
         end = self.end_us()
         if end is not None:
             fed = [k for k in range(self.stream.partitions) if self._fed(k)]
-            self.files += write_end(self.stream, end, fed, len(self.records.columns))
+            self.files += write_end(self.stream, end, fed, self.records)
         self.closed = True
 
     @staticmethod

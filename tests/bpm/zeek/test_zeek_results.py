@@ -1,5 +1,5 @@
 from bpm.zeek.definitions import ResultRow
-from bpm.zeek.results import OutputSet
+from bpm.results import OutputSet
 
 A = ResultRow("connections", 0, 60, "10.0.0.1", 101)
 B = ResultRow("ports", 0, 60, "10.0.0.2", 11)
