@@ -264,8 +264,11 @@ def test_a_restarted_correlator_goes_on_from_the_versions_it_published(tmp_path)
         share_alerts(a, "a", w, ["10.0.0.1", "10.0.0.2"])
 
         def run_until(done, bound_s, what, timeout_s=20.0):
-            live = LiveCorrelator("a", Endpoint(a_server.url, "a", "pa"), window_s=60, bound_s=bound_s, poll_s=0.05).start()
+            # Sources set before it starts, as `Correlation.step` does: set after, a loaded
+            # machine let it correlate a's first window alone, stable without rows.
+            live = LiveCorrelator("a", Endpoint(a_server.url, "a", "pa"), window_s=60, bound_s=bound_s, poll_s=0.05)
             live.set_sources({"b": Endpoint(b_server.url, "a", "ra")})
+            live.start()
             try:
                 wait_until(lambda: done(live), timeout_s, what)
                 return live
