@@ -35,12 +35,12 @@ import json
 import keyword
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Column", "Param", "Params", "Query", "QueryError", "load", "parse_schema"]
+__all__ = ["Column", "Param", "Params", "Query", "QueryError", "load", "parse_schema", "parse_values"]
 
 OUTPUT_MODES = ("append",)
 # Spark SQL type names a record's column may have, and the name the federation uses for each.
@@ -290,6 +290,17 @@ class Query:
             "compute": _code(self.compute), "finish": _code(self.finish) if self.finish is not None else None,
         }
         return hashlib.sha256(json.dumps(declared, sort_keys=True, default=repr).encode()).hexdigest()[:16]
+
+
+def parse_values(items: Iterable[str] | None) -> dict[str, str]:
+    """Parameters given as `name=value` texts (`--param name=value`), by name; QueryError on one without '='."""
+    values: dict[str, str] = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise QueryError(f"parameter {item!r}: give name=value")
+        values[name.strip()] = value
+    return values
 
 
 def _code(function: Callable[..., Any]) -> str:

@@ -50,9 +50,8 @@ def event_time_us(value: object) -> int:
         if not math.isfinite(value):
             raise RecordError(f"{value!r} is not a time")
         return int(value * MICROS) if isinstance(value, float) else value * MICROS
-    if isinstance(value, datetime):
-        moment = value if value.tzinfo else value.replace(tzinfo=UTC)
-        return round(moment.timestamp() * MICROS)
+    if isinstance(value, datetime):  # a naive one is local time, as PySpark gives a TIMESTAMP
+        return round(value.timestamp() * MICROS)
     if isinstance(value, str):
         text = value.strip()
         try:
@@ -60,9 +59,10 @@ def event_time_us(value: object) -> int:
         except ValueError:
             pass
         try:
-            return event_time_us(datetime.fromisoformat(text.replace("Z", "+00:00")))
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
         except ValueError:
             raise RecordError(f"{value!r} is neither epoch seconds nor an ISO 8601 time") from None
+        return event_time_us(moment if moment.tzinfo else moment.replace(tzinfo=UTC))
     raise RecordError(f"{value!r} is not a time")
 
 

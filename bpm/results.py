@@ -22,8 +22,8 @@ from bpm.records import RecordError, event_time_us
 def plain(value: object) -> object:
     """`value` as JSON can carry it and a set can hold it."""
     if isinstance(value, datetime):
-        moment = value if value.tzinfo else value.replace(tzinfo=UTC)
-        text = moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f").rstrip("0").rstrip(".")
+        # A naive time is the process's local time, as PySpark gives a TIMESTAMP.
+        text = value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f").rstrip("0").rstrip(".")
         return text + "Z"
     if isinstance(value, date):
         return value.isoformat()
@@ -61,6 +61,25 @@ class Result:
 
     def to_json(self) -> dict[str, object]:
         return dict(self.row)
+
+    def __getitem__(self, column: str) -> object:
+        """The plain value of one of its columns."""
+        for name, value in self.row:
+            if name == column:
+                return value
+        raise KeyError(column)
+
+    def to_wire(self) -> dict[str, object]:
+        """Its form on the results stream: self-describing, so that a reader needs no query."""
+        return {"t": self.time_us, "k": list(self.key), "row": dict(self.row)}
+
+    @classmethod
+    def from_wire(cls, body: Mapping[str, object]) -> Result:
+        """A result as `to_wire` wrote it; ValueError when `body` is not one."""
+        t, k, row = body.get("t"), body.get("k"), body.get("row")
+        if not isinstance(t, int) or isinstance(t, bool) or not isinstance(k, list) or not isinstance(row, dict):
+            raise ValueError("a result is {'t': microseconds, 'k': [key values], 'row': {column: value}}")
+        return cls(t, tuple(plain(v) for v in k), tuple((str(n), plain(v)) for n, v in row.items()))
 
     def order(self) -> tuple:
         """A total order for printing: by time, then identity (values of any type)."""

@@ -11,10 +11,13 @@ without Spark.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
-from bpm.query import Param, Query
-from bpm.zeek.definitions import PORT_PROTOCOLS, source_prefix
+from bpm.query import Param, Params, Query
+from bpm.results import Result
+from bpm.zeek import reference
+from bpm.zeek.conn import Conn
+from bpm.zeek.definitions import CONN_RECORD_SCHEMA, PORT_PROTOCOLS, QueryParams, as_results, source_prefix, stream_values
 from bpm.zeek.generator import TrafficProfile
 from bpm.zeek.generator import generate as generate_conns
 
@@ -50,7 +53,7 @@ def finish(rows, params):
 query = Query(
     name="network-monitoring",
     description="connection and port alerts per source, port alerts per prefix, per window",
-    schema="ts TIMESTAMP, src STRING, prefix STRING, dst STRING, dport INT, proto STRING",
+    schema=CONN_RECORD_SCHEMA,
     key="prefix",
     event_time="ts",
     lateness="lateness_s",
@@ -66,6 +69,22 @@ query = Query(
         "lateness_s": Param(int, 60, "how late a connection may come, seconds; also the watermark's delay", minimum=0),
     },
 )
+
+
+def bind(params: QueryParams) -> Params:
+    """The query's parameters from the Zeek definitions' `QueryParams`."""
+    return query.bind(params.to_dict())
+
+
+def records(conns: Iterable[Conn]) -> Iterator[tuple[int, tuple]]:
+    """Zeek connections as the query's records (`bpm.records.Records.parse`'s form), in order."""
+    return map(stream_values, conns)
+
+
+def expected(conns: Iterable[Conn], params: QueryParams) -> list[Result]:
+    """The query's results over Zeek connections `conns`, by the plain computation without
+    Spark (`bpm.zeek.reference`), as the federation compares them."""
+    return sorted(as_results(reference.compute(conns, params)))
 
 
 def generate(seconds: int = 300, rate: float = 200.0, seed: int = 0) -> Iterator[dict]:

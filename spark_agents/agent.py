@@ -78,7 +78,7 @@ from bpm.agent.machine import (
     Wait,
 )
 from bpm.negotiation import DEFAULT_HYSTERESIS
-from bpm.zeek.definitions import QueryParams
+from bpm.query import Query
 from spark_agents import handover
 from spark_agents.broker.access import OwnBroker, ask_credentials
 from spark_agents.broker.server import BrokerError
@@ -100,8 +100,10 @@ log = logging.getLogger("bpm.agent")
 class TaskHost(Protocol):
     """What the agent needs of the Spark side (`spark_agents.host.TaskHost`)."""
 
-    def start_task(self, task_id: str, source: JetStreamInput | None, checkpoint_dir: Path, params: Mapping[str, Any], epoch: int) -> None:
-        """Start (resume) a task over `source` (None: the task names no input), writing through its output fence at `epoch`."""
+    def start_task(self, task_id: str, source: JetStreamInput | None, checkpoint_dir: Path, params: Mapping[str, Any], epoch: int, *,
+                   query: str | None = None) -> None:
+        """Start (resume) a task of the query named `query` over `source` (None: the task names
+        no input), writing through its output fence at `epoch`."""
 
     def stop_task(self, task_id: str) -> Path: ...
 
@@ -208,8 +210,9 @@ class AgentConfig:
             correlates them with those they share (`spark_agents.correlation`; needs its own broker).
         availability_bound_s: how long the correlated result waits for a partner's alerts
             before it publishes a window tentative.
-        queries: the queries (name, digest) this participant can run: it refuses offers of
-            tasks of any other (`bpm.agent.machine.Mechanism.queries`); None: any.
+        queries: the queries this participant can run, by name (`bpm.query.Query`): it refuses
+            offers of tasks of any other, or of another definition (digest,
+            `bpm.agent.machine.Mechanism.queries`); None: any (hosts that run no Spark).
     """
 
     name: str
@@ -234,7 +237,7 @@ class AgentConfig:
     fixed_cost: float | None = default("fixed_cost")
     correlate: bool = default("correlate")
     availability_bound_s: float = default("availability_bound")
-    queries: frozenset[tuple[str, str]] | None = None
+    queries: Mapping[str, Query] | None = None
 
 
 @dataclass
@@ -308,7 +311,8 @@ class Agent:
         self._view_read_at = float("-inf")
         self.machine = Mechanism(config.name, started_s=clock(), period_s=config.period_s, warmup_s=config.warmup_s,
                                  settle_s=config.settle_s, margin=config.margin, hysteresis=config.hysteresis,
-                                 fixed_cost=config.fixed_cost, queries=config.queries)
+                                 fixed_cost=config.fixed_cost,
+                                 queries=None if config.queries is None else frozenset((n, q.digest) for n, q in config.queries.items()))
         self._split_memory = self._remembered_splits()
         self._answered: set[int] = set()  # my offers whose answer the machine has seen
         self.last_report: dict[str, Any] = {}
@@ -337,6 +341,14 @@ class Agent:
         self.regrain = Regrain(self)
 
     # Records
+
+    def align_s(self, task: str, query: str | None, params: Mapping[str, Any]) -> int | None:
+        """Where the results of `task` (of the query named `query`, with `params`) are
+        independent of each other, seconds: its query's `align` (None: nowhere)."""
+        from spark_agents.query import bind_task
+
+        definition, bound, _ = bind_task(self.config.queries or {}, task, query, params)
+        return definition.align_s(bound)
 
     def note(self, kind: str, message: str, *, report: bool = False, subject: str | None = None, data: dict | None = None) -> None:
         self.records.append(Record(self.clock(), kind, message))
@@ -607,7 +619,7 @@ class Agent:
             handover.mark_epoch(checkpoint, epoch)
         source = self.stream_input(task)
         with self._lock:
-            self.host.start_task(key, source, checkpoint, task.get("params") or {}, epoch=epoch)
+            self.host.start_task(key, source, checkpoint, task.get("params") or {}, epoch=epoch, query=task.get("query"))
             self._sources[key] = source
             self.regrain.started(key, task.get("until_s"))
             self._changed()
@@ -778,7 +790,9 @@ class Agent:
         if ended:
             self.broker.grant(self.broker_grants(), readers=readers)
         if self.correlation is None:
-            windows = {int(t.params.get("window_s", QueryParams().window_s)) for t in self.config.tasks} or {QueryParams().window_s}
+            windows = {self.align_s(t.name, t.query, t.params) for t in self.config.tasks}
+            if None in windows or not windows:
+                raise RuntimeError(f"{self.config.name} correlates alerts per window: its tasks' queries must declare their window as `align`")
             if len(windows) > 1:
                 raise RuntimeError(f"{self.config.name}'s tasks have windows of {sorted(windows)} s: alerts are correlated over one window")
             self.correlation = Correlation(self.config.name, self.broker.url, self.broker.password, window_s=windows.pop(),

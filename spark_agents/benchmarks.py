@@ -19,19 +19,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bpm.zeek.definitions import QueryParams
+from examples.network_monitoring import query as MONITORING
 from bpm.zeek.generator import TrafficProfile, generate
 from spark_agents.host import TaskHost
 from spark_agents.metrics import IntervalSample
 from spark_agents.query import start_query
 from spark_agents.status import StatusServer
-from spark_agents.streams.records import STREAM_SCHEMA_DDL
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from spark_agents.broker.source import JetStreamInput
 
-PARAMS = QueryParams()
+PARAMS = QueryParams()  # the network-monitoring query's defaults, as its connections are fed
+QUERY = MONITORING
+BOUND = MONITORING.bind(PARAMS.to_dict())
 Progress = Callable[[str], None]
 
 
@@ -49,10 +51,10 @@ class CsvFiles:
         self.count = 0
         root.mkdir(parents=True, exist_ok=True)
 
-    def read(self, spark, owed_batch: bool = False):
-        """The streaming DataFrame of the rows, through Spark's file source (the benchmark's
-        queries start fresh: no checkpoint owes them a batch)."""
-        return spark.readStream.schema(STREAM_SCHEMA_DDL).option("maxFilesPerTrigger", self.batch_files).csv(str(self.root))
+    def read(self, spark, ddl: str, owed_batch: bool = False):
+        """The streaming DataFrame of the rows (columns `ddl`), through Spark's file source (the
+        benchmark's queries start fresh: no checkpoint owes them a batch)."""
+        return spark.readStream.schema(ddl).option("maxFilesPerTrigger", self.batch_files).csv(str(self.root))
 
     def append(self, k: int, lines: Iterable[str]) -> int:
         temp = self.root / f".{self.count:012d}.csv.tmp"  # the file source skips hidden names
@@ -120,7 +122,7 @@ def _overhead(spark: SparkSession, work_dir: Path, source: JetStreamInput, rows:
     def bare() -> float:
         n = next(counter)
         started = time.perf_counter()
-        query = start_query(spark, f"bare-{n}", source, work_dir / f"ck-{n}", PARAMS, discard)
+        query = start_query(spark, f"bare-{n}", source, work_dir / f"ck-{n}", QUERY, BOUND, discard)
         try:
             query.processAllAvailable()
             return time.perf_counter() - started
@@ -146,7 +148,7 @@ def _overhead(spark: SparkSession, work_dir: Path, source: JetStreamInput, rows:
         scraper.start()
         try:
             started = time.perf_counter()
-            task = host.start_task(f"task-{n}", source, work_dir / f"ck-{n}", PARAMS, None, sink=discard)
+            task = host.start_task(f"task-{n}", source, work_dir / f"ck-{n}", QUERY, BOUND, None, sink=discard)
             task.query.processAllAvailable()
             return time.perf_counter() - started
         finally:
@@ -226,7 +228,7 @@ def _load_levels(host: TaskHost, sources: list[JetStreamInput], level_s: float, 
         for k in range(tasks):
             name = f"task-{k}"
             if k in active and name not in host.running():
-                host.start_task(name, sources[k], params=PARAMS, trigger_s=trigger_s, sink=discard)
+                host.start_task(name, sources[k], query=QUERY, params=BOUND, trigger_s=trigger_s, sink=discard)
             elif k not in active and name in host.running():
                 host.stop_task(name)
         time.sleep(settle)  # a started task's first batches catch up; not measured
@@ -344,7 +346,7 @@ def fixed_cost(
                 # stream sequences, every key group's: each task reads its share of one flush.
                 for k, prefix in enumerate(shares(tasks)):
                     host.start_task(f"level{step}-{k}", replace(source, prefix=prefix, max_messages=KEY_GROUPS),
-                                    params=PARAMS, trigger_s=trigger_s, sink=discard)
+                                    query=QUERY, params=BOUND, trigger_s=trigger_s, sink=discard)
                 progress(f"{n} with {tasks} tasks" if n == "warm-up" else f"level {step}/{len(order)}: {n} task(s) over the same rows")
                 time.sleep(warmup_s if n == "warm-up" else interval_s)  # first batches, not measured
                 host.sample()
@@ -428,7 +430,7 @@ def first_queries(
             done.set()
 
         start = cpu()
-        query = start_query(spark, f"first-{n}", GeneratedInput(), work_dir / f"first-{n}", PRIME_PARAMS, Discard(),  # type: ignore[arg-type]
+        query = start_query(spark, f"first-{n}", GeneratedInput(), work_dir / f"first-{n}", MONITORING, PRIME_PARAMS, Discard(),  # type: ignore[arg-type]
                             trigger_s, output)
         time.sleep(trigger_s)
         first = cpu()
@@ -524,7 +526,7 @@ def source(
             seconds its micro-batches took (Spark's `triggerExecution`): the rest is its start."""
             n = next(counter)
             started = time.perf_counter()
-            query = start_query(spark, f"{variant}-{n}", source if variant == "jetstream" else files, work_dir / f"ck-{n}", PARAMS, discard)
+            query = start_query(spark, f"{variant}-{n}", source if variant == "jetstream" else files, work_dir / f"ck-{n}", QUERY, BOUND, discard)
             try:
                 query.processAllAvailable()
                 elapsed = time.perf_counter() - started

@@ -73,6 +73,21 @@ def _write_input(folder: Path, wire: Records, records: Sequence[tuple[int, tuple
         os.utime(path, (start + number, start + number))
 
 
+def _csv_frame(reader, wire: Records, folder: Path):
+    """The stream's lines in `folder` as a DataFrame (`reader`: `spark.read` or `spark.readStream`)."""
+    return reader.schema(wire.wire_ddl).option("header", "false").option("escape", '"').option("mode", "FAILFAST").csv(str(folder))
+
+
+def plain_results(spark: SparkSession, query: Query, params: Params, records: Sequence[tuple[int, tuple]], work_dir: Path) -> list[Result]:
+    """The results of `query` with `params` over `records` (admitted already, `bpm.records.Admission`)
+    as a plain batch computation of the same `compute` and `finish`: what its streaming run
+    must give, each result once. The records are written as the stream's lines under `work_dir`."""
+    wire = Records(query)
+    folder = work_dir / "plain"
+    _write_input(folder, wire, records, 1)
+    return sorted(set(batch_results(query.compute(events(_csv_frame(spark.read, wire, folder), query, params), params), query, params)))
+
+
 def check_query(spark: SparkSession, query: Query, params: Params, records: Sequence[tuple[int, tuple]], work_dir: Path,
                 batches: int = 4, timeout_s: float = 600.0) -> CheckReport:
     """Run `query` with `params` over `records` (`bpm.records.Records.parse`'s, in input order)
@@ -84,11 +99,8 @@ def check_query(spark: SparkSession, query: Query, params: Params, records: Sequ
     folder, checkpoint = work_dir / "input", work_dir / "checkpoint"
     _write_input(folder, wire, kept, batches)
 
-    def source(reader):
-        return reader.schema(wire.wire_ddl).option("header", "false").option("escape", '"').option("mode", "FAILFAST").csv(str(folder))
-
     try:
-        result = query.compute(events(source(spark.readStream.option("maxFilesPerTrigger", 1)), query, params), params)
+        result = query.compute(events(_csv_frame(spark.readStream.option("maxFilesPerTrigger", 1), wire, folder), query, params), params)
     except Exception as exc:  # noqa: BLE001 - the user's code: whatever it raises is the query's problem
         report.problems.append(f"compute failed on the stream of records: {type(exc).__name__}: {_first_line(exc)}")
         return report
@@ -143,7 +155,7 @@ def check_query(spark: SparkSession, query: Query, params: Params, records: Sequ
         report.problems.append(f"a result came out twice, or its result_key does not identify one result: {_show(twice[0])}")
 
     try:
-        plain = query.compute(events(source(spark.read), query, params), params)
+        plain = query.compute(events(_csv_frame(spark.read, wire, folder), query, params), params)
         report.expected = sorted(set(batch_results(plain, query, params)))
     except Exception as exc:  # noqa: BLE001
         report.problems.append(f"the batch computation failed: {type(exc).__name__}: {_first_line(exc)}")

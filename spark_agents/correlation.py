@@ -123,6 +123,7 @@ class OwnAlerts:
 
     def poll(self, tasks: Iterable[str]) -> list[tuple[tuple[int, int], frozenset[str]]]:
         from bpm.dpc import ALERT_KINDS
+        from bpm.results import Result
         from bpm.zeek.definitions import ResultRow
         from spark_agents.broker.results import read_messages
 
@@ -134,13 +135,14 @@ class OwnAlerts:
                 self.closed.setdefault(task, None)
                 ends = []
                 if body.get("kind") == "batch":
-                    for row in map(ResultRow.from_json, body["rows"]):
+                    for row in (ResultRow.from_result(Result.from_wire(r)) for r in body["rows"]):
                         ends.append(row.window_end)
                         if row.kind in ALERT_KINDS and (self.next_end is None or row.window_end >= self.next_end):
                             self.sources.setdefault((row.window_start, row.window_end), set()).add(row.key)
                 elif body.get("kind") == "progress":
-                    ends.append(body["closed"])
-                    self.closed[task] = max(self.closed[task] or body["closed"], body["closed"])
+                    closed = body["closed_us"] // 1_000_000  # a window end: the tasks' query aligns at its window
+                    ends.append(closed)
+                    self.closed[task] = max(self.closed[task] or closed, closed)
                 if ends and self.next_end is None:
                     first = min([*ends, first] if first is not None else ends)
         if self.next_end is None:

@@ -257,7 +257,8 @@ class HADuties:
             case StartDuties(key, duty, task):
                 self._start_duties(key, duty, task)
             case StartStandby(key, replica_id, task):
-                self.host.ha_start_replica(key, self.agent.task_input(task), self._replica_copy(task, replica_id), task.get("params") or {})
+                self.host.ha_start_replica(key, self.agent.task_input(task), self._replica_copy(task, replica_id), task.get("params") or {},
+                                           query=task.get("query"))
                 with self._lock:
                     self.standby[key] = replica_id
                 self.note("replica.started", f"{key}: active-standby replica #{replica_id} runs here, its output held back")
@@ -300,7 +301,7 @@ class HADuties:
             grant = functools.partial(self.agent.credentials.token, task["id"], "delta", duty.holder, duty.epoch)
             ship = ship_over_http(self.http, endpoint, key, duty.epoch, grant)
         self.host.ha_start_duties(key, duty.mode, self.agent.task_input(task), consumer_name(key, self.me),
-                                  params=dict(task.get("params") or {}), interval_s=self.interval_s, ship=ship)
+                                  query=task.get("query"), params=dict(task.get("params") or {}), interval_s=self.interval_s, ship=ship)
         self.duties[key] = duty
         where = f", deltas to {duty.holder} every {self.interval_s:g} s" if duty.holder else ""
         self.note("ha.duties", f"{key}: host duties under {duty.mode} at epoch {duty.epoch}{where}")
@@ -391,7 +392,7 @@ class HADuties:
         elif mode == "active_standby" and how == mode:
             checkpoint = self.checkpoints[key] = self.replica_dir(key, self.standby[key])
         took = self.host.ha_take_over(key, how, epoch=epoch, stream=stream, consumer=consumer_name(key, self.me),
-                                      failed_consumer=failed_consumer, params=dict(task.get("params") or {}),
+                                      failed_consumer=failed_consumer, query=task.get("query"), params=dict(task.get("params") or {}),
                                       checkpoint_dir=checkpoint, backup=backup)
         if failed_consumer is None and stream is not None:
             stream.release(consumer_name(key, failed))

@@ -1,15 +1,15 @@
-"""The task host: runs tasks (the monitoring query over a share of a participant's stream) on
-one SparkSession, starts and stops them at batch boundaries with their own checkpoint
-folders, and measures them.
+"""The task host: runs tasks (a user's query, `bpm.query.Query`, over a share of a participant's
+stream) on one SparkSession, starts and stops them at batch boundaries with their own
+checkpoint folders, and measures them.
 
 Typical use::
 
     host = TaskHost(spark, work_dir)
-    host.start_task("a.g0", source, sink=broker_sink(broker, "a.g0", epoch))
+    host.start_task("a.g0", source, query=query, params=query.bind({"window_s": 30}), sink=broker_sink(broker, "a.g0", epoch))
     ...
     checkpoint = host.stop_task("a.g0")       # after the current batch
     pack(checkpoint) ... unpack(data, elsewhere)   # the checkpoint travels, then another host:
-    other.start_task("a.g0", source, elsewhere, sink=...)   # resumes at the next batch
+    other.start_task("a.g0", source, elsewhere, query=query, params=params, sink=...)   # resumes at the next batch
 
 Measurements come from a `StreamingQueryListener` (`BatchRecorder`); `sample()` closes one
 measuring interval (the sampler thread started by `start_sampling` calls it periodically),
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from bpm.costs import CostFunction, MM1Cost, fit_cost_function
 from bpm.names import UnsafeName, check_name
-from bpm.zeek.definitions import QueryParams
+from bpm.query import Params, Query
 from spark_agents.checkpoint import committed_watermark_ms, processed_seq
 from spark_agents.exporter import batch_durations
 from spark_agents.hosts import cpu_capacity
@@ -64,6 +64,7 @@ class HostedTask:
         task_id: the task's name (also the streaming query's name).
         source: its share of a participant's broker stream.
         checkpoint_dir: its own checkpoint folder (offsets and state).
+        definition: the query it runs (`bpm.query.Query`).
         params: the query's parameters.
         trigger_s: its processing-time trigger interval (`spark_agents.query.staggered_trigger_s`).
         query: the running Spark query (None once stopped).
@@ -76,7 +77,8 @@ class HostedTask:
     task_id: str
     source: JetStreamInput
     checkpoint_dir: Path
-    params: QueryParams
+    definition: Query
+    params: Params
     trigger_s: float | None
     query: StreamingQuery | None
     started_s: float
@@ -165,14 +167,16 @@ class TaskHost:
         task_id: str,
         source: JetStreamInput,
         checkpoint_dir: str | Path | None = None,
-        params: QueryParams | None = None,
+        query: Query | None = None,
+        params: Params | None = None,
         trigger_s: float | None = 1.0,
         *,
         sink: Sink,
     ) -> HostedTask:
-        """Start (or resume, when `checkpoint_dir` holds a checkpoint) a task over its share of
-        a participant's broker stream (`JetStreamInput`: its start and batch bound apply to a
-        fresh checkpoint), its rows to `sink` (the output fence, or a standby's held-back output).
+        """Start (or resume, when `checkpoint_dir` holds a checkpoint) a task running `query`
+        with `params` (default: its defaults) over its share of a participant's broker stream
+        (`JetStreamInput`: its start and batch bound apply to a fresh checkpoint), its results
+        to `sink` (the output fence, or a standby's held-back output).
 
         The trigger interval is `trigger_s` staggered per task (`spark_agents.query.staggered_trigger_s`).
         """
@@ -184,18 +188,20 @@ class TaskHost:
             raise TaskError(str(exc)) from exc
         if not isinstance(source, JetStreamInput):
             raise TaskError(f"task {task_id} reads {source!r}, not a share of a broker stream")
+        if not isinstance(query, Query):
+            raise TaskError(f"task {task_id} names no query to run (a bpm.query.Query), but {query!r}")
         with self._lock:
             current = self._tasks.get(task_id)
             if current is not None and current.state == "running":
                 raise TaskError(f"task {task_id} is already running here")
             checkpoint = Path(checkpoint_dir) if checkpoint_dir else self.work_dir / "checkpoints" / task_id
-            params = params or QueryParams()
+            params = query.bind() if params is None else params
             if trigger_s is not None:
                 trigger_s = staggered_trigger_s(task_id, trigger_s)
-            query = start_query(self.spark, task_id, source, checkpoint, params, sink, trigger_s, self._output_done)
-            self._run_ids.add(str(query.runId))
+            running = start_query(self.spark, task_id, source, checkpoint, query, params, sink, trigger_s, self._output_done)
+            self._run_ids.add(str(running.runId))
             self.batch_durations.remove(task_id)  # counted afresh, as its batches and rows are
-            task = HostedTask(task_id, source, checkpoint, params, trigger_s, query, time.time())
+            task = HostedTask(task_id, source, checkpoint, query, params, trigger_s, running, time.time())
             task.position = task.read_position()
             self._tasks[task_id] = task
             return task
@@ -381,7 +387,7 @@ class TaskHost:
             batch = task.last_batch
             tasks.append({
                 "task_id": task.task_id, "state": task.state, "input": task.input,
-                "checkpoint": str(task.checkpoint_dir), "params": task.params.to_dict(), "trigger_s": task.trigger_s,
+                "checkpoint": str(task.checkpoint_dir), "query": task.definition.name, "params": dict(task.params), "trigger_s": task.trigger_s,
                 "batches": task.batches, "rows": task.rows, "position": task.position,
                 "watermark_ms": committed_watermark_ms(task.checkpoint_dir),
                 "last_batch_id": batch.batch_id if batch else None,

@@ -75,14 +75,15 @@ class Regrain:
     def _hand_over(self, records: Sequence[Mapping], prefixes: Sequence[str], how: str) -> list[machine.Instruction]:
         """Hand the key groups of `records` over to new tasks over `prefixes`; what the state
         machine asks for next (once the input has ended, it splits and merges no more)."""
-        from spark_agents.runtime import _query
-
         agent = self.agent
         olds = [agent.stream_input(r) for r in records]
         if any(o is None for o in olds):
             raise ValueError(f"tasks {[r['id'] for r in records]} read no broker stream: they have no key groups to hand over")
+        align = agent.align_s(task_key(records[0]), records[0].get("query"), records[0].get("params") or {})
+        if align is None:
+            raise ValueError(f"tasks {[r['id'] for r in records]} run query {records[0].get('query')!r}, which declares no align: its tasks move whole")
         try:
-            ended, new = hand_over(olds, prefixes, _query(records[0].get("params") or {}).window_s)
+            ended, new = hand_over(olds, prefixes, align)
         except InputEnded as exc:  # not an error: the tasks drain as they are
             return agent.machine.handle(machine.InputEnded(agent.clock(), f"no {how} of tasks {[r['id'] for r in records]}: {exc}"))
         at = ended[0].until_s
@@ -172,7 +173,7 @@ class Regrain:
         known = [c for c in (closed, newest) if c is not None]
         closed = max(known) if known else None
         self.progress[key] = (seq, closed)
-        if closed is None or closed < task["until_s"]:
+        if closed is None or closed < task["until_s"] * 1_000_000:
             return
         try:
             agent.client.retire_task(task["id"])

@@ -9,14 +9,15 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import fields
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bpm_http.client import RegistryClient, RegistryError
 from bpm.costs import CostFunction
-from bpm.zeek.definitions import QueryParams
+from bpm.query import Params, Query
 from spark_agents.agent import KEY_FILE, Agent, AgentConfig, write_key
+from spark_agents.query import bind_task
 from spark_agents.metrics import default_load_window_s, default_startup_s, demand, scaled_to_process, steady_window_start
 
 if TYPE_CHECKING:
@@ -26,23 +27,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("bpm.agent")
 
-_QUERY_FIELDS = {f.name for f in fields(QueryParams)}
-
-
-def _query(params: dict[str, Any]) -> QueryParams:
-    return QueryParams(**{k: v for k, v in params.items() if k in _QUERY_FIELDS})
-
-
 class SparkTasks:
-    """The agent's view of a `TaskHost`: query parameters travel as the registry's JSON.
+    """The agent's view of a `TaskHost`: a task names its query (`queries`, by name) and its
+    parameters travel as the registry's JSON (the query's own, and `trigger_s`).
 
     The `ha_*` methods carry out the agent's HA duties (`spark_agents.ha_agent`) with the
     building blocks of `spark_agents.ha.roles`.
     """
 
     def __init__(self, host, trigger_s: float, cost_model: CostFunction | None = None, load_window_s: float | None = None,
-                 startup_s: float | None = None) -> None:
+                 startup_s: float | None = None, queries: Mapping[str, Query] | None = None) -> None:
         self.host = host
+        self.queries = dict(queries or {})
         self.trigger_s = trigger_s
         self.cost_model = cost_model
         self.load_window_s = load_window_s or default_load_window_s(trigger_s)
@@ -57,23 +53,32 @@ class SparkTasks:
         self._replicas: dict[str, Any] = {}  # task -> the held-back sink of an active-standby replica
         self._sinks: dict[str, Any] = {}  # task -> the output fence's sink it runs with
 
-    def start_task(self, task_id: str, source: JetStreamInput, checkpoint_dir: Path, params: dict[str, Any], epoch: int) -> None:
-        """Start (resume) a task over its share of a broker stream, its output through the
-        output fence on the origin's broker at `epoch`."""
+    def bind(self, task_id: str, query: str | None, params: Mapping[str, Any]) -> tuple[Query, Params, float]:
+        """The query task `task_id` runs, its parameters and its trigger interval, from its
+        record (`spark_agents.query.bind_task`; the trigger interval defaults to this host's)."""
+        definition, bound, trigger_s = bind_task(self.queries, task_id, query, params)
+        return definition, bound, self.trigger_s if trigger_s is None else trigger_s
+
+    def start_task(self, task_id: str, source: JetStreamInput, checkpoint_dir: Path, params: Mapping[str, Any], epoch: int, *,
+                   query: str | None = None) -> None:
+        """Start (resume) a task of query `query` over its share of a broker stream, its output
+        through the output fence on the origin's broker at `epoch`."""
         from spark_agents.broker.results import broker_sink
 
+        definition, bound, trigger_s = self.bind(task_id, query, params)
         sink = broker_sink(source.connection(), task_id, epoch)
         sink.until_s = source.until_s
         self._sinks[task_id] = sink
-        self.host.start_task(task_id, source, checkpoint_dir, _query(params), trigger_s=params.get("trigger_s", self.trigger_s), sink=sink)
+        self.host.start_task(task_id, source, checkpoint_dir, definition, bound, trigger_s=trigger_s, sink=sink)
 
     # High availability (spark_agents.ha_agent)
 
     def ha_start_duties(self, task_id: str, mode: str, stream: TaskInput, consumer: str, *,
-                        params: dict[str, Any], interval_s: float, ship) -> None:
+                        query: str | None, params: dict[str, Any], interval_s: float, ship) -> None:
         from spark_agents.ha.roles import PrimaryDuties
 
-        duties = PrimaryDuties(self.host, task_id, mode, stream, consumer, params=_query(params), interval_s=interval_s, ship=ship)
+        definition, bound, _ = self.bind(task_id, query, params)
+        duties = PrimaryDuties(self.host, task_id, mode, stream, consumer, query=definition, params=bound, interval_s=interval_s, ship=ship)
         self._duties[task_id] = duties.start()
 
     def ha_stop_duties(self, task_id: str, release: bool) -> None:
@@ -90,22 +95,23 @@ class SparkTasks:
             return {}
         return {"acked": d.acked, "rounds": d.rounds, "failures": d.failures, "shipped_bytes": d.shipped_bytes, "last_error": d.last_error}
 
-    def ha_start_replica(self, task_id: str, stream: TaskInput, checkpoint_dir: Path, params: dict[str, Any]) -> None:
+    def ha_start_replica(self, task_id: str, stream: TaskInput, checkpoint_dir: Path, params: dict[str, Any], *, query: str | None = None) -> None:
         from spark_agents.ha.roles import start_replica
 
-        self._replicas[task_id] = start_replica(self.host, task_id, stream, _query(params),
-                                                trigger_s=params.get("trigger_s", self.trigger_s), checkpoint_dir=checkpoint_dir)
+        definition, bound, trigger_s = self.bind(task_id, query, params)
+        self._replicas[task_id] = start_replica(self.host, task_id, stream, definition, bound, trigger_s=trigger_s, checkpoint_dir=checkpoint_dir)
 
     def ha_stop_replica(self, task_id: str) -> None:
         if self._replicas.pop(task_id, None) is not None:
             self.host.stop_task(task_id, timeout_s=self.STOP_WAIT_S)
 
     def ha_take_over(self, task_id: str, mode: str, *, epoch: int, stream: TaskInput, consumer: str,
-                     failed_consumer: str | None, params: dict[str, Any], checkpoint_dir: Path, backup) -> dict[str, Any]:
+                     failed_consumer: str | None, query: str | None, params: dict[str, Any], checkpoint_dir: Path, backup) -> dict[str, Any]:
         from spark_agents.ha.roles import take_over
 
+        definition, bound, trigger_s = self.bind(task_id, query, params)
         took = take_over(self.host, task_id, mode, epoch=epoch, stream=stream, consumer=consumer, failed_consumer=failed_consumer,
-                         params=_query(params), trigger_s=params.get("trigger_s", self.trigger_s), checkpoint_dir=checkpoint_dir,
+                         query=definition, params=bound, trigger_s=trigger_s, checkpoint_dir=checkpoint_dir,
                          backup=backup, replica=self._replicas.pop(task_id, None))
         return {"start_position": took.start_position, "promoted_rows": took.promoted_rows, "takeover_s": round(took.started_s, 3)}
 
@@ -305,7 +311,7 @@ def run_agent(
         host = TaskHost(spark, config.workdir, cpus=cpus, interval_s=sample_s)
         host.start_sampling()
         client = cleanup.enter_context(RegistryClient(registry_url, key))
-        agent = Agent(config, client, SparkTasks(host, trigger_s, cost_model), broker=broker)
+        agent = Agent(config, client, SparkTasks(host, trigger_s, cost_model, queries=config.queries), broker=broker)
         server = uvicorn.Server(uvicorn.Config(create_agent_app(agent, host), host=bind_host, port=port, log_level="warning"))
         server_thread = threading.Thread(target=server.run, name="bpm-agent-http", daemon=True)
         server_thread.start()

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from bpm.zeek.definitions import QueryParams, source_prefix
+from bpm.zeek.definitions import source_prefix
+from examples.network_monitoring import query as MONITORING
 from spark_agents.broker.source import parse
 from spark_agents.streams.records import MARK_DATA, STREAM_SCHEMA_DDL, StreamRecord
 
@@ -35,7 +36,7 @@ NAME = "bpm_prime"
 ROWS_PER_BATCH = 400
 SOURCES = 16  # a few sources alert in every window, on connections and on ports
 # One-second windows, no lateness: each batch's watermark closes the window of the batch before.
-PARAMS = QueryParams(window_s=1, min_connections=ROWS_PER_BATCH // SOURCES // 2, min_ports=4, lateness_s=0)
+PARAMS = MONITORING.bind({"window_s": 1, "min_connections": ROWS_PER_BATCH // SOURCES // 2, "min_ports": 4, "lateness_s": 0})
 EPOCH_S = 1_700_000_000  # event time of batch 0
 BATCHES = 3
 
@@ -99,7 +100,7 @@ class GeneratedInput:
     since_s: int | None = None
     until_s: int | None = None
 
-    def read(self, spark, owed_batch: bool = False):
+    def read(self, spark, ddl: str, owed_batch: bool = False):
         spark.dataSource.register(PrimeSource)
         return spark.readStream.format(NAME).load()
 
@@ -113,8 +114,8 @@ class Discard:
     def __call__(self, batch_id: int, rows: list) -> None:
         self.rows += len(rows)
 
-    def closed_through(self, window_end: int) -> None:
-        """Told how far the windows are closed, as the fence is; nothing to keep."""
+    def closed_through(self, time_us: int) -> None:
+        """Told how far the results are out, as the fence is; nothing to keep."""
 
 
 def prime(spark, seconds: float, folder: Path) -> dict:
@@ -128,7 +129,7 @@ def prime(spark, seconds: float, folder: Path) -> dict:
     checkpoint = Path(tempfile.mkdtemp(prefix="prime-", dir=folder))
     sink, done = Discard(), threading.Event()
     started = time.monotonic()
-    query = start_query(spark, checkpoint.name, GeneratedInput(), checkpoint, PARAMS, sink,  # type: ignore[arg-type]
+    query = start_query(spark, checkpoint.name, GeneratedInput(), checkpoint, MONITORING, PARAMS, sink,  # type: ignore[arg-type]
                         on_cpu=lambda *_: done.set())
     try:
         while query.isActive and (time.monotonic() - started < seconds or _batches(query) < BATCHES):

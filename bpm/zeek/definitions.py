@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
 from bpm.records import Admission
+from bpm.results import Result
 from bpm.zeek.conn import Conn
 
 KINDS = ("connections", "ports", "prefix")
@@ -77,6 +78,17 @@ class ResultRow:
             "value": self.value,
         }
 
+    def as_result(self) -> Result:
+        """This row as the network-monitoring query's result (`examples.network_monitoring`:
+        identified by kind, window start and key; final at the window's end)."""
+        row = (("kind", self.kind), ("window_start", self.window_start), ("window_end", self.window_end),
+               ("key", self.key), ("value", self.value))
+        return Result(self.window_end * 1_000_000, (self.kind, self.window_start, self.key), row)
+
+    @classmethod
+    def from_result(cls, result: Result) -> ResultRow:
+        return cls(str(result["kind"]), int(result["window_start"]), int(result["window_end"]), str(result["key"]), int(result["value"]))
+
     @classmethod
     def from_json(cls, record: dict[str, object]) -> ResultRow:
         return cls(
@@ -128,6 +140,10 @@ def counts_port(proto: str) -> bool:
     return proto in PORT_PROTOCOLS
 
 
+# A connection as a record of the network-monitoring query (`stream_values`), as Spark DDL.
+CONN_RECORD_SCHEMA = "ts TIMESTAMP, src STRING, prefix STRING, dst STRING, dport INT, proto STRING"
+
+
 def stream_values(conn: Conn) -> tuple[int, tuple]:
     """A connection as a record of the network-monitoring query (`examples.network_monitoring`):
     (event time in µs, (src, prefix, dst, dport, proto)), its schema's order."""
@@ -139,3 +155,8 @@ def admitted(conns: Iterable[Conn], admission: Admission) -> Iterator[Conn]:
     for conn in conns:
         if admission.admit(ts_micros(conn.ts)):
             yield conn
+
+
+def as_results(rows: Iterable[ResultRow]) -> list[Result]:
+    """`rows` as the network-monitoring query's results (`ResultRow.as_result`)."""
+    return [r.as_result() for r in rows]

@@ -75,7 +75,7 @@ class SimulatedHost:
     _running: dict[str, Path] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def start_task(self, task_id: str, source: Any, checkpoint_dir: Path, params: Mapping[str, Any], epoch: int = 0) -> None:
+    def start_task(self, task_id: str, source: Any, checkpoint_dir: Path, params: Mapping[str, Any], epoch: int = 0, query: str | None = None) -> None:
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         (checkpoint_dir / "offsets").write_text(task_id)
         with self._lock:
@@ -116,7 +116,7 @@ class SimulatedHost:
     def ha_duties_status(self, task_id: str) -> dict[str, Any]:
         return {}
 
-    def ha_start_replica(self, task_id: str, *args: Any) -> None:
+    def ha_start_replica(self, task_id: str, *args: Any, **_: Any) -> None:
         pass
 
     def ha_stop_replica(self, task_id: str) -> None:

@@ -5,7 +5,8 @@ the command starts two worker processes, each with its own SparkSession (`local[
 `TaskHost`: the host `a` and the second participant `b` (`python -m bpm_app.bench.ha --worker`,
 orders over an authenticated socket as in `bpm_app.bench.move`), each in a host of its own
 (a network namespace, `spark_agents.hosts`) where the machine allows it, else on loopback.
-A paced feeder in the command publishes generated Zeek traffic into the task's origin's
+A paced feeder in the command publishes the query's generated records (`bpm_app.bench.workload`)
+into the task's origin's
 stream on a NATS server the command runs on the machine (the origin `o`, which neither
 worker is: it outlives the crash; both hosts reach it on the machine's address on their
 bridge), and both workers read it and acknowledge it over the network
@@ -62,9 +63,9 @@ Figures per mode:
   the duty rounds of `a` that failed (deltas sent into the cut) and when after the heal the
   backup applied a delta again;
 * `lost_results`, `duplicate_results`, `unexpected_results` against the plain computation;
-* `delays`: per window written, when (relative to the fault) and its delay, the time it was
-  written minus the time the stream reached the window's end (the first flush of the
-  feeder that admitted an event at or past it); the plot shows them per mode.
+* `delays`: per result time written (a window's end), when (relative to the fault) and its
+  delay, the time it was written minus the time the stream reached that time (the first
+  flush of the feeder that admitted an event at or past it); the plot shows them per mode.
 """
 
 from __future__ import annotations
@@ -76,17 +77,17 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, replace
 from multiprocessing.connection import Connection, Listener, answer_challenge, deliver_challenge
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_agents.hosts import Hosts
 from spark_agents.metrics import SparkCpu
-from bpm_app.bench.move import PacedFeed, RemoteSide, Side, load_average, own_address, step_limits, traffic
+from bpm_app.bench.move import PacedFeed, RemoteSide, Side, load_average, own_address, step_limits
 from bpm.ha.decisions import HA_MODES, PRECISE_MODES
-from bpm.zeek.definitions import MICROS, QueryParams
-from bpm.zeek.generator import TrafficProfile
+from bpm.query import Params, Query
+from bpm_app.bench.workload import MONITORING, Workload
 
 if TYPE_CHECKING:
     from spark_agents.broker.source import JetStreamInput
@@ -96,7 +97,8 @@ TASK_ID = f"{ORIGIN}.ha-0"
 DETECTION_GOAL_S = 3.0
 RECOVERY_GOALS_S = {"active_standby": 1.0, "passive_standby": 5.0}
 OVERHEAD_GOALS = {"upstream_backup": 1.05, "passive_standby": 1.15}
-BENCH_PARAMS = QueryParams(window_s=10, min_connections=40, min_ports=6, lateness_s=5)
+# 10 s windows: a result about every second of wall time.
+BENCH_WORKLOAD = Workload(MONITORING, (("window_s", 10), ("min_connections", 40), ("min_ports", 6), ("lateness_s", 5)))
 FAULTS = ("crash", "cut", "link")
 CAUGHT_UP_MESSAGES = 256  # about four flushes of the feeder: one message per key group that got rows
 
@@ -114,9 +116,9 @@ class HASettings:
         master: Spark master of each worker's session.
         trigger_s: the task's processing-time trigger.
         flush_s: how often the feeder writes a stream file.
-        rate: connections per second of event time in the generated traffic.
+        rate: records per second of event time in the generated input.
         speedup: event time per second of wall time.
-        seed: seed of the generated traffic.
+        seed: seed of the generated input.
         copy_interval_s: how often passive standby ships a delta checkpoint.
         ack_interval_s: how often the other modes acknowledge the stream.
         heartbeat_s: how often the host beats.
@@ -128,7 +130,8 @@ class HASettings:
         timeout_s: limit of the whole run; step_timeout_s: of any single step.
         lean: run each local driver with `spark_agents.session.LEAN_JVM_OPTIONS`, as agents on a local master do.
         extra_conf: further Spark settings of both sessions.
-        params: the monitoring query's parameters (10 s windows: a result about every second of wall time).
+        workload: the task's query and parameters (`bpm_app.bench.workload.Workload`; by default
+            the network-monitoring query with 10 s windows: a result about every second of wall time).
         hosts: run `a` and `b` each in a host of its own (a network namespace, `spark_agents.hosts`)
             where the machine allows it: the failure is then a crash of `a`'s host.
         fault: `crash` (a kill -9 of `a`'s host), `cut` (`a`'s host cut off from all, then healed)
@@ -155,7 +158,7 @@ class HASettings:
     step_timeout_s: float = 180.0
     lean: bool = True
     extra_conf: tuple[tuple[str, str], ...] = ()
-    params: QueryParams = field(default_factory=lambda: BENCH_PARAMS)
+    workload: Workload = BENCH_WORKLOAD
     hosts: bool = True
     fault: str = "crash"
     cut_s: float = 10.0
@@ -177,6 +180,7 @@ class HASettings:
             raise ValueError("the measuring interval needs an even number of slices, at least 2")
         if self.heartbeat_s >= self.detect_timeout_s:
             raise ValueError("the heartbeat interval must be shorter than the detection timeout")
+        self.workload.check()
 
     def spark_conf(self) -> dict[str, str]:
         conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
@@ -186,9 +190,6 @@ class HASettings:
             # The whole option string: a conf entry replaces make_session's default (the log configuration).
             conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{_log_config()} {LEAN_JVM_OPTIONS}"
         return {**conf, **dict(self.extra_conf)}
-
-    def profile(self) -> TrafficProfile:
-        return TrafficProfile(rate=self.rate)
 
 
 # -- one participant: a warm session, a task host and the HA roles -----------------------------
@@ -270,10 +271,10 @@ class HASide(Side):
         Python data source (its worker processes start and import pyarrow and nats), which
         would be measured as the cost of a takeover or of a mode. `bpm pipeline run`'s
         function does it, on a NATS server of the run's own."""
-        from bpm.zeek.generator import generate
         from spark_agents.pipeline import run_pipeline
 
-        run_pipeline(self.spark, generate(TrafficProfile(duration_s=40.0, rate=100.0), seed=99), BENCH_PARAMS, work_dir=self.root)
+        query, params = BENCH_WORKLOAD.load()
+        run_pipeline(self.spark, query, params, itertools.islice(BENCH_WORKLOAD.records(rate=100.0, seed=99), 4000), work_dir=self.root)
 
     @staticmethod
     def _stream(source: JetStreamInput):
@@ -283,12 +284,12 @@ class HASide(Side):
 
         return TaskInput(source, OwnAcks(Retention(source.connection(), source.participant), source.prefix))
 
-    def _start_duties(self, task_id: str, mode: str, source: JetStreamInput, params: QueryParams,
+    def _start_duties(self, task_id: str, mode: str, source: JetStreamInput, query: Query, params: Params,
                       interval_s: float, ship: Callable[[bytes], Any] | None = None) -> None:
         from spark_agents.ha.roles import PrimaryDuties, consumer_name
 
         duties = PrimaryDuties(self.host, task_id, mode, self._stream(source), consumer_name(task_id, self.name),
-                               params=params, interval_s=interval_s, ship=ship)
+                               query=query, params=params, interval_s=interval_s, ship=ship)
         self._duties[task_id] = duties.start()
 
     def beat(self, key_hex: str, address: str, port: int, interval_s: float) -> None:
@@ -347,43 +348,43 @@ class HASide(Side):
         threading.Thread(target=serve, name="bpm-ha-inbox", daemon=True).start()
         return listener.address[0], listener.address[1], key.hex()
 
-    def start_primary(self, mode: str, task_id: str, source: JetStreamInput, params: dict[str, int],
+    def start_primary(self, mode: str, task_id: str, source: JetStreamInput, workload: Workload,
                       trigger_s: float, epoch: int, interval_s: float, inbox: tuple[str, int, str] | None) -> None:
         """Host the task at `epoch` with its mode's duties (`inbox`: the passive backup's socket)."""
         from spark_agents.ha.roles import start_primary
 
-        query = QueryParams(**params)
+        query, params = workload.load()
         ship = None if inbox is None else _delta_shipper(inbox, ship_timeout_s(interval_s))
-        self._sinks[task_id] = start_primary(self.host, task_id, self._stream(source), epoch, query,
+        self._sinks[task_id] = start_primary(self.host, task_id, self._stream(source), epoch, query, params,
                                              trigger_s=trigger_s, checkpoint_dir=self.checkpoint_dir(task_id))
-        self._start_duties(task_id, mode, source, query, interval_s, ship)
+        self._start_duties(task_id, mode, source, query, params, interval_s, ship)
 
-    def start_replica(self, task_id: str, source: JetStreamInput, params: dict[str, int], trigger_s: float,
+    def start_replica(self, task_id: str, source: JetStreamInput, workload: Workload, trigger_s: float,
                       interval_s: float) -> None:
         """Run the active-standby replica: output held back, the stream acknowledged after its own batches."""
         from spark_agents.ha.roles import start_replica
 
-        query = QueryParams(**params)
-        self._sinks[task_id] = start_replica(self.host, task_id, self._stream(source), query,
+        query, params = workload.load()
+        self._sinks[task_id] = start_replica(self.host, task_id, self._stream(source), query, params,
                                              trigger_s=trigger_s, checkpoint_dir=self.checkpoint_dir(task_id))
-        self._start_duties(task_id, "active_standby", source, query, interval_s)
+        self._start_duties(task_id, "active_standby", source, query, params, interval_s)
 
-    def take_over(self, mode: str, task_id: str, source: JetStreamInput, params: dict[str, int],
+    def take_over(self, mode: str, task_id: str, source: JetStreamInput, workload: Workload,
                   trigger_s: float, epoch: int, failed: str, interval_s: float) -> dict[str, Any]:
         """Take the task over from the failed participant `failed` at `epoch`."""
         from spark_agents.ha.roles import consumer_name, take_over
 
         began = time.perf_counter()
-        query = QueryParams(**params)
+        query, params = workload.load()
         stream = self._stream(source)
         newest = stream.newest()
         took = take_over(self.host, task_id, mode, epoch=epoch, stream=stream,
                          consumer=consumer_name(task_id, self.name), failed_consumer=consumer_name(task_id, failed),
-                         params=query, trigger_s=trigger_s, checkpoint_dir=self.checkpoint_dir(task_id),
+                         query=query, params=params, trigger_s=trigger_s, checkpoint_dir=self.checkpoint_dir(task_id),
                          backup=self._backups.get(task_id), replica=self._sinks.get(task_id))
         self._sinks[task_id] = took.sink
         if mode in ("none", "upstream_backup"):
-            self._start_duties(task_id, mode, source, query, interval_s)
+            self._start_duties(task_id, mode, source, query, params, interval_s)
         return {"takeover_s": time.perf_counter() - began, "returned_at": time.time(), "start_position": took.start_position,
                 "replayed_messages": None if took.start_position is None else newest - took.start_position,
                 "promoted_rows": took.promoted_rows}
@@ -500,15 +501,15 @@ def _partition_safe(partition: dict[str, Any] | None) -> bool | None:
 
 
 def _emissions(batches: list, reached: list[tuple[float, int]], fault_at: float) -> tuple[list[dict[str, Any]], float | None]:
-    """Per window written (`batches`: the task's result batches on the origin's broker): when
-    (relative to the fault), by which epoch, its delay after the feeder's flush that reached
-    its end (`reached`: `PacedFeed.reached`); and the first write after the fault."""
+    """Per result time written (`batches`: the task's result batches on the origin's broker; a
+    window's end): when (relative to the fault), by which epoch, its delay after the feeder's
+    flush that reached it (`reached`: `PacedFeed.reached`); and the first write after the fault."""
     import bisect
 
     times, newest = [t for t, _ in reached], [us for _, us in reached]
 
-    def stream_reached(window_end: int) -> float | None:
-        i = bisect.bisect_left(newest, window_end * MICROS)  # the newest event time never moves back
+    def stream_reached(time_us: int) -> float | None:
+        i = bisect.bisect_left(newest, time_us)  # the newest event time never moves back
         return times[i] if i < len(times) else None
 
     points = []
@@ -516,10 +517,10 @@ def _emissions(batches: list, reached: list[tuple[float, int]], fault_at: float)
     for batch in batches:
         if batch.at > fault_at and (first_after is None or batch.at < first_after):
             first_after = batch.at
-        for window_end in sorted({r.window_end for r in batch.rows}):
-            at = stream_reached(window_end)
+        for time_us in sorted({r.time_us for r in batch.rows}):
+            at = stream_reached(time_us)
             points.append({"t": round(batch.at - fault_at, 3), "delay_s": None if at is None else round(batch.at - at, 3),
-                           "window_end": window_end, "epoch": batch.epoch})
+                           "result_time_s": time_us / 1_000_000, "epoch": batch.epoch})
     points.sort(key=lambda p: p["t"])
     return points, first_after
 
@@ -610,7 +611,6 @@ def _cut_link(mode: str, settings: HASettings, hosts: Hosts, a: RemoteSide, b: R
 def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Callable[[str], None] = lambda what: None) -> dict[str, Any]:
     """One mode: start the origin's broker and both participants, feed, measure, crash or cut
     the host (or the link between the two), fail over, heal, drain, check the results."""
-    from bpm.zeek.reference import compute
     from spark_agents.broker.results import broker_outputs, read_results
     from spark_agents.broker.server import NatsServer, User
     from spark_agents.broker.source import JetStreamInput
@@ -622,8 +622,7 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
     load_before = load_average()
     limit = step_limits(settings.timeout_s, settings.step_timeout_s, lambda message: HABenchError(f"{mode}: {message}"))
 
-    params = asdict(settings.params)
-    profile = settings.profile()
+    workload = settings.workload
     owner = User(ORIGIN, secrets.token_urlsafe(16))
     a = b = feed = watcher = receiver = server = broker = None
     takeover: dict[str, Any] = {}
@@ -646,13 +645,13 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
         a.wait_ready(limit())
         inbox = b.call("delta_inbox", TASK_ID, timeout_s=limit()) if mode == "passive_standby" else None
         if mode == "active_standby":
-            b.call("start_replica", TASK_ID, source, params, settings.trigger_s, settings.ack_interval_s, timeout_s=limit())
+            b.call("start_replica", TASK_ID, source, workload, settings.trigger_s, settings.ack_interval_s, timeout_s=limit())
         interval = settings.copy_interval_s if mode == "passive_standby" else settings.ack_interval_s
-        a.call("start_primary", mode, TASK_ID, source, params, settings.trigger_s, 1, interval, inbox, timeout_s=limit())
+        a.call("start_primary", mode, TASK_ID, source, workload, settings.trigger_s, 1, interval, inbox, timeout_s=limit())
         beat_key = secrets.token_bytes(32)
         receiver = HeartbeatReceiver(beat_key, broker_address).start()
         a.call("beat", beat_key.hex(), *receiver.address, settings.heartbeat_s, timeout_s=limit())
-        feed = PacedFeed(BrokerStream(broker, ORIGIN), settings, profile)  # reads flush_s, speedup, seed and params from the settings
+        feed = PacedFeed(BrokerStream(broker, ORIGIN), settings)  # reads flush_s, speedup, rate, seed and the workload from the settings
         feed.start()
         a.call("wait_new_batch", TASK_ID, -1, limit(), timeout_s=limit() + 30)
         progress(f"{mode}: warming up")
@@ -663,7 +662,7 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
 
         def fail_over(detected_at: float, last_beat: float | None) -> None:
             takeover["detected_at"], takeover["last_beat"] = detected_at, last_beat
-            takeover.update(b.call("take_over", mode, TASK_ID, source, params, settings.trigger_s, 2, "a",
+            takeover.update(b.call("take_over", mode, TASK_ID, source, workload, settings.trigger_s, 2, "a",
                                    settings.ack_interval_s, timeout_s=limit()))
 
         watcher = HeartbeatWatcher(lambda: receiver.last_beat("a"), settings.detect_timeout_s, fail_over).start()
@@ -728,7 +727,7 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
         if hosts is not None:
             hosts.close()
 
-    expected = compute(itertools.islice(traffic(profile, settings.seed), fed), settings.params)
+    expected = workload.expected(settings.rate, settings.seed, fed, root / "reference")
     delays, first_after = _emissions(batches, feed.reached, fault_at)
     before, after = marks[0], marks[-1]
     cpu = {name: after[name]["cpu_s"] - before[name]["cpu_s"] for name in after}
@@ -770,7 +769,7 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
         "promoted_rows": takeover.get("promoted_rows"),
         "host": status_a,
         "new_host": status_b,
-        "connections_fed": fed,
+        "records_fed": fed,
         "stream_messages": feed.feeder.files,
         "drain_s": round(drain_s, 3),
         "elapsed_s": round(time.monotonic() - began, 3),
@@ -790,7 +789,7 @@ def run_ha_bench(settings: HASettings, work_dir: str | Path, progress: Callable[
         remaining = settings.timeout_s - (time.monotonic() - began)
         if remaining <= 0:
             raise HABenchError(f"the run passed its time limit of {settings.timeout_s:.0f} s")
-        one = HASettings(**{**asdict(settings), "params": settings.params, "timeout_s": remaining})
+        one = replace(settings, timeout_s=remaining)
         modes.append(run_mode(mode, one, work_dir, lambda what, i=i: progress(what, i)))
         progress(f"{mode}: done", i + 1)
     ratios = overhead_ratios({m["mode"]: m["cpu_s_per_1000_rows"] for m in modes})
@@ -802,7 +801,7 @@ def run_ha_bench(settings: HASettings, work_dir: str | Path, progress: Callable[
     return {
         "benchmark": "ha",
         "modes": modes,
-        "settings": {**asdict(settings), "params": asdict(settings.params)},
+        "settings": asdict(settings),
         "elapsed_s": round(time.monotonic() - began, 3),
         "load_average_before": load_before,
         "load_average_after": load_average(),

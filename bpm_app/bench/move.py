@@ -3,8 +3,9 @@
 Two processes each keep a warm SparkSession and a `TaskHost`: the caller (one side) and a
 child started as `python -m bpm_app.bench.move --worker` (the other side), which takes orders
 over a loopback socket (`multiprocessing.connection`, authenticated with a random key). A
-paced feeder keeps publishing Zeek-like traffic to the origin's stream on its own NATS
-server (`spark_agents.broker`), so the task always has a next batch. The sides share no
+paced feeder keeps publishing the query's generated records (`bpm_app.bench.workload`; the
+network-monitoring query's Zeek-like traffic unless `--query` says otherwise) to the origin's
+stream on its own NATS server (`spark_agents.broker`), so the task always has a next batch. The sides share no
 folder: each has its own checkpoints, reads the stream over the network as its own broker
 user (the partner may read only the task's key groups and write only its results), and
 writes results through the fence on the origin's broker. The task first runs `age_batches` batches, so that the checkpoint it
@@ -26,13 +27,13 @@ have idled anyway. Alternating floor and movement rounds lets machine noise hit 
 
 At the end the feeder closes the stream, the task drains where it last landed, and the
 results on the origin's broker (one message per batch that wrote rows) are compared with
-the plain computation over exactly what was fed: rows lost, duplicated, or not expected at all.
+the plain computation of the same query over exactly what was fed: results lost, duplicated,
+or not expected at all.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import secrets
@@ -44,15 +45,13 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bpm.zeek.conn import Conn
-from bpm.zeek.definitions import QueryParams
-from bpm.zeek.generator import TrafficProfile, generate
+from bpm_app.bench.workload import Workload
 
 if TYPE_CHECKING:
     from spark_agents.broker.source import JetStreamInput
@@ -69,7 +68,6 @@ ADDRESS_ENV = "BPM_BENCH_ADDRESS"
 
 def own_address() -> str:
     return os.environ.get(ADDRESS_ENV, "127.0.0.1")
-_CHUNK_S = 120.0
 
 
 class MoveBenchError(RuntimeError):
@@ -94,12 +92,12 @@ class MoveSettings:
         extra_conf: further Spark settings of both sessions, as (key, value) pairs.
         trigger_s: the task's processing-time trigger.
         flush_s: how often the feeder writes a stream file.
-        rate: connections per second of event time in the generated traffic.
+        rate: records per second of event time in the generated input.
         speedup: event time per second of wall time (windows close `speedup` times faster).
-        seed: seed of the generated traffic.
+        seed: seed of the generated input.
         timeout_s: limit of the whole run.
         step_timeout_s: limit of any single step (a stop, a start, a wait for a batch).
-        params: the monitoring query's parameters.
+        workload: the task's query and parameters (`bpm_app.bench.workload.Workload`).
     """
 
     moves: int = 10
@@ -115,7 +113,7 @@ class MoveSettings:
     seed: int = 0
     timeout_s: float = 900.0
     step_timeout_s: float = 120.0
-    params: QueryParams = field(default_factory=QueryParams)
+    workload: Workload = field(default_factory=Workload)
 
     def __post_init__(self) -> None:
         if self.moves < 1:
@@ -126,6 +124,7 @@ class MoveSettings:
             raise ValueError("retain_batches must be at least 1")
         if min(self.trigger_s, self.flush_s, self.rate, self.speedup, self.timeout_s, self.step_timeout_s) <= 0:
             raise ValueError("trigger, flush interval, rate, speedup and time limits must be positive")
+        self.workload.check()
 
     def spark_conf(self) -> dict[str, str]:
         """The configuration both sessions get on top of the project's defaults."""
@@ -195,16 +194,6 @@ def first_new_batch(batches: list[Batch], after_batch_id: int) -> Batch | None:
     """The earliest batch after `after_batch_id` that read input, if one has finished."""
     fresh = [b for b in batches if b.batch_id > after_batch_id and b.rows > 0]
     return min(fresh, key=lambda b: b.batch_id) if fresh else None
-
-
-def traffic(profile: TrafficProfile, seed: int, chunk_s: float = _CHUNK_S) -> Iterator[Conn]:
-    """Endless generated traffic, deterministic for a seed: consecutive `chunk_s` stretches of `profile`.
-
-    Made in stretches so a long run never holds all of it; the same seed gives the same
-    connections again, which is how the reference computation sees exactly what was fed.
-    """
-    for i in itertools.count():
-        yield from generate(replace(profile, start_ts=profile.start_ts + i * chunk_s, duration_s=chunk_s), seed=seed * 1_000_003 + i)
 
 
 def _stats(values: list[float]) -> tuple[float | None, float | None]:
@@ -300,14 +289,15 @@ class Side:
             time.sleep(0.005)
         raise MoveBenchError(f"{self.name}: batch {batch_id} of {task_id} was never reported")
 
-    def start(self, task_id: str, source: JetStreamInput, params: dict[str, int], trigger_s: float, epoch: int) -> dict[str, float]:
-        """Start (or resume from this side's checkpoint) the task at `epoch`, its results through
-        the fence on the origin's broker; returns the seconds the start took and when it returned."""
+    def start(self, task_id: str, source: JetStreamInput, workload: Workload, trigger_s: float, epoch: int) -> dict[str, float]:
+        """Start (or resume from this side's checkpoint) the task of `workload` at `epoch`, its results
+        through the fence on the origin's broker; returns the seconds the start took and when it returned."""
         from spark_agents.broker.results import broker_sink
 
+        query, params = workload.load()
         began = time.perf_counter()
         sink = broker_sink(source.connection(), task_id, epoch)
-        self.host.start_task(task_id, source, self.checkpoint_dir(task_id), QueryParams(**params), trigger_s, sink=sink)
+        self.host.start_task(task_id, source, self.checkpoint_dir(task_id), query, params, trigger_s, sink=sink)
         return {"start_s": time.perf_counter() - began, "started_at": time.time()}
 
     def wait_new_batch(self, task_id: str, after_batch_id: int, timeout_s: float) -> Batch:
@@ -337,11 +327,11 @@ class Side:
         # finishes first, and that is work done, not pause.
         return last, {"stop_s": stopped_at - last.end_s}
 
-    def restart(self, task_id: str, source: JetStreamInput, params: dict[str, int], trigger_s: float, epoch: int,
+    def restart(self, task_id: str, source: JetStreamInput, workload: Workload, trigger_s: float, epoch: int,
                 timeout_s: float) -> tuple[Batch, dict[str, float]]:
         """The floor: stop the task and start it again here from its own checkpoint, at the same epoch."""
         last, phases = self.stop(task_id, timeout_s)
-        return last, {**phases, **self.start(task_id, source, params, trigger_s, epoch)}
+        return last, {**phases, **self.start(task_id, source, workload, trigger_s, epoch)}
 
     def release(self, task_id: str, timeout_s: float) -> tuple[Batch, bytes, dict[str, float]]:
         """The origin's half of a movement: stop the task and pack its checkpoint."""
@@ -354,13 +344,13 @@ class Side:
         return last, data, {**phases, "pack_s": time.perf_counter() - began, "checkpoint_bytes": float(len(data)),
                             "pack_retries": float(retries)}
 
-    def receive(self, task_id: str, data: bytes, epoch: int, source: JetStreamInput, params: dict[str, int], trigger_s: float) -> dict[str, float]:
+    def receive(self, task_id: str, data: bytes, epoch: int, source: JetStreamInput, workload: Workload, trigger_s: float) -> dict[str, float]:
         """The partner's half of a movement: unpack the checkpoint into this side's folder and start the task at `epoch`."""
         from spark_agents.handover import unpack
 
         began = time.perf_counter()
         unpack(data, self.checkpoint_dir(task_id), epoch)
-        return {"unpack_s": time.perf_counter() - began, **self.start(task_id, source, params, trigger_s, epoch)}
+        return {"unpack_s": time.perf_counter() - began, **self.start(task_id, source, workload, trigger_s, epoch)}
 
     def drain(self, task_id: str, timeout_s: float) -> int:
         """Process everything the stream holds (closing every window), stop the task, return its batches."""
@@ -509,20 +499,20 @@ def _serve(name: str, root: str, master: str, conf: str, side_class: type = Side
 
 
 class PacedFeed:
-    """Appends generated traffic to a stream (folder or broker) at `speedup` times event time, a flush every `flush_s`.
+    """Appends a workload's generated records to a stream (folder or broker) at `speedup` times event time, a flush every `flush_s`.
 
     Attributes:
-        fed: connections handed to the feeder so far (the first `fed` of `traffic(...)`).
-        feeder: the stream's `Feeder` (lateness rule, files written).
+        fed: records handed to the feeder so far (the first `fed` of `settings.workload.records(...)`).
+        feeder: the stream's `RecordFeeder` (lateness rule, files written).
         reached: per flush, when it returned (seconds since the epoch) and the newest event
             time admitted by then (microseconds): when the stream reached an event time.
     """
 
-    def __init__(self, stream, settings: MoveSettings, profile: TrafficProfile) -> None:
-        from spark_agents.streams.feed import Feeder
+    def __init__(self, stream, settings: MoveSettings) -> None:
+        from spark_agents.streams.feed import RecordFeeder
 
-        self.feeder = Feeder(stream, settings.params)
-        self.settings, self.profile = settings, profile
+        self.feeder = RecordFeeder(stream, *settings.workload.load())
+        self.settings = settings
         self.fed = 0
         self.reached: list[tuple[float, int]] = []
         self.error: BaseException | None = None
@@ -534,15 +524,15 @@ class PacedFeed:
 
     def _run(self) -> None:
         try:
-            conns = traffic(self.profile, self.settings.seed)
-            pending = next(conns)
-            began = time.monotonic()
+            records = self.settings.workload.records(self.settings.rate, self.settings.seed)
+            pending = next(records)
+            first_us, began = pending[0], time.monotonic()
             while not self._stop.wait(self.settings.flush_s):
-                horizon = self.profile.start_ts + (time.monotonic() - began) * self.settings.speedup
-                while pending.ts <= horizon:
+                horizon = first_us + (time.monotonic() - began) * self.settings.speedup * 1_000_000
+                while pending[0] <= horizon:
                     self.feeder.add(pending)
                     self.fed += 1
-                    pending = next(conns)
+                    pending = next(records)
                 self.feeder.flush()
                 if self.feeder.admission.newest_us is not None:
                     self.reached.append((time.time(), self.feeder.admission.newest_us))
@@ -556,7 +546,7 @@ class PacedFeed:
             self._thread.join(timeout=30)
 
     def close(self) -> int:
-        """Stop feeding and write the end-of-input mark; returns how many connections were fed."""
+        """Stop feeding and write the end-of-input mark; returns how many records were fed."""
         self.stop()
         if self.error is not None:
             raise MoveBenchError(f"the feeder failed: {self.error!r}")
@@ -598,7 +588,6 @@ def run_move_bench(settings: MoveSettings, work_dir: str | Path, progress: Calla
     from spark_agents.broker.server import NatsServer, User, partner_user
     from spark_agents.broker.source import JetStreamInput
     from spark_agents.broker.stream import Broker, BrokerStream
-    from bpm.zeek.reference import compute
 
     root = Path(work_dir)
     began = time.monotonic()
@@ -606,8 +595,7 @@ def run_move_bench(settings: MoveSettings, work_dir: str | Path, progress: Calla
     load_before = load_average()
 
     origin, partner = User("a", secrets.token_urlsafe(16)), partner_user("b", secrets.token_urlsafe(16), [(TASK_ID, "", True)])
-    params = asdict(settings.params)
-    profile = TrafficProfile(rate=settings.rate)
+    workload = settings.workload
     server: NatsServer | None = None
     broker: Broker | None = None
     remote: RemoteSide | None = None
@@ -622,7 +610,7 @@ def run_move_bench(settings: MoveSettings, work_dir: str | Path, progress: Calla
         remote = RemoteSide("b", root, settings.master, settings.spark_conf(), step_limit())
         local = Side("a", root / "a", settings.master, settings.spark_conf())
         remote.wait_ready(step_limit())
-        feed = PacedFeed(BrokerStream(broker, "a"), settings, profile)
+        feed = PacedFeed(BrokerStream(broker, "a"), settings)
         feed.start()
 
         def call(side, method: str, *args: Any) -> Any:
@@ -632,7 +620,7 @@ def run_move_bench(settings: MoveSettings, work_dir: str | Path, progress: Calla
             return getattr(side, method)(*args)
 
         here, there = local, remote
-        call(here, "start", TASK_ID, sources[here.name], params, settings.trigger_s, 0)
+        call(here, "start", TASK_ID, sources[here.name], workload, settings.trigger_s, 0)
         latest = call(here, "wait_new_batch", TASK_ID, -1, step_limit())
         resumed = {latest.batch_id}
         while latest.batch_id < settings.age_batches:
@@ -645,7 +633,7 @@ def run_move_bench(settings: MoveSettings, work_dir: str | Path, progress: Calla
             label = f"round {i + 1 - settings.warmup}/{settings.moves}" if measured else f"warm-up {i + 1}/{settings.warmup}"
             # Stop right after a batch with input, as a movement would at its first chance.
             latest = call(here, "wait_new_batch", TASK_ID, latest.batch_id, step_limit())
-            last, phases = call(here, "restart", TASK_ID, sources[here.name], params, settings.trigger_s, epoch, step_limit())
+            last, phases = call(here, "restart", TASK_ID, sources[here.name], workload, settings.trigger_s, epoch, step_limit())
             first = call(here, "wait_new_batch", TASK_ID, last.batch_id, step_limit())
             resumed.add(first.batch_id)
             if measured:
@@ -654,7 +642,7 @@ def run_move_bench(settings: MoveSettings, work_dir: str | Path, progress: Calla
             latest = call(here, "wait_new_batch", TASK_ID, first.batch_id, step_limit())
             epoch += 1
             last, data, released = call(here, "release", TASK_ID, step_limit())
-            received = call(there, "receive", TASK_ID, data, epoch, sources[there.name], params, settings.trigger_s)
+            received = call(there, "receive", TASK_ID, data, epoch, sources[there.name], workload, settings.trigger_s)
             first = call(there, "wait_new_batch", TASK_ID, last.batch_id, step_limit())
             resumed.add(first.batch_id)
             if measured:
@@ -669,18 +657,18 @@ def run_move_bench(settings: MoveSettings, work_dir: str | Path, progress: Calla
         drain_s = time.monotonic() - drain_began
         steady = [b.end_s - b.start_s for side in (local, remote) for b in call(side, "batches", TASK_ID)
                   if b.rows > 0 and b.batch_id not in resumed]
-        expected = compute(itertools.islice(traffic(profile, settings.seed), fed), settings.params)
+        expected = workload.expected(settings.rate, settings.seed, fed, root / "reference")
         out = broker_outputs(broker, [TASK_ID])
         result = summarize(rounds, len(out.lost(expected)), len(out.duplicates), len(out.extra(expected)), len(expected))
         result.update({
             "steady_batch_median_s": _stats(steady)[0],
-            "connections_fed": fed,
+            "records_fed": fed,
             "drain_s": round(drain_s, 3),
             "elapsed_s": round(time.monotonic() - began, 3),
             "stream_messages": feed.feeder.files,
             "load_average_before": load_before,
             "load_average_after": load_average(),
-            "settings": {**asdict(settings), "params": params},
+            "settings": asdict(settings),
             "rounds": [{"kind": r.kind, "from": r.origin, "to": r.partner, "pause_s": round(r.pause_s, 3),
                         "last_batch": r.last.batch_id, "first_batch": r.first.batch_id,
                         **{k: round(v, 4) for k, v in r.phases.items()}} for r in rounds],

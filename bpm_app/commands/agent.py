@@ -125,13 +125,32 @@ run.__annotations__ = {p.name: p.annotation for p in run.__signature__.parameter
 agent_app.command("run")(run)
 
 
+def agent_queries(reference: str, params: list[str] | None, can_run: list[str] | None):
+    """(the query of the participant's own tasks, its parameters bound, every query it can run by
+    name) from its settings; a query that does not load, a parameter it does not take, or two
+    queries of one name are a BadParameter naming them."""
+    from bpm.query import QueryError, parse_values
+    from bpm_app.commands.query import load_query
+
+    try:
+        own = load_query(reference)
+        bound = own.bind(parse_values(params))
+        others = [load_query(r) for r in can_run or []]
+    except QueryError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--query/--param/--can-run") from None
+    queries = {}
+    for query in (own, *others):
+        if query.name in queries and queries[query.name].digest != query.digest:
+            raise typer.BadParameter(f"two different queries are named {query.name!r}", param_hint="--can-run")
+        queries[query.name] = query
+    return own, dict(bound), queries
+
+
 def _run(s) -> None:
     """Run the agent with settings `s` (`spark_agents.settings.AgentSettings`)."""
     from bpm.costs import MM1Cost
     from bpm.federation.views import AgreedTerms
     from bpm.keygroups import shares as key_shares
-    from bpm.zeek.definitions import QueryParams
-    from examples.network_monitoring import query as monitoring
     from spark_agents.agent import AgentConfig, OwnTask
     from spark_agents.metrics import default_warmup_s
     from spark_agents.runtime import participant_key, run_agent
@@ -142,7 +161,8 @@ def _run(s) -> None:
     configure(s.log_format, participant=s.name)
     workdir = (s.workdir or Path("bpm-agents") / s.name).resolve()
     endpoint = s.endpoint or f"http://{s.host}:{s.port}"
-    params = {**QueryParams(s.window, s.min_connections, s.min_ports, s.lateness).to_dict(), "trigger_s": s.trigger}
+    own_query, bound, queries = agent_queries(s.query, s.param, s.can_run)
+    params = {**bound, "trigger_s": s.trigger}
     if s.shares is not None and s.broker_port is None:
         raise typer.BadParameter("--shares needs --broker-port")
     broker = own_broker(s.name, workdir, s.host, s.broker_port, s.broker_http_port or s.broker_port + 1, s.broker_address) if s.broker_port else None
@@ -150,7 +170,7 @@ def _run(s) -> None:
     if s.partitions and broker is not None:
         try:
             prefixes = key_shares(s.shares or 1)
-            own = [OwnTask(f"g{prefixes[k]}", broker.location(prefixes[k]), params, monitoring.name, monitoring.digest)
+            own = [OwnTask(f"g{prefixes[k]}", broker.location(prefixes[k]), params, own_query.name, own_query.digest)
                    for k in parse_partitions(s.partitions)]
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--shares") from None
@@ -183,7 +203,7 @@ def _run(s) -> None:
         fixed_cost=s.fixed_cost,
         correlate=s.correlate,
         availability_bound_s=s.availability_bound,
-        queries=frozenset({(monitoring.name, monitoring.digest)}),
+        queries=queries,
     )
     fixed = MM1Cost(a=s.mm1_scale, c=1.0) if s.cost_model == "mm1" else None
     api_key = participant_key(s.registry, s.name, endpoint, workdir, s.key, s.admin_key)

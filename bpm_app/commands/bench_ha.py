@@ -21,7 +21,9 @@ def bench_ha_command(
     modes: Annotated[str, typer.Option(help="HA modes to run, in order, comma-separated (none is the overhead baseline).")] = "none,upstream_backup,passive_standby,active_standby",
     spark_master: Annotated[str, typer.Option(help="Spark master of each process's session.")] = "local[1]",
     trigger: Annotated[float, typer.Option(min=0.05, help="The task's micro-batch trigger interval, seconds.")] = 1.0,
-    rate: Annotated[float, typer.Option(min=1.0, help="Generated connections per second of event time.")] = 100.0,
+    query: Annotated[str | None, typer.Option(help="The task's query, module:attribute or path/to/file.py:attribute; its module's generate(seconds=, rate=, seed=) makes the input (default: the network-monitoring query).")] = None,
+    param: Annotated[list[str] | None, typer.Option("--param", help="A parameter of the query, name=value (repeatable).")] = None,
+    rate: Annotated[float, typer.Option(min=1.0, help="Generated records per second of event time.")] = 100.0,
     speedup: Annotated[float, typer.Option(min=0.1, help="Event time per second of wall time.")] = 10.0,
     copy_interval: Annotated[float, typer.Option(min=0.1, help="Seconds between delta checkpoints (passive standby).")] = 2.0,
     ack_interval: Annotated[float, typer.Option(min=0.1, help="Seconds between stream acknowledgements (other modes).")] = 1.0,
@@ -31,7 +33,7 @@ def bench_ha_command(
     measure: Annotated[float, typer.Option(min=1.0, help="Seconds of the overhead measurement before the kill.")] = 40.0,
     slices: Annotated[int, typer.Option(min=2, help="Slices of the measurement, alternating the host's HA duties off and on (even).")] = 8,
     after: Annotated[float, typer.Option(min=0.0, help="Seconds of feeding after the kill, before the stream closes.")] = 10.0,
-    seed: Annotated[int, typer.Option(help="Seed of the generated traffic.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the generated input.")] = 0,
     lean: Annotated[bool, typer.Option(help="Run local drivers with the C1 compiler and the serial collector, as agents do.")] = True,
     conf: Annotated[list[str] | None, typer.Option("--conf", help="A further Spark setting of both sessions, KEY=VALUE (repeatable).")] = None,
     timeout: Annotated[float, typer.Option(min=10.0, help="Limit of the whole run, seconds.")] = 1800.0,
@@ -46,9 +48,9 @@ def bench_ha_command(
     from rich.console import Console
     from bpm_app.progress import progress
 
-    from bpm_app.bench.ha import HABenchError, HASettings, plot_delays, run_ha_bench, without_delays
+    from bpm_app.bench.ha import BENCH_WORKLOAD, HABenchError, HASettings, plot_delays, run_ha_bench, without_delays
     from bpm_app.bench.move import MoveBenchError
-    from bpm_app.commands.bench_move import _setting
+    from bpm_app.commands.bench_move import _setting, workload
 
     try:
         settings = HASettings(
@@ -56,7 +58,7 @@ def bench_ha_command(
             speedup=speedup, seed=seed, copy_interval_s=copy_interval, ack_interval_s=ack_interval, heartbeat_s=heartbeat,
             detect_timeout_s=detect_timeout, warmup_s=warmup, measure_s=measure, slices=slices, after_s=after, timeout_s=timeout,
             lean=lean, extra_conf=tuple(_setting(item) for item in conf or ()), hosts=hosts,
-            fault=fault.value, cut_s=cut_for,
+            fault=fault.value, cut_s=cut_for, workload=workload(query, param, BENCH_WORKLOAD),
         )
     except ValueError as exc:
         typer.secho(str(exc), fg="red", err=True)

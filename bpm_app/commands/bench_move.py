@@ -22,9 +22,11 @@ def bench_move_command(
     conf: Annotated[list[str] | None, typer.Option("--conf", help="A further Spark setting of both sessions, KEY=VALUE (repeatable).")] = None,
     trigger: Annotated[float, typer.Option(min=0.05, help="The task's micro-batch trigger interval, seconds.")] = 1.0,
     flush: Annotated[float, typer.Option(min=0.05, help="Seconds between stream files written by the feeder.")] = 0.25,
-    rate: Annotated[float, typer.Option(min=1.0, help="Generated connections per second of event time.")] = 100.0,
+    query: Annotated[str | None, typer.Option(help="The task's query, module:attribute or path/to/file.py:attribute; its module's generate(seconds=, rate=, seed=) makes the input (default: the network-monitoring query).")] = None,
+    param: Annotated[list[str] | None, typer.Option("--param", help="A parameter of the query, name=value (repeatable).")] = None,
+    rate: Annotated[float, typer.Option(min=1.0, help="Generated records per second of event time.")] = 100.0,
     speedup: Annotated[float, typer.Option(min=0.1, help="Event time per second of wall time.")] = 10.0,
-    seed: Annotated[int, typer.Option(help="Seed of the generated traffic.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the generated input.")] = 0,
     timeout: Annotated[float, typer.Option(min=10.0, help="Limit of the whole run, seconds.")] = 900.0,
     workdir: Annotated[Path | None, typer.Option(help="Keep the run's files here (default: a temporary folder, removed).")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of every pause beside every floor restart.")] = None,
@@ -40,7 +42,7 @@ def bench_move_command(
         extra = tuple(_setting(item) for item in conf or ())
         settings = MoveSettings(moves=moves, warmup=warmup, age_batches=age, master=spark_master, retain_batches=retain,
                                 extra_conf=extra, trigger_s=trigger, flush_s=flush, rate=rate, speedup=speedup,
-                                seed=seed, timeout_s=timeout)
+                                seed=seed, timeout_s=timeout, workload=workload(query, param))
     except ValueError as exc:
         typer.secho(str(exc), fg="red", err=True)
         raise typer.Exit(2) from None
@@ -74,6 +76,19 @@ def bench_move_command(
     )
     if plot is not None:
         console.print(f"plot: {result['plot']}")
+
+
+def workload(query: str | None, params: list[str] | None, default=None):
+    """The benchmark's task (`bpm_app.bench.workload.Workload`) from `--query` and `--param`s;
+    with no `--query`, `default` (the benchmark's own) with the `--param`s over its parameters.
+    ValueError says what is wrong."""
+    from bpm.query import parse_values
+    from bpm_app.bench.workload import Workload
+
+    default = default or Workload()
+    if query is None:
+        return Workload(default.reference, tuple({**dict(default.params), **parse_values(params)}.items()))
+    return Workload(query, tuple(parse_values(params).items()))
 
 
 def _setting(item: str) -> tuple[str, str]:

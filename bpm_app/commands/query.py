@@ -21,26 +21,32 @@ REFERENCE_HELP = "The query: module:attribute (e.g. examples.sensors:query) or p
 
 def parse_params(given: list[str] | None) -> dict[str, str]:
     """`--param name=value` options as a dictionary; exits 2 on one without '='."""
-    values: dict[str, str] = {}
-    for item in given or []:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            fail(f"--param {item!r}: give name=value")
-        values[name.strip()] = value
-    return values
+    from bpm.query import QueryError, parse_values
+
+    try:
+        return parse_values(given)
+    except QueryError as exc:
+        fail(f"--param: {exc}")
+
+
+def load_query(reference: str):
+    """The query `reference` names (`bpm.query.load`), a module in the folder the command runs in
+    found as `python -m` finds it; QueryError says what is wrong."""
+    import os
+
+    from bpm.query import load
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    return load(reference)
 
 
 def load_bound(reference: str, params: list[str] | None):
     """The query `reference` names and its parameters bound from `--param`s; exits 2 with the reason."""
-    import os
+    from bpm.query import QueryError
 
-    from bpm.query import QueryError, load
-
-    # As `python -m` does: a module in the folder the command runs in is found.
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
     try:
-        query = load(reference)
+        query = load_query(reference)
         return query, query.bind(parse_params(params))
     except QueryError as exc:
         fail(str(exc))
@@ -98,6 +104,50 @@ def show(
         for name, p in query.params.items():
             table.add_row(name, p.type.__name__, str(bound[name]), str(p.default), p.help)
         out.print(table)
+
+
+EXAMPLES = ("examples.network_monitoring:query", "examples.sensors:query", "examples.sessions:query")
+
+
+@query_app.command("list")
+def list_queries(
+    config: Path | None = typer.Option(None, "--config", help="An agent's configuration file (bpm agent run --config): the queries that agent runs, its own first."),
+    references: list[str] = typer.Option(None, "--query", help="A query to list (repeat for several); without --config or --query: the project's examples."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per query."),
+) -> None:
+    """List queries: what an agent with a configuration file can run (its own tasks' query with
+    its parameters, and the others it runs for partners), or the queries named, with their
+    digests: a partner hosts a task only with the same digest."""
+    from spark_agents.settings import AgentSettings, SettingsError
+
+    own_params: dict[str, str] = {}
+    if config is not None:
+        try:
+            settings = AgentSettings.load(config)
+        except SettingsError as exc:
+            fail(str(exc))
+        refs = [settings.query, *(settings.can_run or [])]
+        own_params = parse_params(settings.param)
+    else:
+        refs = list(references or EXAMPLES)
+    rows = []
+    for n, ref in enumerate(refs):
+        query, bound = load_bound(ref, [f"{k}={v}" for k, v in own_params.items()] if n == 0 and config is not None else None)
+        rows.append({"reference": ref, "name": query.name, "version": query.version, "digest": query.digest,
+                     "own": config is not None and n == 0, "params": dict(bound), "description": query.description})
+    if as_json:
+        for row in rows:
+            print(json.dumps(row))
+        return
+    table = Table("query", "version", "digest", "parameters")
+    for row in rows:
+        table.add_row(f"{row['name']}{' (own tasks)' if row['own'] else ''}\n[dim]{row['reference']}[/]", row["version"], row["digest"],
+                      "\n".join(f"{k}={v}" for k, v in row["params"].items()))
+    out = Console()
+    out.print(table)
+    for row in rows:
+        if row["description"]:
+            out.print(f"{row['name']}: {row['description']}")
 
 
 @query_app.command("check")

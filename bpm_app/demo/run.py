@@ -49,7 +49,8 @@ from bpm.names import task_key
 from bpm.negotiation import is_acceptable
 from bpm_app.demo.inputs import BrokerInputs
 from spark_agents.streams.feed import end_mark_us, end_watermark_ms, write_end
-from bpm.zeek.definitions import QueryParams, ResultRow
+from bpm.results import Result
+from bpm.zeek.definitions import QueryParams, as_results
 from spark_agents.hosts import CpuMeter, Hosts
 from spark_agents.metrics import default_load_window_s
 
@@ -313,8 +314,7 @@ class Demo:
         s = self.s
         signed = {"contract": [terms.spec() for terms in self._contracts(member)]} if contracts else {}
         return {**signed, "reference_price": s.price, "margin": s.margin,
-                "spark_master": "local[1]", "window": s.window_s, "lateness": s.lateness_s,
-                "min_connections": s.min_connections, "min_ports": s.min_ports,
+                "spark_master": "local[1]", "param": [f"{name}={value}" for name, value in self.params.to_dict().items()],
                 "trigger": s.trigger_s, "period": s.period_s, "tick": s.tick_s, "sample": s.sample_s,
                 "cost_model": "mm1", "mm1_scale": s.mm1_scale, "warmup": self._warmup_s(member), "settle": s.agent_settle_s,
                 **({} if member.tasks else {"prime": s.join_prime_s}),
@@ -772,14 +772,14 @@ class Demo:
             where = ", ".join(f"{key} ({pending[key]})" for key in sorted(pending))
             self.say(f"tasks had not drained after {timeout_s:.0f} s: {where}; results compared as they are")
 
-    def _reference(self, logs: dict[str, Path]) -> dict[str, list[ResultRow]]:
+    def _reference(self, logs: dict[str, Path]) -> dict[str, list[Result]]:
         """The plain computation (`bpm.zeek.reference`, the query's definitions without Spark)
         over exactly what each participant's queried shares were fed."""
         from bpm.zeek.conn import read_logs
         from bpm.zeek.reference import compute
 
         self.say("reference: the plain computation over what each participant's queried shares were fed")
-        return {name: compute(read_logs([log]), self.params) for name, log in logs.items()}
+        return {name: as_results(compute(read_logs([log]), self.params)) for name, log in logs.items()}
 
 
 # The load above which a phase feeds a participant no more shares until it has shed some: a

@@ -2,18 +2,19 @@
 
 The origin's server keeps the stream `RESULTS` (subjects `out.<origin>.<task>`). A task's
 subject holds, in order, *claims*, *batches* and *progress* marks: a claim says that an
-epoch holds the task's output from now on; a batch carries the rows of one micro-batch, its
-writer's epoch and the end of the newest window written so far; a progress mark says that
-every window ending by its `closed` time is out (`FencedSink.closed_through`), rows or none. Every publish names the sequence
+epoch holds the task's output from now on; a batch carries the results of one micro-batch
+(`bpm.results.Result.to_wire`), its writer's epoch and the time of the newest result written
+so far; a progress mark says that every result of its `closed_us` time or before is out
+(`FencedSink.closed_through`), results or none. Every publish names the sequence
 of the last message it expects on the subject (`Nats-Expected-Last-Subject-Sequence`), so
 the broker itself refuses a write that something else preceded: a compare-and-set.
 
 `BrokerFence` has the `OutputFence` interface (`state`, `check`, `claim`, `write`) and
 its rule (`spark_agents.ha.fence.unwritten`): a writer of epoch e claims before it writes,
-is refused when a newer epoch has claimed, and writes only the rows of windows that end
-after the newest one written. A host that lost its task and writes late finds a newer
+is refused when a newer epoch has claimed, and writes only the results after the newest
+one written. A host that lost its task and writes late finds a newer
 claim ahead of it: the broker refuses its publish and the writer raises `FencedError`.
-Replays, restarts and promoted replicas write each window once, as with the folder fence.
+Replays, restarts and promoted replicas write each result once.
 """
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ from nats.js.api import StorageType, StreamConfig
 
 from bpm.keygroups import token
 from bpm.names import check_name
-from bpm.zeek.definitions import ResultRow
-from bpm.results import OutputSet
+from bpm.results import OutputSet, Result
 from spark_agents.broker.stream import Broker
 from spark_agents.ha.fence import FencedError, FencedSink, FenceState, unwritten
 
@@ -76,7 +76,7 @@ class BrokerFence:
         if msg is None:
             return FenceState(None, None), 0
         body = json.loads(msg.data)
-        return FenceState(body["epoch"], body["window_end"]), msg.seq
+        return FenceState(body["epoch"], body["written_us"]), msg.seq
 
     def state(self) -> FenceState:
         return self._last()[0]
@@ -104,8 +104,8 @@ class BrokerFence:
         while True:
             current, seq = self._last()
             self._check(current, epoch)
-            if self._publish({"kind": "claim", "epoch": epoch, "window_end": current.window_end}, seq) is not None:
-                return FenceState(epoch, current.window_end)
+            if self._publish({"kind": "claim", "epoch": epoch, "written_us": current.written_us}, seq) is not None:
+                return FenceState(epoch, current.written_us)
 
     def _held(self, epoch: int) -> tuple[FenceState, int]:
         """The fence and its last message's sequence once `epoch` holds the output (claimed
@@ -117,8 +117,8 @@ class BrokerFence:
                 return current, seq
             self.claim(epoch)
 
-    def write(self, epoch: int, batch_id: int, rows: Iterable[ResultRow], run: str) -> tuple[int | None, int]:
-        """Publish the rows of windows not written yet as one batch of writer `run` at `epoch`.
+    def write(self, epoch: int, batch_id: int, rows: Iterable[Result], run: str) -> tuple[int | None, int]:
+        """Publish the results not written yet as one batch of writer `run` at `epoch`.
 
         Returns the batch's sequence (None when no row was new) and how many rows were
         dropped as already written. Raises `FencedError` when a newer epoch holds the output.
@@ -126,11 +126,11 @@ class BrokerFence:
         rows = list(rows)
         while True:
             current, seq = self._held(epoch)
-            fresh = unwritten(rows, current.window_end)
+            fresh = unwritten(rows, current.written_us)
             if not fresh:
                 return None, len(rows)
-            end = max([r.window_end for r in fresh] + ([current.window_end] if current.window_end is not None else []))
-            body = {"kind": "batch", "epoch": epoch, "window_end": end, "batch_id": batch_id, "run": run, "rows": [r.to_json() for r in fresh]}
+            newest = max([r.time_us for r in fresh] + ([current.written_us] if current.written_us is not None else []))
+            body = {"kind": "batch", "epoch": epoch, "written_us": newest, "batch_id": batch_id, "run": run, "rows": [r.to_wire() for r in fresh]}
             published = self._publish(body, seq)
             if published is not None:
                 return published, len(rows) - len(fresh)
@@ -138,11 +138,11 @@ class BrokerFence:
             # publish whose acknowledgement was lost (then its rows are written and drop out).
 
 
-    def progress(self, epoch: int, closed: int) -> None:
-        """Publish that every window ending by `closed` has been written, at `epoch` (refused like a write)."""
+    def progress(self, epoch: int, closed_us: int) -> None:
+        """Publish that every result of time `closed_us` or before has been written, at `epoch` (refused like a write)."""
         while True:
             current, seq = self._held(epoch)
-            body = {"kind": "progress", "epoch": epoch, "window_end": current.window_end, "closed": closed}
+            body = {"kind": "progress", "epoch": epoch, "written_us": current.written_us, "closed_us": closed_us}
             if self._publish(body, seq) is not None:
                 return
 
@@ -160,7 +160,7 @@ class ResultBatch:
     seq: int
     epoch: int
     batch_id: int
-    rows: list[ResultRow]
+    rows: list[Result]
     at: float = 0.0  # when the broker stored it (seconds since the epoch)
 
 
@@ -195,16 +195,17 @@ def read_messages(broker: Broker, task_id: str, after: int = 0) -> list[tuple[in
 
 
 def closed_through(broker: Broker, task_id: str, after: int = 0) -> tuple[int, int | None]:
-    """(the newest sequence read, the end of the newest window task `task_id`'s progress marks
-    after sequence `after` say is out, None when none does): read on from `after` next time."""
+    """(the newest sequence read, the newest time through which task `task_id`'s progress
+    marks after sequence `after` say every result is out, microseconds; None when none
+    does): read on from `after` next time."""
     messages = read_messages(broker, task_id, after)
-    closed = [body["closed"] for _, body, _ in messages if body.get("kind") == "progress"]
+    closed = [body["closed_us"] for _, body, _ in messages if body.get("kind") == "progress"]
     return (messages[-1][0] if messages else after), max(closed, default=None)
 
 
 def read_results(broker: Broker, task_id: str, after: int = 0) -> list[ResultBatch]:
     """Every batch task `task_id` has written after stream sequence `after`, in order."""
-    return [ResultBatch(seq, body["epoch"], body["batch_id"], [ResultRow.from_json(r) for r in body["rows"]], at)
+    return [ResultBatch(seq, body["epoch"], body["batch_id"], [Result.from_wire(r) for r in body["rows"]], at)
             for seq, body, at in read_messages(broker, task_id, after) if body["kind"] == "batch"]
 
 

@@ -259,8 +259,7 @@ class JetStreamInput:
     """A task's input: the key groups `prefix` of `participant`'s stream on the server at `url`,
     read as `user` (the password never shows in its repr), after sequence `start_seq` for a
     fresh task; of its rows, those with event time in [`since_s`, `until_s`) (epoch seconds,
-    window starts; None: unbounded), for tasks split or merged (`hand_over`); its lines have
-    the columns `ddl` (`bpm.records.Records.wire_ddl` of the task's query)."""
+    window starts; None: unbounded), for tasks split or merged (`hand_over`)."""
 
     url: str
     user: str
@@ -271,7 +270,6 @@ class JetStreamInput:
     max_messages: int | None = None
     since_s: int | None = None
     until_s: int | None = None
-    ddl: str = STREAM_SCHEMA_DDL
 
     @property
     def location(self) -> str:
@@ -329,11 +327,12 @@ class JetStreamInput:
             options["owedBatch"] = "true"
         return options
 
-    def read(self, spark, owed_batch: bool = False):
-        """The streaming DataFrame of the rows (the stream's schema); `owed_batch`: the query
-        resumes from a checkpoint that owes the batch of a new watermark."""
+    def read(self, spark, ddl: str, owed_batch: bool = False):
+        """The streaming DataFrame of the rows, whose lines have the columns `ddl`
+        (`bpm.records.Records.wire_ddl` of the task's query); `owed_batch`: the query resumes
+        from a checkpoint that owes the batch of a new watermark."""
         register(spark)
-        return spark.readStream.format(NAME).schema(self.ddl).options(**self.options(owed_batch)).load()
+        return spark.readStream.format(NAME).schema(ddl).options(**self.options(owed_batch)).load()
 
 
 class InputEnded(ValueError):

@@ -1,23 +1,23 @@
-"""The output fence: a task's output takes each window once, and only from the task's current epoch.
+"""The output fence: a task's output takes each result once, and only from the task's current epoch.
 
 A task's fence is kept where its results go, on its origin's broker
 (`spark_agents.broker.results.BrokerFence`): the newest epoch that claimed the task's output
-and the end of the newest window written, changed only by compare-and-set. A writer of epoch e:
+and the time of the newest result written (its `result_time`, `bpm.results.Result.time_us`),
+changed only by compare-and-set. A writer of epoch e:
 
 - claims the output before its first write: it is refused (`FencedError`) when a newer
   epoch holds it;
-- writes a batch only if no newer epoch claimed the output meanwhile, and only the rows of
-  windows that end after the newest one written; the same conditional write advances the fence.
+- writes a batch only if no newer epoch claimed the output meanwhile, and only the results
+  whose time is after the newest one written; the same conditional write advances the fence.
 
-Why this is exact: in append mode each window's rows come in one micro-batch, and windows
-close in the order of their ends (the watermark never moves back and drops rows older than
-itself), so "ends after the newest window written" is precisely "not written yet". A
-replay (passive standby's restart from its last copy, upstream backup's rebuild from the
-acknowledged position) or a promoted replica re-emits windows that are already out, and
-the fence drops them. Windows that a replay sees only in part (upstream backup starts in
-the middle of windows that already closed) count at most what the whole window counted, so
-any alert they raise was raised by the whole window and is already out too. A host that
-comes back after its task failed over holds an older epoch and is refused.
+Why this is exact: in append mode a result comes out in the micro-batch whose watermark
+passes its time (`bpm.query`: what makes a query movable), so the results of one time come
+in one batch, and batches come in the order of their times (the watermark never moves back
+and drops rows older than itself): "after the newest time written" is precisely "not
+written yet". A replay (passive standby's restart from its last copy, upstream backup's
+rebuild from the acknowledged position) or a promoted replica re-emits results that are
+already out, and the fence drops them. A host that comes back after its task failed over
+holds an older epoch and is refused.
 
 Each batch carries the epoch and a random name of its writer: a task restarted with a
 fresh checkpoint numbers its batches from 0 again, and the reader tells its batches apart.
@@ -31,12 +31,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from bpm.zeek.definitions import ResultRow
+from bpm.results import Result
 
 
-def unwritten(rows: Iterable[ResultRow], after: int | None) -> list[ResultRow]:
-    """The rows of windows that end after `after`, the end of the newest window written (None: nothing written)."""
-    return [r for r in rows if after is None or r.window_end > after]
+def unwritten(rows: Iterable[Result], after_us: int | None) -> list[Result]:
+    """The results after `after_us`, the time of the newest one written (None: nothing written)."""
+    return [r for r in rows if after_us is None or r.time_us > after_us]
 
 
 class FencedError(RuntimeError):
@@ -49,19 +49,20 @@ class FenceState:
 
     Attributes:
         epoch: the newest epoch that claimed the output (None: none yet).
-        window_end: end of the newest window written (epoch seconds; None: nothing written).
+        written_us: the time of the newest result written (microseconds since the epoch;
+            None: nothing written).
     """
 
     epoch: int | None = None
-    window_end: int | None = None
+    written_us: int | None = None
 
 
 class Fence(Protocol):
     def state(self) -> FenceState: ...
     def check(self, epoch: int) -> None: ...
     def claim(self, epoch: int) -> FenceState: ...
-    def write(self, epoch: int, batch_id: int, rows: Iterable[ResultRow], run: str) -> tuple[int | None, int]: ...
-    def progress(self, epoch: int, closed: int) -> None: ...
+    def write(self, epoch: int, batch_id: int, rows: Iterable[Result], run: str) -> tuple[int | None, int]: ...
+    def progress(self, epoch: int, closed_us: int) -> None: ...
 
 
 class FencedSink:
@@ -70,7 +71,7 @@ class FencedSink:
     As a primary (an epoch given) it writes every batch through the task's `fence`.
     As a standby (epoch None, an active-standby replica) it holds its rows back, dropping
     those the primary has written already, until `promote(epoch)`: then it claims the
-    output, writes what it holds of windows the primary never wrote, and goes on as the
+    output, writes the results it holds that the primary never wrote, and goes on as the
     primary. A fenced write raises `FencedError`, which fails the query: a host that lost
     its task stops. `fence`: the task's fence (`spark_agents.broker.results.BrokerFence`).
 
@@ -80,10 +81,10 @@ class FencedSink:
         written: rows written; dropped: rows left out as already written.
         held: rows held back, per batch id (standby only).
         batches: the fence's sequence of each batch it wrote.
-        closed: the end of the newest window it said was closed (`closed_through`).
+        closed: the newest time through which it said every result is out (`closed_through`).
         until_s: where the task's span of event time ends (a split or merge handed its key
-            groups over at that window start, `spark_agents.regrain`): the rows of windows
-            starting there or later are another task's, and are left out. A query that read
+            groups over then, at a multiple of the query's `align`, `spark_agents.regrain`):
+            the results after it are another task's, and are left out. A query that read
             rows past it before its input was ended holds them in its state; they never
             reach the output.
     """
@@ -94,7 +95,7 @@ class FencedSink:
         self.run = run or secrets.token_hex(4)
         self.written = 0
         self.dropped = 0
-        self.held: dict[int, list[ResultRow]] = {}
+        self.held: dict[int, list[Result]] = {}
         self.batches: list[int] = []
         self.closed: int | None = None
         self.until_s: int | None = None
@@ -105,16 +106,17 @@ class FencedSink:
     def standby(self) -> bool:
         return self.epoch is None
 
-    def __call__(self, batch_id: int, rows: list[ResultRow]) -> None:
+    def __call__(self, batch_id: int, rows: list[Result]) -> None:
         with self._lock:
             if self.until_s is not None:
-                rows = [r for r in rows if r.window_start < self.until_s]
+                until_us = self.until_s * 1_000_000
+                rows = [r for r in rows if r.time_us <= until_us]
             if self.epoch is None:
                 self._hold(batch_id, rows)
             else:
                 self._write(batch_id, rows)
 
-    def _write(self, batch_id: int, rows: list[ResultRow]) -> None:
+    def _write(self, batch_id: int, rows: list[Result]) -> None:
         assert self.epoch is not None
         if not rows:
             # Nothing to write, but a host that lost its task should learn it at its first batch.
@@ -130,20 +132,20 @@ class FencedSink:
             self.written += len(rows) - dropped
             self.batches.append(seq)
 
-    def closed_through(self, window_end: int) -> None:
-        """Say, through the fence, that every window ending by `window_end` has been written
-        (a primary's, once per newly closed window; a standby says nothing)."""
+    def closed_through(self, time_us: int) -> None:
+        """Say, through the fence, that every result of time `time_us` or before has been
+        written (a primary's, when that time moved on; a standby says nothing)."""
         with self._lock:
-            if self.epoch is None or (self.closed is not None and window_end <= self.closed):
+            if self.epoch is None or (self.closed is not None and time_us <= self.closed):
                 return
             if not self._claimed:
                 self.fence.claim(self.epoch)
                 self._claimed = True
-            self.fence.progress(self.epoch, window_end)
-            self.closed = window_end
+            self.fence.progress(self.epoch, time_us)
+            self.closed = time_us
 
-    def _hold(self, batch_id: int, rows: list[ResultRow]) -> None:
-        after = self.fence.state().window_end
+    def _hold(self, batch_id: int, rows: list[Result]) -> None:
+        after = self.fence.state().written_us
         if rows:
             self.held[batch_id] = rows
         if after is not None:

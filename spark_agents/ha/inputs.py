@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from bpm.zeek.definitions import QueryParams
+from bpm.query import Params, Query
 from spark_agents.ha.fence import FencedSink
 from spark_agents.ha.upstream import processed_ack_seq, replay_seq
 
@@ -113,8 +113,12 @@ class TaskInput:
     def processed(self, checkpoint_dir: Path) -> int | None:
         return processed_ack_seq(checkpoint_dir)
 
-    def replay_from(self, checkpoint_dir: Path, params: QueryParams) -> int | None:
-        return replay_seq(checkpoint_dir, params.window_s, params.lateness_s)
+    def replay_from(self, checkpoint_dir: Path, query: Query, params: Params) -> int | None:
+        """Where a replay with a fresh checkpoint rebuilds the task's state (`replay_seq`): its
+        results are independent at multiples of the query's `align`; a query without one
+        has state of any age, and is replayed from the start of what the stream keeps."""
+        align = query.align_s(params)
+        return None if align is None else replay_seq(checkpoint_dir, align, query.lateness_s(params))
 
     def sink(self, task_id: str, epoch: int | None) -> FencedSink:
         """The task's sink through the fence on its origin's broker (None: a standby's, held back)."""
@@ -122,7 +126,7 @@ class TaskInput:
 
         return broker_sink(self.source.connection(), task_id, epoch)
 
-    def start(self, host: Any, task_id: str, checkpoint_dir: Path | None, params: QueryParams, trigger_s: float | None,
+    def start(self, host: Any, task_id: str, checkpoint_dir: Path | None, query: Query, params: Params, trigger_s: float | None,
               sink: FencedSink, position: int | None = None) -> None:
         source = self.source if position is None else dataclasses.replace(self.source, start_seq=position)
-        host.start_task(task_id, source, checkpoint_dir, params, trigger_s, sink=sink)
+        host.start_task(task_id, source, checkpoint_dir, query, params, trigger_s, sink=sink)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bpm.ha.decisions import HA_MODES
-from bpm.zeek.definitions import QueryParams
+from bpm.query import Params, Query
 from spark_agents.ha.delta import Applied, DeltaRefused, DeltaShipper, applied_copy, apply_delta
 from spark_agents.ha.fence import FencedSink
 from spark_agents.ha.inputs import TaskInput
@@ -70,10 +70,10 @@ class PrimaryDuties:
     """
 
     def __init__(self, host: Any, task_id: str, mode: str, stream: TaskInput, consumer: str, *,
-                 params: QueryParams, interval_s: float = 2.0, ship: Callable[[bytes], Any] | None = None) -> None:
+                 query: Query, params: Params, interval_s: float = 2.0, ship: Callable[[bytes], Any] | None = None) -> None:
         self.host, self.task_id, self.mode = host, task_id, check_mode(mode)
         self.stream, self.consumer = stream, consumer
-        self.params, self.interval_s, self.ship = params, interval_s, ship
+        self.query, self.params, self.interval_s, self.ship = query, params, interval_s, ship
         if mode == "passive_standby" and ship is None:
             raise ValueError("passive standby needs a way to ship deltas to the backup")
         self.shipper = DeltaShipper(self.checkpoint_dir) if mode == "passive_standby" else None
@@ -107,7 +107,7 @@ class PrimaryDuties:
             self.shipped_bytes += len(delta.data)
             position = delta.ack_position
         elif self.mode == "upstream_backup":
-            position = self.stream.replay_from(checkpoint, self.params)
+            position = self.stream.replay_from(checkpoint, self.query, self.params)
         else:
             position = self.stream.processed(checkpoint)
         if position is not None and position != self.acked:
@@ -177,16 +177,16 @@ class PassiveBackup:
             return self.backup_dir
 
 
-def start_primary(host: Any, task_id: str, stream: TaskInput, epoch: int, params: QueryParams, *,
+def start_primary(host: Any, task_id: str, stream: TaskInput, epoch: int, query: Query, params: Params, *,
                   trigger_s: float | None = 1.0, checkpoint_dir: str | Path | None = None,
                   start_position: int | None = None) -> FencedSink:
     """Start the task as its host at `epoch`, writing through the output fence; returns its sink."""
     sink = stream.sink(task_id, epoch)
-    stream.start(host, task_id, checkpoint_dir, params, trigger_s, sink, start_position)
+    stream.start(host, task_id, checkpoint_dir, query, params, trigger_s, sink, start_position)
     return sink
 
 
-def start_replica(host: Any, task_id: str, stream: TaskInput, params: QueryParams, *,
+def start_replica(host: Any, task_id: str, stream: TaskInput, query: Query, params: Params, *,
                   trigger_s: float | None = 1.0, checkpoint_dir: str | Path | None = None) -> FencedSink:
     """Start an active-standby replica: the same query on the same input, its output held back.
 
@@ -196,7 +196,7 @@ def start_replica(host: Any, task_id: str, stream: TaskInput, params: QueryParam
     copy is taken, so that the stream keeps what the copy has not read.
     """
     sink = stream.sink(task_id, None)
-    stream.start(host, task_id, checkpoint_dir, params, trigger_s, sink)
+    stream.start(host, task_id, checkpoint_dir, query, params, trigger_s, sink)
     return sink
 
 
@@ -224,7 +224,7 @@ class Takeover:
 
 
 def take_over(host: Any, task_id: str, mode: str, *, epoch: int, stream: TaskInput, consumer: str,
-              failed_consumer: str | None, params: QueryParams, trigger_s: float | None = 1.0,
+              failed_consumer: str | None, query: Query, params: Params, trigger_s: float | None = 1.0,
               checkpoint_dir: str | Path | None = None, backup: PassiveBackup | None = None,
               replica: FencedSink | None = None) -> Takeover:
     """Take the task over from its failed host, at the new `epoch` (see the module table).
@@ -266,7 +266,7 @@ def take_over(host: Any, task_id: str, mode: str, *, epoch: int, stream: TaskInp
         sink = stream.sink(task_id, epoch)
         sink.fence.claim(epoch)  # fence the failed host before anything else runs
         restart_from_copy = mode == "passive_standby" and backup is not None and backup.applied is not None
-        stream.start(host, task_id, folder, params, trigger_s, sink, None if restart_from_copy else start)
+        stream.start(host, task_id, folder, query, params, trigger_s, sink, None if restart_from_copy else start)
     if failed_consumer is not None and failed_consumer != consumer:
         stream.release(failed_consumer)
     return Takeover(mode, epoch, start, folder, sink, promoted, time.perf_counter() - began)

@@ -18,7 +18,7 @@ def _row(device: str, start: datetime, average: float) -> dict:
 
 
 def test_a_spark_row_and_its_json_form_are_one_result():
-    row = _row("d1", datetime(2024, 6, 1, 0, 0), 21.25)
+    row = _row("d1", datetime(2024, 6, 1, 0, 0, tzinfo=UTC), 21.25)
     spark, json = result(row, SENSORS), result(result(row, SENSORS).to_json(), SENSORS)
     assert spark == json and hash(spark) == hash(json)
     assert spark.key == ("d1", "2024-06-01T00:00:00Z")
@@ -29,7 +29,7 @@ def test_a_spark_row_and_its_json_form_are_one_result():
 def test_values_become_plain_and_hashable():
     assert plain(datetime(2024, 6, 1, 0, 0, 0, 250_000, tzinfo=UTC)) == "2024-06-01T00:00:00.25Z"
     assert plain([1, [2, 3]]) == (1, (2, 3)) and plain({"a": [1]}) == (("a", (1,)),)
-    assert time_us(1.5) == 1_500_000 and time_us(datetime(1970, 1, 1, 0, 0, 2)) == 2_000_000
+    assert time_us(1.5) == 1_500_000 and time_us(datetime(1970, 1, 1, 0, 0, 2, tzinfo=UTC)) == 2_000_000
     with pytest.raises(ValueError, match="not a time"):
         time_us("soon")
 

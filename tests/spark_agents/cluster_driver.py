@@ -12,6 +12,8 @@ from pathlib import Path
 
 from bpm.keygroups import shares
 from bpm.zeek.definitions import QueryParams
+from examples.network_monitoring import bind
+from examples.network_monitoring import query as MONITORING
 from spark_agents.broker.results import broker_sink
 from spark_agents.broker.source import JetStreamInput
 from spark_agents.host import TaskHost
@@ -26,7 +28,7 @@ def main(master: str, url: str, user: str, work_dir: str, driver_host: str) -> N
     try:
         for prefix in shares(2):
             source = JetStreamInput(url, user, os.environ["BPM_NATS_PASSWORD"], user, prefix)
-            host.start_task(f"{user}.g{prefix}", source, params=PARAMS, trigger_s=0.5, sink=broker_sink(source.connection(), f"{user}.g{prefix}", 0))
+            host.start_task(f"{user}.g{prefix}", source, query=MONITORING, params=bind(PARAMS), trigger_s=0.5, sink=broker_sink(source.connection(), f"{user}.g{prefix}", 0))
         for task in host.tasks():
             task.query.processAllAvailable()
         interval = host.sample()

@@ -87,6 +87,7 @@ def stepped_federation(
                 correlate=correlate,
                 availability_bound_s=2.0,
                 fixed_cost=(fixed_cost or {}).get(name),
+                queries={MONITORING.name: MONITORING},
             )
             config = replace(config, **(settings or {}).get(name, {}))
             agent = Agent(config, client, make_host(now), clock=now, fetch=fetch, ask_stream=ask_stream, send_ack=send_ack,

@@ -30,7 +30,7 @@ class SteppedHost:
         self.task_load: dict[str, float] = {}
         self.output_ends: dict[str, int | None] = {}  # end_output's calls, the last per task
 
-    def start_task(self, task_id, source, checkpoint_dir, params, epoch):
+    def start_task(self, task_id, source, checkpoint_dir, params, epoch, query=None):
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         state = checkpoint_dir / "batches"
         count = int(state.read_text()) if state.exists() else 0

@@ -17,6 +17,7 @@ import pytest
 from bpm_http.client import RegistryError
 from bpm.costs import MM1Cost
 from bpm.tokens import TokenRefused
+from bpm.results import Result
 from bpm.zeek.definitions import ResultRow
 from spark_agents.agent import Agent
 from spark_agents.credentials import bearer
@@ -27,20 +28,20 @@ from tests.spark_agents.stepped import stepped_federation
 TASK_LOAD = 0.12
 
 
-def _row(window_end: int, src: str = "10.0.0.1") -> ResultRow:
-    return ResultRow(kind="connections", window_start=window_end - 10, window_end=window_end, key=src, value=101)
+def _row(window_end: int, src: str = "10.0.0.1") -> Result:
+    return ResultRow(kind="connections", window_start=window_end - 10, window_end=window_end, key=src, value=101).as_result()
 
 
 class MemoryFence:
     """A task's output fence kept in memory, with the rules of the one on the origin's broker
     (`spark_agents.broker.results.BrokerFence`): a newer epoch's claim refuses every older one,
-    and only windows after the newest written are written."""
+    and only results after the newest written are written."""
 
     def __init__(self, task_id: str) -> None:
-        self.task_id, self.epoch, self.window_end, self.batches = task_id, None, None, []
+        self.task_id, self.epoch, self.written_us, self.batches = task_id, None, None, []
 
     def state(self) -> FenceState:
-        return FenceState(self.epoch, self.window_end)
+        return FenceState(self.epoch, self.written_us)
 
     def check(self, epoch: int) -> None:
         if self.epoch is not None and self.epoch > epoch:
@@ -53,10 +54,10 @@ class MemoryFence:
 
     def write(self, epoch, batch_id, rows, run):
         self.claim(epoch)
-        fresh = unwritten(rows, self.window_end)
+        fresh = unwritten(rows, self.written_us)
         if not fresh:
             return None, len(rows)
-        self.window_end = max([r.window_end for r in fresh] + ([self.window_end] if self.window_end is not None else []))
+        self.written_us = max([r.time_us for r in fresh] + ([self.written_us] if self.written_us is not None else []))
         self.batches.append(fresh)
         return len(self.batches), len(rows) - len(fresh)
 
@@ -96,7 +97,7 @@ class SteppedHAHost:
         self.replicas: dict[str, Path] = {}
         self.batch_times: dict[str, list[float]] = {}
 
-    def start_task(self, task_id, source, checkpoint_dir, params, epoch):
+    def start_task(self, task_id, source, checkpoint_dir, params, epoch, query=None):
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         count = self._count(checkpoint_dir)
         self.starts.append((task_id, epoch, count))
@@ -143,7 +144,7 @@ class SteppedHAHost:
 
     # HA
 
-    def ha_start_duties(self, task_id, mode, stream, consumer, *, params, interval_s, ship):
+    def ha_start_duties(self, task_id, mode, stream, consumer, *, params, interval_s, ship, query=None):
         shipper = DeltaShipper(self._running[task_id]) if mode == "passive_standby" else None
         self.duties[task_id] = (mode, consumer, ship, shipper)
         self.streams[task_id] = stream
@@ -165,13 +166,13 @@ class SteppedHAHost:
     def ha_duties_status(self, task_id):
         return {}
 
-    def ha_start_replica(self, task_id, stream, checkpoint_dir, params):
+    def ha_start_replica(self, task_id, stream, checkpoint_dir, params, query=None):
         self.replicas[task_id] = checkpoint_dir
 
     def ha_stop_replica(self, task_id):
         self.replicas.pop(task_id, None)
 
-    def ha_take_over(self, task_id, mode, *, epoch, stream, consumer, failed_consumer, params, checkpoint_dir, backup):
+    def ha_take_over(self, task_id, mode, *, epoch, stream, consumer, failed_consumer, params, checkpoint_dir, backup, query=None):
         replica = self.replicas.pop(task_id, None)
         self.takeovers.append({"task": task_id, "mode": mode, "epoch": epoch, "backup": backup, "replica": replica,
                                "failed_consumer": failed_consumer, "checkpoint": checkpoint_dir})

@@ -24,6 +24,7 @@ from spark_agents.exporter import AGENT_COUNTS, BATCH_BUCKETS
 from spark_agents.host import TaskHost
 from spark_agents.server import create_agent_app
 from spark_agents.status import status_app
+from examples.network_monitoring import query as MONITORING
 from tests.spark_agents.stepped import stepped_federation
 from tests.spark_agents.test_agent import SteppedHost, _contract, _round
 
@@ -81,7 +82,7 @@ def start(host: TaskHost, key: str) -> SimpleNamespace:
                             exception=lambda: None)
     source = JetStreamInput("nats://127.0.0.2:4222", "a", "password", "a", prefix=key.rpartition(".")[2])
     with mock.patch("spark_agents.host.start_query", return_value=query):
-        host.start_task(key, source, sink=lambda *_: None)
+        host.start_task(key, source, query=MONITORING, sink=lambda *_: None)
     return query
 
 

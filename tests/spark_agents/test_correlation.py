@@ -13,6 +13,8 @@ from spark_agents.broker.server import NatsServer, User
 from spark_agents.broker.stream import Broker
 from spark_agents.correlation import ALERTS, Endpoint, alerts_reader, ensure_streams, follow, parse_alerts, share_alerts
 from spark_agents.network import HostNetwork
+from examples.network_monitoring import bind
+from examples.network_monitoring import query as MONITORING
 from tests.conftest import requires, wait_until
 
 needs_namespaces = requires(HostNetwork.available(), "network namespaces (root, iproute2)")
@@ -126,7 +128,7 @@ def test_a_participant_s_alerts_come_from_its_tasks_results_window_by_window_onc
         for task, prefix in tasks.items():
             source = JetStreamInput(server.url, owner.name, owner.password, "a", prefix, max_messages=64)
             sink = FencedSink(BrokerFence(broker, task), 1)
-            query = start_query(spark, task, source, tmp_path / task, params, sink)
+            query = start_query(spark, task, source, tmp_path / task, MONITORING, bind(params), sink)
             try:
                 query.processAllAvailable()
             finally:
@@ -208,7 +210,7 @@ def test_agents_that_correlate_share_their_alerts_and_publish_the_plain_correlat
 
     def make_host(now):
         name = "ab"[len(hosts)]
-        hosts[name] = SparkTasks(TaskHost(spark, tmp_path / name, interval_s=60), trigger_s=0.2)
+        hosts[name] = SparkTasks(TaskHost(spark, tmp_path / name, interval_s=60), trigger_s=0.2, queries={MONITORING.name: MONITORING})
         return hosts[name]
 
     try:

@@ -13,7 +13,8 @@ from spark_agents.broker.stream import BrokerStream
 from spark_agents.streams.feed import Feeder, end_mark_us, end_watermark_ms, feed_all
 from bpm.zeek.definitions import QueryParams
 from bpm.zeek.generator import TrafficProfile, generate
-from bpm.zeek.reference import compute
+from examples.network_monitoring import bind, expected
+from examples.network_monitoring import query as MONITORING
 from spark_agents.checkpoint import committed_watermark_ms, owes_watermark_batch
 from spark_agents.handover import pack, unpack
 from spark_agents.host import TaskError, TaskHost
@@ -54,7 +55,7 @@ def test_a_task_moved_at_a_batch_boundary_loses_and_duplicates_nothing(spark, ho
     feeder = Feeder(BrokerStream(broker, "a"), PARAMS)
     half = len(conns) // 2
     feeder.feed(conns[:half], 2000)
-    task = host.start_task("a.p0", source(), params=PARAMS, trigger_s=0.2, sink=sink(broker, "a.p0", 1))
+    task = host.start_task("a.p0", source(), query=MONITORING, params=bind(PARAMS), trigger_s=0.2, sink=sink(broker, "a.p0", 1))
     last = broker.last_seq()
     wait_for(lambda: task.position == last)
     assert task.batches > 0 and task.rows > 0 and host.tasks()[0].state == "running"
@@ -68,11 +69,11 @@ def test_a_task_moved_at_a_batch_boundary_loses_and_duplicates_nothing(spark, ho
     feeder.close()
     other = TaskHost(spark, tmp_path / "other", interval_s=1.0)
     try:
-        resumed = other.start_task("a.p0", source(), tmp_path / "elsewhere", params=PARAMS, trigger_s=0.2, sink=sink(broker, "a.p0", 2))
+        resumed = other.start_task("a.p0", source(), tmp_path / "elsewhere", query=MONITORING, params=bind(PARAMS), trigger_s=0.2, sink=sink(broker, "a.p0", 2))
         assert resumed.position == last, "resumes after the sequence the first host read up to"
         resumed.query.processAllAvailable()
         after = broker_outputs(broker, ["a.p0"])
-        assert after.rows == set(compute(conns, PARAMS))
+        assert after.rows == set(expected(conns, PARAMS))
         assert after.duplicates == [] and before.rows <= after.rows
         batches = read_results(broker, "a.p0")
         assert min(b.batch_id for b in batches if b.epoch == 2) > max((b.batch_id for b in batches if b.epoch == 1), default=-1), \
@@ -87,7 +88,7 @@ def test_a_checkpoint_packed_for_a_handover_resumes_without_its_history(spark, h
     conns = generate(TrafficProfile(duration_s=240, rate=60, sources=100), seed=22)
     feeder = Feeder(BrokerStream(broker, "a"), PARAMS)
     half = len(conns) // 2
-    task = host.start_task("a.p0", source(), params=PARAMS, trigger_s=0.1, sink=sink(broker, "a.p0", 1))
+    task = host.start_task("a.p0", source(), query=MONITORING, params=bind(PARAMS), trigger_s=0.1, sink=sink(broker, "a.p0", 1))
     step = half // 24
     for start in range(0, step * 24, step):  # one flush, and one batch, at a time
         feeder.feed(conns[start:start + step], step + 1)
@@ -109,11 +110,11 @@ def test_a_checkpoint_packed_for_a_handover_resumes_without_its_history(spark, h
     feeder.close()
     other = TaskHost(spark, tmp_path / "other", interval_s=1.0)
     try:
-        resumed = other.start_task("a.p0", source(), tmp_path / "elsewhere", params=PARAMS, trigger_s=0.2, sink=sink(broker, "a.p0", 1))
+        resumed = other.start_task("a.p0", source(), tmp_path / "elsewhere", query=MONITORING, params=bind(PARAMS), trigger_s=0.2, sink=sink(broker, "a.p0", 1))
         assert resumed.position == last
         resumed.query.processAllAvailable()
         after = broker_outputs(broker, ["a.p0"])
-        assert after.rows == set(compute(conns, PARAMS)) and after.duplicates == []
+        assert after.rows == set(expected(conns, PARAMS)) and after.duplicates == []
     finally:
         other.close()
 
@@ -128,7 +129,7 @@ def test_a_task_stopped_before_its_last_windows_emits_them_where_it_resumes(spar
     # The stop must land between the batch that reads the end mark and the next trigger's,
     # which runs the watermark's batch. The host learns of a batch from Spark's progress
     # listener, which can report late on a busy machine, so the triggers are far apart.
-    task = host.start_task("a.p0", source(), params=PARAMS, trigger_s=8.0, sink=sink(broker, "a.p0", 1))
+    task = host.start_task("a.p0", source(), query=MONITORING, params=bind(PARAMS), trigger_s=8.0, sink=sink(broker, "a.p0", 1))
     assert task.trigger_s == staggered_trigger_s("a.p0", 8.0)
     wait_for(lambda: task.position == last)  # the batch that read the end mark
     checkpoint = host.stop_task("a.p0")
@@ -139,14 +140,14 @@ def test_a_task_stopped_before_its_last_windows_emits_them_where_it_resumes(spar
 
     other = TaskHost(spark, tmp_path / "other", interval_s=1.0)
     try:
-        resumed = other.start_task("a.p0", source(), tmp_path / "elsewhere", params=PARAMS, trigger_s=0.2, sink=sink(broker, "a.p0", 2))
+        resumed = other.start_task("a.p0", source(), tmp_path / "elsewhere", query=MONITORING, params=bind(PARAMS), trigger_s=0.2, sink=sink(broker, "a.p0", 2))
         wait_for(lambda: committed_watermark_ms(tmp_path / "elsewhere") == end_ms and resumed.batches, timeout_s=60)
         time.sleep(1.0)
         batches = resumed.batches
         time.sleep(1.5)
         assert resumed.batches == batches and resumed.rows == 0, "batches without rows, then none while nothing new comes"
         after = broker_outputs(broker, ["a.p0"])
-        assert after.rows == set(compute(conns, PARAMS)) and after.duplicates == []
+        assert after.rows == set(expected(conns, PARAMS)) and after.duplicates == []
     finally:
         other.close()
 
@@ -155,9 +156,11 @@ def test_measurements_status_and_http(host, broker, source):
     feed_all(BrokerStream(broker, "a"), generate(TrafficProfile(duration_s=120, rate=40, sources=50), seed=22), PARAMS)
     host.sample()
     for k in range(2):
-        host.start_task(f"p{k}", source(str(k)), params=PARAMS, trigger_s=0.2, sink=sink(broker, f"a.p{k}"))
+        host.start_task(f"p{k}", source(str(k)), query=MONITORING, params=bind(PARAMS), trigger_s=0.2, sink=sink(broker, f"a.p{k}"))
     with pytest.raises(TaskError, match="already running"):
-        host.start_task("p0", source("0"), sink=sink(broker, "a.p0"))
+        host.start_task("p0", source("0"), query=MONITORING, sink=sink(broker, "a.p0"))
+    with pytest.raises(TaskError, match="names no query"):
+        host.start_task("p2", source("0"), sink=sink(broker, "a.p2"))
     with pytest.raises(TaskError, match="bad task id"):
         host.start_task("../x", source("0"), sink=sink(broker, "a.p0"))
     with pytest.raises(TaskError, match="not a share of a broker stream"):

@@ -96,3 +96,33 @@ def test_check_fails_a_query_that_is_not_movable_and_a_sample_that_does_not_fit(
     checked = run("check", f"{tmp_path / 'eager.py'}:first_seen", "--sample", str(sample), "--json")
     assert checked.exit_code == 1
     assert "came out before they were final" in json.loads(checked.stdout)["problems"][0]
+
+
+def test_list_shows_what_an_agent_runs_with_its_parameters_and_digests(meters, tmp_path):
+    from examples.sensors import query as sensors
+
+    config = tmp_path / "agent.toml"
+    config.write_text(f'name = "north"\nquery = "{meters[0]}"\nparam = ["window_s=30"]\n'
+                      'can-run = ["examples.sensors:query"]\n')
+    listed = run("list", "--config", str(config), "--json")
+    assert listed.exit_code == 0, listed.output
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert [(r["name"], r["own"], r["params"]) for r in rows] == [
+        ("meters", True, {"window_s": 30, "floor": 0.0}), ("sensors", False, {"window_s": 60, "lateness_s": 30})]
+    assert rows[1]["digest"] == sensors.digest
+    assert {r["name"] for r in map(json.loads, run("list", "--json").stdout.splitlines())} == {"network-monitoring", "sensors", "sessions"}
+    config.write_text('name = "north"\nparam = ["windows=3"]\n')
+    wrong = run("list", "--config", str(config))
+    assert wrong.exit_code == 2 and "has no parameter 'windows'" in " ".join(wrong.stderr.split())
+
+
+def test_an_agent_does_not_start_with_a_query_it_cannot_load_or_a_parameter_it_does_not_take(tmp_path):
+    def agent(*args: str):
+        return CliRunner().invoke(app, ["agent", "run", "--name", "x", "--workdir", str(tmp_path), *args], env={"COLUMNS": "1000"})
+
+    for args, says in ((["--param", "window_s=soon"], "parameter 'window_s' must be int, not 'soon'"),
+                       (["--query", "examples.nothing:query"], "cannot import 'examples.nothing'"),
+                       (["--can-run", "examples.sensors:compute"], "is a function, not a bpm.query.Query"),
+                       (["--param", "window_s"], "give name=value")):
+        done = agent(*args)
+        assert done.exit_code == 2 and says in " ".join(done.output.split()), done.output

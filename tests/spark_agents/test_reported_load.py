@@ -142,7 +142,7 @@ def test_a_task_stopped_while_its_state_is_read_is_stopped_not_an_error():
     and the participant's load stood still for minutes)."""
     from pathlib import Path
 
-    from bpm.zeek.definitions import QueryParams
+    from examples.network_monitoring import query as MONITORING
     from spark_agents.host import HostedTask
 
     class StoppingQuery:
@@ -154,5 +154,5 @@ def test_a_task_stopped_while_its_state_is_read_is_stopped_not_an_error():
         def exception(self) -> None:
             return None
 
-    task = HostedTask("t", None, Path("unused"), QueryParams(), None, StoppingQuery(), 0.0)
+    task = HostedTask("t", None, Path("unused"), MONITORING, MONITORING.bind(), None, StoppingQuery(), 0.0)
     assert task.state == "stopped"

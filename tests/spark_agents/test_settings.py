@@ -31,28 +31,28 @@ def _settings(*args: str, env: dict[str, str] | None = None) -> AgentSettings:
 
 def test_options_override_the_file_which_overrides_the_defaults(tmp_path):
     config = tmp_path / "a.toml"
-    config.write_text('name = "a"\nwarmup = 3\nspark-master = "local[1]"\ncontract = ["b:1:2:30"]\nha = false\nwindow = 20\n')
-    s = _settings("--config", str(config), "--window", "30", "--ha")
-    assert (s.name, s.warmup, s.spark_master, s.contract, s.ha, s.window) == ("a", 3.0, "local[1]", ["b:1:2:30"], True, 30)
+    config.write_text('name = "a"\nwarmup = 3\nspark-master = "local[1]"\ncontract = ["b:1:2:30"]\nha = false\nparam = ["window_s=20"]\n')
+    s = _settings("--config", str(config), "--param", "window_s=30", "--ha")
+    assert (s.name, s.warmup, s.spark_master, s.contract, s.ha, s.param) == ("a", 3.0, "local[1]", ["b:1:2:30"], True, ["window_s=30"])
     assert s.settle == default("settle") == 15.0, "what neither sets keeps its default"
     # An environment variable overrides the file too, and an option overrides the variable.
     assert _settings("--config", str(config), env={"BPM_SPARK_MASTER": "local[2]"}).spark_master == "local[2]"
     assert _settings("--config", str(config), "--spark-master", "local[3]", env={"BPM_SPARK_MASTER": "local[2]"}).spark_master == "local[3]"
     # Repeated options replace the file's list; keys may be spelt with underscores too.
-    config.write_text('name = "a"\nmin_ports = 4\ncontract = ["b:1:2:30"]\n')
+    config.write_text('name = "a"\ncan_run = ["examples.sensors:query"]\ncontract = ["b:1:2:30"]\n')
     s = _settings("--config", str(config), "--contract", "c:1:2:30", "--contract", "d:1:2:30")
-    assert (s.min_ports, s.contract) == (4, ["c:1:2:30", "d:1:2:30"])
+    assert (s.can_run, s.contract) == (["examples.sensors:query"], ["c:1:2:30", "d:1:2:30"])
 
 
 def test_without_a_file_the_options_alone_and_name_is_required():
     assert _settings("--name", "b", "--cost-model", "mm1").cost_model == "mm1"
-    code, printed = _effective("--window", "5")
+    code, printed = _effective("--param", "window_s=5")
     assert code == 2 and "name: required" in printed
 
 
 @pytest.mark.parametrize("content, words", [
     ('name = "a"\nbogus = 1\n', ["bogus: not a setting of bpm agent run"]),
-    ('name = "a"\nwindow = -3\nport = "x"\n', ["window: Input should be greater than or equal to 1", "port: Input should be a valid integer"]),
+    ('name = "a"\ntrigger = -3\nport = "x"\n', ["trigger: Input should be greater than 0", "port: Input should be a valid integer"]),
     ('name = "a"\ncost-model = "linear"\n', ["cost-model: Input should be 'fitted' or 'mm1'"]),
     ('name = "a\n', ["not TOML"]),
 ])

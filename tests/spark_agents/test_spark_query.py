@@ -13,6 +13,8 @@ from bpm.zeek.conn import read_logs
 from bpm.zeek.definitions import QueryParams
 from bpm.zeek.generator import TrafficProfile, generate
 from bpm.zeek.reference import compute
+from examples.network_monitoring import bind, expected, records
+from examples.network_monitoring import query as MONITORING
 from spark_agents.checkpoint import committed_watermark_ms
 from spark_agents.pipeline import run_pipeline
 from spark_agents.query import staggered_trigger_s, start_query
@@ -23,8 +25,8 @@ FIXTURE_PARAMS = QueryParams(window_s=60, min_connections=3, min_ports=2, latene
 
 def test_fixture_through_spark_equals_the_plain_computation(spark):
     conns = list(read_logs([FIXTURES / "conn.log"]))
-    result = run_pipeline(spark, conns, FIXTURE_PARAMS)
-    assert result.rows == compute(conns, FIXTURE_PARAMS)
+    result = run_pipeline(spark, MONITORING, bind(FIXTURE_PARAMS), records(conns))
+    assert result.rows == expected(conns, FIXTURE_PARAMS)
     assert len(result.rows) == 7 and result.late == 1 and result.duplicates == []
 
 
@@ -32,10 +34,9 @@ def test_fixture_through_spark_equals_the_plain_computation(spark):
 def test_generated_traffic_through_spark_equals_the_plain_computation(spark, partitions):
     conns = generate(TrafficProfile(duration_s=240, rate=80, sources=150, late_fraction=0.01), seed=11)
     params = QueryParams(window_s=30, min_connections=40, min_ports=10, lateness_s=20)
-    expected = compute(conns, params)
-    assert {r.kind for r in expected} == {"connections", "ports", "prefix"}
-    result = run_pipeline(spark, conns, params, partitions=partitions)
-    assert result.rows == expected and result.late > 0
+    assert {r.kind for r in compute(conns, params)} == {"connections", "ports", "prefix"}
+    result = run_pipeline(spark, MONITORING, bind(params), records(conns), partitions=partitions)
+    assert result.rows == expected(conns, params) and result.late > 0
 
 
 def test_a_replayed_batch_writes_nothing_twice(spark, tmp_path, nats_server, broker):
@@ -48,7 +49,7 @@ def test_a_replayed_batch_writes_nothing_twice(spark, tmp_path, nats_server, bro
 
     def run_to_end():
         sink = broker_sink(broker, "a.t0", 1)  # a restart of the task at its epoch: a new writer
-        query = start_query(spark, "t0", source, checkpoint, params, sink)
+        query = start_query(spark, "t0", source, checkpoint, MONITORING, bind(params), sink)
         try:
             query.processAllAvailable()
         finally:
@@ -59,7 +60,7 @@ def test_a_replayed_batch_writes_nothing_twice(spark, tmp_path, nats_server, bro
     end_ms = end_watermark_ms(end_mark_us(feeder.admission.newest_us, params), params)
     assert committed_watermark_ms(checkpoint) == end_ms, "the last batch ran with the end mark's watermark"
     written = broker_outputs(broker, ["a.t0"])
-    assert written.rows == set(compute(conns, params)) and first.dropped == 0
+    assert written.rows == set(expected(conns, params)) and first.dropped == 0
     # Forget that the last batches committed: a restart from this checkpoint runs them again.
     commits = sorted((checkpoint / "commits").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1)
     for path in [p for p in commits if p.name.isdigit()][-2:]:

@@ -16,7 +16,7 @@ import pyspark
 import pytest
 
 from bpm.zeek.generator import TrafficProfile, generate
-from bpm.zeek.reference import compute
+from examples.network_monitoring import expected
 from spark_agents.broker.results import broker_outputs
 from spark_agents.broker.server import NatsServer, User
 from spark_agents.broker.stream import Broker, BrokerStream
@@ -81,7 +81,7 @@ def test_tasks_run_on_a_spark_worker_in_another_host(tmp_path):
         assert all(n > 0 for n in report["batches"].values())
         with Broker(server.url, owner.name, owner.password) as broker:
             output = broker_outputs(broker, report["batches"])
-        assert output.rows == set(compute(conns, PARAMS)) and output.duplicates == []
+        assert output.rows == set(expected(conns, PARAMS)) and output.duplicates == []
     finally:
         hosts.close()
         if server is not None:

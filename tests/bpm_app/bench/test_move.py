@@ -14,9 +14,8 @@ from bpm_app.bench.move import (
     first_new_batch,
     measured_round,
     summarize,
-    traffic,
 )
-from bpm.zeek.generator import TrafficProfile
+from bpm_app.bench.workload import Workload
 
 
 def test_the_first_new_batch_is_the_earliest_later_one_that_read_input():
@@ -68,14 +67,17 @@ def test_the_goal_fails_when_the_pause_is_long_or_far_above_the_floor():
     assert far["ratio_median"] == 2.0 and far["goal"] == {"pause_median_under_3s": True, "within_1_2x_floor": False}
 
 
-def test_traffic_is_endless_and_the_same_again_for_a_seed():
-    profile = TrafficProfile(rate=5.0, sources=20, scanners=1)
-    # 30 s stretches at 5 connections/s: 400 connections span several stretches.
-    first = list(itertools.islice(traffic(profile, seed=3, chunk_s=30.0), 400))
-    again = list(itertools.islice(traffic(profile, seed=3, chunk_s=30.0), 400))
-    assert first == again and len(first) == 400
-    assert max(c.ts for c in first) > profile.start_ts + 60.0
-    assert first != list(itertools.islice(traffic(profile, seed=4, chunk_s=30.0), 400))
+def test_a_workload_s_records_are_endless_and_the_same_again_for_a_seed():
+    workload = Workload("examples.sensors:query", (("window_s", "10"),))
+    # Stretches of 120 s at 5 records/s: 1,500 records span several stretches, each after the one before.
+    first = list(itertools.islice(workload.records(rate=5.0, seed=3), 1500))
+    assert first == list(itertools.islice(workload.records(rate=5.0, seed=3), 1500)) and len(first) == 1500
+    assert max(ts for ts, _ in first) - min(ts for ts, _ in first) > 240 * 1_000_000
+    assert first != list(itertools.islice(workload.records(rate=5.0, seed=4), 1500))
+    with pytest.raises(ValueError, match="has no parameter 'windows'"):
+        MoveSettings(workload=Workload("examples.sensors:query", (("windows", "10"),)))
+    with pytest.raises(ValueError, match="defines no generate"):
+        MoveSettings(workload=Workload("tests.bpm_app.bench.no_generator:query"))
 
 
 @pytest.mark.parametrize("bad", [{"moves": 0}, {"warmup": -1}, {"age_batches": -1}, {"retain_batches": 0}, {"trigger_s": 0.0}, {"speedup": -1.0}, {"timeout_s": 0.0}])

@@ -14,7 +14,8 @@ from fastapi.testclient import TestClient
 from bpm.costs import MM1Cost
 from bpm.zeek.definitions import QueryParams
 from bpm.zeek.generator import TrafficProfile, generate
-from bpm.zeek.reference import compute
+from examples.network_monitoring import expected
+from examples.network_monitoring import query as MONITORING
 from bpm_http.client import RegistryClient, RegistryError
 from spark_agents.broker.access import OwnBroker
 from spark_agents.broker.results import broker_outputs
@@ -126,7 +127,7 @@ def spark_hosts(spark, tmp_path):
 
     def make_host(now):
         name = "ab"[len(hosts)]
-        hosts[name] = SparkTasks(TaskHost(spark, tmp_path / name, interval_s=60), trigger_s=0.2)
+        hosts[name] = SparkTasks(TaskHost(spark, tmp_path / name, interval_s=60), trigger_s=0.2, queries={MONITORING.name: MONITORING})
         return hosts[name]
 
     try:
@@ -165,8 +166,8 @@ def test_a_task_over_the_broker_moves_between_agents_that_share_no_folder_and_wr
             _drain(hosts["b"], "a.g")
             hosts["b"].stop_task("a.g")
             out = broker_outputs(mine, ["a.g"])
-    expected = compute(conns, params)
-    assert expected and out.rows == set(expected) and out.duplicates == []
+    want = expected(conns, params)
+    assert want and out.rows == set(want) and out.duplicates == []
     assert task["epoch"] == 1
 
 
@@ -184,7 +185,7 @@ class _SlowStarts(SteppedHost):
 
     started = False
 
-    def start_task(self, task_id, source, checkpoint_dir, params, epoch):
+    def start_task(self, task_id, source, checkpoint_dir, params, epoch, query=None):
         assert isinstance(source, JetStreamInput) and epoch == 0, "a broker task reads as the owner and writes through the fence"
         super().start_task(task_id, source, checkpoint_dir, params, epoch)
 

@@ -31,7 +31,7 @@ class _KeyGroupsHost(SteppedHost):
         super().__init__(cost)
         self.sources = {}
 
-    def start_task(self, task_id, source, checkpoint_dir, params, epoch):
+    def start_task(self, task_id, source, checkpoint_dir, params, epoch, query=None):
         super().start_task(task_id, source, checkpoint_dir, params, epoch)
         self.sources[task_id] = source
 
@@ -233,7 +233,12 @@ def test_a_half_of_a_split_task_moved_under_passive_standby_fails_over_over_its_
 def test_a_partner_that_does_not_have_the_tasks_query_refuses_them_and_the_other_takes_them(tmp_path, own_brokers):
     """b can run only another version of the query: it refuses every offer of a's tasks, with
     the reason; c, which has a's version, takes the load."""
-    other = frozenset({("network-monitoring", "0" * 16)})
+    from dataclasses import replace
+
+    from examples.network_monitoring import query as monitoring
+
+    other = {monitoring.name: replace(monitoring, version="another")}
+    assert other[monitoring.name].digest != monitoring.digest
     with stepped_federation(tmp_path, lambda now: _KeyGroupsHost(MM1Cost(a=0.25, c=1.0)), brokers=own_brokers,
                             fixed_cost={"a": FIXED_COST}, settings={"b": {"queries": other}}) as federation:
         operator, agents, add, _ = federation

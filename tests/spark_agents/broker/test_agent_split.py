@@ -13,7 +13,8 @@ from bpm.federation.views import key_groups, split_groups
 from bpm.negotiation import Task
 from bpm.zeek.definitions import QueryParams
 from bpm.zeek.generator import TrafficProfile, generate
-from bpm.zeek.reference import compute
+from examples.network_monitoring import expected
+from examples.network_monitoring import query as MONITORING
 from spark_agents.broker.results import broker_outputs, read_results
 from spark_agents.broker.stream import Broker, BrokerStream
 from spark_agents.streams.feed import Feeder
@@ -106,11 +107,11 @@ def test_an_agent_splits_a_task_moves_a_half_and_merges_the_halves_with_each_win
             rows = {key: [r for batch in read_results(mine, key) for r in batch.rows] for key in keys}
             out = broker_outputs(mine, keys)
             events = [e["kind"] for e in operator.events()]
-    expected = compute(conns, params)
-    assert all(r.window_start < split_at for r in rows["a.g"])
-    assert all(split_at <= r.window_start < merge_at for r in rows[f"a.{low['name']}"] + rows[f"a.{high['name']}"])
-    assert all(r.window_start >= merge_at for r in rows[f"a.{merged['name']}"])
+    want = expected(conns, params)
+    assert all(r["window_start"] < split_at for r in rows["a.g"])
+    assert all(split_at <= r["window_start"] < merge_at for r in rows[f"a.{low['name']}"] + rows[f"a.{high['name']}"])
+    assert all(r["window_start"] >= merge_at for r in rows[f"a.{merged['name']}"])
     assert rows["a.g"] and rows[f"a.{merged['name']}"], "the first and the last task wrote results"
-    assert expected and out.rows == set(expected) and out.duplicates == [], "each window once, none lost"
+    assert want and out.rows == set(want) and out.duplicates == [], "each window once, none lost"
     assert events.count("task.split") == 1 and events.count("task.merge") == 1 and events.count("task.retired") == 3
     assert a.counts["splits"] == a.counts["merges"] == 1 and a.counts["tasks_retired"] == 3

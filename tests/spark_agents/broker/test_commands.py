@@ -148,11 +148,11 @@ def test_replay_publishes_a_log_into_the_broker_and_results_prints_a_task_s_rows
     assert "rows in" in out.output and "a's stream at" in out.output
     with Broker(server.url, owner.name, owner.password) as broker:
         assert broker.last_seq() > 0
-        BrokerFence(broker, "a.t0").write(1, 0, [ResultRow("ports", 0, 10, "10.0.0.9", 31)], "b")
+        BrokerFence(broker, "a.t0").write(1, 0, [ResultRow("ports", 0, 10, "10.0.0.9", 31).as_result()], "b")
     shown = runner.invoke(app, ["results", "a.t0", "--broker", location], env=env)
     assert shown.exit_code == 0, shown.output
     assert [json.loads(line) for line in shown.stdout.splitlines()] == [
-        {**ResultRow("ports", 0, 10, "10.0.0.9", 31).to_json(), "epoch": 1, "batch": 0}]
+        {"kind": "ports", "window_start": 0, "window_end": 10, "key": "10.0.0.9", "value": 31, "epoch": 1, "batch": 0}]
     followed = runner.invoke(app, ["results", "a.t0", "--broker", location, "--follow", "--seconds", "0.5", "--poll", "0.2"], env=env)
     assert followed.exit_code == 0 and len(followed.stdout.splitlines()) == 1, "each row once, however many reads"
 
@@ -295,9 +295,9 @@ def test_a_replay_of_any_query_s_records_reads_back_through_the_stream_as_the_ba
     assert fed == list(parse_lines(wire, lines, "jsonl", BadRecords())), "the fed log holds the records published"
 
     collected = []
-    task = JetStreamInput(server.url, owner.name, owner.password, "a", ddl=wire.wire_ddl)
+    task = JetStreamInput(server.url, owner.name, owner.password, "a")
     checkpoint = tmp_path / "checkpoint"
-    running = (query.compute(events(task.read(spark), query, params), params).writeStream.outputMode("append")
+    running = (query.compute(events(task.read(spark, wire.wire_ddl), query, params), params).writeStream.outputMode("append")
                .option("checkpointLocation", str(checkpoint))
                .foreachBatch(lambda frame, _: collected.extend(batch_results(frame, query, params))).start())
     end_ms = end_watermark_ms(end_mark_us(max(ts for ts, _ in fed), 30, 20), 30)

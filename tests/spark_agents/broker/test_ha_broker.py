@@ -9,7 +9,8 @@ import pytest
 
 from bpm.zeek.definitions import QueryParams
 from bpm.zeek.generator import TrafficProfile, generate
-from bpm.zeek.reference import compute
+from examples.network_monitoring import bind, expected
+from examples.network_monitoring import query as MONITORING
 from spark_agents.broker.results import broker_outputs
 from spark_agents.broker.retention import Retention
 from spark_agents.broker.source import JetStreamInput
@@ -45,7 +46,7 @@ def test_a_takeover_from_what_the_mode_keeps_is_exact_on_the_broker(spark, tmp_p
         third = len(traffic) // 3
         feed(feeder, traffic[:third])
         primary = stream.sink(TASK, 1)
-        query = start_query(spark, TASK, source, tmp_path / "a", PARAMS, primary)
+        query = start_query(spark, TASK, source, tmp_path / "a", MONITORING, bind(PARAMS), primary)
         try:
             query.processAllAvailable()
             shipper = DeltaShipper(tmp_path / "a")
@@ -53,7 +54,7 @@ def test_a_takeover_from_what_the_mode_keeps_is_exact_on_the_broker(spark, tmp_p
             delta = shipper.pack()
             backup.apply(delta.data)
             shipper.confirm(delta)
-            ack = delta.ack_position if mode == "passive_standby" else stream.replay_from(tmp_path / "a", PARAMS)
+            ack = delta.ack_position if mode == "passive_standby" else stream.replay_from(tmp_path / "a", MONITORING, bind(PARAMS))
             assert ack is not None and 0 < ack <= mine.last_seq()
             if mode == "upstream_backup":
                 assert ack < stream.processed(tmp_path / "a"), "a replay starts before what the committed batches read"
@@ -69,7 +70,7 @@ def test_a_takeover_from_what_the_mode_keeps_is_exact_on_the_broker(spark, tmp_p
         host = TaskHost(spark, tmp_path / "work-b", interval_s=60)
         try:
             took = take_over(host, TASK, mode, epoch=2, stream=stream, consumer="a.t.b", failed_consumer="a.t.a",
-                             params=PARAMS, trigger_s=None, backup=backup if mode == "passive_standby" else None)
+                             query=MONITORING, params=bind(PARAMS), trigger_s=None, backup=backup if mode == "passive_standby" else None)
             assert took.start_position == ack and {c: a.seq for c, a in retention.acks().items()} == {"a.t.b": ack}
             feed(feeder, traffic[2 * third:])
             feeder.close()
@@ -78,10 +79,10 @@ def test_a_takeover_from_what_the_mode_keeps_is_exact_on_the_broker(spark, tmp_p
         finally:
             host.close()
         out = broker_outputs(mine, [TASK])
-        expected = compute(traffic, PARAMS)
-        assert out.lost(expected) == [] and out.duplicates == [] and out.extra(expected) == []
+        want = expected(traffic, PARAMS)
+        assert out.lost(want) == [] and out.duplicates == [] and out.extra(want) == []
         with pytest.raises(FencedError):
-            primary(999, sorted(expected)[-1:])
+            primary(999, want[-1:])
 
 
 def test_a_fresh_start_after_a_sequence_reads_nothing_before_it(spark, tmp_path, nats_server):
@@ -96,7 +97,7 @@ def test_a_fresh_start_after_a_sequence_reads_nothing_before_it(spark, tmp_path,
         host = TaskHost(spark, tmp_path / "work", interval_s=60)
         try:
             took = take_over(host, TASK, "none", epoch=1, stream=stream, consumer="a.t.a", failed_consumer=None,
-                             params=PARAMS, trigger_s=None, checkpoint_dir=tmp_path / "ck")
+                             query=MONITORING, params=bind(PARAMS), trigger_s=None, checkpoint_dir=tmp_path / "ck")
             assert took.start_position == newest
             task = host.tasks()[0]
             assert task.source == dataclasses.replace(stream.source, start_seq=newest)

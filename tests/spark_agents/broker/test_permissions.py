@@ -36,9 +36,9 @@ def test_a_partner_reads_its_share_and_writes_its_results_only(nats_server):
         for outside in ("in.a.1.>", "in.a.>"):
             with pytest.raises(BrokerError, match="(?i)refused by .*permissions violation"):
                 theirs.call(_fetch(theirs.js, STREAM, outside, 0, last))
-        BrokerFence(theirs, "a.t0").write(1, 0, [ResultRow("ports", 0, 10, "10.0.0.9", 31)], "b")
+        BrokerFence(theirs, "a.t0").write(1, 0, [ResultRow("ports", 0, 10, "10.0.0.9", 31).as_result()], "b")
         with pytest.raises(BrokerError, match="(?i)refused by .*permissions violation for publish to \"?out.a.t1"):
-            BrokerFence(theirs, "a.t1").write(1, 0, [ResultRow("ports", 0, 10, "10.0.0.9", 31)], "b")
+            BrokerFence(theirs, "a.t1").write(1, 0, [ResultRow("ports", 0, 10, "10.0.0.9", 31).as_result()], "b")
     with pytest.raises(BrokerError):
         Broker(server.url, "c", "no-such-user", timeout_s=1)
 

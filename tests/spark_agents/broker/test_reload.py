@@ -65,7 +65,7 @@ def test_reads_go_on_while_the_server_reloads_its_accounts(nats_server, broker):
     server, owner = nats_server
     Feeder(BrokerStream(broker, "a"), QueryParams()).feed(_conns(300))
     ensure_results(broker)
-    BrokerFence(broker, "a.t0").write(1, 0, [ResultRow("ports", 0, 10, "10.0.0.9", 31)], "a")
+    BrokerFence(broker, "a.t0").write(1, 0, [ResultRow("ports", 0, 10, "10.0.0.9", 31).as_result()], "a")
     stop, reloads = threading.Event(), [0]
 
     def reload() -> None:

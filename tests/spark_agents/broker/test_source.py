@@ -11,7 +11,7 @@ from spark_agents.broker.source import JetStreamInput
 from spark_agents.broker.server import BrokerError
 from spark_agents.broker.stream import Broker, BrokerStream
 from spark_agents.streams.feed import Feeder
-from spark_agents.streams.records import MARK_DATA, StreamRecord
+from spark_agents.streams.records import MARK_DATA, STREAM_SCHEMA_DDL, StreamRecord
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,7 @@ def _read(spark, server, user, prefix: str, checkpoint, batches: list | None = N
         rows.extend(got)
 
     source = JetStreamInput(server.url, user.name, user.password, "a", prefix, **options)
-    query = source.read(spark).writeStream.option("checkpointLocation", str(checkpoint)).foreachBatch(collect).start()
+    query = source.read(spark, STREAM_SCHEMA_DDL).writeStream.option("checkpointLocation", str(checkpoint)).foreachBatch(collect).start()
     try:
         query.processAllAvailable()
     finally:

@@ -14,7 +14,6 @@ from dataclasses import replace
 import pytest
 
 from bpm_app.bench.ha import ORIGIN, TASK_ID, HASettings, goals, run_mode
-from bpm_app.bench.move import traffic
 from bpm.ha.decisions import HA_MODES, PRECISE_MODES
 from spark_agents.broker.results import BrokerFence, broker_outputs, read_results
 from spark_agents.broker.server import NatsServer, User
@@ -59,8 +58,8 @@ def origin_broker(root):
 def check_results(mode, root, result, spark, tmp_path):
     """The alerts on the origin's broker against the pipeline over what was fed: all of them
     exactly once in a precise mode; in the others, none twice (what was in flight is lost, and counted)."""
-    fed = list(itertools.islice(traffic(SETTINGS.profile(), SETTINGS.seed), result["connections_fed"]))
-    pipeline = set(run_pipeline(spark, fed, SETTINGS.params, work_dir=tmp_path).rows)
+    fed = list(itertools.islice(SETTINGS.workload.records(SETTINGS.rate, SETTINGS.seed), result["records_fed"]))
+    pipeline = set(run_pipeline(spark, *SETTINGS.workload.load(), fed, work_dir=tmp_path).rows)
     with origin_broker(root / mode) as (_, broker):
         out = broker_outputs(broker, [TASK_ID])
     assert pipeline and result["expected_results"] == len(pipeline), "the harness's reference is the pipeline's"
@@ -129,7 +128,7 @@ def test_the_failed_host_coming_back_at_its_old_epoch_is_refused(failovers, spar
         host = TaskHost(spark, tmp_path, interval_s=60)
         try:
             # The old host restarts its task from its own checkpoint, still at epoch 1.
-            task = host.start_task(TASK_ID, source, root / "passive_standby" / "a" / "checkpoints" / TASK_ID, SETTINGS.params,
+            task = host.start_task(TASK_ID, source, root / "passive_standby" / "a" / "checkpoints" / TASK_ID, *SETTINGS.workload.load(),
                                    trigger_s=None, sink=FencedSink(BrokerFence(broker, TASK_ID), epoch=1))
             with pytest.raises(Exception, match="epoch 1 is fenced"):
                 task.query.awaitTermination(120)

@@ -1,17 +1,18 @@
-"""The output fence's sink on the origin's broker: each window once, only from the current
+"""The output fence's sink on the origin's broker: each result once, only from the current
 epoch, and a standby's rows held back until it takes over (no Spark)."""
 
 import pytest
 
-from bpm.zeek.definitions import ResultRow
+from bpm.results import Result
 from spark_agents.broker.results import BrokerFence, broker_outputs, read_results
 from spark_agents.ha.fence import FencedError, FencedSink, FenceState
 
 pytestmark = pytest.mark.slow  # a NATS server per test
 
 
-def rows(window_end: int, *keys: str) -> list[ResultRow]:
-    return [ResultRow("connections", window_end - 10, window_end, key, 101) for key in keys]
+def rows(window_end: int, *keys: str) -> list[Result]:
+    """Results of the window ending at `window_end` (seconds), one per key: final at its end."""
+    return [Result(window_end * 1_000_000, (key, window_end), (("key", key), ("window_end", window_end), ("n", 101))) for key in keys]
 
 
 def sink(broker, epoch: int | None) -> FencedSink:
@@ -23,7 +24,7 @@ def test_a_replay_writes_only_the_windows_after_the_newest_written(broker):
     first(0, rows(10, "a", "b"))
     first(1, [])
     first(2, rows(20, "a"))
-    assert BrokerFence(broker, "a.t").state() == FenceState(1, 20)
+    assert BrokerFence(broker, "a.t").state() == FenceState(1, 20_000_000)
     # A restart from an older checkpoint copy re-emits window 20, then goes on with window 30.
     replay = sink(broker, 2)
     replay(1, rows(20, "a"))

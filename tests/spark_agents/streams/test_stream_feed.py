@@ -1,6 +1,6 @@
 import pytest
 
-from spark_agents.query import closed_window_end
+from spark_agents.query import closed_through_us
 from bpm.records import END_US
 from spark_agents.streams.feed import Feeder, RecordFeeder, amplified, end_mark_us, end_watermark_ms, feed_all, write_end
 from spark_agents.streams.records import MARK_DATA, MARK_END, MARK_TICK, StreamRecord
@@ -70,7 +70,7 @@ def test_late_rows_are_refused_before_partitioning_and_the_end_mark_closes_every
 def test_the_end_mark_closes_the_window_of_the_newest_row_and_no_later_one(newest_s):
     # Streams whose newest rows fall in one window close the same windows, wherever in it they fall.
     watermark_ms = end_watermark_ms(end_mark_us(int(newest_s * 10**6), PARAMS), PARAMS)
-    assert closed_window_end(watermark_ms, PARAMS) == 240  # PARAMS: 60 s windows
+    assert closed_through_us(watermark_ms, PARAMS.window_s) == 240_000_000  # PARAMS: 60 s windows
 
 
 def test_write_end_marks_the_key_groups_given():
