@@ -16,8 +16,11 @@ def compute(events, params):
     from pyspark.sql import functions as F
 
     window = F.window("ts", f"{params.window_s} seconds")
+    # Summed as DECIMAL: a sum of doubles depends on the order Spark adds its parts in, and a
+    # task moved or replayed adds them in another order than the plain computation does.
+    exact = F.col("temperature").cast("decimal(20,6)")
     return events.groupBy(window, "device").agg(
-        F.round(F.avg("temperature"), 6).alias("average"), F.max("temperature").alias("maximum"), F.count(F.lit(1)).alias("readings"),
+        F.round(F.avg(exact), 6).cast("double").alias("average"), F.max("temperature").alias("maximum"), F.count(F.lit(1)).alias("readings"),
     ).select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "device", "average", "maximum", "readings")
 
 

@@ -4,23 +4,27 @@ measured loads and the fitted cost model explain what Spark really does.
 They read a participant's broker stream written before the measurement starts, so no
 feeder competes for the CPU, and bound each micro-batch (`maxMessagesPerTrigger`) so a run
 has many batches. The source benchmark reads the same rows from CSV files too, through
-Spark's own file source (`maxFilesPerTrigger`), as the baseline.
+Spark's own file source (`maxFilesPerTrigger`), as the baseline. Their task runs the
+network-monitoring query over generated Zeek traffic unless given a `BenchTask` of another
+query (`bpm bench overhead --query`, `bpm bench source --query`).
 """
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bpm.zeek.definitions import QueryParams
-from examples.network_monitoring import query as MONITORING
+from bpm.query import Params, Query
 from bpm.zeek.generator import TrafficProfile, generate
+from examples.network_monitoring import query as MONITORING
+from examples.network_monitoring import records as monitoring_records
 from spark_agents.host import TaskHost
 from spark_agents.metrics import IntervalSample
 from spark_agents.query import start_query
@@ -31,15 +35,34 @@ if TYPE_CHECKING:
 
     from spark_agents.broker.source import JetStreamInput
 
-PARAMS = QueryParams()  # the network-monitoring query's defaults, as its connections are fed
-QUERY = MONITORING
-BOUND = MONITORING.bind(PARAMS.to_dict())
 Progress = Callable[[str], None]
+RATE = 300.0  # records per second of event time in the generated input
+
+
+@dataclass(frozen=True)
+class BenchTask:
+    """A benchmark task's query, its parameters and its input: `records`, endless records of
+    the query (`bpm.records.Records.parse`'s form) in input order."""
+
+    query: Query
+    params: Params
+    records: Iterable[tuple[int, tuple]]
+
+
+def monitoring_task() -> BenchTask:
+    """The network-monitoring query with its defaults over endless generated Zeek traffic."""
+
+    def traffic() -> Iterator[tuple[int, tuple]]:
+        for i in itertools.count():
+            profile = TrafficProfile(rate=RATE, duration_s=600.0)
+            yield from monitoring_records(generate(replace(profile, start_ts=profile.start_ts + i * 600.0), i))
+
+    return BenchTask(MONITORING, MONITORING.bind(), traffic())
 
 
 class CsvFiles:
     """A folder of CSV files of stream rows, one file per chunk, named in order: the input of
-    Spark's own file source, the source benchmark's baseline (a `Feeder` writes it; a query
+    Spark's own file source, the source benchmark's baseline (a `RecordFeeder` writes it; a query
     reads it as it reads a `JetStreamInput`, `batch_files` files per micro-batch)."""
 
     partitions = 1
@@ -70,31 +93,31 @@ def discard(batch_id: int, rows: list) -> None:
 
 @contextmanager
 def broker_input(work_dir: Path, flushes: int, rows_per_flush: int, batch_flushes: int,
-                 files: bool = False) -> Iterator[tuple[JetStreamInput, CsvFiles | None, int]]:
-    """A participant's broker started for a benchmark, its stream holding generated traffic
-    flushed `flushes` times (`rows_per_flush` rows, 64 messages, one per key group, each time)
-    and closed; yields the input a task reads it through (`batch_flushes` flushes per
-    micro-batch), with `files`, the same rows as CSV files (a file per flush), and the row
-    count. The server stops on the way out."""
+                 files: bool = False, task: BenchTask | None = None) -> Iterator[tuple[JetStreamInput, CsvFiles | None, int]]:
+    """A participant's broker started for a benchmark, its stream holding the records of `task`
+    (default `monitoring_task()`) flushed `flushes` times (`rows_per_flush` records, 64
+    messages, one per key group, each time) and closed; yields the input a task reads it
+    through (`batch_flushes` flushes per micro-batch), with `files`, the same rows as CSV
+    files (a file per flush), and the row count. The server stops on the way out."""
     import secrets
 
     from bpm.keygroups import KEY_GROUPS
     from spark_agents.broker.server import NatsServer, User
     from spark_agents.broker.source import JetStreamInput
     from spark_agents.broker.stream import Broker, BrokerStream
-    from spark_agents.streams.feed import Feeder
+    from spark_agents.streams.feed import RecordFeeder
 
-    rate = 300.0
-    conns = list(generate(TrafficProfile(duration_s=flushes * rows_per_flush / rate * 1.05, rate=rate), 0))
+    task = task or monitoring_task()
+    records = list(itertools.islice(task.records, round(flushes * rows_per_flush * 1.05)))
     owner = User("bench", secrets.token_urlsafe(16))
     with NatsServer.on_free_ports("bench", work_dir / "nats", [owner]) as server:
         with Broker(server.url, owner.name, owner.password) as broker:
-            feeders = [Feeder(BrokerStream(broker, "bench"), PARAMS)]
+            feeders = [RecordFeeder(BrokerStream(broker, "bench"), task.query, task.params)]
             csv = CsvFiles(work_dir / "files", batch_flushes) if files else None
             if csv is not None:
-                feeders.append(Feeder(csv, PARAMS))
+                feeders.append(RecordFeeder(csv, task.query, task.params))
             for feeder in feeders:
-                feeder.feed(conns, rows_per_flush)
+                feeder.feed(records, rows_per_flush)
                 feeder.close()
         rows = sum(feeders[0].written)
         assert all(sum(f.written) == rows for f in feeders), "both inputs hold the same rows"
@@ -103,18 +126,19 @@ def broker_input(work_dir: Path, flushes: int, rows_per_flush: int, batch_flushe
 
 def overhead(
     spark: SparkSession, work_dir: Path, rounds: int = 4, files: int = 24, rows_per_file: int = 4000,
-    files_per_batch: int = 2, scrape_s: float = 1.0, progress: Progress = lambda _: None,
+    files_per_batch: int = 2, scrape_s: float = 1.0, progress: Progress = lambda _: None, task: BenchTask | None = None,
 ) -> dict[str, Any]:
-    """Rows per second of one task with the host's instrumentation (listener, sampler, HTTP status
-    scraped every `scrape_s`) against the bare query, in interleaved runs (ABBA order), both
-    reading a participant's broker stream (`files` flushes of `rows_per_file` rows, `files_per_batch`
-    flushes per micro-batch)."""
-    with broker_input(work_dir, files, rows_per_file, files_per_batch) as (source, _, rows):
-        return _overhead(spark, work_dir, source, rows, rounds, -(-files // files_per_batch), scrape_s, progress)
+    """Rows per second of one task (of `task`'s query, default `monitoring_task()`) with the host's
+    instrumentation (listener, sampler, HTTP status scraped every `scrape_s`) against the bare
+    query, in interleaved runs (ABBA order), both reading a participant's broker stream
+    (`files` flushes of `rows_per_file` rows, `files_per_batch` flushes per micro-batch)."""
+    task = task or monitoring_task()
+    with broker_input(work_dir, files, rows_per_file, files_per_batch, task=task) as (source, _, rows):
+        return _overhead(spark, work_dir, source, rows, rounds, -(-files // files_per_batch), scrape_s, progress, task)
 
 
 def _overhead(spark: SparkSession, work_dir: Path, source: JetStreamInput, rows: int, rounds: int, batches: int, scrape_s: float,
-              progress: Progress) -> dict[str, Any]:
+              progress: Progress, task: BenchTask) -> dict[str, Any]:
     import httpx
 
     counter = iter(range(1_000_000))
@@ -122,7 +146,7 @@ def _overhead(spark: SparkSession, work_dir: Path, source: JetStreamInput, rows:
     def bare() -> float:
         n = next(counter)
         started = time.perf_counter()
-        query = start_query(spark, f"bare-{n}", source, work_dir / f"ck-{n}", QUERY, BOUND, discard)
+        query = start_query(spark, f"bare-{n}", source, work_dir / f"ck-{n}", task.query, task.params, discard)
         try:
             query.processAllAvailable()
             return time.perf_counter() - started
@@ -148,8 +172,8 @@ def _overhead(spark: SparkSession, work_dir: Path, source: JetStreamInput, rows:
         scraper.start()
         try:
             started = time.perf_counter()
-            task = host.start_task(f"task-{n}", source, work_dir / f"ck-{n}", QUERY, BOUND, None, sink=discard)
-            task.query.processAllAvailable()
+            hosted = host.start_task(f"task-{n}", source, work_dir / f"ck-{n}", task.query, task.params, None, sink=discard)
+            hosted.query.processAllAvailable()
             return time.perf_counter() - started
         finally:
             stop.set()
@@ -170,7 +194,7 @@ def _overhead(spark: SparkSession, work_dir: Path, source: JetStreamInput, rows:
     instr_rps = rows * rounds / sum(times["instrumented"])
     pair_ratios = [b / i for b, i in zip(times["bare"], times["instrumented"])]
     return {
-        "benchmark": "overhead",
+        "benchmark": "overhead", "query": task.query.name,
         "input": "broker", "rows_per_run": rows, "batches_per_run": batches, "rounds": rounds,
         "bare_rows_per_s": round(bare_rps, 1), "instrumented_rows_per_s": round(instr_rps, 1),
         "ratio": round(instr_rps / bare_rps, 4), "median_pair_ratio": round(statistics.median(pair_ratios), 4),
@@ -228,7 +252,7 @@ def _load_levels(host: TaskHost, sources: list[JetStreamInput], level_s: float, 
         for k in range(tasks):
             name = f"task-{k}"
             if k in active and name not in host.running():
-                host.start_task(name, sources[k], query=QUERY, params=BOUND, trigger_s=trigger_s, sink=discard)
+                host.start_task(name, sources[k], query=MONITORING, params=MONITORING.bind(), trigger_s=trigger_s, sink=discard)
             elif k not in active and name in host.running():
                 host.stop_task(name)
         time.sleep(settle)  # a started task's first batches catch up; not measured
@@ -346,7 +370,7 @@ def fixed_cost(
                 # stream sequences, every key group's: each task reads its share of one flush.
                 for k, prefix in enumerate(shares(tasks)):
                     host.start_task(f"level{step}-{k}", replace(source, prefix=prefix, max_messages=KEY_GROUPS),
-                                    query=QUERY, params=BOUND, trigger_s=trigger_s, sink=discard)
+                                    query=MONITORING, params=MONITORING.bind(), trigger_s=trigger_s, sink=discard)
                 progress(f"{n} with {tasks} tasks" if n == "warm-up" else f"level {step}/{len(order)}: {n} task(s) over the same rows")
                 time.sleep(warmup_s if n == "warm-up" else interval_s)  # first batches, not measured
                 host.sample()
@@ -509,16 +533,17 @@ def _save(fig: Any, axes: list[Any], path: Path, dpi: int) -> None:
 
 def source(
     spark: SparkSession, work_dir: Path, rounds: int = 4, flushes: int = 30, rows_per_flush: int = 4000, flushes_per_batch: int = 2,
-    progress: Progress = lambda _: None,
+    progress: Progress = lambda _: None, task: BenchTask | None = None,
 ) -> dict[str, Any]:
-    """Rows per second of the monitoring query reading the same rows from a participant's
+    """Rows per second of a query (`task`'s, default `monitoring_task()`) reading the same rows from a participant's
     JetStream input (a NATS server started for the run, 64 key groups) and from CSV files
     through Spark's file source, in interleaved runs (ABBA order). Both are written before
     the clock starts, flushed alike (a file of `rows_per_flush` rows; 64 messages, one per
     key group), and read `flushes_per_batch` flushes per micro-batch; both runs' rows go to
     the same sink."""
     progress("writing the input")
-    with broker_input(work_dir, flushes, rows_per_flush, flushes_per_batch, files=True) as (source, files, rows):
+    task = task or monitoring_task()
+    with broker_input(work_dir, flushes, rows_per_flush, flushes_per_batch, files=True, task=task) as (source, files, rows):
         counter = iter(range(1_000_000))
 
         def run(variant: str) -> tuple[float, float]:
@@ -526,7 +551,7 @@ def source(
             seconds its micro-batches took (Spark's `triggerExecution`): the rest is its start."""
             n = next(counter)
             started = time.perf_counter()
-            query = start_query(spark, f"{variant}-{n}", source if variant == "jetstream" else files, work_dir / f"ck-{n}", QUERY, BOUND, discard)
+            query = start_query(spark, f"{variant}-{n}", source if variant == "jetstream" else files, work_dir / f"ck-{n}", task.query, task.params, discard)
             try:
                 query.processAllAvailable()
                 elapsed = time.perf_counter() - started
@@ -549,7 +574,7 @@ def source(
     file_rps, js_rps = rate("file", 0), rate("jetstream", 0)
     file_batch_rps, js_batch_rps = rate("file", 1), rate("jetstream", 1)
     return {
-        "benchmark": "source",
+        "benchmark": "source", "query": task.query.name,
         "rows_per_run": rows, "rounds": rounds, "flushes_per_batch": flushes_per_batch,
         "jetstream_rows_per_s": round(js_rps, 1), "file_rows_per_s": round(file_rps, 1), "ratio": round(js_rps / file_rps, 4),
         # In the micro-batches alone, without each run's start (a JetStream query starts a

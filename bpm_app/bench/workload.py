@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,15 +34,30 @@ class Workload:
     """A benchmark task's query and parameters.
 
     Attributes:
-        reference: the query, `module:attribute` or `path/to/file.py:attribute`.
+        reference: the query, `module:attribute` or `path/to/file.py:attribute` (made absolute).
         params: its parameters as given, (name, value) pairs (texts as on a command line, or values).
+        folder: where a module of the reference is looked for besides the installed packages
+            (default: the folder the benchmark runs in).
     """
 
     reference: str = MONITORING
     params: tuple[tuple[str, Any], ...] = ()
+    folder: str = ""
+
+    def __post_init__(self) -> None:
+        # A worker runs elsewhere (another folder, another host): a file is named by its whole
+        # path, and a module is looked for in the folder the benchmark was started in, as
+        # `python -m` looks for it there.
+        where, sep, attribute = self.reference.rpartition(":")
+        if sep and where.endswith(".py"):
+            object.__setattr__(self, "reference", f"{Path(where).resolve()}:{attribute}")
+        if not self.folder:
+            object.__setattr__(self, "folder", os.getcwd())
 
     def load(self) -> tuple[Query, Params]:
         """The query and its bound parameters; QueryError says what is wrong."""
+        if self.folder not in sys.path:
+            sys.path.insert(0, self.folder)
         query = load(self.reference)
         return query, query.bind(dict(self.params))
 

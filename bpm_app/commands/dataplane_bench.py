@@ -15,6 +15,27 @@ from bpm_app.commands import bench_app
 SparkMaster = Annotated[str, typer.Option("--spark-master", help="Spark master URL.")]
 PlotFile = Annotated[Path | None, typer.Option("--plot", help="Write a PNG of the measurements and the fit here.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+QueryRef = Annotated[str | None, typer.Option("--query", help="The task's query, module:attribute or path/to/file.py:attribute; its module's generate(seconds=, rate=, seed=) makes the input (default: the network-monitoring query over generated Zeek traffic).")]
+QueryParam = Annotated[list[str] | None, typer.Option("--param", help="A parameter of the query, name=value (repeatable).")]
+
+
+def _task(query: str | None, params: list[str] | None):
+    """The benchmark's task of `--query` with its `--param`s (None: the network-monitoring query's own); exits 2 on a bad one."""
+    if query is None and not params:
+        return None
+    from bpm.query import QueryError
+    from bpm_app.bench.workload import Workload
+    from bpm_app.commands.bench_move import workload
+    from spark_agents.benchmarks import RATE, BenchTask
+
+    try:
+        chosen: Workload = workload(query, params)
+        chosen.check()
+        definition, bound = chosen.load()
+    except (QueryError, ValueError) as exc:
+        typer.secho(str(exc), fg="red", err=True)
+        raise typer.Exit(2) from None
+    return BenchTask(definition, bound, chosen.records(rate=RATE, seed=0))
 
 
 def _report(result: dict, as_json: bool) -> None:
@@ -40,14 +61,17 @@ def overhead_command(
     rounds: int = typer.Option(4, "--rounds", min=1, help="Interleaved pairs of runs (bare, instrumented)."),
     files: int = typer.Option(24, "--files", min=2, help="Flushes of the feeder into the broker stream (64 messages each)."),
     rows_per_file: int = typer.Option(4000, "--rows-per-file", min=100, help="Rows per flush."),
+    query: QueryRef = None,
+    param: QueryParam = None,
     spark_master: SparkMaster = "local[*]",
     as_json: AsJson = False,
 ) -> None:
     """Rows per second of the query over a broker stream with the host's instrumentation against bare Spark (goal: ratio >= 0.98)."""
     from spark_agents import benchmarks
 
+    task = _task(query, param)
     _with_spark("overhead", spark_master, as_json,
-                lambda spark, tmp, progress: benchmarks.overhead(spark, tmp, rounds, files, rows_per_file, progress=progress))
+                lambda spark, tmp, progress: benchmarks.overhead(spark, tmp, rounds, files, rows_per_file, progress=progress, task=task))
 
 
 @bench_app.command("source")
@@ -56,14 +80,17 @@ def source_command(
     flushes: int = typer.Option(30, "--flushes", min=2, help="Flushes of the feeder: a CSV file each for the file source, 64 messages each of the JetStream input."),
     rows_per_flush: int = typer.Option(4000, "--rows-per-flush", min=100),
     flushes_per_batch: int = typer.Option(2, "--flushes-per-batch", min=1, help="Flushes each micro-batch reads, in both sources."),
+    query: QueryRef = None,
+    param: QueryParam = None,
     spark_master: SparkMaster = "local[*]",
     as_json: AsJson = False,
 ) -> None:
     """Rows per second of the query reading a participant's JetStream input against Spark's file source over the same rows (goal: ratio >= 1.0)."""
     from spark_agents import benchmarks
 
+    task = _task(query, param)
     _with_spark("source", spark_master, as_json,
-                lambda spark, tmp, progress: benchmarks.source(spark, tmp, rounds, flushes, rows_per_flush, flushes_per_batch, progress=progress))
+                lambda spark, tmp, progress: benchmarks.source(spark, tmp, rounds, flushes, rows_per_flush, flushes_per_batch, progress=progress, task=task))
 
 
 @bench_app.command("load-model")

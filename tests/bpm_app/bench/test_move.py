@@ -80,6 +80,13 @@ def test_a_workload_s_records_are_endless_and_the_same_again_for_a_seed():
         MoveSettings(workload=Workload("tests.bpm_app.bench.no_generator:query"))
 
 
+def test_a_workload_names_a_query_file_by_its_whole_path_for_workers_elsewhere(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert Workload("queries/mine.py:q").reference == f"{tmp_path / 'queries' / 'mine.py'}:q"
+    assert Workload("examples.sensors:query").reference == "examples.sensors:query"
+    assert Workload("examples.sensors:query").folder == str(tmp_path)
+
+
 @pytest.mark.parametrize("bad", [{"moves": 0}, {"warmup": -1}, {"age_batches": -1}, {"retain_batches": 0}, {"trigger_s": 0.0}, {"speedup": -1.0}, {"timeout_s": 0.0}])
 def test_settings_refuse_what_cannot_run(bad):
     with pytest.raises(ValueError):

@@ -108,10 +108,11 @@ def test_bpm_bench_source_reads_the_same_rows_from_both_sources(spark):
 
     from bpm_app.cli import app
 
-    out = CliRunner().invoke(app, ["bench", "source", "--rounds", "1", "--flushes", "4", "--rows-per-flush", "500", "--json"])
+    out = CliRunner().invoke(app, ["bench", "source", "--rounds", "1", "--flushes", "4", "--rows-per-flush", "500", "--json",
+                                   "--query", "examples.sensors:query", "--param", "window_s=10"])
     assert out.exit_code == 0, out.output
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["benchmark"] == "source" and result["rows_per_run"] >= 4 * 500
+    assert result["benchmark"] == "source" and result["query"] == "sensors" and result["rows_per_run"] >= 4 * 500
     assert result["jetstream_rows_per_s"] > 0 and result["file_rows_per_s"] > 0
     assert result["ratio"] == pytest.approx(result["jetstream_rows_per_s"] / result["file_rows_per_s"], rel=1e-3)
     assert result["goal_met"] == (result["ratio"] >= 1.0)
@@ -131,7 +132,8 @@ def test_bpm_bench_overhead_runs_both_variants_over_the_broker_stream(spark):
     out = CliRunner().invoke(app, ["bench", "overhead", "--rounds", "1", "--files", "4", "--rows-per-file", "500", "--json"])
     assert out.exit_code == 0, out.output
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["benchmark"] == "overhead" and result["input"] == "broker" and result["rows_per_run"] >= 4 * 500
+    assert result["benchmark"] == "overhead" and result["query"] == "network-monitoring" and result["input"] == "broker"
+    assert result["rows_per_run"] >= 4 * 500
     assert len(result["bare_run_s"]) == len(result["instrumented_run_s"]) == 1
     assert result["ratio"] == pytest.approx(result["instrumented_rows_per_s"] / result["bare_rows_per_s"], rel=1e-3)
 
