@@ -31,7 +31,7 @@ import time
 from collections import Counter, deque
 from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -341,6 +341,21 @@ class Agent:
         self.regrain = Regrain(self)
 
     # Records
+
+    def _unrunnable(self, tasks: Iterable[Mapping]) -> dict[int, str]:
+        """Why each of `tasks` (registry records) of a query I have could not run here: its
+        parameters, which its origin chose, do not fit the query (`bpm.query.Query.bind`)."""
+        from bpm.query import QueryError
+        from spark_agents.query import bind_task
+
+        out = {}
+        for t in tasks:
+            if self.config.queries and t.get("query") in self.config.queries:
+                try:
+                    bind_task(self.config.queries, task_key(t), t["query"], t.get("params") or {})
+                except QueryError as exc:
+                    out[t["id"]] = str(exc)
+        return out
 
     def align_s(self, task: str, query: str | None, params: Mapping[str, Any]) -> int | None:
         """Where the results of `task` (of the query named `query`, with `params`) are
@@ -1088,7 +1103,7 @@ class Agent:
             if contract is not None:
                 offered = [t for t in self.client.tasks(host=offer["from"]) if t["id"] in offer["task_ids"]]
                 view = offer_view(offer, contract, {t["id"]: t["load"] for t in offered}, {t["id"]: t["origin"] for t in offered},
-                                  {t["id"]: task_query(t) for t in offered})
+                                  {t["id"]: task_query(t) for t in offered}, self._unrunnable(offered))
             incoming.append(Incoming(str(offer["id"]), offer["from"], view))
         movements = [m for m in self.seen.movements if m["state"] == "active"]
         # Where each task runs: the host of the newest of its movements I see (the end of its

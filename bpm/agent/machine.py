@@ -424,6 +424,9 @@ class Mechanism:
         if foreign:
             name, digest = foreign[0].query or ("no query", "none")
             return Refuse(incoming.id, incoming.partner, f"task #{foreign[0].id} runs query {name} (digest {digest}), which I do not have")
+        unfit = [t for t in offer.tasks if t.unrunnable]
+        if unfit:
+            return Refuse(incoming.id, incoming.partner, f"task #{unfit[0].id} cannot run here: {unfit[0].unrunnable}")
         answer = evaluate_offer(load=load, cost=cost, offer=offer, margin=self.margin)
         price = settle(offer, answer)
         if price is None:

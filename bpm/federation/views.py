@@ -118,12 +118,14 @@ def regrains(tasks: Sequence[Mapping]) -> list[dict]:
 
 
 def offer_view(offer: Mapping, contract: Mapping, task_loads: Mapping[int, float], origins: Mapping[int, str] | None = None,
-               queries: Mapping[int, tuple[str, str] | None] | None = None) -> Offer:
+               queries: Mapping[int, tuple[str, str] | None] | None = None, unrunnable: Mapping[int, str] | None = None) -> Offer:
     """A pending offer made to me, as `evaluate_offer` sees it: with the offerer's caps for
-    each leading part of its tasks, as the registry carries them, and each task's origin
-    and query (name, digest) where `origins` and `queries` say them."""
-    origins, queries = origins or {}, queries or {}
-    tasks = tuple(Task(id=str(tid), load=max(task_loads.get(tid, 0.0), MIN_TASK_LOAD), origin=origins.get(tid, ""), query=queries.get(tid))
+    each leading part of its tasks, as the registry carries them, and each task's origin,
+    query (name, digest) and why I could not run it, where `origins`, `queries` and
+    `unrunnable` say them."""
+    origins, queries, unrunnable = origins or {}, queries or {}, unrunnable or {}
+    tasks = tuple(Task(id=str(tid), load=max(task_loads.get(tid, 0.0), MIN_TASK_LOAD), origin=origins.get(tid, ""), query=queries.get(tid),
+                       unrunnable=unrunnable.get(tid))
                   for tid in offer["task_ids"])
     return Offer(
         contract_id=str(offer["contract_id"]),

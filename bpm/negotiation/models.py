@@ -87,6 +87,8 @@ class Task:
             over them (`bpm.negotiation.granularity`); None when it does not.
         query: the query it runs and the digest of its definition (`bpm.query`), as the
             registry records them; None for a task of no query (a simulated one).
+        unrunnable: why the participant it is offered to cannot run it although it has its
+            query (its parameters do not fit the query there); None: nothing known against it.
     """
 
     id: str
@@ -95,6 +97,7 @@ class Task:
     ha_mode: str = "none"
     groups: str | None = None
     query: tuple[str, str] | None = None
+    unrunnable: str | None = None
 
     def __post_init__(self) -> None:
         if not (self.load > 0 and math.isfinite(self.load)):

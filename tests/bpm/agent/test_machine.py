@@ -339,3 +339,23 @@ def test_a_host_refuses_an_offer_of_a_task_whose_query_it_does_not_have_in_that_
     anyone = Mechanism("b")
     offer = Offer("1", "a", (Task("t0", 0.05, "a", query=other),), (1.2,), 1.0, 1.2)
     assert isinstance(anyone.handle(OfferReceived(1.0, 0.1, COST, Incoming("3", "a", offer)))[0], Accept), "no list: it runs any"
+
+
+def test_a_host_refuses_an_offer_of_a_task_whose_parameters_do_not_fit_its_query_there():
+    mine = ("sensors", "7d41f04a01b0a5f0")
+    host = Mechanism("b", queries=frozenset({mine}))
+    why = "query 'sensors' has no parameter 'windows' (its parameters: window_s, lateness_s)"
+    tasks = (Task("t0", 0.05, "a", query=mine), Task("t1", 0.05, "a", query=mine, unrunnable=why))
+    [said] = host.handle(OfferReceived(1.0, 0.1, COST, Incoming("3", "a", Offer("1", "a", tasks, (1.2, 1.2), 1.0, 1.2))))
+    assert isinstance(said, Refuse) and said.reason == f"task #t1 cannot run here: {why}", "nothing of it: the whole offer"
+    [fine] = host.handle(OfferReceived(2.0, 0.1, COST, Incoming("4", "a", Offer("2", "a", tasks[:1], (1.2,), 1.0, 1.2))))
+    assert isinstance(fine, Accept)
+
+
+def test_the_offer_view_carries_why_a_task_could_not_run_here():
+    from bpm.federation.views import offer_view
+
+    offer = {"task_ids": [7, 8], "from": "a", "contract_id": 3, "caps": [1.2, 1.2]}
+    view = offer_view(offer, {"price_min": 1.0, "price_max": 1.2}, {7: 0.1, 8: 0.1}, {7: "a", 8: "a"},
+                      {7: ("q", "d"), 8: ("q", "d")}, {8: "bad parameters"})
+    assert [(t.id, t.unrunnable) for t in view.tasks] == [("7", None), ("8", "bad parameters")]

@@ -247,3 +247,26 @@ def test_a_partner_that_does_not_have_the_tasks_query_refuses_them_and_the_other
         assert "b" not in hosts and "c" in hosts, hosts
         refusals = [e["message"] for e in operator.events(limit=500) if "which I do not have" in e["message"]]
         assert refusals and "runs query network-monitoring" in refusals[0], [(e["kind"], e["message"]) for e in operator.events(limit=60)]
+
+
+def test_a_partner_refuses_a_task_whose_parameters_its_query_does_not_take(tmp_path, own_brokers):
+    """A hostile origin registers a task of a query the host has, with parameters that query
+    does not take, and offers it: the host refuses it, saying why, rather than accepting a task
+    it could never start."""
+    from examples.network_monitoring import query as monitoring
+
+    with stepped_federation(tmp_path, lambda now: _KeyGroupsHost(MM1Cost(a=0.25, c=1.0)), brokers=own_brokers) as (operator, agents, add, clock):
+        a, b = add("a", 1), add("b", 0)
+        contract = a.client.propose("b", 1.0, 2.0, 5.0)
+        b.client.contract_action(contract["id"], "accept")
+        evil = a.client.register_task("evil", input_uri=own_brokers["a"].location(""), params={"windows": 3},
+                                      query=monitoring.name, query_digest=monitoring.digest)
+        offer = a.client.offer(contract["id"], [evil["id"]], 1.5)
+        for _ in range(4):
+            b.tick()
+            clock.advance(1.0)
+        [answered] = [o for o in b.client.offers() if o["id"] == offer["id"]]
+        assert answered["state"] == "rejected", answered
+        said = [r.message for r in b.records if r.kind == "offer.refused"]
+        assert any(f"task #{evil['id']} cannot run here: query 'network-monitoring' has no parameter 'windows'" in m for m in said), \
+            [(r.kind, r.message) for r in b.records]
