@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -78,13 +78,15 @@ def _csv_frame(reader, wire: Records, folder: Path):
     return reader.schema(wire.wire_ddl).option("header", "false").option("escape", '"').option("mode", "FAILFAST").csv(str(folder))
 
 
-def plain_results(spark: SparkSession, query: Query, params: Params, records: Sequence[tuple[int, tuple]], work_dir: Path) -> list[Result]:
-    """The results of `query` with `params` over `records` (admitted already, `bpm.records.Admission`)
-    as a plain batch computation of the same `compute` and `finish`: what its streaming run
-    must give, each result once. The records are written as the stream's lines under `work_dir`."""
+def plain_results(spark: SparkSession, query: Query, params: Params, records: Iterable[tuple[int, tuple]], work_dir: Path) -> list[Result]:
+    """The results of `query` with `params` over `records` (in input order; those the lateness
+    rule refuses, `bpm.records.Admission`, left out as a feeder leaves them out) as a plain
+    batch computation of the same `compute` and `finish`: what its streaming run must give,
+    each result once. The records are written as the stream's lines under `work_dir`."""
     wire = Records(query)
+    admission = Admission(query.lateness_s(params))
     folder = work_dir / "plain"
-    _write_input(folder, wire, records, 1)
+    _write_input(folder, wire, [r for r in records if admission.admit(r[0])], 1)
     return sorted(set(batch_results(query.compute(events(_csv_frame(spark.read, wire, folder), query, params), params), query, params)))
 
 

@@ -72,6 +72,7 @@ class BatchWriter:
                  checkpoint_dir: str | Path | None = None) -> None:
         self.task_id, self.query, self.params, self.sink, self.on_cpu = task_id, query, params, sink, on_cpu
         self.checkpoint_dir = checkpoint_dir
+        self.align_s = query.align_s(params)
 
     def __call__(self, batch, batch_id: int) -> None:
         started = time.thread_time()
@@ -80,7 +81,7 @@ class BatchWriter:
         if closed_through is not None and self.checkpoint_dir is not None:
             watermark = batch_watermark_ms(self.checkpoint_dir, batch_id)
             if watermark:
-                closed_through(closed_through_us(watermark, self.query.align_s(self.params)))
+                closed_through(closed_through_us(watermark, self.align_s))
         if self.on_cpu is not None:
             self.on_cpu(self.task_id, batch_id, time.thread_time() - started)
 

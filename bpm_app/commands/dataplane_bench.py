@@ -24,14 +24,14 @@ def _task(query: str | None, params: list[str] | None):
     if query is None and not params:
         return None
     from bpm.query import QueryError
-    from bpm_app.bench.workload import Workload
+    from bpm_app.bench.workload import Workload, generator
     from bpm_app.commands.bench_move import workload
     from spark_agents.benchmarks import RATE, BenchTask
 
     try:
         chosen: Workload = workload(query, params)
-        chosen.check()
         definition, bound = chosen.load()
+        generator(definition)
     except (QueryError, ValueError) as exc:
         typer.secho(str(exc), fg="red", err=True)
         raise typer.Exit(2) from None
