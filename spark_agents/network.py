@@ -157,8 +157,13 @@ class HostNetwork:
         ip("link", "set", self.hosts[name].veth, "down")
 
     def heal(self, name: str) -> None:
-        """Undo `cut(name)`."""
-        ip("link", "set", self.hosts[name].veth, "up")
+        """Undo `cut(name)`; returns once the link forwards again and the machine has forgotten
+        that the host's address did not answer, so that the next connection is not lost to
+        a stale neighbour entry."""
+        host = self.hosts[name]
+        ip("link", "set", host.veth, "up")
+        _wait_forwarding(host.veth)
+        ip("neigh", "flush", "to", host.address, "dev", self.bridge, check=False)
 
     def cut_link(self, a: str, b: str) -> None:
         """`a` and `b` can no longer reach each other; both still reach everyone else."""
@@ -178,6 +183,23 @@ class HostNetwork:
             del self.hosts[name]
         ip("link", "del", self.bridge, check=False)
         (OWNERS / self.bridge).unlink(missing_ok=True)
+
+
+def _wait_forwarding(veth: str, timeout_s: float = 5.0) -> None:
+    """Wait until bridge port `veth` is up and forwarding; NetworkError after `timeout_s`."""
+    link = Path("/sys/class/net") / veth
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            up = (link / "operstate").read_text().strip() in ("up", "unknown")
+            forwarding = (link / "brport" / "state").read_text().strip() == "3"  # BR_STATE_FORWARDING
+        except OSError:
+            up = forwarding = False
+        if up and forwarding:
+            return
+        if time.monotonic() > deadline:
+            raise NetworkError(f"{veth} did not come back up and forwarding within {timeout_s:g} s")
+        time.sleep(0.02)
 
 
 def free_subnet(used: str, pool: ipaddress.IPv4Network = POOL) -> ipaddress.IPv4Network:
