@@ -185,6 +185,12 @@ class Query:
             are independent of each other; None: its tasks never split.
         version: the query author's version; a new one tells partners it changed.
         description: one line for `bpm query list`.
+        alert: optional `alert(row) -> subject or None`, for the correlated result
+            (`bpm agent run --correlate`, `bpm.dpc`): what one of its result rows (a
+            dictionary of plain values, as `bpm.results.Result` holds them) raises an alert
+            on (a source address, a device), or None when it raises none. Participants that
+            correlate publish the subjects that alert at two or more of them in the same
+            grain; a query without it has no alerts to share. It needs `align`.
     """
 
     name: str
@@ -201,6 +207,7 @@ class Query:
     align: int | str | None = None
     version: str = "1"
     description: str = ""
+    alert: Callable[[Mapping[str, Any]], Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "result_key", tuple(self.result_key))
@@ -228,6 +235,10 @@ class Query:
             raise self._fail("compute is not a function")
         if self.finish is not None and not callable(self.finish):
             raise self._fail("finish is not a function")
+        if self.alert is not None and not callable(self.alert):
+            raise self._fail("alert is not a function")
+        if self.alert is not None and self.align is None:
+            raise self._fail("alerts are correlated per grain: a query with alert declares align")
         if not self.result_key or not all(isinstance(c, str) and c for c in self.result_key):
             raise self._fail("result_key names no column: give the result columns that identify one result")
         if not isinstance(self.result_time, str) or not self.result_time:
@@ -289,6 +300,8 @@ class Query:
             "params": {n: [p.type.__name__, p.default, p.minimum, p.maximum] for n, p in sorted(self.params.items())},
             "compute": _code(self.compute), "finish": _code(self.finish) if self.finish is not None else None,
         }
+        if self.alert is not None:  # absent otherwise: a query without it keeps the digest it had
+            declared["alert"] = _code(self.alert)
         return hashlib.sha256(json.dumps(declared, sort_keys=True, default=repr).encode()).hexdigest()[:16]
 
 

@@ -175,6 +175,12 @@ class Records:
 END_US = 1 << 53
 
 
+def grain_end(ts_us: int, align_s: int) -> int:
+    """The end (epoch seconds) of the grain of `align_s` seconds (a tumbling window) holding
+    the event time `ts_us`: the first multiple of `align_s` after it."""
+    return (ts_us // (align_s * MICROS) + 1) * align_s
+
+
 def end_mark_us(newest_us: int, lateness_s: int, align_s: int | None) -> int:
     """The end-of-input mark after the newest record `newest_us`: for a query with a grain
     (`align_s`, `bpm.query.Query.align`), an event time that brings the watermark one second
@@ -183,7 +189,7 @@ def end_mark_us(newest_us: int, lateness_s: int, align_s: int | None) -> int:
     same results (a correlation waits for every partner's). Without a grain, `END_US`."""
     if align_s is None:
         return END_US
-    return ((newest_us // (align_s * MICROS) + 1) * align_s + lateness_s + 1) * MICROS
+    return (grain_end(newest_us, align_s) + lateness_s + 1) * MICROS
 
 
 def end_watermark_ms(end_us: int, lateness_s: int) -> int:
@@ -287,3 +293,13 @@ class Admission:
         if self.newest_us is None or ts_us > self.newest_us:
             self.newest_us = ts_us
         return True
+
+
+def iso_utc(epoch_s: int) -> str:
+    """Epoch seconds as ISO 8601 UTC text, to the second: `2026-12-05T23:30:00Z`."""
+    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_iso_utc(text: str) -> int:
+    """Epoch seconds from ISO 8601 text (`Z` or an offset); ValueError when it is none."""
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp())

@@ -11,7 +11,7 @@ without Spark.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 from bpm.query import Param, Params, Query
 from bpm.results import Result
@@ -50,6 +50,12 @@ def finish(rows, params):
     return out
 
 
+def alert(row):
+    """The source a connection or port alert is about (prefix counts raise none): what
+    participants that correlate compare."""
+    return row["key"] if row["kind"] in ("connections", "ports") else None
+
+
 query = Query(
     name="network-monitoring",
     description="connection and port alerts per source, port alerts per prefix, per window",
@@ -62,6 +68,7 @@ query = Query(
     result_key=("kind", "window_start", "key"),
     result_time="window_end",
     align="window_s",
+    alert=alert,
     params={
         "window_s": Param(int, 60, "length of the tumbling window, seconds", minimum=1),
         "min_connections": Param(int, 100, "a source alerts with strictly more connections in a window", minimum=0),
@@ -69,6 +76,11 @@ query = Query(
         "lateness_s": Param(int, 60, "how late a connection may come, seconds; also the watermark's delay", minimum=0),
     },
 )
+
+
+# The parameters of short runs over generated traffic (the demo): ten-second windows, and
+# thresholds its scanners cross and its ordinary sources do not.
+SHORT_RUN = {"window_s": 10, "min_connections": 20, "min_ports": 5, "lateness_s": 5}
 
 
 def bind(params: QueryParams) -> Params:
@@ -81,9 +93,12 @@ def records(conns: Iterable[Conn]) -> Iterator[tuple[int, tuple]]:
     return map(stream_values, conns)
 
 
-def expected(conns: Iterable[Conn], params: QueryParams) -> list[Result]:
-    """The query's results over Zeek connections `conns`, by the plain computation without
-    Spark (`bpm.zeek.reference`), as the federation compares them."""
+def expected(conns: Iterable[Conn], params: QueryParams | Mapping[str, object]) -> list[Result]:
+    """The query's results over Zeek connections `conns` with `params` (the Zeek definitions'
+    `QueryParams`, or the query's bound parameters), by the plain computation without Spark
+    (`bpm.zeek.reference`), as the federation compares them."""
+    if not isinstance(params, QueryParams):
+        params = QueryParams(**{name: int(value) for name, value in params.items()})  # type: ignore[arg-type]
     return sorted(as_results(reference.compute(conns, params)))
 
 

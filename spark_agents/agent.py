@@ -78,6 +78,7 @@ from bpm.agent.machine import (
     Wait,
 )
 from bpm.negotiation import DEFAULT_HYSTERESIS
+from bpm.dpc import Alert
 from bpm.query import Query
 from spark_agents import handover
 from spark_agents.broker.access import OwnBroker, ask_credentials
@@ -805,12 +806,8 @@ class Agent:
         if ended:
             self.broker.grant(self.broker_grants(), readers=readers)
         if self.correlation is None:
-            windows = {self.align_s(t.name, t.query, t.params) for t in self.config.tasks}
-            if None in windows or not windows:
-                raise RuntimeError(f"{self.config.name} correlates alerts per window: its tasks' queries must declare their window as `align`")
-            if len(windows) > 1:
-                raise RuntimeError(f"{self.config.name}'s tasks have windows of {sorted(windows)} s: alerts are correlated over one window")
-            self.correlation = Correlation(self.config.name, self.broker.url, self.broker.password, window_s=windows.pop(),
+            window_s, alert = self._alerts()
+            self.correlation = Correlation(self.config.name, self.broker.url, self.broker.password, window_s=window_s, alert=alert,
                                            bound_s=self.config.availability_bound_s)
             self.note("correlation.started", f"{self.config.name} shares its alerts with its partners and correlates theirs "
                       f"(availability bound {self.config.availability_bound_s:g} s)")
@@ -822,6 +819,20 @@ class Agent:
             return self.ask_alerts(self.endpoint(partner), self.credentials.token(None, "alerts", partner, None))
 
         self.correlation.step(mine, partners, now, ask)
+
+    def _alerts(self) -> tuple[int, Alert]:
+        """The window and the `alert` of the one query my tasks run, which correlation needs;
+        RuntimeError when they run several, or one that declares no alerts."""
+        queries = {t.query for t in self.config.tasks}
+        windows = {self.align_s(t.name, t.query, t.params) for t in self.config.tasks}
+        if len(queries) != 1 or len(windows) != 1:
+            raise RuntimeError(f"{self.config.name} correlates the alerts of one query over one window; its tasks run "
+                               f"{', '.join(sorted(map(str, queries))) or 'none'} over windows of {sorted(map(str, windows))} s")
+        definition = (self.config.queries or {}).get(queries.pop() or "")
+        window_s = windows.pop()
+        if definition is None or definition.alert is None or window_s is None:
+            raise RuntimeError(f"{self.config.name} correlates alerts: its tasks' query must declare `alert` and `align`")
+        return window_s, definition.alert
 
     def alerts_credentials_to_caller(self, token: str | None) -> dict[str, str]:
         """The credentials of my broker with which a contract partner reads the alerts I share:

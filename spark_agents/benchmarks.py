@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bpm.query import Params, Query
+from bpm.records import Records
 from bpm.zeek.generator import TrafficProfile, generate
 from examples.network_monitoring import query as MONITORING
 from examples.network_monitoring import records as monitoring_records
@@ -413,24 +414,24 @@ FIRST_BATCH_TIMEOUT_S = 120.0
 
 
 def first_queries(
-    spark: SparkSession, work_dir: Path, prime_s: float = 0.0, queries: int = 3, seconds: float = 30.0, trigger_s: float = 10.0,
-    progress: Progress = lambda _: None,
+    spark: SparkSession, work_dir: Path, task: BenchTask | None = None, prime_s: float = 0.0, queries: int = 3,
+    seconds: float = 30.0, trigger_s: float = 10.0, progress: Progress = lambda _: None,
 ) -> dict[str, Any]:
     """What a driver's first queries cost, primed for `prime_s` (`spark_agents.warmup.prime`;
-    0: not) or not: `queries` runs of the tasks' query over generated rows, one after
+    0: not) or not: `queries` runs of `task`'s query (default `monitoring_task()`'s) over made-up records, one after
     another, each for `seconds` at a `trigger_s` trigger; per query, the CPU seconds the
     driver used (its local JVM with its Python processes, and this process) over its first
     trigger interval and over all of it (and what the priming used). Run it in a fresh process: the first query of a
     driver that has run none costs several times the later ones' start."""
     from spark_agents.metrics import SparkCpu
     from spark_agents.query import stop_between_batches
-    from spark_agents.warmup import PARAMS as PRIME_PARAMS
-    from spark_agents.warmup import Discard, GeneratedInput, prime
+    from spark_agents.warmup import Discard, MadeUpInput, prime, step_s
 
     proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
     if proc is None or not spark.sparkContext.master.startswith("local"):
         raise ValueError("the driver's CPU is measured on a local master whose JVM this process started")
     spark_cpu = SparkCpu(proc.pid)
+    task = task or monitoring_task()
 
     def cpu() -> float:
         seconds = spark_cpu.seconds()
@@ -442,8 +443,9 @@ def first_queries(
     if prime_s > 0:
         progress(f"priming for {prime_s:g} s")
         start = cpu()
-        primed = prime(spark, prime_s, work_dir / "prime")
+        primed = prime(spark, prime_s, work_dir / "prime", task.query, task.params)
         primed["cpu_s"] = round(cpu() - start, 2)
+    made_up = MadeUpInput(Records(task.query), step_s(task.query, task.params))
     runs = []
     for n in range(queries):
         progress(f"query {n + 1} of {queries}")
@@ -454,7 +456,7 @@ def first_queries(
             done.set()
 
         start = cpu()
-        query = start_query(spark, f"first-{n}", GeneratedInput(), work_dir / f"first-{n}", MONITORING, PRIME_PARAMS, Discard(),  # type: ignore[arg-type]
+        query = start_query(spark, f"first-{n}", made_up, work_dir / f"first-{n}", task.query, task.params, Discard(),  # type: ignore[arg-type]
                             trigger_s, output)
         time.sleep(trigger_s)
         first = cpu()
@@ -467,7 +469,7 @@ def first_queries(
                      "batches": len(batches)})
     later = [r["first_trigger_cpu_s"] for r in runs[1:]]
     return {
-        "benchmark": "first-queries", "prime_s": prime_s, "primed": primed, "trigger_s": trigger_s, "seconds": seconds,
+        "benchmark": "first-queries", "query": task.query.name, "prime_s": prime_s, "primed": primed, "trigger_s": trigger_s, "seconds": seconds,
         "queries": runs,
         "first_over_later": round(runs[0]["first_trigger_cpu_s"] / statistics.median(later), 2) if later and statistics.median(later) > 0 else None,
         "method": "process CPU of the driver (JVM, its Python processes, this process) from /proc, around each query's first trigger interval and its whole run",

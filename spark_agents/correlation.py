@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 import nats
 from nats.js.api import StorageType, StreamConfig
 
-from bpm.dpc import Alerts, CorrelatedRow, Correlator, Ignored, Members, Publish, Tick
+from bpm.dpc import Alert, Alerts, CorrelatedRow, Correlator, Ignored, Members, Publish, Tick
 from bpm.keygroups import token
 from bpm.names import check_name
 from spark_agents.broker.server import User, inbox_prefix, partner_user
@@ -97,9 +97,10 @@ class OwnAlerts:
     Every task writes its rows and, once a window is closed at it, a progress mark
     (`spark_agents.broker.results`); wherever a task runs, its results go to its origin. A
     window is closed at the participant when every task that has written anything has
-    closed it; then its alerts are final: the sources of its `connections` and `ports` rows
-    over all tasks, none when no task raised one. A task that never wrote anything (no input
-    reached it) holds nothing back. `poll` returns the windows closed since the last poll,
+    closed it; then its alerts are final: the subjects that `alert` (its tasks' query's,
+    `bpm.query.Query.alert`) finds in their results of that window, over all tasks, none
+    when no task raised one. A task that never wrote anything (no input reached it) holds
+    nothing back. `poll` returns the windows closed since the last poll,
     oldest first, each once, empty ones included: from the one after `shared_end` (the end
     of the last window shared before, by an earlier run of the agent) or else from the
     earliest window any task wrote on in the first poll that found something; a correlating
@@ -113,18 +114,18 @@ class OwnAlerts:
         next_end: the end of the next window to return (None: not known yet).
     """
 
-    def __init__(self, broker: Broker, window_s: int, shared_end: int | None = None) -> None:
+    def __init__(self, broker: Broker, window_s: int, alert: Alert, shared_end: int | None = None) -> None:
         self.broker = broker
         self.window_s = window_s
+        self.alert = alert
         self.after: dict[str, int] = {}
         self.closed: dict[str, int | None] = {}
         self.sources: dict[tuple[int, int], set[str]] = {}
         self.next_end = None if shared_end is None else shared_end + window_s
 
     def poll(self, tasks: Iterable[str]) -> list[tuple[tuple[int, int], frozenset[str]]]:
-        from bpm.dpc import ALERT_KINDS
+        from bpm.dpc import alert_of
         from bpm.results import Result
-        from bpm.zeek.definitions import ResultRow
         from spark_agents.broker.results import read_messages
 
         tasks = list(tasks)
@@ -135,10 +136,11 @@ class OwnAlerts:
                 self.closed.setdefault(task, None)
                 ends = []
                 if body.get("kind") == "batch":
-                    for row in (ResultRow.from_result(Result.from_wire(r)) for r in body["rows"]):
-                        ends.append(row.window_end)
-                        if row.kind in ALERT_KINDS and (self.next_end is None or row.window_end >= self.next_end):
-                            self.sources.setdefault((row.window_start, row.window_end), set()).add(row.key)
+                    for result in map(Result.from_wire, body["rows"]):
+                        ends.append(result.time_us // 1_000_000)
+                        raised = alert_of(result, self.alert, self.window_s)
+                        if raised is not None and (self.next_end is None or raised[0][1] >= self.next_end):
+                            self.sources.setdefault(raised[0], set()).add(raised[1])
                 elif body.get("kind") == "progress":
                     closed = body["closed_us"] // 1_000_000  # a window end: the tasks' query aligns at its window
                     ends.append(closed)
@@ -408,13 +410,13 @@ class Correlation:
         shared: windows of alerts shared so far.
     """
 
-    def __init__(self, me: str, url: str, password: str, *, window_s: int, bound_s: float = 10.0, retry_s: float = 30.0) -> None:
+    def __init__(self, me: str, url: str, password: str, *, window_s: int, alert: Alert, bound_s: float = 10.0, retry_s: float = 30.0) -> None:
         self.me = me
         self.retry_s = retry_s
         self.owner = Broker(url, me, password)
         ensure_streams(self.owner, correlated=True)
         shared = read_stream(self.owner, ALERTS, last=True)  # an agent restarted goes on after what it shared
-        self.alerts = OwnAlerts(self.owner, window_s, json.loads(shared[0])["window_end"] if shared else None)
+        self.alerts = OwnAlerts(self.owner, window_s, alert, json.loads(shared[0])["window_end"] if shared else None)
         self.own = Endpoint(url, me, password)
         self.bound_s = bound_s
         self.live: LiveCorrelator | None = None

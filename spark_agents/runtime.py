@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from bpm_http.client import RegistryClient, RegistryError
 from bpm.costs import CostFunction
-from bpm.query import Params, Query
+from bpm.query import Params, Query, QueryError
 from spark_agents.agent import KEY_FILE, Agent, AgentConfig, write_key
 from spark_agents.query import bind_task
 from spark_agents.metrics import default_load_window_s, default_startup_s, demand, scaled_to_process, steady_window_start
@@ -254,6 +254,20 @@ def _is_key_of(registry_url: str, name: str, key: str) -> bool:
     return me.get("role") == "participant" and me.get("name") == name
 
 
+def priming(config: AgentConfig) -> list[tuple[Query, Params]]:
+    """Each query `config` can run, with the parameters of its first own task of that query
+    (else the query's defaults): what priming runs. A query whose defaults do not bind (a
+    parameter without one) is not primed."""
+    out = []
+    for name, definition in (config.queries or {}).items():
+        own = next((t.params for t in config.tasks if t.query == name), None)
+        try:
+            out.append((definition, definition.bind(own or {})))
+        except QueryError as exc:
+            log.info("%s: %s is not primed: %s", config.name, name, exc)
+    return out
+
+
 def run_agent(
     config: AgentConfig,
     *,
@@ -273,8 +287,8 @@ def run_agent(
 ) -> None:
     """Run until SIGTERM or SIGINT; then stop every task at a batch boundary and exit.
     With `broker`, the participant's own NATS server runs as long as the agent. With
-    `prime_s`, its Spark first runs the tasks' query over generated rows for that long
-    (`spark_agents.warmup`), before the agent answers or trades."""
+    `prime_s`, its Spark first runs each query it can run over made-up records, for that
+    long in all (`spark_agents.warmup`), before the agent answers or trades."""
     import uvicorn
 
     from spark_agents.host import TaskHost
@@ -302,12 +316,13 @@ def run_agent(
         driver = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
         if driver is not None:
             lower_priority(driver.pid)  # a saturated participant's agent still answers and hands over
-        if prime_s:
+        primed = priming(config) if prime_s else []
+        for definition, params in primed:
             try:
-                ran = prime(spark, prime_s, config.workdir / "prime")
-                log.info("%s: Spark primed: %d batches of generated rows in %g s", config.name, ran["batches"], ran["seconds"])
+                ran = prime(spark, prime_s / len(primed), config.workdir / "prime", definition, params)
+                log.info("%s: Spark primed with %s: %d batches of made-up records in %g s", config.name, definition.name, ran["batches"], ran["seconds"])
             except Exception as exc:  # Spark's own errors included: its first tasks then pay the warm-up, as unprimed
-                log.warning("%s: priming Spark failed, its first tasks will measure its warm-up: %s", config.name, exc)
+                log.warning("%s: priming Spark with %s failed, its first tasks will measure its warm-up: %s", config.name, definition.name, exc)
         host = TaskHost(spark, config.workdir, cpus=cpus, interval_s=sample_s)
         host.start_sampling()
         client = cleanup.enter_context(RegistryClient(registry_url, key))

@@ -1,17 +1,18 @@
-"""Priming a Spark driver before it hosts tasks: the tasks' query over generated rows.
+"""Priming a Spark driver before it hosts tasks: its queries over made-up records.
 
 A driver that has run no query spends several times its tasks' steady CPU on its first ones:
 it loads and compiles the code of the streaming engine, the state store, the Python data
 source and the output function. In the demo, D (idle until it joined) used its whole 0.4-CPU
 quota for the 25 s after it received two tasks that had used 0.08 CPU at C: a load read then
 is far above what the tasks need, and an agent refuses offers or sheds on it. An agent that
-starts without tasks and takes them later (`bpm agent run --prime SECONDS`) first runs the
-same query (`spark_agents.query.start_query`) over rows this module makes up, micro-batches
-back to back, and drops what it writes.
+starts without tasks and takes them later (`bpm agent run --prime SECONDS`) first runs each
+query it can run (`spark_agents.query.start_query`) over records this module makes up from
+the query's schema, micro-batches back to back, and drops what it writes.
 
-The rows come through a Python data source (`bpm_prime`) as Arrow batches parsed from CSV
-(`spark_agents.broker.source.parse`), as the broker's do; each micro-batch is one second of
-event time, so that with one-second windows every batch closes a window and emits alerts.
+The records come through a Python data source (`bpm_prime`) as Arrow batches parsed from the
+stream's lines (`spark_agents.broker.source.parse`), as the broker's do. Each micro-batch
+holds `ROWS_PER_BATCH` records over `KEYS` keys at one event time, far enough after the
+batch before (`step_s`) that every batch closes a grain and the query emits what it closes.
 """
 
 from __future__ import annotations
@@ -26,42 +27,47 @@ from pathlib import Path
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from bpm.zeek.definitions import source_prefix
-from examples.network_monitoring import query as MONITORING
-from spark_agents.broker.source import parse
-from spark_agents.streams.records import MARK_DATA, STREAM_SCHEMA_DDL, StreamRecord
-
+from bpm.query import Params, Query
+from bpm.records import MARK_DATA, Records
+from spark_agents.broker.source import parse, register_source
 
 NAME = "bpm_prime"
 ROWS_PER_BATCH = 400
-SOURCES = 16  # a few sources alert in every window, on connections and on ports
-# One-second windows, no lateness: each batch's watermark closes the window of the batch before.
-PARAMS = MONITORING.bind({"window_s": 1, "min_connections": ROWS_PER_BATCH // SOURCES // 2, "min_ports": 4, "lateness_s": 0})
+KEYS = 16
 EPOCH_S = 1_700_000_000  # event time of batch 0
 BATCHES = 3
 
 
 @dataclass
 class Second(InputPartition):
-    """The generated rows of one second of event time."""
+    """The made-up records of one batch."""
 
     second: int
 
 
-def rows(second: int) -> bytes:
-    """One second of made-up connections as the stream's CSV lines: `ROWS_PER_BATCH` spread
-    over `SOURCES` sources, to as many destinations and ports as the row number gives."""
-    base = (EPOCH_S + second) * 1_000_000
-    out = []
-    for i in range(ROWS_PER_BATCH):
-        src = f"10.9.{i % SOURCES}.{second % 250 + 1}"
-        out.append(StreamRecord(base + i * (1_000_000 // ROWS_PER_BATCH), src, source_prefix(src), f"192.0.2.{i % 200}", i % 40,
-                                "tcp" if i % 3 else "udp", MARK_DATA).to_line())
-    return "".join(out).encode()
+def made_up(schema: list[tuple[str, str]], key_index: int, index: int) -> list[str]:
+    """The values of record `index` of a batch, one per column of `schema` (name, SQL type;
+    the line's columns after event time and mark), as the line's text: the key one of
+    `KEYS`, strings over 200 values, numbers over 40."""
+    values = []
+    for position, (_, sql) in enumerate(schema):
+        n = index % (KEYS if position == key_index else 200 if sql == "STRING" else 40)
+        values.append(f"v{n}" if sql == "STRING" else ("true" if n % 2 else "false") if sql == "BOOLEAN" else str(n))
+    return values
+
+
+def rows(schema: list[tuple[str, str]], key_index: int, step_s: int, second: int) -> bytes:
+    """Batch `second`'s made-up records as the stream's lines (`schema`: the line's columns, the
+    event time's and the mark's first)."""
+    ts_us = (EPOCH_S + second * step_s) * 1_000_000
+    return "".join(f"{ts_us},{MARK_DATA},{','.join(made_up(schema[2:], key_index, i))}\n" for i in range(ROWS_PER_BATCH)).encode()
 
 
 class PrimeReader(DataSourceStreamReader):
-    """An endless stream: each offset is one more second of generated rows."""
+    """An endless stream: each offset is one more batch of made-up records."""
+
+    def __init__(self, schema: list[tuple[str, str]], key_index: int, step_s: int) -> None:
+        self.schema, self.key_index, self.step_s = schema, key_index, step_s
 
     def initialOffset(self) -> dict:
         return {"second": 0}
@@ -73,7 +79,7 @@ class PrimeReader(DataSourceStreamReader):
         return [Second(s) for s in range(start["second"], end["second"])]
 
     def read(self, partition: Second) -> Iterator:
-        batch = parse([rows(partition.second)])
+        batch = parse([rows(self.schema, self.key_index, self.step_s, partition.second)], self.schema)
         if batch is not None:
             yield batch
 
@@ -82,27 +88,32 @@ class PrimeReader(DataSourceStreamReader):
 
 
 class PrimeSource(DataSource):
+    """Read with the line's schema and the options `key` (the key's position among the
+    record's columns) and `step` (seconds of event time between batches): `MadeUpInput`."""
+
     @classmethod
     def name(cls) -> str:
         return NAME
 
-    def schema(self) -> str:
-        return STREAM_SCHEMA_DDL
-
     def streamReader(self, schema) -> PrimeReader:
-        return PrimeReader()
+        return PrimeReader([(f.name, f.dataType.simpleString().upper()) for f in schema.fields],
+                           int(self.options["key"]), int(self.options["step"]))
 
 
 @dataclass(frozen=True)
-class GeneratedInput:
-    """A task's input as `start_query` reads it (`read`, and no span of event time), made up."""
+class MadeUpInput:
+    """A task's input as `start_query` reads it (`read`, and no span of event time): records
+    of `records`' query made up, batches `step_s` of event time apart."""
 
+    records: Records
+    step_s: int
     since_s: int | None = None
     until_s: int | None = None
 
     def read(self, spark, ddl: str, owed_batch: bool = False):
-        spark.dataSource.register(PrimeSource)
-        return spark.readStream.format(NAME).load()
+        register_source(spark, PrimeSource)
+        options = {"key": str(self.records.key_index), "step": str(self.step_s)}
+        return spark.readStream.format(NAME).schema(ddl).options(**options).load()
 
 
 class Discard:
@@ -118,28 +129,37 @@ class Discard:
         """Told how far the results are out, as the fence is; nothing to keep."""
 
 
-def prime(spark, seconds: float, folder: Path) -> dict:
-    """Run the tasks' query over generated rows for about `seconds`, and at least `BATCHES`
-    batches (the third is the first to close a window), its checkpoint in a temporary folder
-    under `folder` that it removes; stopped between batches. Returns what ran: `batches`,
-    `alerts` (rows written) and `seconds`. Raises RuntimeError when the query failed."""
+def step_s(query: Query, params: Params) -> int:
+    """Event time between batches: the smallest multiple of the grain (`align`, else one
+    second) that is at least the grain and the lateness together, so that each batch's
+    watermark closes the grain of the batch before."""
+    grain = query.align_s(params) or 1
+    return grain * -(-(grain + query.lateness_s(params)) // grain)
+
+
+def prime(spark, seconds: float, folder: Path, query: Query, params: Params) -> dict:
+    """Run `query` with `params` over made-up records for about `seconds`, and at least
+    `BATCHES` batches, its checkpoint in a temporary folder under `folder` that it removes;
+    stopped between batches. Returns what ran: `batches`, `results` (rows written) and
+    `seconds`. Raises RuntimeError when the query failed."""
     from spark_agents.query import start_query, stop_between_batches
 
     folder.mkdir(parents=True, exist_ok=True)
     checkpoint = Path(tempfile.mkdtemp(prefix="prime-", dir=folder))
     sink, done = Discard(), threading.Event()
     started = time.monotonic()
-    query = start_query(spark, checkpoint.name, GeneratedInput(), checkpoint, MONITORING, PARAMS, sink,  # type: ignore[arg-type]
-                        on_cpu=lambda *_: done.set())
+    made_up = MadeUpInput(Records(query), step_s(query, params))
+    running = start_query(spark, checkpoint.name, made_up, checkpoint, query, params, sink,  # type: ignore[arg-type]
+                          on_cpu=lambda *_: done.set())
     try:
-        while query.isActive and (time.monotonic() - started < seconds or _batches(query) < BATCHES):
+        while running.isActive and (time.monotonic() - started < seconds or _batches(running) < BATCHES):
             time.sleep(0.2)
-        if not query.isActive:
-            raise RuntimeError(f"the priming query stopped: {query.exception()}")
-        stop_between_batches(query, done)
-        return {"batches": _batches(query), "alerts": sink.rows, "seconds": round(time.monotonic() - started, 1)}
+        if not running.isActive:
+            raise RuntimeError(f"the priming query stopped: {running.exception()}")
+        stop_between_batches(running, done)
+        return {"query": query.name, "batches": _batches(running), "results": sink.rows, "seconds": round(time.monotonic() - started, 1)}
     finally:
-        query.stop()  # when it failed or was interrupted; again is harmless
+        running.stop()  # when it failed or was interrupted; again is harmless
         shutil.rmtree(checkpoint, ignore_errors=True)
 
 

@@ -1,11 +1,12 @@
-"""The cross-participant result: per window, the sources that raise alerts at two or more participants.
+"""The cross-participant result: per window, the subjects that raise alerts at two or more participants.
 
 One scanner sweeping several organisations' networks raises an alert at each of them, and
 no single participant can see that it is one scanner. Each participant that opts in
-shares its alerts with its contract partners; a participant's *alerts* for a window are
-the source IPs of its `connections` and `ports` rows for that window
-(`bpm.zeek.definitions`). A correlated row names a source, its window, and the
-participants that saw it alert, when they are at least `min_participants`.
+shares its alerts with its contract partners; a participant's *alerts* for a window (a
+grain of its query, `bpm.query.Query.align`) are the subjects its query's `alert` finds in
+the results final at that window's end (for the network-monitoring query, the sources of
+its connection and port alerts). A correlated row names a subject (`source`), its window,
+and the participants that saw it alert, when they are at least `min_participants`.
 
 `correlate` is the definition for one window; `plain_correlation` applies it to every
 window of every participant's complete results: what the stable output must equal.
@@ -14,18 +15,21 @@ window of every participant's complete results: what the stable output must equa
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from bpm.zeek.definitions import ResultRow, iso_utc, parse_iso_utc
+from bpm.records import iso_utc, parse_iso_utc
+from bpm.results import Result
 
-ALERT_KINDS = ("connections", "ports")
 MIN_PARTICIPANTS = 2
+# A query's `alert`: the subject a result row raises an alert on, or None.
+Alert = Callable[[Mapping[str, Any]], Any]
 
 
 @dataclass(frozen=True, order=True, slots=True)
 class CorrelatedRow:
-    """A source that raised alerts at `participants` (sorted, at least two) in one window."""
+    """A subject (`source`) that raised alerts at `participants` (sorted, at least two) in one window."""
 
     window_start: int
     window_end: int
@@ -53,12 +57,23 @@ class CorrelatedRow:
         )
 
 
-def alerting_sources(rows: Iterable[ResultRow]) -> dict[tuple[int, int], frozenset[str]]:
-    """One participant's alerts: per window (start, end), the sources with an alert row."""
+def alert_of(result: Result, alert: Alert, window_s: int) -> tuple[tuple[int, int], str] | None:
+    """The window (start, end: the grain that ends when `result` is final) and the subject of
+    the alert `result` raises, or None when it raises none."""
+    subject = alert(dict(result.row))
+    if subject is None:
+        return None
+    end = result.time_us // 1_000_000
+    return (end - window_s, end), str(subject)
+
+
+def alerting_sources(results: Iterable[Result], alert: Alert, window_s: int) -> dict[tuple[int, int], frozenset[str]]:
+    """One participant's alerts: per window (start, end), the subjects its results alert on."""
     found: dict[tuple[int, int], set[str]] = defaultdict(set)
-    for row in rows:
-        if row.kind in ALERT_KINDS:
-            found[(row.window_start, row.window_end)].add(row.key)
+    for result in results:
+        raised = alert_of(result, alert, window_s)
+        if raised is not None:
+            found[raised[0]].add(raised[1])
     return {window: frozenset(sources) for window, sources in found.items()}
 
 
@@ -76,11 +91,12 @@ def correlate(window: tuple[int, int], alerts: Mapping[str, Iterable[str]], min_
     )
 
 
-def plain_correlation(results: Mapping[str, Iterable[ResultRow]], min_participants: int = MIN_PARTICIPANTS) -> frozenset[CorrelatedRow]:
+def plain_correlation(results: Mapping[str, Iterable[Result]], alert: Alert, window_s: int,
+                      min_participants: int = MIN_PARTICIPANTS) -> frozenset[CorrelatedRow]:
     """Every window's correlated rows from every participant's complete results."""
     per_window: dict[tuple[int, int], dict[str, frozenset[str]]] = defaultdict(dict)
     for participant, rows in results.items():
-        for window, sources in alerting_sources(rows).items():
+        for window, sources in alerting_sources(rows, alert, window_s).items():
             per_window[window][participant] = sources
     out: set[CorrelatedRow] = set()
     for window, alerts in per_window.items():

@@ -25,7 +25,7 @@ from bpm.costs.base import CostFunction
 from bpm.keygroups import BITS
 from bpm.negotiation.decisions import _factor
 from bpm.negotiation.models import DEFAULT_HYSTERESIS, DEFAULT_MARGIN, Contract, Task
-from bpm.zeek.definitions import window_end
+from bpm.records import grain_end
 
 
 # Splits a participant makes because partners refused its smallest offer, between two
@@ -46,7 +46,7 @@ def split_time(newest_event_us: int, window_s: int) -> int:
     the stream is at or past that time, and a row written later before it is late for the
     new tasks' windows, never theirs: each window of each key group is one task's.
     """
-    return window_end(newest_event_us, window_s)
+    return grain_end(newest_event_us, window_s)
 
 
 def regrained_name(groups: str, parents: Sequence[int]) -> str:

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
-from bpm.records import Admission
+from bpm.records import Admission, grain_end, iso_utc, parse_iso_utc
 from bpm.results import Result
 from bpm.zeek.conn import Conn
 
@@ -100,14 +100,6 @@ class ResultRow:
         )
 
 
-def iso_utc(epoch_s: int) -> str:
-    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_iso_utc(text: str) -> int:
-    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp())
-
-
 def source_prefix(address: str) -> str:
     """The prefix a source belongs to: its /24 for IPv4, its /64 for IPv6."""
     ip = ipaddress.ip_address(address)
@@ -133,7 +125,7 @@ def window_start(ts_us: int, window_s: int) -> int:
 def window_end(ts_us: int, window_s: int) -> int:
     """End (epoch seconds) of the tumbling window holding a timestamp in microseconds: the
     first window start after it."""
-    return window_start(ts_us, window_s) + window_s
+    return grain_end(ts_us, window_s)
 
 
 def counts_port(proto: str) -> bool:

@@ -10,9 +10,10 @@ slightly out of order, and a few long connections arrive very late.
 from __future__ import annotations
 
 import heapq
+import ipaddress
 import random
 import string
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from bpm.zeek.conn import Conn
@@ -115,3 +116,21 @@ def generate(profile: TrafficProfile = TrafficProfile(), seed: int = 0) -> list[
     heap = [(end, i, conn) for i, (end, conn) in enumerate(_connections(profile, rng))]
     heapq.heapify(heap)
     return [heapq.heappop(heap)[2] for _ in range(len(heap))]
+
+
+def amplified(conns: Iterable[Conn], copies: int) -> Iterator[Conn]:
+    """Each connection `copies` times; copy i gets its source moved to another address space
+    (IPv4: first octet + 17·i mod 256; IPv6: + i·2^80) so load multiplies while each copy keeps
+    the per-source shape of the original."""
+    if copies < 1:
+        raise ValueError("copies must be at least 1")
+    for conn in conns:
+        yield conn
+        ip = ipaddress.ip_address(conn.orig_h)
+        for i in range(1, copies):
+            if ip.version == 4:
+                octets = ip.packed
+                moved = ipaddress.IPv4Address(bytes([(octets[0] + 17 * i) % 256]) + octets[1:])
+            else:
+                moved = ipaddress.IPv6Address((int(ip) + (i << 80)) % (1 << 128))
+            yield Conn(conn.ts, moved.compressed, conn.orig_p, conn.resp_h, conn.resp_p, conn.proto, conn.extra)

@@ -1,6 +1,9 @@
-"""The rows of a participant's input stream: connections, and punctuation marks that only
-move event time (a time-advance tick, or the end of input), as lines in the stream's format
-(`bpm.records`: event time and mark first, then the record's columns)."""
+"""The network-monitoring query's lines on a participant's stream: connections, and
+punctuation marks that only move event time (a time-advance tick, or the end of input), in
+the stream's format (`bpm.records`: event time and mark first, then the record's columns,
+here those of `CONN_RECORD_SCHEMA` after `ts`). What reads them back as connections (tests,
+tools) uses `StreamRecord.from_line`; what writes them is any query's feeder
+(`spark_agents.streams.feed.RecordFeeder`)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from dataclasses import dataclass
 from bpm.records import MARK, MARK_DATA, MARK_END, MARK_TICK, TIME
 
 __all__ = ["MARK_DATA", "MARK_END", "MARK_TICK", "STREAM_SCHEMA_DDL", "StreamRecord"]
-# The rows' columns as Spark reads them (`spark_agents.broker.source`).
+# The lines' columns as the stream's source reads them (`bpm.records.Records.wire_ddl`).
 STREAM_SCHEMA_DDL = f"{TIME} BIGINT, {MARK} INT, src STRING, prefix STRING, dst STRING, dport INT, proto STRING"
 
 

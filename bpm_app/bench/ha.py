@@ -88,6 +88,7 @@ from bpm_app.bench.move import PacedFeed, RemoteSide, Side, load_average, own_ad
 from bpm.ha.decisions import HA_MODES, PRECISE_MODES
 from bpm.query import Params, Query
 from bpm_app.bench.workload import MONITORING, Workload
+from examples.network_monitoring import SHORT_RUN
 
 if TYPE_CHECKING:
     from spark_agents.broker.source import JetStreamInput
@@ -97,8 +98,8 @@ TASK_ID = f"{ORIGIN}.ha-0"
 DETECTION_GOAL_S = 3.0
 RECOVERY_GOALS_S = {"active_standby": 1.0, "passive_standby": 5.0}
 OVERHEAD_GOALS = {"upstream_backup": 1.05, "passive_standby": 1.15}
-# 10 s windows: a result about every second of wall time.
-BENCH_WORKLOAD = Workload(MONITORING, (("window_s", 10), ("min_connections", 40), ("min_ports", 6), ("lateness_s", 5)))
+# The network-monitoring query's short-run parameters: 10 s windows, a result about every second of wall time.
+BENCH_WORKLOAD = Workload(MONITORING, tuple(SHORT_RUN.items()))
 FAULTS = ("crash", "cut", "link")
 CAUGHT_UP_MESSAGES = 256  # about four flushes of the feeder: one message per key group that got rows
 

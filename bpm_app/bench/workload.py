@@ -95,5 +95,5 @@ def generator(query: Query):
     make = getattr(module, "generate", None)
     if not callable(make):
         raise QueryError(f"query {query.name!r}: its module defines no generate(seconds=..., rate=..., seed=...), "
-                         "which a benchmark needs to make its input")
+                         "which a benchmark or the demo needs to make its input")
     return make

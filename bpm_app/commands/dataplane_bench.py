@@ -146,6 +146,8 @@ def first_queries_command(
     queries: int = typer.Option(3, "--queries", min=2, help="Queries run one after another."),
     seconds: float = typer.Option(30.0, "--seconds", min=1, help="Seconds each query runs."),
     trigger: float = typer.Option(10.0, "--trigger", min=0.1, help="Their trigger interval in seconds."),
+    query: QueryRef = None,
+    param: QueryParam = None,
     spark_master: SparkMaster = "local[1]",
     as_json: AsJson = False,
 ) -> None:
@@ -155,6 +157,7 @@ def first_queries_command(
 
     if not spark_master.startswith("local"):
         raise typer.BadParameter("the driver's CPU is measured on a local master", param_hint="--spark-master")
+    task = _task(query, param)
     _with_spark("first-queries", spark_master, as_json,
-                lambda spark, tmp, progress: benchmarks.first_queries(spark, tmp, prime, queries, seconds, trigger, progress=progress),
+                lambda spark, tmp, progress: benchmarks.first_queries(spark, tmp, task, prime, queries, seconds, trigger, progress=progress),
                 lean=True)

@@ -57,6 +57,7 @@ def demo(
     boot_cpus: Annotated[float, typer.Option(min=0.0, help="Each participant's CPU quota while its JVM and its tasks start, before phase 1, and while they drain after phase 4; its capacity (--cpus) in every phase. 0: its capacity throughout.")] = 0.8,
     hosts: Annotated[bool, typer.Option("--hosts/--no-hosts", help="Each participant and the registry in a network namespace of its own, on a private bridge (needs root); else loopback addresses 127.0.0.2 on.")] = True,
     log_format: Annotated[LogFormat, typer.Option(help="text, or json: what the demo tells as one JSON object per line on stderr (no live view).")] = LogFormat.text,
+    queries: Annotated[list[str] | None, typer.Option("--queries", help="PARTICIPANT=module:attribute (repeatable): that participant's own tasks run this query (bpm.query; its module's generate() makes its input) instead of the network-monitoring query; every agent can host every query of the run, and the report compares each query's results with its plain computation.")] = None,
 ) -> None:
     """Run the four phases of the Borealis poster on a local federation, each participant a host of its own
     (SQLite, Spark local), or, with --scenario failover, crash a participant's host while it hosts moved tasks
@@ -84,8 +85,10 @@ def demo(
             return FailoverDemo(settings, ha_mode=ha_mode.value, fault=fault, cut_s=cut_for, **kw)
         return Demo(settings, **kw)
 
+    chosen = _queries(queries, scenario)
     prepare_workdir(workdir)
-    settings = DemoSettings(workdir=workdir.resolve(), port=port, phase_timeout_s=phase_timeout, cpus=cpus or None, boot_cpus=boot_cpus or None, network=hosts)
+    settings = DemoSettings(workdir=workdir.resolve(), port=port, phase_timeout_s=phase_timeout, cpus=cpus or None, boot_cpus=boot_cpus or None,
+                            network=hosts, queries=chosen)
     started = time.monotonic()
 
     def stamped(msg: str) -> str:
@@ -117,6 +120,9 @@ def demo(
         for phase in report["phases"]:
             typer.echo(f"  {phase['name']}: {verdict(phase)}")
         typer.echo(f"  movements {len(report['movements'])}, lost results {report['lost_results']}, duplicate results {report['duplicate_results']}")
+        for name, q in report.get("queries", {}).items() if len(report.get("queries", {})) > 1 else ():
+            typer.echo(f"  query {name} ({', '.join(q['participants'])}): {q['output_results']} results of {q['expected_results']} expected, "
+                       f"lost {q['lost_results']}, duplicated {q['duplicate_results']}, extra {q['extra_results']}")
         for r in report.get("regrains", []):
             typer.echo(f"  {r['kind']} of {r['origin']}'s {', '.join(r['from'])} into {', '.join(r['made'])} at {r['t']:.0f} s")
         for f in report.get("failovers", []):
@@ -129,6 +135,26 @@ def demo(
             then = (f"still ran every task it hosted after {h['ran_its_tasks_after_s']} s" if "ran_its_tasks_after_s" in h
                     else f"stopped the tasks it lost after {h['stopped_lost_tasks_after_s']} s")
             typer.echo(f"  healed at {h['at_s']} s: heard from again after {h['heard_after_s']} s, {then}")
+
+
+def _queries(given: list[str] | None, scenario: Scenario) -> dict[str, str]:
+    """`--queries` by participant, each query loaded once to check it; exits 2 with the reason."""
+    from bpm.query import QueryError
+    from bpm_app.demo.queries import DemoQuery, parse_queries
+
+    if not given:
+        return {}
+    if scenario != Scenario.phases:
+        fail(f"--queries: the {scenario.value} scenario runs the network-monitoring query; mixed queries run in the phases scenario")
+    from bpm_app.demo.run import MEMBERS
+
+    try:
+        chosen = parse_queries(given, [m.name for m in MEMBERS])
+        for reference in set(chosen.values()):
+            DemoQuery.load(reference)
+    except (QueryError, ValueError) as exc:
+        fail(str(exc))
+    return chosen
 
 
 def _run(runner) -> dict:

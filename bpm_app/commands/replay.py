@@ -51,12 +51,14 @@ def replay_command(
 
     from bpm.keygroups import PASSWORD_ENV, KeyGroupError, groups, parse_location
     from bpm.records import BadRecords, Records
-    from bpm.zeek.definitions import QueryParams
+    from bpm.zeek.definitions import stream_values
+    from bpm.zeek.generator import amplified
     from bpm_app.commands.pipeline import read_input
     from bpm_app.commands.query import load_bound, read_records
+    from examples.network_monitoring import query as monitoring
     from spark_agents.broker.server import BrokerError
     from spark_agents.broker.stream import Broker, BrokerStream
-    from spark_agents.streams.feed import Feeder, RecordFeeder, amplified, replay
+    from spark_agents.streams.feed import RecordFeeder, replay
 
     err = Console(stderr=True)
     say = teller(log_format.value, "bpm.replay", console=err)
@@ -82,7 +84,8 @@ def replay_command(
         items = amplified(recorded, amplify)  # copied as they are fed, never all held at once
         total = len(recorded) * amplify
         window, lateness = window or 60, 60 if lateness is None else lateness
-        feeder = Feeder(target, QueryParams(window_s=window, lateness_s=lateness), fed_groups)
+        feeder = RecordFeeder(target, monitoring, monitoring.bind({"window_s": window, "lateness_s": lateness}), fed_groups)
+        record = stream_values  # a connection as the query's record; `fed` keeps the connections
     else:
         if amplify != 1 or window is not None or lateness is not None:
             fail("--amplify, --window and --lateness are for Zeek logs; a query's parameters are --param name=value")
@@ -94,6 +97,7 @@ def replay_command(
         total = len(items)
         lateness = query.lateness_s(bound)
         feeder = RecordFeeder(target, query, bound, fed_groups)
+        record = None
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -111,7 +115,8 @@ def replay_command(
     fed: list = []
     with progress("rows", console=err, say=say if log_format == LogFormat.json else None) as steps:
         bar = steps.add("replaying", total)
-        replay(feeder, items, rate, speedup, flush_interval, stop=stop, on_flush=lambda done: steps.update(bar, completed=done), fed=fed)
+        replay(feeder, items, rate, speedup, flush_interval, stop=stop, on_flush=lambda done: steps.update(bar, completed=done), fed=fed,
+               record=record)
     if not feeder.closed:
         feeder.close()
         say(f"stopped after {len(fed)} rows fed of {total}; the stream is closed")

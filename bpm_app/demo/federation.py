@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -27,6 +28,9 @@ from bpm_app.processes import wait_http
 from spark_agents.hosts import Host, Hosts
 from spark_agents.runtime import KEY_FILE
 from spark_agents.settings import AgentSettings
+
+if TYPE_CHECKING:
+    from bpm_app.demo.queries import DemoQuery
 
 BPM = str(Path(sys.executable).with_name("bpm"))
 # The kinds of record an agent's log line begins with that say what it decided (`Agent.note`).
@@ -137,17 +141,22 @@ class Federation:
 
         return generated
 
-    def start_replay(self, name: str, log: Path, target: list[str], env: dict[str, str], window_s: int, lateness_s: int, speedup: float,
+    def start_replay(self, name: str, log: Path, target: list[str], env: dict[str, str], query: DemoQuery, speedup: float,
                      feed: list[str], host: str | None = None, amplify: int = 1) -> Path:
-        """`bpm replay` into the participant's stream (`target`: its options) at recorded time x
-        speedup, each connection `amplify` times from distinct sources, feeding the key groups
-        of the prefixes `feed` and later those `feed_more` names, in host `host` (default: the
-        participant's); returns where the fed log will be."""
-        fed = log.with_name(f"{name}.fed.log")
+        """`bpm replay` of `log` into the participant's stream (`target`: its options) at recorded
+        time x speedup, as records of `query` (the network-monitoring query: a Zeek log, each
+        connection `amplify` times from distinct sources; another: JSON lines), feeding the key
+        groups of the prefixes `feed` and later those `feed_more` names, in host `host`
+        (default: the participant's); returns where the fed log will be."""
+        if query.zeek:
+            fed = log.with_name(f"{name}.fed.log")
+            records = ["--window", str(query.align_s), "--lateness", str(query.lateness_s), "--amplify", str(amplify)]
+        else:
+            fed = log.with_name(f"{name}.fed.jsonl")
+            records = ["--query", query.reference, *(o for p in query.param_args() for o in ("--param", p)), "--format", "jsonl"]
         self._spawn(
             f"replay-{name}", host or name,
-            [BPM, "replay", str(log), *target, "--rate", "0", "--speedup", str(speedup),
-             "--window", str(window_s), "--lateness", str(lateness_s), "--fed-log", str(fed), "--amplify", str(amplify),
+            [BPM, "replay", str(log), *target, "--rate", "0", "--speedup", str(speedup), *records, "--fed-log", str(fed),
              *(o for prefix in feed for o in ("--feed", prefix)), "--feed-from-stdin"],
             env, stdin=subprocess.PIPE,
         )

@@ -10,11 +10,11 @@ rows that fell in them.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bpm.keygroups import PASSWORD_ENV, StreamLocation, groups, key_group, shares
+from bpm.keygroups import PASSWORD_ENV, StreamLocation, groups, shares
 from bpm.results import OutputSet
 
 if TYPE_CHECKING:
@@ -56,10 +56,9 @@ class BrokerInputs:
     def input_uri(self, name: str, task: str) -> str:
         return self._location(name, task[1:])
 
-    def selects(self, tasks: Iterable[str]) -> Callable[[str], bool]:
-        """Whether a row of a source prefix falls in one of `tasks`' shares."""
-        chosen = {g for task in tasks for g in groups(task[1:])}
-        return lambda prefix: key_group(prefix) in chosen
+    def key_groups(self, tasks: Iterable[str]) -> set[int]:
+        """The key groups of `tasks`' shares."""
+        return {g for task in tasks for g in groups(task[1:])}
 
     def broker(self, name: str) -> Broker:
         """A connection to `name`'s broker as its owner (while its agent runs); close it after use."""

@@ -45,12 +45,14 @@ import httpx
 
 from bpm_app.demo.federation import Federation
 from bpm.federation.views import AgreedTerms, ending, key_groups, regrains
+from bpm.keygroups import key_group
 from bpm.names import task_key
 from bpm.negotiation import is_acceptable
 from bpm_app.demo.inputs import BrokerInputs
-from spark_agents.streams.feed import end_mark_us, end_watermark_ms, write_end
+from spark_agents.streams.feed import write_end
+from bpm.records import Records, end_mark_us, end_watermark_ms
 from bpm.results import Result
-from bpm.zeek.definitions import QueryParams, as_results
+from bpm_app.demo.queries import MONITORING, DemoQuery
 from spark_agents.hosts import CpuMeter, Hosts
 from spark_agents.metrics import default_load_window_s
 
@@ -145,7 +147,7 @@ class DemoSettings:
             30 s, A shed before phase 1 on a machine slow to start its tasks (docs/demo.md).
         join_warmup_s: the same for an agent that joins without tasks (D): nothing to wait out
             but its own start.
-        join_prime_s: how long such an agent first runs the tasks' query over generated rows
+        join_prime_s: how long such an agent first runs its queries over made-up records
             (`bpm agent run --prime`, at least three batches), so that its first tasks do not
             pay its JVM's warm-up: unprimed, D used its whole quota for the 25 s after its
             first two tasks came, which had used a fifth of it at C. A driver's first query
@@ -202,10 +204,6 @@ class DemoSettings:
     workdir: Path
     port: int = 8700
     agent_port: int = 9100
-    window_s: int = 10
-    lateness_s: int = 5
-    min_connections: int = 20
-    min_ports: int = 5
     trigger_s: float = 10.0
     period_s: float = 3.0
     tick_s: float = 1.0
@@ -235,6 +233,7 @@ class DemoSettings:
     correlate: bool = False
     availability_bound_s: float = 10.0
     shared_scanners: int = 0
+    queries: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -275,7 +274,7 @@ class Demo:
 
     def __init__(self, settings: DemoSettings, view: Callable[[dict], None] | None = None, say: Callable[[str], None] = print) -> None:
         self.s = settings
-        self.params = QueryParams(settings.window_s, settings.min_connections, settings.min_ports, settings.lateness_s)
+        self.queries = {ref: DemoQuery.load(ref) for ref in {MONITORING, *settings.queries.values()}}
         self.fed = Federation(settings.workdir, registry_port=settings.port)
         self.view = view
         self.say = say
@@ -297,6 +296,10 @@ class Demo:
 
     # Setup
 
+    def _query(self, name: str) -> DemoQuery:
+        """The query participant `name` runs (`DemoSettings.queries`; the network-monitoring query by default)."""
+        return self.queries[self.s.queries.get(name, MONITORING)]
+
     def _contracts(self, member: Member) -> list[AgreedTerms]:
         """The terms `member` agreed offline."""
         s = self.s
@@ -314,12 +317,18 @@ class Demo:
         s = self.s
         signed = {"contract": [terms.spec() for terms in self._contracts(member)]} if contracts else {}
         return {**signed, "reference_price": s.price, "margin": s.margin,
-                "spark_master": "local[1]", "param": [f"{name}={value}" for name, value in self.params.to_dict().items()],
+                "spark_master": "local[1]", **self._query_settings(member),
                 "trigger": s.trigger_s, "period": s.period_s, "tick": s.tick_s, "sample": s.sample_s,
                 "cost_model": "mm1", "mm1_scale": s.mm1_scale, "warmup": self._warmup_s(member), "settle": s.agent_settle_s,
                 **({} if member.tasks else {"prime": s.join_prime_s}),
                 **({"correlate": True, "availability_bound": s.availability_bound_s} if s.correlate and member.shares else {}),
                 }
+
+    def _query_settings(self, member: Member) -> dict[str, object]:
+        """The agent's query and its parameters, and the others of the run, which it hosts for its partners."""
+        own = self._query(member.name)
+        others = sorted({ref for ref in self.s.queries.values() if ref != own.reference} | ({MONITORING} - {own.reference}))
+        return {"query": own.reference, "param": own.param_args(), **({"can_run": others} if self.s.queries else {})}
 
     def _join(self, member: Member, sign: bool = True) -> None:
         """Start the participant's agent in its host: it registers itself and, unless `sign` is
@@ -353,8 +362,13 @@ class Demo:
                 time.sleep(self.s.poll_s)
 
     def _generate_input(self, member: Member) -> Callable[[], Path]:
-        """Start `bpm generate-traffic` for the participant; the function returned waits for it."""
+        """Start `bpm generate-traffic` for the participant; the function returned waits for it.
+        A participant of another query gets its module's generated records, when it is called."""
         s = self.s
+        query = self._query(member.name)
+        if not query.zeek:
+            path = self.fed.hosts.hosts[member.name].folder / "traffic" / f"{member.name}.jsonl"
+            return lambda: query.generate(path, s.traffic_s, s.rate, member.seed)
         return self.fed.generate_traffic(member.name, s.traffic_s, s.rate, s.sources, s.scanners, member.seed,
                                          shared_scanners=s.shared_scanners, shared_seed=SHARED_SEED)
 
@@ -363,7 +377,8 @@ class Demo:
         s = self.s
         target, env = self.inputs.replay(member.name)
         self.fed_tasks[member.name] = self.inputs.tasks(member.shares)[:member.initial]
-        self.fed_logs[member.name] = self.fed.start_replay(member.name, generated(), target, env, s.window_s, s.lateness_s, s.speedup,
+        query = self._query(member.name)
+        self.fed_logs[member.name] = self.fed.start_replay(member.name, generated(), target, env, query, s.speedup,
                                                            feed=[task[1:] for task in self.fed_tasks[member.name]],
                                                            host=self._replay_host(member), amplify=self._amplify(member))
 
@@ -660,11 +675,20 @@ class Demo:
         expected = self._reference(logs)
         lost = duplicate = 0
         output_rows = 0
+        per_query: dict[str, dict] = {}
         for name, rows in expected.items():
             out = outputs[name]
             lost += len(out.lost(rows))
             duplicate += len(out.duplicates)
             output_rows += len(out.rows)
+            query = self._query(name)
+            tally = per_query.setdefault(query.query.name, {"reference": query.reference, "params": dict(query.params), "participants": [],
+                                                            "expected_results": 0, "output_results": 0, "lost_results": 0,
+                                                            "duplicate_results": 0, "extra_results": 0})
+            tally["participants"].append(name)
+            for key, count in (("expected_results", len(rows)), ("output_results", len(out.rows)), ("lost_results", len(out.lost(rows))),
+                               ("duplicate_results", len(out.duplicates)), ("extra_results", len(out.extra(rows)))):
+                tally[key] += count
         ledger = state["ledger"]
         return {
             "phases": [p.to_json() for p in self.phases],
@@ -675,6 +699,7 @@ class Demo:
             "output_results": output_rows,
             "lost_results": lost,
             "duplicate_results": duplicate,
+            "queries": per_query,
             "fed_connections": {name: _connections(log) for name, log in self.fed_logs.items()},
             "queried_connections": {name: _connections(log) for name, log in logs.items()},
             "queried_tasks": queried,
@@ -695,17 +720,21 @@ class Demo:
         """What `name`'s tasks were fed: the connections of the fed log (after the lateness rule
         the stream applied to all of it) that fall in the shares of `tasks`, as a Zeek log beside
         it; and the end-of-input mark the replayer wrote after the newest of them all. Phases 1
-        and 3 leave some shares without a query; their rows are no task's input."""
+        and 3 leave some shares without a query; their rows are no task's input. (For a participant
+        of another query, its records as JSON lines: `DemoQuery.queried`.)"""
         from bpm.zeek.conn import read_logs, write_tsv
         from bpm.zeek.definitions import Admission, admitted, source_prefix
 
-        selects = self.inputs.selects(tasks)
-        admission = Admission(self.s.lateness_s)
+        query, chosen = self._query(name), self.inputs.key_groups(tasks)
+        if not query.zeek:
+            out, self._end_us[name] = query.queried(fed, fed.with_name(f"{name}.queried.jsonl"), chosen.__contains__)
+            return out
+        admission = Admission(query.lateness_s)
         out = fed.with_name(f"{name}.queried.log")
         with out.open("w", encoding="utf-8") as handle:
-            write_tsv((c for c in admitted(read_logs([fed]), admission) if selects(source_prefix(c.orig_h))), handle)
+            write_tsv((c for c in admitted(read_logs([fed]), admission) if key_group(source_prefix(c.orig_h)) in chosen), handle)
         newest = admission.newest_us
-        self._end_us[name] = None if newest is None else end_mark_us(newest, self.params)
+        self._end_us[name] = None if newest is None else end_mark_us(newest, query.lateness_s, query.align_s)
         return out
 
     def _end_together(self) -> None:
@@ -723,7 +752,7 @@ class Demo:
             if end < common:
                 with self.inputs.broker(name) as broker:
                     stream = BrokerStream(broker, name)
-                    write_end(stream, common, range(stream.partitions))
+                    write_end(stream, common, range(stream.partitions), Records(self._query(name).query))
             self._end_us[name] = common
 
     def _over(self, name: str, tasks: list[str]) -> list[dict]:
@@ -755,7 +784,7 @@ class Demo:
                 end_us = self._end_us.get(name)
                 if end_us is None:
                     continue  # nothing fed: nothing to drain
-                want = end_watermark_ms(end_us, self.params)
+                want = end_watermark_ms(end_us, self._query(name).lateness_s)
                 for t in self._over(name, tasks):
                     if t.get("retired"):
                         continue
@@ -773,13 +802,30 @@ class Demo:
             self.say(f"tasks had not drained after {timeout_s:.0f} s: {where}; results compared as they are")
 
     def _reference(self, logs: dict[str, Path]) -> dict[str, list[Result]]:
-        """The plain computation (`bpm.zeek.reference`, the query's definitions without Spark)
-        over exactly what each participant's queried shares were fed."""
+        """The plain computation of each participant's query over exactly what its queried shares
+        were fed: `examples.network_monitoring.expected` (the query's definitions without Spark),
+        or for another query its batch computation on a Spark of this process's own."""
         from bpm.zeek.conn import read_logs
-        from bpm.zeek.reference import compute
+        from examples.network_monitoring import expected
 
         self.say("reference: the plain computation over what each participant's queried shares were fed")
-        return {name: as_results(compute(read_logs([log]), self.params)) for name, log in logs.items()}
+        out: dict[str, list[Result]] = {}
+        spark = None
+        try:
+            for name, log in logs.items():
+                query = self._query(name)
+                if query.zeek:
+                    out[name] = expected(read_logs([log]), query.params)
+                    continue
+                if spark is None:
+                    from spark_agents.session import make_session
+
+                    spark = make_session("local[2]", app_name="bpm-demo-reference")
+                out[name] = query.reference_results(spark, log, self.s.workdir / "reference" / name)
+        finally:
+            if spark is not None:
+                spark.stop()
+        return out
 
 
 # The load above which a phase feeds a participant no more shares until it has shed some: a

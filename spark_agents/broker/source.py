@@ -32,7 +32,6 @@ from bpm.keygroups import StreamLocation, check_prefix, subject_filter
 from bpm.negotiation.granularity import split_time
 from bpm.records import MARK_END, mark_and_time
 from spark_agents.broker.stream import STREAM as INPUT, Broker
-from spark_agents.streams.records import STREAM_SCHEMA_DDL
 
 NAME = "bpm_jetstream"
 FETCH = 256  # messages per pull request
@@ -66,11 +65,7 @@ def _arrow_types(schema: list[tuple[str, str]]) -> dict:
     return {name: types[sql] for name, sql in schema}
 
 
-# The connection stream's columns (`StreamRecord`), for readers that name none.
-STREAM_COLUMNS = columns(STREAM_SCHEMA_DDL)
-
-
-def parse(chunks: list[bytes], schema: list[tuple[str, str]] = STREAM_COLUMNS):
+def parse(chunks: list[bytes], schema: list[tuple[str, str]]):
     """One Arrow record batch from messages of the stream's lines with columns `schema`, (name,
     SQL type) each (none for no rows)."""
     from pyarrow import csv
@@ -183,7 +178,7 @@ async def _fetch(js, stream: str, filter_subject: str, after: int, last: int) ->
 
 
 class JetStreamReader(DataSourceStreamReader):
-    def __init__(self, options: dict[str, str], schema: list[tuple[str, str]] = STREAM_COLUMNS) -> None:
+    def __init__(self, options: dict[str, str], schema: list[tuple[str, str]]) -> None:
         self.schema = schema
         options = {k.lower(): v for k, v in options.items()}  # Spark's option names are case-insensitive
         try:
@@ -242,16 +237,30 @@ class JetStreamSource(DataSource):
         return NAME
 
     def schema(self) -> str:
-        return STREAM_SCHEMA_DDL
+        raise ValueError(f"the {NAME} source reads the columns its reader gives: read it with .schema(ddl), "
+                         "the reading query's line schema (bpm.records.Records.wire_ddl)")
 
     def streamReader(self, schema) -> JetStreamReader:
         # The stream's lines have the columns the reading query gives (`JetStreamInput.ddl`).
         return JetStreamReader(dict(self.options), [(f.name, f.dataType.simpleString().upper()) for f in schema.fields])
 
 
+def register_source(spark, source: type[DataSource]) -> None:
+    """Register the Python data source `source` with `spark`. A session made by `newSession`
+    over a context whose first session registered it already knows it, and Spark refuses to
+    register it again there (DATA_SOURCE_ALREADY_EXISTS): then there is nothing to do."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        spark.dataSource.register(source)
+    except AnalysisException as exc:
+        if exc.getCondition() != "DATA_SOURCE_ALREADY_EXISTS":
+            raise
+
+
 def register(spark) -> None:
     """Make `format("bpm_jetstream")` known to `spark` (once per session is enough; again is harmless)."""
-    spark.dataSource.register(JetStreamSource)
+    register_source(spark, JetStreamSource)
 
 
 @dataclass(frozen=True)

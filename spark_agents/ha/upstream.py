@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bpm.zeek.definitions import MICROS
+from bpm.records import MICROS
 from spark_agents.checkpoint import processed_seq
 from spark_agents.ha.logs import batch_offsets, committed_batch
 

@@ -5,59 +5,23 @@ not depend on the number of key groups), routes each record by its key to its ke
 and ends every chunk with a time-advance tick carrying the newest event time admitted so
 far: a key group that receives no records for a while still sees event time move, so its
 results close. `close()` writes an end-of-input mark that makes every result final
-(`bpm.records.end_mark_us`). `RecordFeeder` takes any query's records; `Feeder` takes Zeek
-connections for the network-monitoring query.
+(`bpm.records.end_mark_us`).
 """
 
 from __future__ import annotations
 
-import ipaddress
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Protocol
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
 
 from bpm.query import Params, Query
-from bpm.records import MARK_END, MARK_TICK, Admission, Records
-from bpm.records import end_mark_us as query_end_mark_us
-from bpm.records import end_watermark_ms as query_end_watermark_ms
-from bpm.zeek.conn import Conn
-from bpm.zeek.definitions import QueryParams, stream_values
-from spark_agents.streams.records import StreamRecord
+from bpm.records import MARK_END, MARK_TICK, Admission, Records, end_mark_us
 
 
-def amplified(conns: Iterable[Conn], copies: int) -> Iterator[Conn]:
-    """Each connection `copies` times; copy i gets its source moved to another address space
-    (IPv4: first octet + 17·i mod 256; IPv6: + i·2^80) so load multiplies while each copy keeps
-    the per-source shape of the original."""
-    if copies < 1:
-        raise ValueError("copies must be at least 1")
-    for conn in conns:
-        yield conn
-        ip = ipaddress.ip_address(conn.orig_h)
-        for i in range(1, copies):
-            if ip.version == 4:
-                octets = ip.packed
-                moved = ipaddress.IPv4Address(bytes([(octets[0] + 17 * i) % 256]) + octets[1:])
-            else:
-                moved = ipaddress.IPv6Address((int(ip) + (i << 80)) % (1 << 128))
-            yield Conn(conn.ts, moved.compressed, conn.orig_p, conn.resp_h, conn.resp_p, conn.proto, conn.extra)
-
-
-def end_mark_us(newest_us: int, params: QueryParams) -> int:
-    """The end-of-input mark of the network-monitoring query after the newest event `newest_us`
-    (`bpm.records.end_mark_us` with its window as the grain)."""
-    return query_end_mark_us(newest_us, params.lateness_s, params.window_s)
-
-
-def end_watermark_ms(end_us: int, params: QueryParams) -> int:
-    """The watermark (epoch ms) the network-monitoring query reaches after reading the end mark `end_us`."""
-    return query_end_watermark_ms(end_us, params.lateness_s)
-
-
-def write_end(stream: Stream, end_us: int, key_groups: Iterable[int], records: Records | None = None) -> int:
-    """Append the end-of-input mark `end_us` to each of `key_groups`, as a line of `records`
-    (None: of the connection stream, `StreamRecord`); returns how many."""
+def write_end(stream: Stream, end_us: int, key_groups: Iterable[int], records: Records) -> int:
+    """Append the end-of-input mark `end_us` to each of `key_groups`, as a line of `records`;
+    returns how many."""
     count = 0
-    line = records.line(end_us, mark=MARK_END) if records is not None else StreamRecord(end_us, mark=MARK_END).to_line()
+    line = records.line(end_us, mark=MARK_END)
     for k in key_groups:
         stream.append(k, [line])
         count += 1
@@ -159,7 +123,7 @@ class RecordFeeder:
     def end_us(self) -> int | None:
         """The end-of-input mark after what was admitted (None: nothing was)."""
         newest = self.admission.newest_us
-        return None if newest is None else query_end_mark_us(newest, self.lateness_s, self.align_s)
+        return None if newest is None else end_mark_us(newest, self.lateness_s, self.align_s)
 
     def close(self) -> None:
         """Flush and write the end-of-input mark to every key group fed, making every result final."""
@@ -176,30 +140,10 @@ class RecordFeeder:
         return record[0] / 1_000_000
 
 
-class Feeder(RecordFeeder):
-    """A `RecordFeeder` of Zeek connections for the network-monitoring query with `params`."""
-
-    def __init__(self, stream: Stream, params: QueryParams, key_groups: Iterable[int] | None = None) -> None:
-        from examples.network_monitoring import query
-
-        super().__init__(stream, query, query.bind(params.to_dict()), key_groups)
-        self.params = params
-
-    def feeds(self, conn: Conn) -> bool:  # type: ignore[override]
-        return super().feeds(stream_values(conn))
-
-    def add(self, conn: Conn) -> bool:  # type: ignore[override]
-        return super().add(stream_values(conn))
-
-    @staticmethod
-    def time_s(conn: Conn) -> float:  # type: ignore[override]
-        return conn.ts
-
-
-def feed_all(stream: Stream, conns: Iterable[Conn], params: QueryParams, rows_per_flush: int = 200_000) -> Feeder:
-    """Write finite input at once (no pacing), closing the stream at the end."""
-    feeder = Feeder(stream, params)
-    feeder.feed(conns, rows_per_flush)
+def feed_all(stream: Stream, query: Query, params: Params, records: Iterable[tuple[int, tuple]], rows_per_flush: int = 200_000) -> RecordFeeder:
+    """Write `query`'s finite input `records` at once (no pacing), closing the stream at the end."""
+    feeder = RecordFeeder(stream, query, params)
+    feeder.feed(records, rows_per_flush)
     feeder.close()
     return feeder
 
@@ -224,14 +168,16 @@ def replay(
     stop=None,
     on_flush=None,
     fed: list | None = None,
+    record: Callable[[Any], tuple[int, tuple]] | None = None,
 ) -> RecordFeeder:
-    """Feed records (of the feeder's kind) at a paced rate, appending one chunk per key group every `flush_interval_s`.
+    """Feed items at a paced rate, appending one chunk per key group every `flush_interval_s`:
+    the feeder's records, or anything `record` makes one of (then `fed` keeps the items).
 
     `clock`/`sleep` default to `time.monotonic`/`time.sleep`; `stop` is an optional
     `threading.Event` that ends the replay early (without an end mark); `on_flush(rows_done)`
     is called after each flush. The stream is closed (end mark) when the input is exhausted.
     A record whose key group is not fed (`RecordFeeder.key_groups`) is passed over, on time;
-    `fed`, if given, receives every record given to the feeder.
+    `fed`, if given, receives every item whose record was given to the feeder.
     """
     import time
 
@@ -242,7 +188,8 @@ def replay(
     first_ts: float | None = None
     done = 0
     for index, item in enumerate(items):
-        ts = feeder.time_s(item)
+        rec = item if record is None else record(item)
+        ts = feeder.time_s(rec)
         if first_ts is None:
             first_ts = ts
         due = started + due_time(index, ts, first_ts, rate, speedup)
@@ -256,8 +203,8 @@ def replay(
                 if on_flush:
                     on_flush(done)
             sleep(max(0.0, min(due, next_flush) - clock()))
-        if feeder.feeds(item):
-            feeder.add(item)
+        if feeder.feeds(rec):
+            feeder.add(rec)
             if fed is not None:
                 fed.append(item)
         done += 1

@@ -44,6 +44,8 @@ def test_a_schema_the_federation_cannot_carry_is_refused(ddl, says):
     ({"event_time": "device"}, "key and its event time are one column"),
     ({"event_time": "value"}, "is DOUBLE, not TIMESTAMP"),
     ({"compute": None}, "compute is not a function"),
+    ({"alert": "device"}, "alert is not a function"),
+    ({"alert": lambda row: row["device"], "align": None}, "a query with alert declares align"),
     ({"result_key": ()}, "result_key names no column"),
     ({"result_time": ""}, "result_time names no column"),
     ({"output_mode": "complete"}, "output mode 'complete' is not supported"),
@@ -92,6 +94,7 @@ def test_the_digest_follows_the_declaration_and_the_code():
         return events.limit(1)
 
     assert _query(compute=other).digest != _query().digest
+    assert _query(alert=lambda row: row["device"]).digest != _query().digest, "what it alerts on is part of it"
 
 
 def test_a_reference_names_a_module_or_a_file_and_errors_say_what_is_missing(tmp_path):

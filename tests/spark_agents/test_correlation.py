@@ -107,7 +107,7 @@ def test_the_correlated_result_flows_through_a_partition_tentative_and_is_correc
 def test_a_participant_s_alerts_come_from_its_tasks_results_window_by_window_once_every_task_closed_it(spark, nats_server, broker, tmp_path):
     """Two tasks over halves of a's stream; the alerts per closed window are the plain computation's, empty windows included."""
     from bpm.dpc import alerting_sources
-    from bpm.zeek.definitions import QueryParams
+    from bpm.zeek.definitions import QueryParams, as_results
     from bpm.zeek.generator import TrafficProfile, generate
     from bpm.zeek.reference import compute
     from spark_agents.broker.results import BrokerFence
@@ -116,7 +116,7 @@ def test_a_participant_s_alerts_come_from_its_tasks_results_window_by_window_onc
     from spark_agents.correlation import OwnAlerts
     from spark_agents.ha.fence import FencedSink
     from spark_agents.query import start_query
-    from spark_agents.streams.feed import Feeder
+    from tests.spark_agents.conns import Feeder
 
     server, owner = nats_server
     params = QueryParams(window_s=30)
@@ -134,19 +134,19 @@ def test_a_participant_s_alerts_come_from_its_tasks_results_window_by_window_onc
             finally:
                 query.stop()
 
-    own = OwnAlerts(broker, params.window_s)
+    own = OwnAlerts(broker, params.window_s, MONITORING.alert)
     assert own.poll(tasks) == [], "nothing written yet"
     feeder.feed(conns[: len(conns) // 2], 2000)
     run()
     first = own.poll(tasks)
-    restarted = OwnAlerts(broker, params.window_s, shared_end=first[-1][0][1])  # an agent that shared `first`, restarted
+    restarted = OwnAlerts(broker, params.window_s, MONITORING.alert, shared_end=first[-1][0][1])  # an agent that shared `first`, restarted
     feeder.feed(conns[len(conns) // 2 :], 2000)
     feeder.close()
     run()
     rest = own.poll(tasks)
     assert restarted.poll(tasks) == rest, "a restarted agent goes on after what it shared"
     assert own.poll(tasks) == [], "a window is returned once"
-    expected = alerting_sources(compute(conns, params))
+    expected = alerting_sources(as_results(compute(conns, params)), MONITORING.alert, params.window_s)
     windows = [w for w, _ in first + rest]
     assert first and rest, "windows closed in both halves"
     assert windows == [(e - 30, e) for e in range(windows[0][1], windows[-1][1] + 1, 30)], "every window in order, none twice"
@@ -188,7 +188,7 @@ def test_agents_that_correlate_share_their_alerts_and_publish_the_plain_correlat
     import zlib
 
     from bpm.dpc import CorrelatedView, alerting_sources, plain_correlation
-    from bpm.zeek.definitions import QueryParams
+    from bpm.zeek.definitions import QueryParams, as_results
     from bpm.zeek.generator import TrafficProfile, generate
     from bpm.zeek.reference import compute
     from spark_agents.broker.access import OwnBroker
@@ -197,14 +197,15 @@ def test_agents_that_correlate_share_their_alerts_and_publish_the_plain_correlat
     from spark_agents.correlation import read_correlated
     from spark_agents.host import TaskHost
     from spark_agents.runtime import SparkTasks
-    from spark_agents.streams.feed import feed_all
+    from tests.spark_agents.conns import feed_all
     from tests.spark_agents.stepped import stepped_federation
 
     params = QueryParams(window_s=10, lateness_s=5, min_connections=15, min_ports=3)
     conns = list(generate(TrafficProfile(duration_s=120, rate=40, scanners=3), 11))
     traffic = {"a": conns, "b": [c for c in conns if zlib.crc32(c.orig_h.encode()) % 3 != 0]}  # b sees two sources in three
-    expected = plain_correlation({name: compute(mine, params) for name, mine in traffic.items()})
-    assert len(expected) < sum(len(v) for v in alerting_sources(compute(conns, params)).values()), "some alert only at a"
+    expected = plain_correlation({name: as_results(compute(mine, params)) for name, mine in traffic.items()}, MONITORING.alert, params.window_s)
+    assert len(expected) < sum(len(v) for v in alerting_sources(as_results(compute(conns, params)), MONITORING.alert, params.window_s).values()), \
+        "some alert only at a"
     brokers = {n: OwnBroker(n, tmp_path / n / "broker", secrets.token_urlsafe(16), port=free_port(), http_port=free_port()).start() for n in "ab"}
     hosts = {}
 
@@ -317,7 +318,7 @@ def test_a_partner_that_cannot_be_asked_yet_is_waited_for_and_one_that_shares_no
                 raise answer
             return answer
 
-        correlation = Correlation("a", a_server.url, "pa", window_s=60, bound_s=0.5, retry_s=0.0)
+        correlation = Correlation("a", a_server.url, "pa", window_s=60, alert=MONITORING.alert, bound_s=0.5, retry_s=0.0)
         try:
             ensure_streams(b, correlated=False)
             ensure_streams(c, correlated=False)

@@ -10,7 +10,7 @@ from bpm.costs import CostFunction
 from spark_agents.broker.results import broker_outputs, broker_sink, read_results
 from spark_agents.broker.source import JetStreamInput
 from spark_agents.broker.stream import BrokerStream
-from spark_agents.streams.feed import Feeder, end_mark_us, end_watermark_ms, feed_all
+from tests.spark_agents.conns import Feeder, end_mark_us, end_watermark_ms, feed_all
 from bpm.zeek.definitions import QueryParams
 from bpm.zeek.generator import TrafficProfile, generate
 from examples.network_monitoring import bind, expected

@@ -8,7 +8,7 @@ import pytest
 from spark_agents.broker.results import broker_outputs, broker_sink
 from spark_agents.broker.source import JetStreamInput
 from spark_agents.broker.stream import BrokerStream
-from spark_agents.streams.feed import end_mark_us, end_watermark_ms, feed_all
+from tests.spark_agents.conns import end_mark_us, end_watermark_ms, feed_all
 from bpm.zeek.conn import read_logs
 from bpm.zeek.definitions import QueryParams
 from bpm.zeek.generator import TrafficProfile, generate

@@ -21,7 +21,7 @@ from spark_agents.broker.results import broker_outputs
 from spark_agents.broker.server import NatsServer, User
 from spark_agents.broker.stream import Broker, BrokerStream
 from spark_agents.hosts import Hosts
-from spark_agents.streams.feed import feed_all
+from tests.spark_agents.conns import feed_all
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cluster_driver import PARAMS  # noqa: E402

@@ -4,14 +4,14 @@ gave up on stood (no processes)."""
 from __future__ import annotations
 
 from bpm_app.demo.run import Demo, DemoSettings
-from spark_agents.streams.feed import end_watermark_ms
+from bpm.records import end_watermark_ms
 
 
 def test_the_drain_names_each_task_that_had_not_drained_and_where_it_stood(tmp_path):
     said: list[str] = []
     demo = Demo(DemoSettings(workdir=tmp_path, poll_s=0.01), say=said.append)
     end_us = 1_717_200_600_000_000
-    want = end_watermark_ms(end_us, demo.params)
+    want = end_watermark_ms(end_us, demo._query("a").lateness_s)
     demo._end_us = {"a": end_us}
     demo.state = {"tasks": [
         {"id": 1, "origin": "a", "name": "g", "input_uri": "nats://10.0.0.3:4222/a", "until_s": 1717200040},  # split, not retired

@@ -23,7 +23,7 @@ from spark_agents.broker.server import BrokerError, free_port
 from spark_agents.broker.source import JetStreamInput, _fetch
 from spark_agents.broker.stream import STREAM, Broker, BrokerStream
 from spark_agents.server import create_agent_app
-from spark_agents.streams.feed import Feeder
+from tests.spark_agents.conns import Feeder
 from tests.spark_agents.stepped import stepped_federation
 from tests.spark_agents.test_agent import SteppedHost
 from tests.spark_agents.test_agent_ha import Fences, SteppedHAHost

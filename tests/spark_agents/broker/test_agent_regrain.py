@@ -12,6 +12,8 @@ from bpm.keygroups import BITS, check_prefix
 from bpm.zeek.definitions import MICROS
 from spark_agents.broker.stream import BrokerStream
 from spark_agents.streams.feed import write_end
+from bpm.records import Records
+from examples.network_monitoring import query as MONITORING
 from tests.spark_agents.broker.test_agent_broker import own_brokers  # noqa: F401 - the fixture
 from tests.spark_agents.stepped import stepped_federation
 from tests.spark_agents.test_agent import SteppedHost, _round, shed_to_b_and_c
@@ -84,7 +86,7 @@ def test_an_agent_splits_nothing_once_its_input_has_ended(tmp_path, own_brokers)
     a split then could not complete (`spark_agents.broker.source.InputEnded`); the agent
     tells its state machine, which asks for no split again and says so once; its tasks
     drain as they are."""
-    write_end(BrokerStream(own_brokers["a"].connection(), "a"), 60 * MICROS, range(4))
+    write_end(BrokerStream(own_brokers["a"].connection(), "a"), 60 * MICROS, range(4), Records(MONITORING))
     with stepped_federation(tmp_path, lambda now: _KeyGroupsHost(MM1Cost(a=0.25, c=1.0)), brokers=own_brokers,
                             fixed_cost={"a": FIXED_COST}) as federation:
         operator, agents, _, _ = federation
@@ -101,7 +103,7 @@ def test_an_overloaded_agent_whose_input_has_ended_moves_none_of_its_tasks(tmp_p
     """Eight tasks of 0.12 against a threshold of 0.5 shed to b and c while a's input runs
     (as nine do in `test_agent.test_overloaded_participant_sheds_until_acceptable`); once it has ended
     they only drain, and a move would hold the drain up: a offers none, and says why once."""
-    write_end(BrokerStream(own_brokers["a"].connection(), "a"), 60 * MICROS, range(4))
+    write_end(BrokerStream(own_brokers["a"].connection(), "a"), 60 * MICROS, range(4), Records(MONITORING))
     with stepped_federation(tmp_path, lambda now: SteppedHost(MM1Cost(a=0.25, c=1.0)), brokers=own_brokers) as federation:
         operator, agents, _, _ = federation
         shed_to_b_and_c(federation, 8)
@@ -121,7 +123,7 @@ def test_partners_that_host_tasks_of_an_input_that_has_ended_learn_it_on_its_bro
         hosts = {t["host"] for t in operator.tasks(origin="a")} - {"a"}
         assert hosts, "a shed while its input ran"
         assert not any(agents[h].machine.ended for h in hosts), "nothing has ended yet"
-        write_end(BrokerStream(own_brokers["a"].connection(), "a"), 60 * MICROS, range(2 ** BITS))  # as the feeder ends it
+        write_end(BrokerStream(own_brokers["a"].connection(), "a"), 60 * MICROS, range(2 ** BITS), Records(MONITORING))  # as the feeder ends it
         for _ in range(30):  # an agent reads at each period it may trade (not while it settles)
             _round(agents, clock)
             if all(agents[h].machine.ended for h in hosts):
@@ -181,7 +183,7 @@ def test_a_half_of_a_split_task_moved_under_passive_standby_fails_over_over_its_
     from bpm.zeek.definitions import QueryParams
     from bpm.zeek.generator import TrafficProfile, generate
     from spark_agents.broker.stream import Broker, BrokerStream
-    from spark_agents.streams.feed import Feeder
+    from tests.spark_agents.conns import Feeder
     from tests.spark_agents.test_agent_ha import Fences, SteppedHAHost, _round, delta_http
 
     class Host(SteppedHAHost):

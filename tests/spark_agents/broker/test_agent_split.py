@@ -17,7 +17,7 @@ from examples.network_monitoring import expected
 from examples.network_monitoring import query as MONITORING
 from spark_agents.broker.results import broker_outputs, read_results
 from spark_agents.broker.stream import Broker, BrokerStream
-from spark_agents.streams.feed import Feeder
+from tests.spark_agents.conns import Feeder
 from tests.spark_agents.broker.test_agent_broker import _drain, own_brokers, spark_hosts  # noqa: F401 - the fixture
 from tests.spark_agents.stepped import stepped_federation
 

@@ -14,7 +14,7 @@ from bpm.zeek.definitions import ResultRow
 from spark_agents.broker.results import BrokerFence
 from spark_agents.broker.source import _fetch
 from spark_agents.broker.stream import STREAM, Broker
-from spark_agents.streams.records import MARK_DATA, MARK_END, StreamRecord
+from bpm.zeek.stream import MARK_DATA, MARK_END, StreamRecord
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "zeek"
 

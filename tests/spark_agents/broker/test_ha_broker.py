@@ -21,7 +21,7 @@ from spark_agents.ha.inputs import OwnAcks, TaskInput
 from spark_agents.ha.roles import PassiveBackup, take_over
 from spark_agents.host import TaskHost
 from spark_agents.query import start_query
-from spark_agents.streams.feed import Feeder
+from tests.spark_agents.conns import Feeder
 
 pytestmark = pytest.mark.slow
 

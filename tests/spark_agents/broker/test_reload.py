@@ -16,7 +16,7 @@ from spark_agents.broker.results import BrokerFence, ensure_results, read_result
 from spark_agents.broker.server import partner_user
 from spark_agents.broker.source import _pending
 from spark_agents.broker.stream import STREAM, BrokerStream, through_reload
-from spark_agents.streams.feed import Feeder
+from tests.spark_agents.conns import Feeder
 from tests.spark_agents.broker.test_source import _conns
 
 

@@ -17,7 +17,7 @@ from spark_agents.broker.source import JetStreamInput
 from spark_agents.broker.stream import BrokerStream
 from spark_agents.ha.fence import FencedError, FencedSink
 from spark_agents.query import start_query
-from spark_agents.streams.feed import Feeder
+from tests.spark_agents.conns import Feeder
 
 pytestmark = pytest.mark.slow
 

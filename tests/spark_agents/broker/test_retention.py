@@ -9,8 +9,8 @@ from bpm.zeek.definitions import QueryParams
 from spark_agents.broker.retention import Ack, Retention
 from spark_agents.broker.source import _fetch
 from spark_agents.broker.stream import STREAM, Broker, BrokerStream
-from spark_agents.streams.feed import Feeder
-from spark_agents.streams.records import MARK_DATA, StreamRecord
+from tests.spark_agents.conns import Feeder
+from bpm.zeek.stream import MARK_DATA, StreamRecord
 from tests.spark_agents.broker.test_source import _conns
 
 pytestmark = pytest.mark.slow

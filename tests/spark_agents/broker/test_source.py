@@ -10,8 +10,8 @@ from bpm.zeek.definitions import QueryParams
 from spark_agents.broker.source import JetStreamInput
 from spark_agents.broker.server import BrokerError
 from spark_agents.broker.stream import Broker, BrokerStream
-from spark_agents.streams.feed import Feeder
-from spark_agents.streams.records import MARK_DATA, STREAM_SCHEMA_DDL, StreamRecord
+from tests.spark_agents.conns import Feeder
+from bpm.zeek.stream import MARK_DATA, STREAM_SCHEMA_DDL, StreamRecord
 
 pytestmark = pytest.mark.slow
 

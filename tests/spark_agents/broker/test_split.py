@@ -20,7 +20,7 @@ from spark_agents.broker.source import InputEnded, JetStreamInput, hand_over
 from spark_agents.broker.stream import BrokerStream
 from spark_agents.ha.fence import FencedSink
 from spark_agents.query import start_query
-from spark_agents.streams.feed import Feeder
+from tests.spark_agents.conns import Feeder
 
 
 def test_the_split_time_is_the_first_window_start_after_the_newest_event():

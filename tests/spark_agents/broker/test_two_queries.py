@@ -23,7 +23,8 @@ from spark_agents.broker.stream import Broker, BrokerStream
 from spark_agents.check import plain_results
 from spark_agents.host import TaskHost
 from spark_agents.runtime import SparkTasks
-from spark_agents.streams.feed import Feeder, RecordFeeder
+from spark_agents.streams.feed import RecordFeeder
+from tests.spark_agents.conns import Feeder
 from spark_agents.broker.server import free_port
 from tests.spark_agents.broker.test_agent_broker import _drain
 from tests.spark_agents.stepped import stepped_federation

@@ -2,8 +2,12 @@ import pytest
 
 from spark_agents.query import closed_through_us
 from bpm.records import END_US
-from spark_agents.streams.feed import Feeder, RecordFeeder, amplified, end_mark_us, end_watermark_ms, feed_all, write_end
-from spark_agents.streams.records import MARK_DATA, MARK_END, MARK_TICK, StreamRecord
+from spark_agents.streams.feed import RecordFeeder, write_end
+from bpm.records import Records
+from examples.network_monitoring import query as MONITORING
+from tests.spark_agents.conns import Feeder, end_mark_us, end_watermark_ms, feed_all
+from bpm.zeek.generator import amplified
+from bpm.zeek.stream import MARK_DATA, MARK_END, MARK_TICK, StreamRecord
 from bpm.zeek.conn import Conn
 from bpm.zeek.definitions import QueryParams, partition_of, source_prefix
 from bpm.zeek.generator import TrafficProfile, generate
@@ -75,7 +79,7 @@ def test_the_end_mark_closes_the_window_of_the_newest_row_and_no_later_one(newes
 
 def test_write_end_marks_the_key_groups_given():
     stream = Chunks(3)
-    assert write_end(stream, 5 * 10**6, [0, 2]) == 2
+    assert write_end(stream, 5 * 10**6, [0, 2], Records(MONITORING)) == 2
     assert [r.mark for r in records(stream, 0)] == [MARK_END] and records(stream, 1) == []
 
 

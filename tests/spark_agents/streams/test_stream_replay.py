@@ -1,5 +1,6 @@
-from spark_agents.streams.feed import Feeder, due_time, replay
-from spark_agents.streams.records import MARK_DATA, MARK_END, StreamRecord
+from spark_agents.streams.feed import due_time, replay
+from tests.spark_agents.conns import Feeder
+from bpm.zeek.stream import MARK_DATA, MARK_END, StreamRecord
 from bpm.zeek.conn import Conn
 from bpm.zeek.definitions import QueryParams
 
