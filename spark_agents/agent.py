@@ -560,19 +560,7 @@ class Agent:
             else:
                 what, step = f"start {task_key(start.task)}", (lambda s=start: self._start(s.task, s.source))
             self.guarded(what, self._racing(what, step))
-            self.keep_watch()
         self.regrain.act(tasks)
-
-    def keep_watch(self) -> None:
-        """Between the slow steps of a sync (a start or a restart takes tens of seconds on a
-        saturated host, and a sync may hold several): once a heartbeat is due, send it and let
-        HA act on the liveness its answer brings, so that a partner that failed meanwhile is
-        failed over now, not once the sync is over."""
-        if self.ha is None or (self._beat_at is not None and self.clock() - self._beat_at < self.config.heartbeat_s):
-            return
-        self.guarded("heartbeat", self.heartbeat)
-        self.ha.observe(self.seen)
-        self.ha.act()
 
     def _release_all(self, stops: list[tuple[str, int | None]]) -> None:
         """Stop the tasks that left (key, epoch at which it was handed over), all at once: each

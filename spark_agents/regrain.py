@@ -143,7 +143,6 @@ class Regrain:
             agent.guarded(f"complete the split of {key}", lambda t=t: self._complete(t, tasks))
             if self.ends.get(key, -1) != t["until_s"]:
                 agent.guarded(f"restart {key}", lambda t=t: self._restart(t))
-                agent.keep_watch()
             elif agent.broker is not None:
                 agent.guarded(f"retire {key}", lambda t=t: self._retire(t))
 
