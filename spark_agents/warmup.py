@@ -29,7 +29,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from bpm.query import Params, Query
 from bpm.records import MARK_DATA, Records
-from spark_agents.broker.source import parse, register_source
+from spark_agents.broker.source import parse
 
 NAME = "bpm_prime"
 ROWS_PER_BATCH = 400
@@ -111,7 +111,7 @@ class MadeUpInput:
     until_s: int | None = None
 
     def read(self, spark, ddl: str, owed_batch: bool = False):
-        register_source(spark, PrimeSource)
+        spark.dataSource.register(PrimeSource)
         options = {"key": str(self.records.key_index), "step": str(self.step_s)}
         return spark.readStream.format(NAME).schema(ddl).options(**options).load()
 

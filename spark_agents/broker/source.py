@@ -245,22 +245,9 @@ class JetStreamSource(DataSource):
         return JetStreamReader(dict(self.options), [(f.name, f.dataType.simpleString().upper()) for f in schema.fields])
 
 
-def register_source(spark, source: type[DataSource]) -> None:
-    """Register the Python data source `source` with `spark`. A session made by `newSession`
-    over a context whose first session registered it already knows it, and Spark refuses to
-    register it again there (DATA_SOURCE_ALREADY_EXISTS): then there is nothing to do."""
-    from pyspark.errors import AnalysisException
-
-    try:
-        spark.dataSource.register(source)
-    except AnalysisException as exc:
-        if exc.getCondition() != "DATA_SOURCE_ALREADY_EXISTS":
-            raise
-
-
 def register(spark) -> None:
     """Make `format("bpm_jetstream")` known to `spark` (once per session is enough; again is harmless)."""
-    register_source(spark, JetStreamSource)
+    spark.dataSource.register(JetStreamSource)
 
 
 @dataclass(frozen=True)
