@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bpm.query import Params, Query
-from bpm.records import Records
 from bpm.zeek.generator import TrafficProfile, generate
 from examples.network_monitoring import query as MONITORING
 from examples.network_monitoring import records as monitoring_records
@@ -425,7 +424,7 @@ def first_queries(
     driver that has run none costs several times the later ones' start."""
     from spark_agents.metrics import SparkCpu
     from spark_agents.query import stop_between_batches
-    from spark_agents.warmup import Discard, MadeUpInput, prime, step_s
+    from spark_agents.warmup import Discard, MadeUpInput, prime
 
     proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
     if proc is None or not spark.sparkContext.master.startswith("local"):
@@ -445,7 +444,7 @@ def first_queries(
         start = cpu()
         primed = prime(spark, prime_s, work_dir / "prime", task.query, task.params)
         primed["cpu_s"] = round(cpu() - start, 2)
-    made_up = MadeUpInput(Records(task.query), step_s(task.query, task.params))
+    made_up = MadeUpInput.of(task.query, task.params)
     runs = []
     for n in range(queries):
         progress(f"query {n + 1} of {queries}")

@@ -110,6 +110,11 @@ class MadeUpInput:
     since_s: int | None = None
     until_s: int | None = None
 
+    @classmethod
+    def of(cls, query: Query, params: Params) -> MadeUpInput:
+        """`query`'s made-up records with `params`, batches `step_s` apart."""
+        return cls(Records(query), step_s(query, params))
+
     def read(self, spark, ddl: str, owed_batch: bool = False):
         spark.dataSource.register(PrimeSource)
         options = {"key": str(self.records.key_index), "step": str(self.step_s)}
@@ -148,7 +153,7 @@ def prime(spark, seconds: float, folder: Path, query: Query, params: Params) -> 
     checkpoint = Path(tempfile.mkdtemp(prefix="prime-", dir=folder))
     sink, done = Discard(), threading.Event()
     started = time.monotonic()
-    made_up = MadeUpInput(Records(query), step_s(query, params))
+    made_up = MadeUpInput.of(query, params)
     running = start_query(spark, checkpoint.name, made_up, checkpoint, query, params, sink,  # type: ignore[arg-type]
                           on_cpu=lambda *_: done.set())
     try:

@@ -20,14 +20,18 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bpm.query import Params, Query, load
 from bpm.records import Admission, Records, end_mark_us
 from bpm.results import Result
 from bpm_app.bench.workload import generator
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 MONITORING = "examples.network_monitoring:query"
 WINDOW_S = 10
@@ -91,29 +95,47 @@ class DemoQuery:
                 out.write(json.dumps(record, default=str) + "\n")
         return path
 
-    def queried(self, fed: Path, out: Path, selects: Callable[[int], bool]) -> tuple[Path, int | None]:
-        """The records of `fed` (JSON lines of what a replayer fed, `bpm replay --fed-log`) that
-        the lateness rule keeps (applied to all of them, as the feeder did) and whose key group
-        `selects`, as JSON lines at `out`; and the end-of-input mark the feeder wrote after
-        them all (None: nothing was admitted)."""
+    def queried(self, name: str, fed: Path, chosen: Collection[int]) -> tuple[Path, int | None]:
+        """What participant `name`'s queried shares were fed: the records of `fed` (what its
+        replayer fed, `bpm replay --fed-log`: a Zeek log, or JSON lines) that the lateness rule
+        keeps (applied to all of them, as the feeder did) and whose key group is in `chosen`,
+        in the same format beside it; and the end-of-input mark the feeder wrote after them
+        all (None: nothing was admitted)."""
         wire = Records(self.query)
         admission = Admission(self.lateness_s)
-        with fed.open(encoding="utf-8") as lines, out.open("w", encoding="utf-8") as kept:
-            for line in lines:
-                ts_us, values = wire.parse(json.loads(line))
-                if admission.admit(ts_us) and selects(wire.key_group(values)):
-                    kept.write(line)
+
+        def kept(ts_us: int, values: tuple) -> bool:
+            return admission.admit(ts_us) and wire.key_group(values) in chosen
+
+        if self.zeek:
+            from bpm.zeek.conn import read_logs, write_tsv
+            from bpm.zeek.definitions import stream_values
+
+            out = fed.with_name(f"{name}.queried.log")
+            with out.open("w", encoding="utf-8") as handle:
+                write_tsv((c for c in read_logs([fed]) if kept(*stream_values(c))), handle)
+        else:
+            out = fed.with_name(f"{name}.queried.jsonl")
+            with fed.open(encoding="utf-8") as lines, out.open("w", encoding="utf-8") as handle:
+                handle.writelines(line for line in lines if kept(*wire.parse(json.loads(line))))
         newest = admission.newest_us
         return out, None if newest is None else end_mark_us(newest, self.lateness_s, self.align_s)
 
-    def reference_results(self, spark, path: Path, work_dir: Path) -> list[Result]:
-        """The plain batch computation of the query over the JSON lines at `path`."""
+    def reference_results(self, path: Path, spark: Callable[[], SparkSession], work_dir: Path) -> list[Result]:
+        """Its plain computation over `queried`'s file at `path`: for the network-monitoring
+        query `examples.network_monitoring.expected` (its definitions without Spark), for
+        another its batch computation on the session `spark()` gives."""
+        if self.zeek:
+            from bpm.zeek.conn import read_logs
+            from examples.network_monitoring import expected
+
+            return expected(read_logs([path]), self.params)
         from spark_agents.check import plain_results
 
         wire = Records(self.query)
         with path.open(encoding="utf-8") as lines:
             records = [wire.parse(json.loads(line)) for line in lines]
-        return plain_results(spark, self.query, self.params, records, work_dir)
+        return plain_results(spark(), self.query, self.params, records, work_dir)
 
 
 def parse_queries(items: Iterable[str], members: Iterable[str]) -> dict[str, str]:
@@ -128,15 +150,3 @@ def parse_queries(items: Iterable[str], members: Iterable[str]) -> dict[str, str
             raise ValueError(f"--queries {item!r}: no participant {name!r} in this scenario ({', '.join(known)})")
         chosen[name] = reference.strip()
     return chosen
-
-
-def demo_queries(chosen: Mapping[str, str], members: Iterable[str]) -> dict[str, DemoQuery]:
-    """Each member's query: the one `chosen` names for it, else the network-monitoring query."""
-    loaded: dict[str, DemoQuery] = {}
-    out = {}
-    for name in members:
-        reference = chosen.get(name, MONITORING)
-        if reference not in loaded:
-            loaded[reference] = DemoQuery.load(reference)
-        out[name] = loaded[reference]
-    return out

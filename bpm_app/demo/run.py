@@ -45,12 +45,11 @@ import httpx
 
 from bpm_app.demo.federation import Federation
 from bpm.federation.views import AgreedTerms, ending, key_groups, regrains
-from bpm.keygroups import key_group
 from bpm.names import task_key
 from bpm.negotiation import is_acceptable
 from bpm_app.demo.inputs import BrokerInputs
 from spark_agents.streams.feed import write_end
-from bpm.records import Records, end_mark_us, end_watermark_ms
+from bpm.records import Records, end_watermark_ms
 from bpm.results import Result
 from bpm_app.demo.queries import MONITORING, DemoQuery
 from spark_agents.hosts import CpuMeter, Hosts
@@ -327,7 +326,7 @@ class Demo:
     def _query_settings(self, member: Member) -> dict[str, object]:
         """The agent's query and its parameters, and the others of the run, which it hosts for its partners."""
         own = self._query(member.name)
-        others = sorted({ref for ref in self.s.queries.values() if ref != own.reference} | ({MONITORING} - {own.reference}))
+        others = sorted(set(self.queries) - {own.reference})
         return {"query": own.reference, "param": own.param_args(), **({"can_run": others} if self.s.queries else {})}
 
     def _join(self, member: Member, sign: bool = True) -> None:
@@ -717,24 +716,11 @@ class Demo:
         return {}
 
     def _queried_input(self, name: str, fed: Path, tasks: list[str]) -> Path:
-        """What `name`'s tasks were fed: the connections of the fed log (after the lateness rule
-        the stream applied to all of it) that fall in the shares of `tasks`, as a Zeek log beside
-        it; and the end-of-input mark the replayer wrote after the newest of them all. Phases 1
-        and 3 leave some shares without a query; their rows are no task's input. (For a participant
-        of another query, its records as JSON lines: `DemoQuery.queried`.)"""
-        from bpm.zeek.conn import read_logs, write_tsv
-        from bpm.zeek.definitions import Admission, admitted, source_prefix
-
-        query, chosen = self._query(name), self.inputs.key_groups(tasks)
-        if not query.zeek:
-            out, self._end_us[name] = query.queried(fed, fed.with_name(f"{name}.queried.jsonl"), chosen.__contains__)
-            return out
-        admission = Admission(query.lateness_s)
-        out = fed.with_name(f"{name}.queried.log")
-        with out.open("w", encoding="utf-8") as handle:
-            write_tsv((c for c in admitted(read_logs([fed]), admission) if key_group(source_prefix(c.orig_h)) in chosen), handle)
-        newest = admission.newest_us
-        self._end_us[name] = None if newest is None else end_mark_us(newest, query.lateness_s, query.align_s)
+        """What `name`'s tasks were fed: the records of the fed log (after the lateness rule the
+        stream applied to all of it) that fall in the shares of `tasks`, beside it
+        (`DemoQuery.queried`); and the end-of-input mark the replayer wrote after the newest of
+        them all. Phases 1 and 3 leave some shares without a query; their rows are no task's input."""
+        out, self._end_us[name] = self._query(name).queried(name, fed, self.inputs.key_groups(tasks))
         return out
 
     def _end_together(self) -> None:
@@ -803,30 +789,22 @@ class Demo:
 
     def _reference(self, logs: dict[str, Path]) -> dict[str, list[Result]]:
         """The plain computation of each participant's query over exactly what its queried shares
-        were fed: `examples.network_monitoring.expected` (the query's definitions without Spark),
-        or for another query its batch computation on a Spark of this process's own."""
-        from bpm.zeek.conn import read_logs
-        from examples.network_monitoring import expected
-
+        were fed (`DemoQuery.reference_results`), on a Spark of this process's own where one is needed."""
         self.say("reference: the plain computation over what each participant's queried shares were fed")
-        out: dict[str, list[Result]] = {}
-        spark = None
+        sessions = []
+
+        def spark():
+            if not sessions:
+                from spark_agents.session import make_session
+
+                sessions.append(make_session("local[2]", app_name="bpm-demo-reference"))
+            return sessions[0]
+
         try:
-            for name, log in logs.items():
-                query = self._query(name)
-                if query.zeek:
-                    out[name] = expected(read_logs([log]), query.params)
-                    continue
-                if spark is None:
-                    from spark_agents.session import make_session
-
-                    spark = make_session("local[2]", app_name="bpm-demo-reference")
-                out[name] = query.reference_results(spark, log, self.s.workdir / "reference" / name)
+            return {name: self._query(name).reference_results(log, spark, self.s.workdir / "reference" / name) for name, log in logs.items()}
         finally:
-            if spark is not None:
-                spark.stop()
-        return out
-
+            for session in sessions:
+                session.stop()
 
 # The load above which a phase feeds a participant no more shares until it has shed some: a
 # saturated participant's tasks queue, and its readings understate what they need. In a run

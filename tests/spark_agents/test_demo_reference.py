@@ -19,7 +19,7 @@ def test_the_queried_input_is_what_the_chosen_shares_were_fed_and_its_plain_comp
     fed = sensors.generate(tmp_path / "b.fed.jsonl", seconds=60, rate=20.0, seed=3)
     wire = Records(sensors.query)
     chosen = set(groups("1"))  # half the key groups
-    out, end_us = sensors.queried(fed, tmp_path / "b.queried.jsonl", chosen.__contains__)
+    out, end_us = sensors.queried("b", fed, chosen)
     kept = [json.loads(line) for line in out.open()]
     every = [json.loads(line) for line in fed.open()]
     assert 0 < len(kept) < len(every)
@@ -27,7 +27,7 @@ def test_the_queried_input_is_what_the_chosen_shares_were_fed_and_its_plain_comp
     newest = max(wire.parse(r)[0] for r in every)
     assert end_us == end_mark_us(newest, 5, 10), "the end mark follows everything fed, as the feeder wrote it"
 
-    got = sensors.reference_results(spark, out, tmp_path / "reference")
+    got = sensors.reference_results(out, lambda: spark, tmp_path / "reference")
     want: dict[tuple, list[float]] = defaultdict(list)
     for r in kept:  # generated readings come late by less than the lateness: every one counts
         ts_us, (device, temperature) = wire.parse(r)
