@@ -81,6 +81,9 @@ def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> No
     fig, axes = plt.subplots(panels, 1, figsize=(11, 1.9 * panels + 1.2), dpi=110, sharex=True, squeeze=False)
     hosts = report.get("hosts") or {}
     top = _top(report["timeline"])
+    # With mixed queries (`bpm demo --queries`), each participant's panel names its own tasks' query.
+    queries = report.get("queries") or {}
+    query_of = {p: query for query, q in queries.items() for p in q["participants"]} if len(queries) > 1 else {}
     for ax, name in zip(axes[:, 0], names):
         rows = [r for r in report["timeline"] if r["participant"] == name]
         colour = COLOURS.get(name)
@@ -92,7 +95,7 @@ def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> No
                         fontsize=7, color=colour)
         host = hosts.get(name) or {}
         where = ", ".join(x for x in (f"{host['cpus']:g} CPU" if host.get("cpus") else "", host.get("address") or "") if x)
-        ax.set_ylabel(f"{name}" + (f"\n{where}" if where else ""), fontsize=8)
+        ax.set_ylabel(name + (f": {query_of[name]}" if name in query_of else "") + (f"\n{where}" if where else ""), fontsize=8)
         ax.set_ylim(-0.02 * top, top)
         ax.grid(alpha=0.3)
         _shade_phases(ax, report["phases"])
