@@ -54,7 +54,7 @@ from bpm.federation.views import (
     split_groups,
     task_query,
 )
-from bpm.ha import with_live_partners
+from bpm.ha import failed_partners, with_live_partners
 from bpm.keygroups import is_location, parse_location
 from bpm.names import inside, task_key
 from bpm.agent.machine import (
@@ -1147,6 +1147,7 @@ class Agent:
             load=load,
             cost=cost,
             contracts=with_live_partners(self._contracts, self.seen.partners),
+            unreachable=failed_partners(self._contracts, self.seen.partners),
             incoming=tuple(incoming),
             movements=tuple(endable),
             # Only tasks measured here (`offerable_tasks`: a task not measured has no price): one

@@ -88,6 +88,8 @@ class View:
         handing_over: whether tasks it gave away still run here (its load still counts them).
         split: the key-group prefixes of its own tasks that were split, whose halves may
             merge back (`bpm.negotiation.choose_merge`).
+        unreachable: the partners of its contracts in force that count as failed, whose
+            contracts `contracts` leaves out (`bpm.ha.failed_partners`).
     """
 
     now_s: float
@@ -100,6 +102,7 @@ class View:
     outstanding: bool = False
     handing_over: bool = False
     split: tuple[str, ...] = ()
+    unreachable: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -474,7 +477,9 @@ class Mechanism:
         regrain: Split | Merge | None = None
         if cause == "lumpy":
             regrain = self._split(view, load, tasks)
-        elif cause in ("below_price", "no_contract") and self.fixed_cost is not None and self.input_ended is None:
+        elif cause in ("below_price", "no_contract") and self.fixed_cost is not None and self.input_ended is None and not view.unreachable:
+            # Not while a partner under contract is cut off: it may come back, and halves merged
+            # now would split again once it does, each time restarting the tasks.
             pair = choose_merge(load=load, cost=view.cost, tasks=tasks, contracts=view.contracts, split=view.split,
                                 margin=self.margin, hysteresis=self.hysteresis, me=self.name)
             regrain = None if pair is None else Merge(pair)

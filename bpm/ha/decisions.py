@@ -84,6 +84,11 @@ def with_live_partners(contracts: Sequence, status: Mapping[str, str]) -> tuple:
     return tuple(c for c in contracts if not is_failed(status.get(c.partner, "alive")))
 
 
+def failed_partners(contracts: Sequence, status: Mapping[str, str]) -> tuple[str, ...]:
+    """The partners of `contracts` that count as failed: those `with_live_partners` leaves out."""
+    return tuple(sorted({c.partner for c in contracts if is_failed(status.get(c.partner, "alive"))}))
+
+
 def _live(participant: str, host: str, status: Mapping[str, str]) -> bool:
     return participant != host and status.get(participant) == "alive"
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from bpm.agent.machine import Accept, Answered, End, EndsDue, Incoming, MakeOffer, Mechanism, Merge, OfferDue, OfferReceived, Split, View
 from bpm.costs.base import CostFunction
-from bpm.ha import task_mode, with_live_partners
+from bpm.ha import failed_partners, task_mode, with_live_partners
 from bpm.ha.machine import FailOver, HAMachine, Here, Observed
 from bpm.keygroups import groups as key_groups, halves
 from bpm.negotiation import DEFAULT_HYSTERESIS, DEFAULT_MARGIN, Contract, Movement, Task, is_acceptable
@@ -289,8 +289,9 @@ class Federation:
             return 0
         tasks = [*p.home.values(), *p.hosted.values()] if self.forward else list(p.home.values())
         contracts = with_live_partners(p.contracts, self._status) if self._status else tuple(p.contracts)
+        unreachable = failed_partners(p.contracts, self._status) if self._status else ()
         made = p.machine.handle(OfferDue(View(now_s=self.now_s, load=p.load, cost=p.cost, contracts=contracts, offerable=tuple(tasks),
-                                              split=tuple(sorted(p.split)))))
+                                              split=tuple(sorted(p.split)), unreachable=unreachable)))
         if made and isinstance(made[0], Split | Merge):
             return self._regrain(p, made[0])
         if not made or not isinstance(made[0], MakeOffer):

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bpm.keygroups import KEY_GROUPS
 from bpm.query import Params, Query, load
 from bpm.records import Admission, Records, end_mark_us
 from bpm.results import Result
@@ -103,11 +104,30 @@ class DemoQuery:
         all (None: nothing was admitted)."""
         wire = Records(self.query)
         admission = Admission(self.lateness_s)
+        whole = set(range(KEY_GROUPS)) <= set(chosen)  # every record's key group is chosen
 
         def kept(ts_us: int, values: tuple) -> bool:
-            return admission.admit(ts_us) and wire.key_group(values) in chosen
+            return admission.admit(ts_us) and (whole or wire.key_group(values) in chosen)
 
-        if self.zeek:
+        if self.zeek and whole:
+            # Only the lateness rule applies: each line as the replayer wrote it (`write_tsv`'s
+            # TSV), read no further than its time. A participant whose one task reads a heavy
+            # stream was fed millions of connections, each costing a parse and a write otherwise.
+            from bpm.zeek.definitions import ts_micros
+
+            out = fed.with_name(f"{name}.queried.log")
+            with fed.open(encoding="utf-8") as lines, out.open("w", encoding="utf-8") as handle:
+                for line in lines:
+                    if line.startswith("#"):
+                        handle.write(line)
+                        continue
+                    try:
+                        ts_us = ts_micros(float(line.split("\t", 1)[0]))
+                    except ValueError:
+                        continue  # no time: the plain computation's reading would skip it too
+                    if admission.admit(ts_us):
+                        handle.write(line)
+        elif self.zeek:
             from bpm.zeek.conn import read_logs, write_tsv
             from bpm.zeek.definitions import stream_values
 

@@ -209,6 +209,21 @@ def test_halves_of_a_split_merge_back_where_the_participant_no_longer_sheds():
         "nothing was split: nothing merges"
 
 
+def test_halves_wait_to_merge_while_a_partner_under_contract_is_cut_off():
+    """A partner that counts as failed (a partition, a crash) may come back: halves merged
+    meanwhile would split again once it does, restarting the tasks twice. With its only
+    partner cut off (no contract left to trade on) or one of two, the halves stay; once it
+    is back, they merge as before."""
+    halves = _shares({"00": 0.05, "01": 0.06, "1": 0.1})
+    for contracts, unreachable in (((), ("b",)), ((C,), ("b",))):
+        view = View(now_s=0.0, load=0.21, cost=COST, contracts=contracts, offerable=halves, split=("0",), unreachable=unreachable)
+        out = Mechanism("a", fixed_cost=0.01).handle(Period(view))
+        assert not any(isinstance(i, Merge) for i in out), (contracts, out)
+    [merge] = Mechanism("a", fixed_cost=0.01).handle(Period(View(now_s=0.0, load=0.21, cost=COST, contracts=(B, C), offerable=halves,
+                                                                 split=("0",))))
+    assert isinstance(merge, Merge)
+
+
 def test_once_its_input_has_ended_a_participant_neither_splits_nor_merges_and_says_so_once():
     """A split or merge after the input ended could not complete (the agent finds the end
     mark the stream's newest record): told so, the machine asks for neither again (nor

@@ -53,3 +53,29 @@ def test_every_agent_runs_its_own_query_and_can_host_the_others(tmp_path):
     assert a["param"] == ["window_s=10", "min_connections=20", "min_ports=5", "lateness_s=5"]
     alone = Demo(DemoSettings(workdir=tmp_path), say=lambda _: None)._agent_settings(members["a"])
     assert alone["query"] == MONITORING and "can_run" not in alone
+
+
+def test_what_network_monitoring_shares_were_fed_is_what_the_lateness_rule_kept_in_the_chosen_key_groups(tmp_path):
+    """The queried connections, whether the tasks cover every key group (each line kept as
+    the replayer wrote it, read only for its time) or part of them (each line parsed for its
+    key): the connections the lateness rule admits, in the chosen key groups, and the end mark after them."""
+    from bpm.keygroups import KEY_GROUPS
+    from bpm.records import Records, end_mark_us
+    from bpm.zeek.conn import Conn, read_logs, write_tsv
+    from bpm.zeek.definitions import stream_values
+
+    monitoring = DemoQuery.load(MONITORING)
+    times = [1_000.0 + i * 0.5 for i in range(200)]
+    times[120] = times[119] - monitoring.lateness_s - 1  # late past the lateness: the feeder refused it
+    conns = [Conn(t, f"10.{i % 7}.{i % 5}.{i % 11}", 40_000 + i, "192.0.2.1", 80 + i % 9, "tcp") for i, t in enumerate(times)]
+    fed = tmp_path / "a.fed.log"
+    with fed.open("w", encoding="utf-8") as handle:
+        write_tsv(conns, handle)
+    admitted = [c for i, c in enumerate(conns) if i != 120]
+    wire = Records(monitoring.query)
+    for chosen in (set(range(KEY_GROUPS)), set(range(0, KEY_GROUPS, 2))):
+        out, end_us = monitoring.queried("a", fed, chosen)
+        want = [c for c in admitted if wire.key_group(stream_values(c)[1]) in chosen]
+        assert [(c.ts, c.orig_h, c.resp_p) for c in read_logs([out])] == [(c.ts, c.orig_h, c.resp_p) for c in want], len(chosen)
+        assert end_us == end_mark_us(int(times[-1] * 1_000_000), monitoring.lateness_s, monitoring.align_s)
+    assert 0 < len(want) < len(admitted)
