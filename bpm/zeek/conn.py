@@ -221,16 +221,13 @@ def read_logs(paths: Iterable[str | Path], stats: ParseStats | None = None) -> I
             yield from parse_lines(handle, stats, source=str(path))
 
 
-def _extra(conn: Conn) -> dict[str, str]:
-    return dict(conn.extra)
-
-
-def _tsv_value(conn: Conn, name: str, extra: dict[str, str]) -> str:
-    direct = {
-        "ts": f"{conn.ts:.6f}", "id.orig_h": conn.orig_h, "id.orig_p": str(conn.orig_p),
-        "id.resp_h": conn.resp_h, "id.resp_p": str(conn.resp_p), "proto": conn.proto,
-    }
-    return direct.get(name) or extra.get(name, "-")
+def _tsv_values(conn: Conn) -> dict[str, str]:
+    """A connection's conn.log fields as text: its own, else what `extra` holds."""
+    values = dict(conn.extra)
+    direct = (("ts", f"{conn.ts:.6f}"), ("id.orig_h", conn.orig_h), ("id.orig_p", str(conn.orig_p)),
+              ("id.resp_h", conn.resp_h), ("id.resp_p", str(conn.resp_p)), ("proto", conn.proto))
+    values.update((name, value) for name, value in direct if value)
+    return values
 
 
 def write_tsv(conns: Iterable[Conn], out: IO[str], opened: str = "1970-01-01-00-00-00") -> int:
@@ -239,8 +236,8 @@ def write_tsv(conns: Iterable[Conn], out: IO[str], opened: str = "1970-01-01-00-
     out.write(f"#open\t{opened}\n#fields\t" + "\t".join(CONN_FIELDS) + "\n#types\t" + "\t".join(CONN_TYPES) + "\n")
     n = 0
     for conn in conns:
-        extra = _extra(conn)
-        out.write("\t".join(_tsv_value(conn, name, extra) for name in CONN_FIELDS) + "\n")
+        values = _tsv_values(conn)
+        out.write("\t".join([values.get(name, "-") for name in CONN_FIELDS]) + "\n")
         n += 1
     out.write(f"#close\t{opened}\n")
     return n
