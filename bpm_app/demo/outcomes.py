@@ -31,6 +31,11 @@ def _fmt(phase: dict) -> str:
     return ", ".join(f"{n} {phase['loads'][n]:.2f}/{phase['thresholds'].get(n, math.nan):.2f}" for n in sorted(phase["loads"]))
 
 
+def to_joiner(movements: list[dict]) -> list[dict]:
+    """The movements of A's, B's or C's load to or from D (the poster's phase 4)."""
+    return [m for m in movements if m["origin"] in POSTER and JOINS in (m["from"], m["to"])]
+
+
 def poster_misses(report: dict) -> list[str]:
     """The poster's promises `report` (a demo's, `bpm demo --json`) does not keep, each as a
     sentence; empty when it keeps every one."""
@@ -57,7 +62,7 @@ def poster_misses(report: dict) -> list[str]:
 
     if not any(m["from"] == "a" and during(m, two) for m in movements):
         misses.append("A shed no load in phase 2")
-    to_d = [m for m in movements if m["origin"] in POSTER and JOINS in (m["from"], m["to"])]
+    to_d = to_joiner(movements)
     if not to_d:
         misses.append("no load of A, B or C reached D")
     early = [m for m in to_d if seconds(m["started_at"]) - t0 < four["started_s"]]

@@ -48,6 +48,7 @@ from bpm.federation.views import AgreedTerms, ending, key_groups, regrains
 from bpm.names import task_key
 from bpm.negotiation import is_acceptable
 from bpm_app.demo.inputs import BrokerInputs
+from bpm_app.demo.outcomes import to_joiner
 from spark_agents.streams.feed import write_end
 from bpm.records import Records, end_watermark_ms
 from bpm.results import Result
@@ -429,7 +430,8 @@ class Demo:
         return loads, thresholds
 
     def _phase(self, name: str, names: list[str], *, until: str | None = "acceptable", hold_s: float, warm: Collection[str] = (),
-               action: Callable[[], None] | None = None, feeding: Feeding | None = None) -> Phase:
+               action: Callable[[], None] | None = None, feeding: Feeding | None = None,
+               after: Callable[[dict], bool] | None = None) -> Phase:
         """Run `action` (what happens in the phase), then poll for at least `hold_s` and until
         the agents of `warm` are past their warm-up (`_past_warm_up`), and then until the
         allocation of `names` has stayed `until` ("acceptable" or "overloaded"; None: any
@@ -438,8 +440,10 @@ class Demo:
         only passed by between two movements. The mechanism may go on trading within it (a
         participant whose marginal cost is above a partner's price gains by shedding,
         acceptable or not). With `feeding`, each poll first lets it feed more traffic, and
-        the goal counts only once its target is reached; with neither `until` nor `feeding`,
-        the phase ends once `hold_s` has passed and the agents of `warm` are warm."""
+        the goal counts only once its target is reached; with `after`, only once `after(state)`
+        holds (what the phase is for has happened: in phase 4, load of A, B or C reached D,
+        which an allocation already acceptable when D joins would not wait for); with neither
+        `until` nor `feeding`, the phase ends once `hold_s` has passed and the agents of `warm` are warm."""
         phase = Phase(name, time.time() - self.t0)
         self.phases.append(phase)
         self.say(f"phase: {name}")
@@ -460,7 +464,7 @@ class Demo:
                 phase.loads, phase.thresholds = loads, thresholds
                 phase.acceptable = len(loads) == len(names) and is_acceptable(list(loads.values()), list(thresholds.values()))
                 goal = {"acceptable": phase.acceptable, "overloaded": phase.overloaded, None: True}[until]
-                ok = goal and (feeding is None or feeding.reached)
+                ok = goal and (feeding is None or feeding.reached) and (after is None or after(state))
                 ok_since = (ok_since or now) if ok else None
             held = ok_since is not None and now - ok_since >= steady_s
             if now >= held_until and ((until is None and feeding is None) or held) and self._past_warm_up(warm):
@@ -471,6 +475,11 @@ class Demo:
         phase.ended_s = time.time() - self.t0
         self.say(f"  {verdict(phase.to_json())}: loads {_fmt(phase.loads)} thresholds {_fmt(phase.thresholds)}")
         return phase
+
+    @staticmethod
+    def _reached_joiner(state: dict) -> bool:
+        """Whether load of A, B or C has moved to D (`bpm_app.demo.outcomes.to_joiner`)."""
+        return bool(to_joiner(state.get("movements", [])))
 
     def drive(self, steps: Iterator[None], each: Callable[[dict], None] | None = None) -> None:
         """Advance `steps` (`bpm_app.demo.faults.Fault`'s) a poll at a time until they are done,
@@ -582,7 +591,7 @@ class Demo:
             self._phase("3 load rises at B until the federation is overloaded", ["a", "b", "c"], until="overloaded", hold_s=s.settle_s,
                         feeding=Feeding(self, "b", ["a", "b", "c"], s.fill, until_held=True))
             self._phase("4 D joins (contract with C at 0.8 p): load flows B to C and C to D", ["a", "b", "c", "d"],
-                        hold_s=s.settle_s, action=lambda: self._sign(self._members[JOINS_LATER]))
+                        hold_s=s.settle_s, action=lambda: self._sign(self._members[JOINS_LATER]), after=self._reached_joiner)
             return self._finish()
         finally:
             self.fed.close()

@@ -222,7 +222,7 @@ class Tour(Demo):
                         feeding=Feeding(self, "b", names, s.fill, until_held=True, step=1))
             self._wait_side()
             self._phase("4 D joins (contract with C at 0.8 p): load flows B to C and C to D", [*names, JOINS],
-                        hold_s=s.settle_s, action=lambda: self._sign(self._members[JOINS], partners=["c"]))
+                        hold_s=s.settle_s, action=lambda: self._sign(self._members[JOINS], partners=["c"]), after=self._reached_joiner)
             report = self._finish()
             return self._tour_report(report)
         finally:

@@ -1,0 +1,55 @@
+"""When a demo's phase ends (`bpm_app.demo.run.Demo._phase`), against a demo that runs nothing:
+phase 4 waits for what it is for, load of A, B or C reaching D, even when the allocation is
+acceptable as D joins (the tour's phase 3 can end long before D's host is back, and by then
+the loads may have settled within the thresholds)."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+from bpm_app.demo.run import Demo
+
+
+class _Demo:
+    """What `_phase` reads of a demo: polls of a registry whose allocation is acceptable
+    throughout and where a movement of B's task to D appears at the fifth poll."""
+
+    _phase = Demo._phase
+    _measured = Demo._measured
+    _reached_joiner = staticmethod(Demo._reached_joiner)
+
+    def __init__(self) -> None:
+        self.s = SimpleNamespace(poll_s=0.001, phase_timeout_s=5.0)
+        self.t0 = time.time()
+        self.phases: list = []
+        self.polls = 0
+        self.said: list[str] = []
+
+    def poll(self) -> dict:
+        self.polls += 1
+        moved = [{"origin": "c", "from": "c", "to": "d", "task_name": "g1"}] if self.polls >= 5 else []
+        moved += [{"origin": "e", "from": "e", "to": "d", "task_name": "g0-1"}]  # E's piece: not the poster's load
+        self.state = {"participants": [{"name": n, "load": 0.4, "threshold": 0.63} for n in "abcd"], "movements": moved}
+        return self.state
+
+    def _in_transit(self) -> set[str]:
+        return set()
+
+    def _steady_s(self) -> float:
+        return 0.0
+
+    def _past_warm_up(self, names) -> bool:
+        return True
+
+    def say(self, message: str) -> None:
+        self.said.append(message)
+
+
+def test_phase_4_ends_acceptable_only_once_load_of_a_b_or_c_has_reached_d():
+    demo = _Demo()
+    phase = demo._phase("4 D joins", list("abcd"), hold_s=0.0, after=demo._reached_joiner)
+    assert phase.acceptable and demo.polls == 5, demo.polls
+    early = _Demo()
+    early._phase("4 D joins", list("abcd"), hold_s=0.0)
+    assert early.polls == 1, "without it the phase ends at the first acceptable poll"
