@@ -220,7 +220,14 @@ class HAMachine:
             for r in replicas:
                 if r["state"] == "active" and r["participant"] == task["host"]:
                     out.append(DropReplica(r["id"], key, r["participant"], f"{r['participant']} hosts {key} now; a replica must live elsewhere"))
-            target = repair_target(mode=mode, origin=task["origin"], host=task["host"], replicas=replicas, status=status, candidates=seen.partners)
+                elif r["state"] == "promoted" and r["participant"] != task["host"]:
+                    # Its holder took the task over and the task has moved on since: the record
+                    # would keep that participant (often the origin, the first choice) from ever
+                    # holding a copy of it again, and the task would run unreplicated.
+                    out.append(DropReplica(r["id"], key, r["participant"], f"{r['participant']} took {key} over and it has moved on since"))
+            gone = {i.replica_id for i in out if isinstance(i, DropReplica)}
+            left = [r for r in replicas if r["id"] not in gone]
+            target = repair_target(mode=mode, origin=task["origin"], host=task["host"], replicas=left, status=status, candidates=seen.partners)
             if target is not None:
                 out.append(PlaceReplica(task["id"], key, target, mode, unrepaired_failover(task, seen.failovers)))
         elif task["host"] != me or key in seen.here.running:

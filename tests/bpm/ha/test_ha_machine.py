@@ -138,3 +138,21 @@ def test_participants_not_concerned_do_nothing():
 )
 def test_task_mode_is_one_rule(own, kw, expected):
     assert task_mode(own, **kw) == expected
+
+
+def test_a_task_that_moves_on_from_the_holder_that_took_it_over_is_replicated_there_again():
+    """The origin took its task over from its own copy (its replica promoted), then moved it
+    to a partner again: the promoted record goes, and the origin holds a new copy; while the
+    task still runs at the holder that took it over, the record stays."""
+    machine = HAMachine("a")
+    failovers = [{"id": 9, "task_id": 1, "kind": "failover", "to_host": "a", "completed_at": "x", "detected_at": "2026-01-01T00:00:00Z"},
+                 {"id": 10, "task_id": 1, "kind": "repair", "to_host": "b", "completed_at": "x", "details": {"repair_of": 9}}]
+    moved_again = seen(tasks=[task(host="b", epoch=3)], replicas=[replica(1, "a", state="promoted"), replica(3, "b")], failovers=failovers,
+                       modes={"a.q": "passive_standby"})
+    out = machine.handle(moved_again)
+    assert DropReplica(1, "a.q", "a", "a took a.q over and it has moved on since") in out, out
+    assert DropReplica(3, "a.q", "b", "b hosts a.q now; a replica must live elsewhere") in out, out
+    assert [i.at for i in out if isinstance(i, PlaceReplica)] == ["a"], out
+    at_home = seen(tasks=[task(host="a", epoch=2)], replicas=[replica(1, "a", state="promoted"), replica(3, "b")], failovers=failovers,
+                   modes={"a.q": "passive_standby"})
+    assert not [i for i in HAMachine("a").handle(at_home) if isinstance(i, DropReplica)], "it still runs where it was taken over"
