@@ -65,10 +65,11 @@ class Federation:
         return self.hosts.add(name, cpus)
 
     def _spawn(self, name: str, host: str, args: list[str], env: dict | None = None, stdin: int | None = None) -> tuple[subprocess.Popen, Path]:
-        """Start process `name` inside `host`, its output in the run's log folder."""
+        """Start process `name` inside `host`, its output in the run's log folder (after what
+        an earlier process of that name wrote: a host restarted after a crash keeps its past)."""
         log = self.workdir / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("w") as out:
+        with log.open("a") as out:
             process = self.hosts.popen(host, args, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT, stdin=stdin,
                                        text=stdin is not None)
         self.processes[name] = process
