@@ -77,16 +77,20 @@ def is_failed(status: str) -> bool:
     return status in _FAILED
 
 
+def _partner_failed(contract, status: Mapping[str, str]) -> bool:
+    """Whether `contract`'s partner counts as failed; one whose liveness is unknown counts as live."""
+    return is_failed(status.get(contract.partner, "alive"))
+
+
 def with_live_partners(contracts: Sequence, status: Mapping[str, str]) -> tuple:
     """The contracts (each with a `partner`) whose partner does not count as failed: an offer
-    to a failed partner would wait for an answer that cannot come. A partner whose liveness
-    is unknown counts as live."""
-    return tuple(c for c in contracts if not is_failed(status.get(c.partner, "alive")))
+    to a failed partner would wait for an answer that cannot come."""
+    return tuple(c for c in contracts if not _partner_failed(c, status))
 
 
 def failed_partners(contracts: Sequence, status: Mapping[str, str]) -> tuple[str, ...]:
     """The partners of `contracts` that count as failed: those `with_live_partners` leaves out."""
-    return tuple(sorted({c.partner for c in contracts if is_failed(status.get(c.partner, "alive"))}))
+    return tuple(sorted({c.partner for c in contracts if _partner_failed(c, status)}))
 
 
 def _live(participant: str, host: str, status: Mapping[str, str]) -> bool:

@@ -288,10 +288,9 @@ class Federation:
         if p.cost.marginal(p.load) <= p.min_price * (1.0 + self.margin) and not p.split:
             return 0
         tasks = [*p.home.values(), *p.hosted.values()] if self.forward else list(p.home.values())
-        contracts = with_live_partners(p.contracts, self._status) if self._status else tuple(p.contracts)
-        unreachable = failed_partners(p.contracts, self._status) if self._status else ()
-        made = p.machine.handle(OfferDue(View(now_s=self.now_s, load=p.load, cost=p.cost, contracts=contracts, offerable=tuple(tasks),
-                                              split=tuple(sorted(p.split)), unreachable=unreachable)))
+        made = p.machine.handle(OfferDue(View(now_s=self.now_s, load=p.load, cost=p.cost, contracts=with_live_partners(p.contracts, self._status),
+                                              offerable=tuple(tasks), split=tuple(sorted(p.split)),
+                                              unreachable=failed_partners(p.contracts, self._status))))
         if made and isinstance(made[0], Split | Merge):
             return self._regrain(p, made[0])
         if not made or not isinstance(made[0], MakeOffer):

@@ -14,7 +14,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -241,6 +241,22 @@ def write_tsv(conns: Iterable[Conn], out: IO[str], opened: str = "1970-01-01-00-
         n += 1
     out.write(f"#close\t{opened}\n")
     return n
+
+
+def tsv_lines_kept(lines: Iterable[str], keep: Callable[[float], bool]) -> Iterator[str]:
+    """The lines of a conn.log that `write_tsv` wrote, each as it is: its header block, and
+    the connections whose time (`ts`, its first field) `keep` keeps, read no further than
+    that. A line without a time is left out, as `parse_lines` would skip it."""
+    for line in lines:
+        if line.startswith("#"):
+            yield line
+            continue
+        try:
+            ts = float(line.split("\t", 1)[0])
+        except ValueError:
+            continue
+        if keep(ts):
+            yield line
 
 
 _NUMERIC = {"duration", "orig_bytes", "resp_bytes", "missed_bytes", "orig_pkts", "orig_ip_bytes", "resp_pkts", "resp_ip_bytes"}

@@ -109,34 +109,21 @@ class DemoQuery:
         def kept(ts_us: int, values: tuple) -> bool:
             return admission.admit(ts_us) and (whole or wire.key_group(values) in chosen)
 
-        if self.zeek and whole:
-            # Only the lateness rule applies: each line as the replayer wrote it (`write_tsv`'s
-            # TSV), read no further than its time. A participant whose one task reads a heavy
-            # stream was fed millions of connections, each costing a parse and a write otherwise.
-            from bpm.zeek.definitions import ts_micros
+        out = fed.with_name(f"{name}.queried.{'log' if self.zeek else 'jsonl'}")
+        with fed.open(encoding="utf-8") as lines, out.open("w", encoding="utf-8") as handle:
+            if self.zeek and whole:
+                # Only the lateness rule applies: each line is read for its time alone. A
+                # participant whose one task reads a heavy stream was fed millions of connections.
+                from bpm.zeek.conn import tsv_lines_kept
+                from bpm.zeek.definitions import ts_micros
 
-            out = fed.with_name(f"{name}.queried.log")
-            with fed.open(encoding="utf-8") as lines, out.open("w", encoding="utf-8") as handle:
-                for line in lines:
-                    if line.startswith("#"):
-                        handle.write(line)
-                        continue
-                    try:
-                        ts_us = ts_micros(float(line.split("\t", 1)[0]))
-                    except ValueError:
-                        continue  # no time: the plain computation's reading would skip it too
-                    if admission.admit(ts_us):
-                        handle.write(line)
-        elif self.zeek:
-            from bpm.zeek.conn import read_logs, write_tsv
-            from bpm.zeek.definitions import stream_values
+                handle.writelines(tsv_lines_kept(lines, lambda ts: admission.admit(ts_micros(ts))))
+            elif self.zeek:
+                from bpm.zeek.conn import parse_lines, write_tsv
+                from bpm.zeek.definitions import stream_values
 
-            out = fed.with_name(f"{name}.queried.log")
-            with out.open("w", encoding="utf-8") as handle:
-                write_tsv((c for c in read_logs([fed]) if kept(*stream_values(c))), handle)
-        else:
-            out = fed.with_name(f"{name}.queried.jsonl")
-            with fed.open(encoding="utf-8") as lines, out.open("w", encoding="utf-8") as handle:
+                write_tsv((c for c in parse_lines(lines, source=str(fed)) if kept(*stream_values(c))), handle)
+            else:
                 handle.writelines(line for line in lines if kept(*wire.parse(json.loads(line))))
         newest = admission.newest_us
         return out, None if newest is None else end_mark_us(newest, self.lateness_s, self.align_s)
