@@ -14,6 +14,10 @@ MAX_LOAD = 1e6  # fractions of a participant's capacity
 MAX_DURATION_S = 10 * 365 * 86400.0  # ten years: contract durations, recovery times
 MAX_HORIZON = timedelta(days=100 * 365)  # dates within a century of now
 MAX_DEPTH = 32  # nesting of free-form JSON objects (task params, event data)
+# A moved task's load varies from batch to batch around what its offer declared; its host is
+# paid on what it measures, but on no more than this many times the declared load (nor more
+# than its own total), so neither side alone decides the bill (`api.services.offers.billed_load`).
+BILLED_LOAD_SLACK = 1.5
 
 
 def check_json(value: Any, depth: int = 0) -> Any:

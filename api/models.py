@@ -116,6 +116,8 @@ class Offer(Base):
         price: the offerer's cap, the most it pays per unit of load for the whole set.
         caps: for each k, the offerer's cap for the first k tasks (not increasing; the
             last is `price`).
+        loads: each task's load as the offerer declared it when it priced the offer; what a
+            movement of the task accrues is bounded by it (`api.services.offers.billed_load`).
         settled_price: once accepted, the price the movements run at (within the
             contract's range and at most the cap for as many tasks as were taken).
     """
@@ -141,6 +143,7 @@ class Offer(Base):
     accepted_task_ids: Mapped[list | None] = mapped_column(JSON, nullable=True)
     price: Mapped[float] = mapped_column(Float)
     caps: Mapped[list] = mapped_column(JSON)
+    loads: Mapped[list | None] = mapped_column(JSON, nullable=True)
     settled_price: Mapped[float | None] = mapped_column(Float, nullable=True)
     state: Mapped[str] = mapped_column(String(16), index=True)
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
@@ -164,9 +167,13 @@ class Movement(Base):
     from_id: Mapped[int] = mapped_column(ForeignKey("participants.id"), index=True)
     to_id: Mapped[int] = mapped_column(ForeignKey("participants.id"), index=True)
     price: Mapped[float] = mapped_column(Float)
-    # The task's load as its host last measured it (as declared, until the host reports);
-    # `amount` is what accrued up to `accrued_at`, each interval at the load measured over it.
+    # The load the movement is paid on: its host's last measurement, bounded by what the offer
+    # declared (as declared, until the host reports); `amount` is what accrued up to
+    # `accrued_at`, each interval at the load billed over it.
     load: Mapped[float] = mapped_column(Float)
+    # The task's load as the offer declared it: the host is paid on at most `BILLED_LOAD_SLACK`
+    # times it, however much it reports (None on rows from before offers declared loads).
+    declared_load: Mapped[float | None] = mapped_column(Float, nullable=True)
     amount: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     accrued_at: Mapped[datetime] = mapped_column(UTCDateTime)
     state: Mapped[str] = mapped_column(String(16), index=True)

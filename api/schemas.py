@@ -211,6 +211,11 @@ class OfferCreate(In):
         default=None, max_length=1000,
         description="For each k, the offerer's cap for the first k tasks (one per task, not increasing, the last equal to price); price for every k by default",
     )
+    loads: list[Load] | None = Field(
+        default=None, max_length=1000,
+        description="Each task's load as the offerer measured it when pricing the offer (one per task); the load the registry last heard by default. "
+                    "A movement is paid on its host's measurements, bounded by this load (api.limits.BILLED_LOAD_SLACK times it)",
+    )
     ttl_s: float = Field(default=30.0, gt=0, le=3600, description="The offer expires unless decided within this time")
 
 
@@ -235,6 +240,7 @@ class OfferOut(Out):
     accepted_task_ids: list[int] | None
     price: float = Field(description="the offerer's cap per unit of load, for the whole set")
     caps: list[float] = Field(description="the offerer's cap for the first k tasks, for each k")
+    loads: list[float] | None = Field(default=None, description="each task's load as the offerer declared it")
     settled_price: float | None = Field(default=None, description="once accepted, the price its movements run at")
     state: OfferState
     reason: str | None
@@ -254,7 +260,8 @@ class MovementOut(Out):
     from_: str = Field(alias="from")
     to: str
     price: float
-    load: float
+    load: float = Field(description="the load it is paid on: its host's last measurement, bounded by the declared load")
+    declared_load: float | None = Field(default=None, description="the task's load as the offer declared it")
     state: MovementState
     started_at: datetime
     earliest_end_at: datetime

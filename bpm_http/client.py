@@ -133,10 +133,13 @@ class RegistryClient:
         return self.request("POST", "/keys/rotate")
 
     # Offers and movements
-    def offer(self, contract_id: int, task_ids: list[int], price: float, *, caps: list[float] | None = None, ttl_s: float | None = None) -> dict:
+    def offer(self, contract_id: int, task_ids: list[int], price: float, *, caps: list[float] | None = None,
+              loads: list[float] | None = None, ttl_s: float | None = None) -> dict:
         body: dict[str, Any] = {"contract_id": contract_id, "task_ids": task_ids, "price": price}
         if caps is not None:
             body["caps"] = caps
+        if loads is not None:
+            body["loads"] = loads
         if ttl_s is not None:
             body["ttl_s"] = ttl_s
         return self.request("POST", "/offers", json=body)

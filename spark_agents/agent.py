@@ -993,6 +993,7 @@ class Agent:
             case MakeOffer(offer):
                 try:
                     made = self.client.offer(int(offer.contract_id), [int(t) for t in offer.task_ids], offer.price_cap, caps=list(offer.caps),
+                                             loads=[t.load for t in offer.tasks],
                                              ttl_s=self.config.offer_ttl_s)
                 except RegistryError as exc:
                     if exc.status != 409:

@@ -13,6 +13,7 @@ task is conditional on its host in the same way.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
@@ -23,7 +24,8 @@ from sqlalchemy.orm import Session
 from api import schemas
 from api.auth import Principal, get_private
 from api.errors import Conflict, Forbidden, Invalid, NotFound
-from api.models import Contract, Movement, Offer, Task
+from api.limits import BILLED_LOAD_SLACK
+from api.models import Contract, Movement, Offer, Participant, Task
 from api.pages import PageQuery
 from api.services import changes, events, participants
 from api.services import contracts as contract_service
@@ -44,6 +46,26 @@ def _caps(body: schemas.OfferCreate, task_ids: list[int], contract: Contract) ->
     if not (contract.price_min <= body.caps[-1] and body.caps[0] <= contract.price_max):
         raise Invalid(f"caps {body.caps} leave contract #{contract.id}'s range [{contract.price_min:g}, {contract.price_max:g}]")
     return list(body.caps)
+
+
+def _loads(body: schemas.OfferCreate, task_ids: list[int], tasks: Mapping[int, Task]) -> list[float]:
+    """Each task's load as the offerer declares it: given, or what the registry last heard."""
+    if body.loads is None:
+        return [tasks[t].load for t in task_ids]
+    if len(body.loads) != len(body.task_ids) or len(task_ids) != len(body.task_ids):
+        raise Invalid(f"loads needs one value per task, with no task named twice: {len(body.loads)} loads for tasks {body.task_ids}")
+    return list(body.loads)
+
+
+def billed_load(measured: float, declared: float | None, total: float | None = None) -> float:
+    """The load a movement is paid on: what its host measured, but no more than
+    `BILLED_LOAD_SLACK` times what the offer declared, nor more than the host's own total."""
+    bounds = [measured]
+    if declared is not None:
+        bounds.append(declared * BILLED_LOAD_SLACK)
+    if total is not None:
+        bounds.append(total)
+    return min(bounds)
 
 
 def _pending_of(session: Session, participant_id: int, now: datetime) -> Offer | None:
@@ -69,6 +91,7 @@ def create(session: Session, caller: Principal, body: schemas.OfferCreate, now: 
     missing = [t for t in task_ids if t not in tasks]
     if missing:
         raise NotFound(f"no tasks {missing}")
+    loads = _loads(body, task_ids, tasks)
     partner = contract.counterparty if contract.proposer_id == me.id else contract.proposer
     _check_offerable(session, me, partner, contract, [tasks[t] for t in task_ids])
     _refuse_second_offer(session, me, now)
@@ -79,6 +102,7 @@ def create(session: Session, caller: Principal, body: schemas.OfferCreate, now: 
         task_ids=task_ids,
         price=body.price,
         caps=caps,
+        loads=loads,
         state=OfferState.PENDING,
         created_at=now,
         expires_at=now + timedelta(seconds=body.ttl_s),
@@ -96,7 +120,7 @@ def create(session: Session, caller: Principal, body: schemas.OfferCreate, now: 
         f"{me.name} offered tasks {task_ids} to {partner.name} at {body.price:g} under contract #{contract.id}",
         actor=me.name,
         subject=partner.name,
-        data={"offer_id": offer.id, "contract_id": contract.id, "task_ids": task_ids, "price": body.price},
+        data={"offer_id": offer.id, "contract_id": contract.id, "task_ids": task_ids, "price": body.price, "loads": loads},
         at=now,
     )
     return offer
@@ -216,6 +240,7 @@ def accept(session: Session, caller: Principal, offer_id: int, body: schemas.Off
         raise Conflict(f"some of tasks {chosen} left {offer.from_participant.name}, or began to hand their key groups over, since the offer; nothing moved")
     movements = []
     # One read of the moved tasks, their new host and epoch included; the movements are then inserted in one batch.
+    declared = dict(zip(offer.task_ids, offer.loads)) if offer.loads is not None else {}
     for task in session.scalars(select(Task).where(Task.id.in_(chosen)).order_by(Task.id).execution_options(populate_existing=True)):
         movement = Movement(
             offer_id=offer.id,
@@ -224,7 +249,8 @@ def accept(session: Session, caller: Principal, offer_id: int, body: schemas.Off
             from_id=offer.from_id,
             to_id=offer.to_id,
             price=price,
-            load=task.load,
+            load=declared.get(task.id, task.load),  # as declared, until its host measures it
+            declared_load=declared.get(task.id),
             accrued_at=now,
             state=MovementState.ACTIVE,
             started_at=now,
@@ -293,6 +319,7 @@ def to_out(offer: Offer, now: datetime, movements: list[int]) -> schemas.OfferOu
         accepted_task_ids=offer.accepted_task_ids,
         price=offer.price,
         caps=offer.caps,
+        loads=offer.loads,
         settled_price=offer.settled_price,
         state=state_of(offer, now),
         reason=offer.reason,
@@ -366,10 +393,14 @@ def end_movement(session: Session, caller: Principal, movement_id: int, now: dat
     # The task's row first, as every writer of a task and its movements does (accept, failover,
     # the heartbeat's accruals): two of them never wait for each other in opposite orders.
     session.execute(select(Task.id).where(Task.id == movement.task_id).with_for_update())
+    # A heartbeat that took the task's row before this end did may have accrued past `now`
+    # (read before the wait): the movement then ends where its accrual stopped, so what it
+    # was paid covers exactly its start to its end.
     changed = session.execute(
         update(Movement)
         .where(Movement.id.in_([m.id for m in chain]), Movement.state == MovementState.ACTIVE)
-        .values(state=MovementState.ENDED, ended_at=now, ended_by_id=caller.participant.id if caller.participant else None)
+        .values(state=MovementState.ENDED, ended_at=case((Movement.accrued_at > now, Movement.accrued_at), else_=now),
+                ended_by_id=caller.participant.id if caller.participant else None)
         .execution_options(synchronize_session=False)
     ).rowcount
     if changed != len(chain):
@@ -420,7 +451,7 @@ def accrued(movement: Movement, now: datetime) -> tuple[float, float]:
 # Run at every heartbeat that reports loads: built once.
 _movements = Movement.__table__
 _ACTIVE_HOSTED = (
-    select(Movement.id, Movement.task_id, Movement.price, Movement.accrued_at)
+    select(Movement.id, Movement.task_id, Movement.price, Movement.load, Movement.declared_load, Movement.accrued_at, Movement.from_id)
     .join(Task, Task.id == Movement.task_id)
     .where(Movement.task_id.in_(bindparam("task_ids", expanding=True)), Movement.state == MovementState.ACTIVE, Task.host_id == bindparam("host"))
     .order_by(Movement.id)
@@ -428,28 +459,39 @@ _ACTIVE_HOSTED = (
 _ACCRUE = (
     update(_movements)
     .where(_movements.c.id == bindparam("movement_id"), _movements.c.state == MovementState.ACTIVE, _movements.c.accrued_at == bindparam("seen_at"))
-    .values(amount=_movements.c.amount + bindparam("added"), load=bindparam("measured"), accrued_at=bindparam("now"))
+    .values(amount=_movements.c.amount + bindparam("added"), load=bindparam("billed"), accrued_at=bindparam("now"))
 )
 
 
-def accrue(session: Session, host_id: int, loads: Mapping[int, float], now: datetime) -> None:
+def accrue(session: Session, host: Participant, loads: Mapping[int, float], total: float, now: datetime) -> None:
     """The host measured each task's load (`loads`, by task id) over the time since its last
-    report: every active movement of a task it hosts (a chain pays link by link) accrues that
-    interval at it. Conditional on the movement still being active and not accrued meanwhile,
-    so a report racing an end or another report adds nothing twice. Two statements, however
-    many tasks and movements."""
+    report, and `total` for all it carries: every active movement of a task it hosts (a chain
+    pays link by link) accrues that interval at the load `billed_load` allows. Conditional on
+    the movement still being active and not accrued meanwhile, so a report racing an end or
+    another report adds nothing twice. Two statements, however many tasks and movements; a
+    movement whose measured load goes past the bound its offer's declared load sets is
+    recorded as disputed when it does (not at every report), for both sides to see."""
     connection = session.connection()
-    active = connection.execute(_ACTIVE_HOSTED, {"task_ids": sorted(loads), "host": host_id}).all()
+    active = connection.execute(_ACTIVE_HOSTED, {"task_ids": sorted(loads), "host": host.id}).all()
     if not active:
         return
-    connection.execute(
-        _ACCRUE,
-        [
-            {"movement_id": m.id, "seen_at": m.accrued_at, "measured": loads[m.task_id], "now": now,
-             "added": m.price * loads[m.task_id] * max(0.0, (now - m.accrued_at).total_seconds())}
-            for m in active
-        ],
-    )
+    rows = []
+    for m in active:
+        billed = billed_load(loads[m.task_id], m.declared_load, total)
+        rows.append({"movement_id": m.id, "seen_at": m.accrued_at, "billed": billed, "now": now,
+                     "added": m.price * billed * max(0.0, (now - m.accrued_at).total_seconds())})
+        bound = billed_load(math.inf, m.declared_load)
+        if loads[m.task_id] > bound and m.load < bound:
+            payer = session.get(Participant, m.from_id)
+            events.record(
+                session, "movement.disputed",
+                f"{host.name} measured task #{m.task_id} at load {loads[m.task_id]:.3g}, beyond the {m.declared_load:.3g} its offer declared: "
+                f"movement #{m.id} is paid on {bound:.3g} while it lasts",
+                actor=host.name, subject=payer.name,
+                data={"movement_id": m.id, "task_id": m.task_id, "measured": loads[m.task_id], "declared": m.declared_load, "billed": bound},
+                at=now,
+            )
+    connection.execute(_ACCRUE, rows)
 
 
 def movement_out(movement: Movement, now: datetime) -> schemas.MovementOut:
@@ -464,6 +506,7 @@ def movement_out(movement: Movement, now: datetime) -> schemas.MovementOut:
         to=movement.to_participant.name,
         price=movement.price,
         load=movement.load,
+        declared_load=movement.declared_load,
         state=movement.state,
         started_at=movement.started_at,
         earliest_end_at=movement.earliest_end_at,

@@ -150,7 +150,7 @@ def heartbeat(session: Session, caller: Principal, name: str, body: schemas.Hear
         from api.services.offers import accrue
 
         session.connection().execute(_REPORT_LOADS, [{"task_id": t, "load": load, "host": participant.id} for t, load in sorted(reported.items())])
-        accrue(session, participant.id, reported, now)
+        accrue(session, participant, reported, body.load, now)
     connection = session.connection()
     connection.execute(_ADD_SAMPLE, {"participant_id": participant.id, "at": now, "load": body.load, "threshold": body.threshold})
     if previous is None or int(previous.timestamp() // 60) != int(now.timestamp() // 60):  # trimmed once a minute

@@ -122,10 +122,13 @@ def offer_view(offer: Mapping, contract: Mapping, task_loads: Mapping[int, float
     """A pending offer made to me, as `evaluate_offer` sees it: with the offerer's caps for
     each leading part of its tasks, as the registry carries them, and each task's origin,
     query (name, digest) and why I could not run it, where `origins`, `queries` and
-    `unrunnable` say them."""
+    `unrunnable` say them. A task's load is the larger of what the registry last heard
+    (`task_loads`) and what the offer declares: a load sampled between batches must not
+    make a task look smaller than the offerer priced it."""
     origins, queries, unrunnable = origins or {}, queries or {}, unrunnable or {}
-    tasks = tuple(Task(id=str(tid), load=max(task_loads.get(tid, 0.0), MIN_TASK_LOAD), origin=origins.get(tid, ""), query=queries.get(tid),
-                       unrunnable=unrunnable.get(tid))
+    declared = dict(zip(offer["task_ids"], offer.get("loads") or ()))
+    tasks = tuple(Task(id=str(tid), load=max(task_loads.get(tid, 0.0), declared.get(tid, 0.0), MIN_TASK_LOAD), origin=origins.get(tid, ""),
+                       query=queries.get(tid), unrunnable=unrunnable.get(tid))
                   for tid in offer["task_ids"])
     return Offer(
         contract_id=str(offer["contract_id"]),

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 
 from tests.api.test_ha import beat, silence
@@ -247,29 +249,78 @@ def test_participant_events_are_private(registry, pair):
     assert [e["message"] for e in registry.ok("GET", "/events?kind=agent.error", a)] == ["a is slow"]
 
 
+def _beat(registry, key, name, task_id, load, total=None):
+    registry.ok("POST", f"/participants/{name}/heartbeat", key,
+                json={"load": load if total is None else total, "tasks": [{"task_id": task_id, "load": load}]})
+
+
 def test_a_movement_is_paid_on_the_load_its_host_measures(registry, pair):
-    """The payer declared 0.1 for t0; b, hosting it, measures 0.4 then 0.2; a's own report
-    about a task it no longer hosts changes nothing."""
+    """The payer declared 0.1 for t0; b, hosting it, measures 0.14 then 0.06, within the
+    bound the declaration sets; a's own report about a task it no longer hosts changes nothing."""
+    a, b, contract, tasks = pair
+    offer = _offer(registry, a, contract["id"], tasks[:1], price=2.0).json()
+    assert offer["loads"] == [pytest.approx(0.1)], "an offer that names no loads declares what the registry last heard"
+    movement = registry.ok("POST", f"/offers/{offer['id']}/accept", b)["movements"][0]
+
+    registry.clock.advance(10)
+    _beat(registry, b, "b", tasks[0], 0.14)  # 2.0 x 0.14 x 10 = 2.8
+    _beat(registry, a, "a", tasks[0], 0.0)  # not the host: ignored
+    registry.clock.advance(5)
+    _beat(registry, b, "b", tasks[0], 0.06)  # + 2.0 x 0.06 x 5 = 0.6
+    registry.clock.advance(5)  # + 2.0 x 0.06 x 5 = 0.6 at the last measured load, until the next report
+    entry = registry.ok("GET", "/ledger")["entries"][0]
+    assert (entry["movement_id"], entry["load"], entry["seconds"]) == (movement, 0.06, 20.0)
+    assert entry["amount"] == pytest.approx(4.0)
+    registry.ok("POST", f"/movements/{movement}/end", a)
+    registry.clock.advance(5)
+    _beat(registry, b, "b", tasks[0], 0.09)  # after the end: nothing more accrues
+    assert registry.ok("GET", "/ledger")["entries"][0]["amount"] == pytest.approx(4.0)
+
+
+def test_a_host_is_paid_on_no_more_than_the_load_the_offer_declared_nor_its_own_total(registry, pair):
+    """A hostile host of a task declared at 0.01 reports it at 10^6 on a total of 0.05:
+    it is paid on 1.5 x 0.01, the payer sees one dispute, and a task reported above the
+    host's own total is paid on that total."""
+    a, b, contract, tasks = pair
+    offer = _offer(registry, a, contract["id"], tasks[:1], price=2.0, loads=[0.01]).json()
+    assert offer["loads"] == [0.01]
+    movement = registry.ok("POST", f"/offers/{offer['id']}/accept", b)["movements"][0]
+    assert registry.ok("GET", f"/movements/{movement}", b)["declared_load"] == 0.01
+    for _ in range(3):
+        registry.clock.advance(10)
+        _beat(registry, b, "b", tasks[0], 1e6, total=0.05)
+    seen = registry.ok("GET", f"/movements/{movement}", a)
+    assert seen["load"] == pytest.approx(0.015) and seen["accrued"] == pytest.approx(2.0 * 0.015 * 30)
+    disputes = [e for e in registry.ok("GET", "/events?kind=movement.disputed", a)]
+    assert len(disputes) == 1, "a dispute is recorded when the measurement first goes past the bound, not at every report"
+    assert disputes[0]["data"]["measured"] == 1e6 and disputes[0]["subject"] == "a" and disputes[0]["actor"] == "b"
+    registry.clock.advance(10)
+    _beat(registry, b, "b", tasks[0], 0.012, total=0.004)  # more than all it carries: paid on its total
+    registry.clock.advance(10)
+    assert registry.ok("GET", f"/movements/{movement}", a)["accrued"] == pytest.approx(2.0 * 0.015 * 30 + 2.0 * 0.004 * 20)
+
+
+def test_offered_loads_are_one_per_task_and_bounded(registry, pair):
+    a, b, contract, tasks = pair
+    for bad in ([0.1], [0.1, 0.2, 0.3], [-0.1, 0.2], [0.1, 1e7]):
+        response = _offer(registry, a, contract["id"], tasks[:2], loads=bad)
+        assert response.status_code == 422 and "loads" in str(response.json()["detail"]), (bad, response.text)
+
+
+def test_a_movement_ends_where_its_accrual_stopped_when_a_report_came_in_while_the_end_waited(registry, pair):
+    """The end reads the time before it waits for the task's row; a heartbeat that took the
+    row first accrued past that time. The movement ends where the accrual stopped, so what it
+    was paid is its load times its whole span, not more."""
     a, b, contract, tasks = pair
     offer = _offer(registry, a, contract["id"], tasks[:1], price=2.0).json()
     movement = registry.ok("POST", f"/offers/{offer['id']}/accept", b)["movements"][0]
-
-    def beat(key, name, load):
-        registry.ok("POST", f"/participants/{name}/heartbeat", key, json={"load": load, "tasks": [{"task_id": tasks[0], "load": load}]})
-
-    registry.clock.advance(10)
-    beat(b, "b", 0.4)  # 2.0 x 0.4 x 10 = 8
-    beat(a, "a", 0.0)  # not the host: ignored
-    registry.clock.advance(5)
-    beat(b, "b", 0.2)  # + 2.0 x 0.2 x 5 = 2
-    registry.clock.advance(5)  # + 2.0 x 0.2 x 5 = 2 at the last measured load, until the next report
-    entry = registry.ok("GET", "/ledger")["entries"][0]
-    assert (entry["movement_id"], entry["load"], entry["seconds"]) == (movement, 0.2, 20.0)
-    assert entry["amount"] == pytest.approx(12.0)
-    registry.ok("POST", f"/movements/{movement}/end", a)
-    registry.clock.advance(5)
-    beat(b, "b", 0.9)  # after the end: nothing more accrues
-    assert registry.ok("GET", "/ledger")["entries"][0]["amount"] == pytest.approx(12.0)
+    registry.clock.advance(12)
+    _beat(registry, b, "b", tasks[0], 0.1)
+    registry.clock.advance(-1)  # the end's time, read before the heartbeat committed
+    ended = registry.ok("POST", f"/movements/{movement}/end", a)
+    span = (datetime.fromisoformat(ended["ended_at"]) - datetime.fromisoformat(ended["started_at"])).total_seconds()
+    assert span == pytest.approx(12.0)
+    assert ended["accrued"] == pytest.approx(2.0 * 0.1 * span)
 
 
 def test_accept_settles_the_price_between_range_minimum_and_offered_cap(registry, pair):

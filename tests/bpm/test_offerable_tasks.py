@@ -85,3 +85,22 @@ def test_an_offer_as_the_host_sees_it_carries_each_task_s_query_as_the_registry_
     offer = offer_view({"contract_id": 4, "from": "a", "task_ids": [1, 2], "caps": [1.0, 1.0]}, {"price_min": 0.5, "price_max": 1.0},
                        {1: 0.1, 2: 0.2}, {1: "a", 2: "a"}, {r["id"]: task_query(r) for r in records})
     assert [t.query for t in offer.tasks] == [("sensors", "7d41f04a01b0a5f0"), None]
+
+
+def test_the_host_weighs_an_offered_task_at_the_larger_of_the_load_the_offer_declares_and_the_registry_last_heard():
+    """The registry holds the offerer's last heartbeat, which may be sampled between batches
+    (0.54 for a task the offerer priced at 0.687): weighed at 0.54, a host at 0.3 would take
+    the whole task; weighed as offered, it refuses, and the offerer splits it instead."""
+    from bpm.federation.views import offer_view
+    from bpm.negotiation import evaluate_offer
+
+    cost = MM1Cost(a=0.1, c=1.0)
+    contract = {"price_min": 1.0, "price_max": 2.0}
+    base = {"contract_id": 4, "from": "e", "task_ids": [1], "caps": [1.2]}
+    heard = {1: 0.54}
+    assert offer_view(base, contract, heard).tasks[0].load == 0.54, "an offer without declared loads is weighed as the registry heard"
+    declared = offer_view({**base, "loads": [0.687]}, contract, heard)
+    assert declared.tasks[0].load == 0.687
+    assert offer_view({**base, "loads": [0.3]}, contract, heard).tasks[0].load == 0.54, "declaring less than was heard makes no task smaller"
+    assert evaluate_offer(load=0.3, cost=cost, offer=offer_view(base, contract, heard)).count == 1
+    assert evaluate_offer(load=0.3, cost=cost, offer=declared).count == 0
