@@ -9,12 +9,12 @@ from fastapi import Path, Query
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from api.limits import MAX_DURATION_S, MAX_ID, MAX_INT, MAX_LOAD, MAX_PRICE, check_json, sane_moment
-from bpm.names import NAME_PATTERN, PARTICIPANT_MAX, TASK_MAX
+from bpm.names import NAME_PATTERN, PARTICIPANT_MAX, PARTICIPANT_PATTERN, TASK_MAX
 from bpm.query import DIGEST_PATTERN, QUERY_NAME_PATTERN
 from bpm.negotiation import MovementState, OfferState
 
 HaMode = Literal["none", "upstream_backup", "passive_standby", "active_standby"]
-Name = Field(min_length=1, max_length=PARTICIPANT_MAX, pattern=NAME_PATTERN)
+Name = Field(min_length=1, max_length=PARTICIPANT_MAX, pattern=PARTICIPANT_PATTERN)
 TaskName = Field(min_length=1, max_length=TASK_MAX, pattern=NAME_PATTERN)
 Id = Annotated[int, Field(ge=1, le=MAX_ID)]
 Epoch = Annotated[int, Field(ge=0, le=MAX_ID)]
@@ -300,7 +300,7 @@ class LedgerOut(Out):
 class EventCreate(In):
     kind: str = Field(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_.]*$")
     message: str = Field(min_length=1, max_length=4000)
-    subject: str | None = Field(default=None, max_length=PARTICIPANT_MAX, pattern=NAME_PATTERN)
+    subject: str | None = Field(default=None, max_length=PARTICIPANT_MAX, pattern=PARTICIPANT_PATTERN)
     data: dict = Field(default_factory=dict)
 
 
@@ -403,7 +403,7 @@ class TokenCreate(In):
         description="handover: fetch the task's checkpoint from its previous host; delta: send an HA delta to a replica's holder; "
                     "stream: ask the task's origin for the credentials that read its broker stream; "
                     "alerts: ask a contract partner for the credentials that read the alerts it shares")
-    audience: str = Field(min_length=1, max_length=PARTICIPANT_MAX, pattern=NAME_PATTERN, description="The participant the call goes to")
+    audience: str = Field(min_length=1, max_length=PARTICIPANT_MAX, pattern=PARTICIPANT_PATTERN, description="The participant the call goes to")
     epoch: Epoch | None = Field(default=None, description="The task's epoch the call is for: the caller must host the task at it (none for alerts)")
 
     @model_validator(mode="after")
@@ -428,8 +428,8 @@ class KeyOut(Out):
     retired_at: datetime | None
 
 
-NamePath = Annotated[str, Path(min_length=1, max_length=PARTICIPANT_MAX, pattern=NAME_PATTERN)]
-NameQuery = Annotated[str | None, Query(min_length=1, max_length=PARTICIPANT_MAX, pattern=NAME_PATTERN)]
+NamePath = Annotated[str, Path(min_length=1, max_length=PARTICIPANT_MAX, pattern=PARTICIPANT_PATTERN)]
+NameQuery = Annotated[str | None, Query(min_length=1, max_length=PARTICIPANT_MAX, pattern=PARTICIPANT_PATTERN)]
 WordQuery = Annotated[str | None, Query(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_.]*$")]
 OfferStateQuery = Annotated[OfferState | None, Query(description="Only offers in this state.")]
 MovementStateQuery = Annotated[MovementState | None, Query(description="Only movements in this state.")]

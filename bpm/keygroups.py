@@ -20,7 +20,7 @@ import re
 import zlib
 from dataclasses import dataclass
 
-from bpm.names import PARTICIPANT_MAX, check_name
+from bpm.names import PARTICIPANT_MAX, check_name, check_participant
 
 BITS = 6
 KEY_GROUPS = 1 << BITS
@@ -139,7 +139,7 @@ def parse_location(location: str) -> StreamLocation:
         raise ValueError(f"bad broker location {location!r}: nats://HOST:PORT/PARTICIPANT[/KEY_GROUP_PREFIX]")
     participant, _, prefix = (m.group("path") or "").strip("/").partition("/")
     try:
-        check_name(participant, "participant name", PARTICIPANT_MAX)
+        check_participant(participant)
         check_prefix(prefix)
     except ValueError as exc:
         raise ValueError(f"bad broker location {location!r}: {exc}") from None

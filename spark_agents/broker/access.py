@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from bpm.keygroups import StreamLocation
-from bpm.names import check_name
+from bpm.names import check_participant
 from spark_agents.broker.server import NatsServer, User, partner_user
 from spark_agents.broker.source import JetStreamInput
 from spark_agents.credentials import write_private
@@ -40,7 +40,7 @@ class OwnBroker:
 
     def __init__(self, name: str, folder: Path, password: str, *, host: str = "127.0.0.1", port: int, http_port: int,
                  advertise: str | None = None) -> None:
-        self.name = check_name(name, "participant name")
+        self.name = check_participant(name)
         self.folder = Path(folder)
         self.password = password
         self.url = f"nats://{advertise or host}:{port}"
@@ -108,10 +108,10 @@ class OwnBroker:
         hosts, and read the key groups of the tasks it replicates, and the partners in
         `readers` read the alerts this participant shares (None: those who read them so far);
         nobody else anything. Reloads the server only when that changed. Returns whether it did."""
-        wanted = {check_name(p, "participant name"): frozenset(tasks) for p, tasks in hosted.items() if p != self.name}
+        wanted = {check_participant(p): frozenset(tasks) for p, tasks in hosted.items() if p != self.name}
         wanted = {p: tasks for p, tasks in wanted.items() if tasks}
         with self._lock:
-            alerts = self._readers if readers is None else frozenset(check_name(p, "participant name") for p in readers) - {self.name}
+            alerts = self._readers if readers is None else frozenset(check_participant(p) for p in readers) - {self.name}
             if wanted == self._grants and alerts == self._readers:
                 return False
             users = [self._owner()] + [partner_user(p, self._password(p), sorted(wanted.get(p, ())), alerts=p in alerts)

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from bpm.names import PARTICIPANT_MAX, check_name, is_safe
+from bpm.names import check_participant, is_participant
 
 DEFAULT_TIMEOUT_S = 3.0
 _COUNTER = struct.Struct("!Q")
@@ -53,7 +53,7 @@ def parse_beat(key: bytes, data: bytes) -> tuple[str, int] | None:
     if not hmac.compare_digest(mac, _mac(key, body)):
         return None
     name = body[_COUNTER.size:].decode("ascii", errors="replace")
-    return (name, _COUNTER.unpack(body[:_COUNTER.size])[0]) if is_safe(name, PARTICIPANT_MAX) else None
+    return (name, _COUNTER.unpack(body[:_COUNTER.size])[0]) if is_participant(name) else None
 
 
 class HeartbeatReceiver:
@@ -112,7 +112,7 @@ class HeartbeatSender:
     process. A beat that cannot be sent (no route while the host is cut off) is skipped."""
 
     def __init__(self, name: str, key: bytes, to: tuple[str, int], interval_s: float = 0.25) -> None:
-        check_name(name, "participant name", PARTICIPANT_MAX)
+        check_participant(name)
         self.name, self.key, self.to, self.interval_s = name, key, to, interval_s
         self._counter = time.time_ns()  # grows across restarts of the sender
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

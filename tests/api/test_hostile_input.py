@@ -39,6 +39,15 @@ def test_a_participant_name_that_could_become_a_path_is_refused(registry):
     assert response.status_code == 422, response.text
 
 
+def test_a_participant_name_has_no_dot_so_task_keys_cannot_collide(registry):
+    """`acme`'s task `eu.p0` and a participant `acme.eu`'s task `p0` would both have the key
+    `acme.eu.p0`: the second participant is refused."""
+    acme = registry.participant("acme")
+    assert registry.call("POST", "/tasks", acme, json={"name": "eu.p0"}).status_code == 201
+    response = registry.call("POST", "/participants", json={"name": "acme.eu", "endpoint": "http://127.0.0.1:1"})
+    assert response.status_code == 422 and "name" in response.text, response.text
+
+
 @pytest.mark.parametrize(
     "body",
     [

@@ -76,13 +76,13 @@ def test_shares_split_a_stream_evenly_and_only_in_powers_of_two():
 
 
 def test_a_location_names_a_server_a_participant_and_key_groups_and_never_a_credential():
-    where = parse_location("nats://10.0.0.2:4222/org.a/01")
-    assert where == StreamLocation("nats://10.0.0.2:4222", "org.a", "01") and str(where) == "nats://10.0.0.2:4222/org.a/01"
+    where = parse_location("nats://10.0.0.2:4222/org-a/01")
+    assert where == StreamLocation("nats://10.0.0.2:4222", "org-a", "01") and str(where) == "nats://10.0.0.2:4222/org-a/01"
     assert parse_location(str(StreamLocation("nats://h:1", "a"))) == StreamLocation("nats://h:1", "a", "")
     assert is_location("nats://h:1/a") and not is_location("/streams/a")
     assert parse_location("nats://[::1]:4222/a/1") == StreamLocation("nats://[::1]:4222", "a", "1")
     for bad, why in [("nats://h/a", "HOST:PORT"), ("http://h:1/a", "HOST:PORT"), ("nats://u:p@h:1/a", "no credentials"),
-                     ("nats://h:1/a?x=1", "no credentials"), ("nats://h:1/../etc", "participant"), ("nats://h:1/a/012", "key-group"),
+                     ("nats://h:1/a?x=1", "no credentials"), ("nats://h:1/../etc", "participant"), ("nats://h:1/a.b/0", "participant"), ("nats://h:1/a/012", "key-group"),
                      ("nats://h:1/a/0/1", "key-group"), ("nats://h:99999/a", "HOST:PORT"), ("nats://h:0/a", "HOST:PORT"),
                      ("nats://h h:1/a", "HOST:PORT"), ("nats://h:1", "participant")]:
         with pytest.raises(ValueError, match=why):

@@ -28,6 +28,12 @@ def test_a_task_key_from_a_hostile_name_is_refused(name):
         task_key({"origin": name, "name": "t"})
 
 
+def test_task_keys_split_one_way_only():
+    assert task_key({"origin": "acme", "name": "eu.p0"}) == "acme.eu.p0"
+    with pytest.raises(UnsafeName, match="participant name"):
+        task_key({"origin": "acme.eu", "name": "p0"})
+
+
 def test_paths_are_resolved_inside_the_work_folder(tmp_path):
     root = tmp_path / "checkpoints"
     root.mkdir()
