@@ -16,7 +16,7 @@ from bpm.tokens import TTL_S, Grant, TokenRefused, key_id, verify
 
 log = logging.getLogger(__name__)
 
-KEYS_REFRESH_S = 1.0  # an unknown key id makes the agent re-read the registry's keys, at most this often (the caller waits)
+KEYS_REFRESH_S = 1.0  # an unknown key id makes the agent re-read the registry's keys, at most this often
 
 
 class Credentials:
@@ -53,22 +53,26 @@ class Credentials:
         if pem is None and kid is not None:
             self._read_keys(kid)
             pem = self._keys.get(kid)
+            if pem is None:
+                raise TokenRefused(401, f"the token is not signed by a key the registry lists (read at most every {KEYS_REFRESH_S:g} s: "
+                                        "a key just rotated in is known by then)")
         return verify(token, pem, audience=self.me, purpose=purpose, task=task, epoch=epoch, now=self.clock())
 
     def _read_keys(self, kid: str) -> None:
-        """Read the registry's keys again for a token signed by `kid`, unknown here.
+        """Read the registry's keys again for a token signed by `kid`, unknown here, unless
+        they were read less than `KEYS_REFRESH_S` ago or another caller is reading them.
 
-        A key can be newer than the last read (a rotation; a registry worker's first key)
-        even within `KEYS_REFRESH_S` of it: the caller then waits out the interval and reads
-        again, so an unknown key id costs the registry at most one read per interval.
+        Nobody waits: a flood of tokens with made-up key ids costs the registry one read per
+        interval and delays no call (a call that waited would hold up the handover or delta it
+        came for). A key newer than the last read (a rotation) is refused until the next read,
+        at most an interval later; the caller's next attempt gets through.
         """
-        with self._reading:
-            if kid in self._keys:
-                return  # a read while this caller waited brought it
-            wait = KEYS_REFRESH_S - (time.monotonic() - self._keys_read_at)
-            if wait > 0:
-                time.sleep(wait)
-            self._keys_read_at = time.monotonic()
+        if not self._reading.acquire(blocking=False):
+            return
+        try:
+            if kid in self._keys or self.clock() - self._keys_read_at < KEYS_REFRESH_S:
+                return
+            self._keys_read_at = self.clock()
             try:
                 listed = self.client.signing_keys()
             except Exception as exc:  # the registry unreachable: the call is refused, not the agent
@@ -76,6 +80,8 @@ class Credentials:
                 return
             with self._lock:
                 self._keys = {k["kid"]: k["public_key"] for k in listed}
+        finally:
+            self._reading.release()
 
 
 def write_private(path: Path, text: str) -> None:

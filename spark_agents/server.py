@@ -107,8 +107,10 @@ def create_agent_app(agent: Agent, host: TaskHost | None = None) -> FastAPI:
     def handover(task_key: TaskKey, epoch: int = Query(ge=0, le=2**63 - 1), authorization: Annotated[str | None, Header()] = None):
         """Stop the task here at a batch boundary and return its checkpoint (tar.gz) to its new
         host: the caller shows the registry's token for this handover (task, epoch, both parties)."""
+        with _refusals():  # the token before any wait
+            caller = agent.credentials.verify(bearer(authorization), "handover", task_key, epoch).caller
         with handover_lock, _refusals((PermissionError, 409), (HandoverNotReady, 503)):
-            data = agent.release_to_caller(bearer(authorization), task_key, epoch)
+            data = agent.release(task_key, epoch, caller)
         return Response(data, media_type="application/gzip")
 
     @app.get("/broker/{task_key}", responses=_REFUSED)
@@ -143,8 +145,11 @@ def create_agent_app(agent: Agent, host: TaskHost | None = None) -> FastAPI:
         passive-standby copy): the host shows the registry's token for this delta."""
         if agent.ha is None:
             raise HTTPException(404, "this agent keeps no HA copies")
+        # The token before the body: a caller the registry does not vouch for sends nothing big.
+        with _refusals():
+            sender = (await run_in_threadpool(agent.credentials.verify, bearer(authorization), "delta", task_key, epoch)).caller
         data = await request.body()
         with _refusals((NotHolder, 409), (DeltaRefused, 409)):
-            return await run_in_threadpool(agent.ha.receive_delta_from_caller, bearer(authorization), task_key, epoch, data)
+            return await run_in_threadpool(agent.ha.receive_delta, task_key, epoch, sender, data)
 
     return app

@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from bpm_http.client import RegistryClient, RegistryError
 from bpm.costs import MM1Cost
 from bpm.tokens import TokenRefused
+from spark_agents.credentials import KEYS_REFRESH_S
 from spark_agents.server import create_agent_app
 from tests.spark_agents.stepped import stepped_federation
 from tests.spark_agents.test_agent import SteppedHost
@@ -74,7 +75,7 @@ def test_only_the_new_host_with_the_registry_token_fetches_the_checkpoint(moved)
 
 
 def test_a_rotated_registry_key_still_verifies_tokens_it_signed_until_they_lapse(moved):
-    http, clients, task, _ = moved
+    http, clients, task, clock = moved
     before = clients["b"].call_token(task["id"], "handover", "a", 1)
     assert _fetch(http, before["token"]).status_code == 200  # the agent reads the registry's keys
     operator = RegistryClient("http://testserver", "op", transport=clients["b"]._http._transport)
@@ -82,12 +83,38 @@ def test_a_rotated_registry_key_still_verifies_tokens_it_signed_until_they_lapse
     after = clients["b"].call_token(task["id"], "handover", "a", 1)
     assert before["kid"] != rotated["kid"] == after["kid"]
     assert {k["kid"] for k in operator.signing_keys()} >= {before["kid"], after["kid"]}
-    # The new key appeared within the interval of the agent's reads of keys: it reads again once the interval is over.
+    # The new key appeared within the interval of the agent's reads of keys: refused at once
+    # (nobody waits), then known once the interval is over.
+    refused_now = _fetch(http, after["token"])
+    assert refused_now.status_code == 401 and "at most every" in refused_now.json()["detail"]
+    clock.advance(KEYS_REFRESH_S)
     assert _fetch(http, after["token"]).status_code == 200
     assert _fetch(http, before["token"]).status_code == 200  # the old key still verifies
     with pytest.raises(RegistryError) as refused:
         clients["a"].rotate_signing_key()
     assert refused.value.status == 403
+
+
+def test_tokens_with_made_up_key_ids_cost_one_read_of_keys_per_interval_and_hold_up_nobody(moved, monkeypatch):
+    """A flood of tokens naming key ids the registry never had: each is refused at once (no
+    caller sleeps, which would hold the handover lock up), the registry's keys are read once
+    per interval, and the new host's own token then gets the checkpoint."""
+    import spark_agents.credentials as credentials
+
+    http, clients, task, clock = moved
+    reads = []
+    listed = clients["a"].signing_keys
+    monkeypatch.setattr(clients["a"], "signing_keys", lambda: reads.append(1) or listed())
+    monkeypatch.setattr(credentials.time, "sleep", lambda s: pytest.fail(f"a caller slept {s} s"))
+    forger = Ed25519PrivateKey.generate().private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    claims = {"sub": "b", "aud": "a", "iss": "bpm-registry", "purpose": "handover", "task": "a.p0", "epoch": 1, "iat": 0, "exp": 2**40}
+    for i in range(20):
+        assert _fetch(http, jwt.encode(claims, forger, algorithm="EdDSA", headers={"kid": f"made-up-{i}"})).status_code == 401
+    assert len(reads) == 1
+    clock.advance(KEYS_REFRESH_S)
+    assert _fetch(http, jwt.encode(claims, forger, algorithm="EdDSA", headers={"kid": "made-up-again"})).status_code == 401
+    assert len(reads) == 2
+    assert _fetch(http, clients["b"].call_token(task["id"], "handover", "a", 1)["token"]).status_code == 200
 
 
 def test_only_the_participant_s_own_key_adds_its_tasks(moved):

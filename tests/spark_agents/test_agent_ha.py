@@ -9,6 +9,7 @@ the takeover each mode chooses, repair, and the returning host being fenced.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import httpx
@@ -23,6 +24,7 @@ from spark_agents.agent import Agent
 from spark_agents.credentials import bearer
 from spark_agents.ha.delta import DeltaShipper
 from spark_agents.ha.fence import FencedError, FencedSink, FenceState, unwritten
+from spark_agents.server import create_agent_app
 from tests.spark_agents.stepped import stepped_federation
 
 TASK_LOAD = 0.12
@@ -425,3 +427,25 @@ def test_a_forged_delta_does_not_touch_a_backup(federation):
             a.ha.receive_delta_from_caller(b.credentials.token(moved[-1]["id"], "delta", "a", epoch), key, epoch, b"forged")
         assert elsewhere.value.status == 403
     assert a.ha.backups[key].applied == before
+    # Through the agent's API: refused on the token, before a byte of the body is read.
+    status, reads = _post_unread(create_agent_app(a), f"/ha/{key}/delta", f"epoch={epoch}")
+    assert (status, reads) == (401, 0)
+    assert a.ha.backups[key].applied == before
+
+
+def _post_unread(app, path: str, query: str) -> tuple[int, int]:
+    """POST to the ASGI `app` with a 1 MiB body; (status, how many times the app asked for the body)."""
+    reads, sent = [], []
+
+    async def receive():
+        reads.append(1)
+        return {"type": "http.request", "body": b"x" * 2**20, "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http", "path": path,
+             "raw_path": path.encode(), "query_string": query.encode(), "root_path": "", "client": ("127.0.0.1", 1), "server": ("a", 80),
+             "headers": [(b"host", b"a"), (b"content-length", str(2**20).encode())]}
+    asyncio.run(app(scope, receive, send))
+    return next(m["status"] for m in sent if m["type"] == "http.response.start"), len(reads)
