@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bpm.names import check_name
+from spark_agents.credentials import write_private
 
 _SUBJECT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_~*>$")
 
@@ -195,8 +196,7 @@ accounts {{
         import httpx
 
         self.store_dir.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(self.config())
-        self.config_path.chmod(0o600)  # it holds the users' passwords
+        write_private(self.config_path, self.config())  # it holds the users' passwords: never readable by others, not even at first
         logged = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen([binary(), "-c", str(self.config_path)], stdout=log, stderr=subprocess.STDOUT,
@@ -220,7 +220,7 @@ accounts {{
         """New users and permissions, applied by the running server without a restart; returns
         once the server says it has loaded them (its `config_load_time` moved on)."""
         self.users = list(users)
-        self.config_path.write_text(self.config())
+        write_private(self.config_path, self.config())
         if self.process is None or self.process.poll() is not None:
             return
         before = self._config_load_time()

@@ -4,6 +4,7 @@ JetStream answers no request for a moment, and a read waits it out (`through_rel
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import threading
 import time
@@ -87,3 +88,18 @@ def test_reads_go_on_while_the_server_reloads_its_accounts(nats_server, broker):
         stop.set()
         thread.join()
     assert reloads[0] == 40 and reads >= 100, (reloads, reads)
+
+
+def test_the_configuration_with_the_users_passwords_is_never_readable_by_others(tmp_path):
+    """Written as the owner's alone from its first byte, at the first write and at every reload,
+    under the usual mask that leaves new files readable by all: a file made readable and
+    narrowed afterwards shows the passwords to anyone who reads it in between."""
+    from spark_agents.broker.server import NatsServer
+
+    previous = os.umask(0o022)
+    try:
+        server = NatsServer("a", tmp_path / "store", port=1, http_port=2, users=[partner_user("b", secrets.token_hex(8), [])])
+        server.reload([partner_user("c", secrets.token_hex(8), [])])
+    finally:
+        os.umask(previous)
+    assert server.config_path.stat().st_mode & 0o077 == 0
