@@ -3,9 +3,11 @@
 A host process beats (`HeartbeatSender`: a UDP datagram to the watcher's address every
 interval, from a thread of the process itself, so the beats stop when the process dies or
 hangs, and when its host is cut off from the watcher). Each beat is signed with a key the
-two share (HMAC-SHA256 over the sender's name and a counter); `HeartbeatReceiver` keeps,
-per sender, when (on its own clock) it last received a valid beat, and drops forged,
-malformed and replayed ones. A watcher (`HeartbeatWatcher`) reads the last beat through any
+two share (HMAC-SHA256 over the sender's name and a counter, the sender's time in
+nanoseconds, never repeated); `HeartbeatReceiver` keeps, per sender, when (on its own clock)
+it last received a valid beat, and drops forged, malformed and replayed ones: a counter
+not above the sender's last, or further than `FRESH_S` from the receiver's own time (a beat
+recorded and sent again later, even to a receiver that restarted since). A watcher (`HeartbeatWatcher`) reads the last beat through any
 function (a receiver, the registry's liveness, an HTTP status) and calls its `on_failure`
 once the host has been silent for longer than the timeout. It asks no one: the failover
 starts as soon as one watcher notices, and fencing makes a wrong guess (a host that was
@@ -25,6 +27,7 @@ from collections.abc import Callable
 from bpm.names import check_participant, is_participant
 
 DEFAULT_TIMEOUT_S = 3.0
+FRESH_S = 30.0  # a beat's time may differ this much from its receiver's: clocks of separate hosts differ a little
 _COUNTER = struct.Struct("!Q")
 _MAC_BYTES = 32
 
@@ -86,10 +89,11 @@ class HeartbeatReceiver:
             beat = parse_beat(self.key, data)
             with self._lock:
                 newest = self._last.get(beat[0]) if beat else None
-                if beat is None or (newest is not None and beat[1] <= newest[0]):
+                now = self.clock()
+                if beat is None or (newest is not None and beat[1] <= newest[0]) or abs(beat[1] / 1e9 - now) > FRESH_S:
                     self.refused += 1  # forged, malformed, or a replay of an older beat
                     continue
-                self._last[beat[0]] = (beat[1], self.clock())
+                self._last[beat[0]] = (beat[1], now)
 
     def last_beat(self, name: str) -> float | None:
         with self._lock:
@@ -114,13 +118,13 @@ class HeartbeatSender:
     def __init__(self, name: str, key: bytes, to: tuple[str, int], interval_s: float = 0.25) -> None:
         check_participant(name)
         self.name, self.key, self.to, self.interval_s = name, key, to, interval_s
-        self._counter = time.time_ns()  # grows across restarts of the sender
+        self._counter = 0
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bpm-heartbeat", daemon=True)
 
     def beat(self) -> None:
-        self._counter += 1
+        self._counter = max(self._counter + 1, time.time_ns())  # the time of the beat, growing across restarts
         try:
             self._sock.sendto(beat_datagram(self.key, self.name, self._counter), self.to)
         except OSError:

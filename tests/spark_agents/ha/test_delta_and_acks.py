@@ -8,7 +8,7 @@ import time
 import pytest
 
 from spark_agents.ha.delta import DeltaRefused, DeltaShipper, apply_delta, applied_copy, checkpoint_cut
-from spark_agents.ha.heartbeat import HeartbeatReceiver, HeartbeatSender, HeartbeatWatcher, beat_datagram, parse_beat, silent
+from spark_agents.ha.heartbeat import FRESH_S, HeartbeatReceiver, HeartbeatSender, HeartbeatWatcher, beat_datagram, parse_beat, silent
 from spark_agents.ha.upstream import oldest_open_window_us, processed_ack_seq, replay_seq
 from tests.conftest import wait_until
 
@@ -139,15 +139,17 @@ def test_forged_malformed_and_replayed_beats_do_not_count():
     assert parse_beat(key, b"") is None and parse_beat(key, b"\xff" * 100) is None
     receiver = HeartbeatReceiver(key).start()
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    now = time.time_ns()
+    recorded = beat_datagram(key, "a", now - int((FRESH_S + 5) * 1e9))  # a real beat, recorded and sent again later
     try:
-        for data in (beat_datagram(b"k" * 32, "a", 1), b"nonsense", beat_datagram(key, "a", 5), beat_datagram(key, "a", 5),
-                     beat_datagram(key, "a", 4)):
+        for data in (beat_datagram(b"k" * 32, "a", 1), b"nonsense", recorded, beat_datagram(key, "a", now), beat_datagram(key, "a", now),
+                     beat_datagram(key, "a", now - 1), beat_datagram(key, "a", now + int((FRESH_S + 5) * 1e9))):
             sock.sendto(data, receiver.address)
         deadline = time.monotonic() + 5
-        while receiver.refused < 4 and time.monotonic() < deadline:
+        while receiver.refused < 6 and time.monotonic() < deadline:
             time.sleep(0.01)
         first = receiver.last_beat("a")
-        assert first is not None and receiver.refused == 4, "two forged ones and two replays refused"
+        assert first is not None and receiver.refused == 6, "two forged ones, two replays and two beats out of their time refused"
         with pytest.raises(ValueError):
             HeartbeatSender("a/b", key, receiver.address)
     finally:
