@@ -11,7 +11,8 @@ acknowledged, a heartbeat without news), never the other way round: a page reads
 again too often at worst, never misses a change.
 
 A participant's marks cover what it may read: its own contracts, offers, movements and
-events, and its own change notices; participants and tasks are the federation's.
+events, its own change notices, and the replicas and failovers of the tasks it is involved
+in (`api.services.ha`'s rules); participants and tasks are the federation's.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from sqlalchemy.orm import Session
 
 from api.models import Change, Contract, Event, Failover, LoadSample, Movement, Offer, Participant, Replica, Task
 from api.services import events, participants
+from api.services.ha import failovers_concerning, replicas_concerning
 from bpm.negotiation import OfferState
 
 # The lists a page may read again, by the name of their endpoint under /api/v1.
@@ -33,8 +35,9 @@ LISTS = ("participants", "contracts", "tasks", "offers", "movements", "ledger", 
 ACCRUAL_S = 10.0
 
 
-def _row(session: Session, *columns) -> tuple:
-    return tuple(session.execute(select(*columns)).one())
+def _row(session: Session, *columns, where=None) -> tuple:
+    query = select(*columns)
+    return tuple(session.execute(query if where is None else query.where(where)).one())
 
 
 def marks(session: Session, participant_id: int | None, now: datetime, heartbeat_timeout_s: float) -> dict[str, Any]:
@@ -65,8 +68,9 @@ def marks(session: Session, participant_id: int | None, now: datetime, heartbeat
         "movements": (movements, samples, accruing),
         "ledger": (movements, samples, accruing),
         "events": session.scalar(_events(session, participant_id)),
-        "replicas": _row(session, func.count(Replica.id), func.max(Replica.updated_at)),
-        "failovers": _row(session, func.count(Failover.id), func.max(Failover.id), func.count(Failover.completed_at)),
+        "replicas": _row(session, func.count(Replica.id), func.max(Replica.updated_at), where=None if participant_id is None else replicas_concerning(participant_id)),
+        "failovers": _row(session, func.count(Failover.id), func.max(Failover.id), func.count(Failover.completed_at),
+                          where=None if participant_id is None else failovers_concerning(participant_id)),
     }
 
 

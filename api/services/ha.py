@@ -78,7 +78,7 @@ def may_keep(session: Session, task: Task, participant: Participant, now: dateti
 def list_replicas(session: Session, caller: Principal, task_id: int | None, participant: str | None) -> list[Replica]:
     query = select(Replica).order_by(Replica.task_id, Replica.id)
     if not caller.is_operator:
-        query = query.where(Replica.task_id.in_(involved_tasks(caller.participant.id)))
+        query = query.where(replicas_concerning(caller.participant.id))
     if task_id is not None:
         query = query.where(Replica.task_id == task_id)
     if participant:
@@ -397,18 +397,20 @@ def complete(session: Session, caller: Principal, failover_id: int, body: schema
     return record
 
 
+def failovers_concerning(me: int):
+    """The failovers participant `me` may read: of tasks it is involved in, or with it failed, left or taken to."""
+    return or_(Failover.task_id.in_(involved_tasks(me)), Failover.failed_id == me, Failover.from_host_id == me, Failover.to_host_id == me)
+
+
+def replicas_concerning(me: int):
+    """The replicas participant `me` may read: of the tasks it is involved in."""
+    return Replica.task_id.in_(involved_tasks(me))
+
+
 def list_failovers(session: Session, caller: Principal, task_id: int | None) -> list[Failover]:
     query = select(Failover).order_by(Failover.id)
     if not caller.is_operator:
-        me = caller.participant.id
-        query = query.where(
-            or_(
-                Failover.task_id.in_(involved_tasks(me)),
-                Failover.failed_id == me,
-                Failover.from_host_id == me,
-                Failover.to_host_id == me,
-            )
-        )
+        query = query.where(failovers_concerning(caller.participant.id))
     if task_id is not None:
         query = query.where(Failover.task_id == task_id)
     return list(session.scalars(query))

@@ -109,3 +109,28 @@ def test_the_stream_refuses_a_wrong_key_as_json_and_is_not_timed(registry):
     scraped = registry.client.get("/metrics").text
     assert 'route="/api/v1/changes/stream",status="401"' in scraped, "a refusal is timed"
     assert 'route="/api/v1/changes/stream",status="200"' not in scraped, "a stream is not"
+
+
+def test_replicas_and_failovers_are_heard_of_only_by_whom_they_concern(registry):
+    """a's task moved to b with a replica at c: e, with no part in it, hears of neither the
+    replica nor its failover (the lists it may read did not change); c hears of both."""
+    from tests.api.test_ha import TIMEOUT, add_replica, beat
+
+    keys = {name: registry.participant(name) for name in "abce"}
+    registry.active_contract(keys["a"], "b", keys["b"], ha_mode="passive_standby")
+    registry.active_contract(keys["a"], "c", keys["c"])
+    contract = next(c for c in registry.ok("GET", "/contracts", keys["b"]) if c["state"] == "active")
+    task = registry.task(keys["a"], "t0", load=0.1)
+    offer = registry.ok("POST", "/offers", keys["a"], status=201, json={"contract_id": contract["id"], "task_ids": [task["id"]], "price": 1.5})
+    registry.ok("POST", f"/offers/{offer['id']}/accept", keys["b"])
+    beat(registry, keys, *keys)
+    before = {p: _marks(registry, p) for p in "ce"}
+    add_replica(registry, keys["a"], task["id"], "c")
+    assert "replicas" not in feed.changed(before["e"], _marks(registry, "e"))
+    assert "replicas" in feed.changed(before["c"], _marks(registry, "c"))
+    registry.clock.advance(2 * TIMEOUT + 1)
+    beat(registry, keys, "a", "c", "e")
+    before = {p: _marks(registry, p) for p in "ce"}
+    registry.ok("POST", f"/tasks/{task['id']}/failover", keys["c"], status=201, json={"expected_epoch": 1, "reason": "b is silent", "to": "c"})
+    assert not {"replicas", "failovers"} & set(feed.changed(before["e"], _marks(registry, "e")))
+    assert {"replicas", "failovers"} <= set(feed.changed(before["c"], _marks(registry, "c")))
