@@ -373,6 +373,9 @@ def complete(session: Session, caller: Principal, failover_id: int, body: schema
         raise NotFound(f"no failover #{failover_id}")
     if not caller.is_operator and caller.participant.id not in (record.to_host_id, record.task.host_id):
         raise Forbidden(f"only {record.to_host.name} or task #{record.task_id}'s host may complete {record.kind} #{record.id}")
+    rewritten = sorted(k for k, v in (body.details or {}).items() if k in record.details and record.details[k] != v)
+    if rewritten:  # what the registry recorded at the failover (its replicas, movements, requester) others act on
+        raise Invalid(f"{record.kind} #{record.id}'s details {rewritten} were recorded when it began; completing it adds details, it does not change them")
     recovery = body.recovery_s if body.recovery_s is not None else max(0.0, (now - record.started_at).total_seconds())
     changed = session.execute(
         update(Failover)

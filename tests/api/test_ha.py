@@ -224,7 +224,11 @@ def test_second_failure_fails_the_promoted_replica_and_repair_restores_the_level
     add_replica(registry, keys["a"], tid, "c")
     silence(registry, keys, "b")
     first = registry.ok("POST", f"/tasks/{tid}/failover", keys["c"], status=201, json={"to": "c", "expected_epoch": 1})
-    # The new host reports recovery; details merge with what the registry recorded.
+    # The new host reports recovery; details add to what the registry recorded, and never change it
+    # (others act on the replicas, movements and requester it names).
+    for forged in ({"promoted_replica_ids": []}, {"requested_by": "b", "replayed": 12}):
+        refused = registry.call("POST", f"/failovers/{first['id']}/complete", keys["c"], json={"recovery_s": 0.4, "details": forged})
+        assert refused.status_code == 422 and "recorded when it began" in refused.json()["detail"], refused.text
     done = registry.ok("POST", f"/failovers/{first['id']}/complete", keys["c"], json={"recovery_s": 0.4, "details": {"replayed": 12}})
     assert done["recovery_s"] == 0.4 and done["details"]["replayed"] == 12 and "requested_by" in done["details"]
     assert datetime.fromisoformat(done["completed_at"]) == registry.clock.now
