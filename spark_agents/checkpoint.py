@@ -91,8 +91,10 @@ _VERSIONED = re.compile(r"^(\d+)\.(delta|snapshot)$")
 def restart_files(checkpoint_dir: str | Path) -> list[Path]:
     """The files of a stopped task's checkpoint that a restart from it reads, relative to it.
 
-    What a restart needs: the newest two offset-log entries (Spark reads the one before the
-    newest too) and the newest commit; per state-store partition, the newest
+    What a restart needs: the offset-log entries from the one before the newest commit on
+    (Spark reads the one before the newest offset; the newest may be a batch planned and not
+    completed, and a passive-standby copy cut at the newest commit, `spark_agents.ha.delta`,
+    restarts from that commit, so it needs the entry before it), and the newest commit; per state-store partition, the newest
     snapshot of a version up to the one after the last completed batch, and the versions
     after it (all of them when there is no such snapshot); every other file (query id,
     state schema). Hadoop's checksum files (`.<name>.crc`, verified only where they exist)
@@ -109,7 +111,14 @@ def restart_files(checkpoint_dir: str | Path) -> list[Path]:
         relative = here.relative_to(root)
         files = [n for n in names if not n.endswith((".crc", ".tmp"))]
         if relative.parts in (("offsets",), ("commits",)):
-            newest = _batch_ids(here)[-2 if relative.parts == ("offsets",) else -1:]
+            ids = _batch_ids(here)
+            if relative.parts == ("commits",):
+                newest = ids[-1:]
+            else:
+                first = ids[-2] if len(ids) >= 2 else 0
+                if committed:
+                    first = min(first, committed[-1] - 1)
+                newest = [k for k in ids if k >= first]
             files = [n for n in files if not n.isdigit()] + [str(k) for k in newest]
         elif len(relative.parts) == 3 and relative.parts[0] == "state":
             versions = {n: _VERSIONED.match(n) for n in files}

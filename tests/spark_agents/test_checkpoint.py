@@ -39,9 +39,32 @@ def test_a_handover_ships_only_what_a_restart_reads(tmp_path):
     touch(*(f"commits/{n}" for n in range(23)), "commits/.23.0c5e.tmp")  # batch 23 planned, not completed
     touch("state/0/0/10.snapshot", "state/0/0/20.snapshot", "state/0/0/24.snapshot")  # 24: the uncompleted batch's
     kept = {str(p) for p in restart_files(tmp_path)}
-    assert {"offsets/22", "offsets/23", "commits/22"} <= kept and not {"offsets/21", "commits/21"} & kept
+    assert {"offsets/22", "offsets/23", "commits/22"} <= kept and not {"offsets/20", "commits/21"} & kept
+    assert "offsets/21" in kept, "a copy cut at commit 22 restarts with offsets 22 as the newest: Spark reads 21 too"
     assert {"state/0/0/20.snapshot", "state/0/0/21.delta", "state/0/0/24.delta", "state/0/0/24.snapshot"} <= kept
     assert "state/0/0/19.delta" not in kept, "before the snapshot a restart reads (version 23 after batch 22)"
     assert {f"state/0/1/{v}.delta" for v in range(1, 25)} <= kept, "no snapshot in partition 1: every delta"
     assert {"metadata", "state/0/_metadata/metadata", "state/0/0/_metadata/schema"} <= kept
     assert not [k for k in kept if k.endswith((".crc", ".tmp"))]
+
+
+def test_a_passive_copy_of_a_handed_over_checkpoint_holds_the_offset_entry_a_restart_reads(tmp_path):
+    """The old host stopped with batch 8 planned and batch 7 completed; the new host's first
+    delta is cut at batch 7, so a restart from the copy has offset entry 7 as its newest and
+    Spark reads entry 6 too: the handover must carry it."""
+    from spark_agents.ha.delta import checkpoint_cut
+    from spark_agents.handover import pack, unpack
+
+    old = tmp_path / "old"
+    for n in range(9):
+        (old / "offsets").mkdir(parents=True, exist_ok=True)
+        (old / "offsets" / str(n)).write_text(f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":1}}\n{{"logOffset":{n}}}\n')
+    for n in range(8):
+        (old / "commits").mkdir(parents=True, exist_ok=True)
+        (old / "commits" / str(n)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+    (old / "metadata").write_text('{"id":"q"}\n')
+    new = tmp_path / "new"
+    unpack(pack(old), new, epoch=1)
+    cut = checkpoint_cut(new)
+    assert cut.committed == 7
+    assert {"offsets/6", "offsets/7", "commits/7"} <= set(cut.files) and "offsets/8" not in cut.files
