@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
 from api import metrics, signing
-from api.db import make_engine, session_factories, utcnow
+from api.db import REQUEST_TURNS, make_engine, session_factories, utcnow
 from api.errors import ERROR_RESPONSES, install_error_handlers
 from api.routers import contracts, feed, ha, ledger, offers, participants, tasks, tokens
 from api.ui import router as ui_router
@@ -74,6 +74,7 @@ def create_app(
         app.state.engine = engine
         app.state.read_session, app.state.write_session = session_factories(engine)
         app.state.write_lock = asyncio.Lock() if engine.dialect.name == "sqlite" else None
+        app.state.turns = asyncio.Semaphore(REQUEST_TURNS)
         with app.state.write_session() as session, session.begin():
             signing.current(session, clock())  # agents read the key that verifies call tokens from the start
         try:

@@ -43,6 +43,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+# Requests that hold a database connection at once (`api.deps`): well below the worker threads
+# (anyio's 40) and the connections each pool below may open, so neither waits for the other.
+REQUEST_TURNS = 8
+
+
 def make_engine(url: str) -> Engine:
     """An engine for `url`, tuned for concurrent requests on SQLite or PostgreSQL."""
     if url.startswith("sqlite"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack
 from datetime import datetime
 from typing import Annotated
 
@@ -14,22 +15,27 @@ from api.auth import Principal, principal_dependency
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
-async def _write_turn(request: Request) -> AsyncIterator[None]:
-    """On SQLite, writing requests take turns here, on the event loop.
+async def _turn(request: Request) -> AsyncIterator[None]:
+    """A request takes its turn here, on the event loop, before it holds a connection.
 
-    SQLite has one writer at a time. Queued here, writers wake in turn at once, where
-    SQLite's busy handler would poll with growing sleeps; and waiting costs no worker
-    thread, so a crowd of writers cannot starve the thread the current one needs to finish.
+    At most `REQUEST_TURNS` requests hold a connection at once: fewer than the worker threads
+    and the pool's connections. Without the limit, a crowd of requests each took a connection
+    (to authenticate) and then waited for a thread, while the threads waited for a connection:
+    every request stalled until the pool's timeout. Waiting here costs neither.
+
+    On SQLite, writing requests also take turns with each other first: SQLite has one writer at
+    a time, and queued here writers wake in turn at once, where SQLite's busy handler would
+    poll with growing sleeps.
     """
-    lock = request.app.state.write_lock
-    if lock is None or request.method in _READ_METHODS:
-        yield
-        return
-    async with lock:
+    state = request.app.state
+    async with AsyncExitStack() as stack:
+        if state.write_lock is not None and request.method not in _READ_METHODS:
+            await stack.enter_async_context(state.write_lock)
+        await stack.enter_async_context(state.turns)
         yield
 
 
-def _session(request: Request, _turn: None = Depends(_write_turn, scope="function")) -> Iterator[Session]:
+def _session(request: Request, _turn: None = Depends(_turn, scope="function")) -> Iterator[Session]:
     """Commit when the endpoint returns, roll back when it raises: services only flush."""
     state = request.app.state
     factory = state.read_session if request.method in _READ_METHODS else state.write_session

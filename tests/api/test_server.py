@@ -72,6 +72,32 @@ def test_concurrent_accepts_exactly_one_wins(tmp_path, backend_url):
             b.close()
 
 
+def test_a_crowd_of_requests_takes_turns_and_none_fails(tmp_path, backend_url):
+    """100 participants send their heartbeats at once, three times over: more requests than
+    the registry has worker threads and connections. Each waits its turn before it takes a
+    connection, so none waits for a connection while holding a thread others need (which
+    ended in the pool's timeout and a 500)."""
+    with running_registry(tmp_path, backend_url) as reg, RegistryClient(reg.url, reg.admin_key) as operator:
+        keys = {f"p{i}": operator.add_participant(f"p{i}", "http://127.0.0.2:9000")["api_key"] for i in range(100)}
+        barrier = Barrier(len(keys))
+
+        def beats(name: str) -> list[int]:
+            statuses = []
+            with RegistryClient(reg.url, keys[name], timeout=60.0) as client:
+                barrier.wait()
+                for _ in range(3):
+                    try:
+                        client.heartbeat(name, {"load": 0.5, "threshold": 0.8})
+                        statuses.append(200)
+                    except RegistryError as exc:
+                        statuses.append(exc.status)
+            return statuses
+
+        with ThreadPoolExecutor(len(keys)) as pool:
+            statuses = [s for batch in pool.map(beats, keys) for s in batch]
+    assert statuses == [200] * 300, sorted(set(statuses))
+
+
 def test_concurrent_contract_accepts_keep_one_active_per_pair(tmp_path, backend_url):
     with running_registry(tmp_path, backend_url) as reg:
         with RegistryClient(reg.url, reg.admin_key) as operator:
