@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from sqlalchemy import or_, select, update
+from sqlalchemy import delete, or_, select, update
 from sqlalchemy.orm import Session
 
 from api.models import SigningKey
@@ -16,6 +16,7 @@ from bpm.tokens import ALGORITHM, ISSUER, TTL_S
 
 # A retired key keeps verifying this long: longer than any token it signed lives.
 GRACE = timedelta(seconds=10 * TTL_S)
+ERASED = ""  # the private half of a retired key
 
 
 def _new_key(now: datetime) -> SigningKey:
@@ -46,8 +47,13 @@ def verifying(session: Session, now: datetime) -> list[SigningKey]:
 
 
 def rotate(session: Session, now: datetime) -> SigningKey:
-    """Retire every signing key and make a new one; tokens already issued stay valid until they lapse."""
-    session.execute(update(SigningKey).where(SigningKey.retired_at.is_(None)).values(retired_at=now).execution_options(synchronize_session=False))
+    """Retire every signing key and make a new one; tokens already issued stay valid until they lapse.
+
+    A retired key never signs again, so its private half is erased at once (only its public
+    half verifies, for the grace period); keys retired longer than that are deleted."""
+    session.execute(delete(SigningKey).where(SigningKey.retired_at <= now - GRACE).execution_options(synchronize_session=False))
+    session.execute(update(SigningKey).where(SigningKey.retired_at.is_(None)).values(retired_at=now, private_pem=ERASED)
+                    .execution_options(synchronize_session=False))
     key = _new_key(now)
     session.add(key)
     session.flush()

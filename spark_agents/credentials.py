@@ -17,6 +17,9 @@ from bpm.tokens import TTL_S, Grant, TokenRefused, key_id, verify
 log = logging.getLogger(__name__)
 
 KEYS_REFRESH_S = 1.0  # an unknown key id makes the agent re-read the registry's keys, at most this often
+# The keys an agent knows are read again when a call comes this long after the last read: a
+# key the registry no longer lists (retired past its grace) stops verifying here within it.
+KEYS_MAX_AGE_S = 60.0
 
 
 class Credentials:
@@ -49,18 +52,23 @@ class Credentials:
     def verify(self, token: str | None, purpose: str, task: str | None, epoch: int | None) -> Grant:
         """Who calls me with `token` for this purpose, task and epoch; TokenRefused if nobody the registry vouches for."""
         kid = key_id(token) if token else None
+        if kid is not None and kid not in self._keys:
+            self._read_keys()
+        elif kid is not None and self.clock() - self._keys_read_at >= KEYS_MAX_AGE_S:
+            # Read in the background: this call goes on with the keys as they are, and never
+            # waits on a registry that may be unreachable.
+            threading.Thread(target=self._read_keys, name="bpm-keys", daemon=True).start()
         pem = self._keys.get(kid) if kid else None
         if pem is None and kid is not None:
-            self._read_keys(kid)
-            pem = self._keys.get(kid)
-            if pem is None:
-                raise TokenRefused(401, f"the token is not signed by a key the registry lists (read at most every {KEYS_REFRESH_S:g} s: "
-                                        "a key just rotated in is known by then)")
+            raise TokenRefused(401, f"the token is not signed by a key the registry lists (read at most every {KEYS_REFRESH_S:g} s: "
+                                    "a key just rotated in is known by then)")
         return verify(token, pem, audience=self.me, purpose=purpose, task=task, epoch=epoch, now=self.clock())
 
-    def _read_keys(self, kid: str) -> None:
-        """Read the registry's keys again for a token signed by `kid`, unknown here, unless
-        they were read less than `KEYS_REFRESH_S` ago or another caller is reading them.
+    def _read_keys(self) -> None:
+        """Read the registry's keys again (for a token signed by a key unknown here, or when
+        the last read is older than `KEYS_MAX_AGE_S`), unless they were read less than
+        `KEYS_REFRESH_S` ago or another caller is reading them. Unreachable, the registry
+        leaves the keys as they were: calls between agents go on through its outage.
 
         Nobody waits: a flood of tokens with made-up key ids costs the registry one read per
         interval and delays no call (a call that waited would hold up the handover or delta it
@@ -70,12 +78,12 @@ class Credentials:
         if not self._reading.acquire(blocking=False):
             return
         try:
-            if kid in self._keys or self.clock() - self._keys_read_at < KEYS_REFRESH_S:
+            if self.clock() - self._keys_read_at < KEYS_REFRESH_S:
                 return
             self._keys_read_at = self.clock()
             try:
                 listed = self.client.signing_keys()
-            except Exception as exc:  # the registry unreachable: the call is refused, not the agent
+            except Exception as exc:  # the registry unreachable: the keys stay as they were
                 log.warning("cannot read the registry's signing keys: %s", exc)
                 return
             with self._lock:

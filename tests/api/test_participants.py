@@ -99,3 +99,26 @@ def test_the_operator_revokes_a_key_and_hands_out_a_new_one(registry):
     assert registry.ok("GET", "/me", fresh)["name"] == "a"
     assert registry.ok("GET", "/participants/a")["key_revoked"] is False
     assert registry.call("DELETE", "/participants/zz/key").status_code == 404
+
+
+def test_a_rotated_signing_key_loses_its_private_half_at_once_and_is_deleted_after_its_grace(registry):
+    """A retired key never signs again: its private half is erased when it retires, its public
+    half verifies for the grace period (`GET /keys` lists it), then the next rotation deletes it."""
+    from sqlalchemy import select
+
+    from api.models import SigningKey
+    from api.signing import ERASED, GRACE
+
+    def stored() -> dict[str, str]:
+        with registry.client.app.state.read_session() as session:
+            return {k.kid: k.private_pem for k in session.scalars(select(SigningKey))}
+
+    first = {k["kid"] for k in registry.ok("GET", "/keys")}
+    second = registry.ok("POST", "/keys/rotate", status=201)["kid"]
+    kept = stored()
+    assert all(kept[kid] == ERASED for kid in first) and kept[second] != ERASED
+    assert {k["kid"] for k in registry.ok("GET", "/keys")} == first | {second}, "the retired key verifies within its grace"
+    registry.clock.advance(GRACE.total_seconds() + 1)
+    assert {k["kid"] for k in registry.ok("GET", "/keys")} == {second}, "past its grace nobody is told to trust it"
+    third = registry.ok("POST", "/keys/rotate", status=201)["kid"]
+    assert set(stored()) == {second, third}, "keys retired longer than the grace are deleted"

@@ -149,3 +149,54 @@ def test_a_running_agent_rotates_its_key_and_goes_on_with_the_new_one(moved, tmp
             stale.request("GET", "/me")
     assert refused.value.status == 401
     assert http.post("/tasks", json={"name": "p9", "input_uri": "/x"}, headers={"Authorization": f"Bearer {old}"}).status_code == 403
+
+
+def test_a_key_the_registry_no_longer_lists_stops_verifying_at_an_agent_within_the_max_age():
+    """A retired key past its grace leaves the registry's list; an agent that knew it reads the
+    list again, in the background, once its copy is older than `KEYS_MAX_AGE_S`, and refuses
+    the key from then on. While the registry cannot be read, the known keys stay."""
+    from spark_agents.credentials import KEYS_MAX_AGE_S, Credentials
+
+    private = Ed25519PrivateKey.generate()
+    pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    public = private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    listed = [{"kid": "old", "public_key": public}]
+    now = [1000.0]
+
+    class Registry:
+        reachable = True
+
+        def signing_keys(self):
+            if not self.reachable:
+                raise ConnectionError("the registry is cut off")
+            return list(listed)
+
+    registry = Registry()
+    credentials = Credentials(registry, "a", clock=lambda: now[0])  # type: ignore[arg-type]
+    claims = {"sub": "b", "aud": "a", "iss": "bpm-registry", "purpose": "handover", "task": "a.p0", "epoch": 1, "iat": 0, "exp": 2**40}
+    token = jwt.encode(claims, pem, algorithm="EdDSA", headers={"kid": "old"})
+    assert credentials.verify(token, "handover", "a.p0", 1).caller == "b"
+    listed.clear()  # retired past its grace
+    registry.reachable = False
+    now[0] += KEYS_MAX_AGE_S
+    assert credentials.verify(token, "handover", "a.p0", 1).caller == "b", "the call does not wait on the registry"
+    _settle(credentials)
+    assert credentials.verify(token, "handover", "a.p0", 1).caller == "b", "unreachable, the registry leaves the keys as they were"
+    registry.reachable = True
+    now[0] += KEYS_MAX_AGE_S
+    try:
+        credentials.verify(token, "handover", "a.p0", 1)  # starts the read, which may end before this call looks
+    except TokenRefused:
+        pass
+    _settle(credentials)
+    with pytest.raises(TokenRefused) as refused:
+        credentials.verify(token, "handover", "a.p0", 1)
+    assert refused.value.status == 401
+
+
+def _settle(credentials) -> None:
+    """Wait for a background read of the keys to end."""
+    import threading
+
+    for thread in [t for t in threading.enumerate() if t.name == "bpm-keys"]:
+        thread.join(5)
