@@ -48,6 +48,7 @@ class Federation:
     hosts: Hosts = None  # type: ignore[assignment]
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     endpoints: dict[str, str] = field(default_factory=dict)
+    keys: dict[str, str] = field(default_factory=dict)  # each participant's key, as the operator registered it
 
     REGISTRY = "registry"  # the registry's host
 
@@ -69,8 +70,9 @@ class Federation:
         an earlier process of that name wrote: a host restarted after a crash keeps its past)."""
         log = self.workdir / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
+        inherited = {k: v for k, v in os.environ.items() if k != "BPM_ADMIN_KEY"}  # the operator's key only where given
         with log.open("a") as out:
-            process = self.hosts.popen(host, args, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT, stdin=stdin,
+            process = self.hosts.popen(host, args, env={**inherited, **(env or {})}, stdout=out, stderr=subprocess.STDOUT, stdin=stdin,
                                        text=stdin is not None)
         self.processes[name] = process
         return process, log
@@ -94,22 +96,28 @@ class Federation:
         return self.hosts.hosts[name].folder / "agent"
 
     def participant(self, name: str) -> RegistryClient:
-        """The registry as participant `name`, with the key its agent got when it registered itself."""
-        return RegistryClient(self.registry_url, (self._agent_workdir(name) / KEY_FILE).read_text().strip())
+        """The registry as participant `name`: with the key the operator registered it with, or
+        the one its agent keeps since it rotated it."""
+        kept = self._agent_workdir(name) / KEY_FILE
+        return RegistryClient(self.registry_url, kept.read_text().strip() if kept.exists() else self.keys[name])
 
     def start_agent(self, name: str, port: int, settings: dict[str, object], env: dict[str, str] | None = None) -> Path:
         """`bpm agent run --config FILE` inside host `name`, listening on its address: FILE, in
         the host's folder, holds `settings` (`spark_agents.settings.AgentSettings` by name: its
-        input, tasks, contracts, ...) and its place in the federation. The agent registers
-        itself with the operator key on its first run, and measures its load against its host's
-        CPU quota where it has one. Returns FILE."""
+        input, tasks, contracts, ...) and its place in the federation. The operator registers
+        the participant on its first start and hands its agent only its own key (`BPM_KEY`),
+        never the operator's; the agent measures its load against its host's CPU quota where it
+        has one. Returns FILE."""
         host = self.hosts.hosts[name]
         _require_free(host, port)
         config = host.folder / "agent.toml"
         config.write_text(AgentSettings(name=name, registry=self.registry_url, host=host.address, port=port,
                                         workdir=self._agent_workdir(name), **settings).toml())
         self.endpoints[name] = f"http://{host.address}:{port}"
-        self._spawn(name, name, [BPM, "agent", "run", "--config", str(config)], {"BPM_ADMIN_KEY": self.admin_key, **(env or {})})
+        if name not in self.keys:
+            with self.operator() as operator:
+                self.keys[name] = operator.add_participant(name, self.endpoints[name])["api_key"]
+        self._spawn(name, name, [BPM, "agent", "run", "--config", str(config)], {"BPM_KEY": self.keys[name], **(env or {})})
         return config
 
     def wait_agent(self, name: str, timeout_s: float = 180, on_wait: Callable[[], None] | None = None) -> None:
