@@ -18,6 +18,7 @@ from sqlalchemy import text
 from api import metrics, signing
 from api.db import REQUEST_TURNS, make_engine, session_factories, utcnow
 from api.errors import ERROR_RESPONSES, install_error_handlers
+from api.quotas import Quotas
 from api.routers import contracts, feed, ha, ledger, offers, participants, tasks, tokens
 from api.ui import router as ui_router
 from bpm import __version__
@@ -89,6 +90,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.quotas = Quotas()
     app.state.admin_key = admin_key
     app.state.clock = clock
     harden(app)

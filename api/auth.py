@@ -88,6 +88,16 @@ def principal_dependency(session_dependency):
         session: Session = Depends(session_dependency, scope="function"),
     ) -> Principal:
         key = credentials.credentials if credentials else None
-        return authenticate(session, request.app.state.admin_key, key)
+        if not key:
+            return authenticate(session, request.app.state.admin_key, key)
+        # An address that sent too many keys the registry does not know gets 429 before its
+        # next key is looked up (`api.quotas`).
+        quotas, address = request.app.state.quotas, request.client.host if request.client else "unknown"
+        quotas.check("bad_keys", address)
+        try:
+            return authenticate(session, request.app.state.admin_key, key)
+        except Unauthorized:
+            quotas.take("bad_keys", address)
+            raise
 
     return _principal

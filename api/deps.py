@@ -11,6 +11,7 @@ from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
 from api.auth import Principal, principal_dependency
+from api.quotas import Quotas
 
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -61,3 +62,10 @@ def _now(request: Request):
 
 
 Now = Annotated[datetime, Depends(_now)]
+
+
+def _quotas(request: Request) -> Quotas:
+    return request.app.state.quotas
+
+
+Quota = Annotated[Quotas, Depends(_quotas)]

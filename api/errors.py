@@ -42,6 +42,12 @@ class Invalid(RegistryError):
     status_code = 422
 
 
+class TooManyRequests(RegistryError):
+    """Over a quota (`api.quotas`); `retry_after_s` goes out as `Retry-After` too."""
+
+    status_code = 429
+
+
 class ErrorOut(BaseModel):
     detail: str | list = "what was wrong, readable"
 
@@ -57,6 +63,7 @@ ERROR_RESPONSES: dict[int | str, dict] = {
         409: "The record's state does not allow this now, or a concurrent change won; retry",
         413: "The request body is too large",
         422: "Invalid input: the detail lists each field and why",
+        429: "Over a quota of the caller's (or of its address, for bad keys); Retry-After says when to try again",
     }.items()
 }
 
@@ -65,6 +72,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RegistryError)
     async def _registry_error(_request: Request, exc: RegistryError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+        if exc.status_code == 429:
+            headers = {"Retry-After": str(exc.extra.get("retry_after_s", 1))}
         return JSONResponse({"detail": exc.message, **exc.extra}, status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(IntegrityError)

@@ -3,7 +3,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from api import schemas
-from api.deps import Caller, DbSession, Now
+from api.deps import Caller, DbSession, Now, Quota
 from api.pages import Page
 from api.services import contracts as service
 
@@ -11,8 +11,10 @@ router = APIRouter(prefix="/contracts", tags=["contracts"])
 
 
 @router.post("", status_code=201, response_model=schemas.ContractOut)
-def propose_contract(body: schemas.ContractCreate, session: DbSession, caller: Caller, now: Now):
-    """Propose a bounded-price contract to a counterparty."""
+def propose_contract(body: schemas.ContractCreate, session: DbSession, caller: Caller, now: Now, quotas: Quota):
+    """Propose a bounded-price contract to a counterparty (at most `api.quotas.RATES["proposals"]`
+    a second: 429 past it)."""
+    quotas.take("proposals", caller.name)
     return service.to_out(service.propose(session, caller, body, now), now)
 
 

@@ -6,13 +6,15 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from sqlalchemy.exc import SQLAlchemyError
+from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
-from api.auth import Bearer, authenticate
+from api.auth import Bearer, authenticate, hash_key
 from api.deps import Caller
 from api.errors import Unauthorized
 from api.services import feed
@@ -44,11 +46,15 @@ async def change_stream(request: Request, caller: Caller, credentials: Bearer) -
     contracts, tasks, offers, movements, ledger, events, replicas, failovers) that changed as
     the caller may read them, each with the registry's time (`at`). An event `time` with no
     list comes at least every 5 s. The stream ends after the registry's `BPM_FEED_LIFETIME_S`
-    (the client connects again), or with an event `revoked` when the key stops being valid."""
+    (the client connects again), or with an event `revoked` when the key stops being valid.
+    One key holds at most `api.quotas.FEED_STREAMS` streams open at once (429 past it)."""
     participant_id = None if caller.is_operator else caller.participant.id
     assert credentials is not None  # the caller was authenticated with them
-    return StreamingResponse(_stream(request, credentials.credentials, participant_id), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    closed = request.app.state.quotas.open_stream(hash_key(credentials.credentials), caller.name)
+    # Counted closed when the stream ends, and after the response in any case (a stream the
+    # client left before it began never runs its own end).
+    return StreamingResponse(_stream(request, credentials.credentials, participant_id, closed), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}, background=BackgroundTask(closed))
 
 
 def _marks(state, key: str, participant_id: int | None):
@@ -59,7 +65,15 @@ def _marks(state, key: str, participant_id: int | None):
         return now, feed.marks(session, participant_id, now, state.settings.heartbeat_timeout_s)
 
 
-async def _stream(request: Request, key: str, participant_id: int | None):
+async def _stream(request: Request, key: str, participant_id: int | None, closed: Callable[[], None]):
+    try:
+        async for message in _messages(request, key, participant_id):
+            yield message
+    finally:
+        closed()
+
+
+async def _messages(request: Request, key: str, participant_id: int | None):
     state = request.app.state
     settings = state.settings
     began = time.monotonic()

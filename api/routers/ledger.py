@@ -3,7 +3,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Query
 
 from api import schemas
-from api.deps import Caller, DbSession, Now
+from api.deps import Caller, DbSession, Now, Quota
 from api.services import events as event_service
 from api.services import ledger as service
 
@@ -31,7 +31,9 @@ def list_events(
 
 
 @router.post("/events", status_code=201, response_model=schemas.EventOut)
-def report_event(body: schemas.EventCreate, session: DbSession, caller: Caller, now: Now):
-    """Record something a participant's agent did or suffered, in its own name."""
+def report_event(body: schemas.EventCreate, session: DbSession, caller: Caller, now: Now, quotas: Quota):
+    """Record something a participant's agent did or suffered, in its own name (at most
+    `api.quotas.RATES["events"]` a second: 429 past it)."""
+    quotas.take("events", caller.name)
     event = event_service.report(session, caller, body.kind, body.message, body.subject, body.data, now)
     return schemas.EventOut.model_validate(event, from_attributes=True)
