@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from api import schemas
 from api.deps import Caller, DbSession, Now
@@ -101,9 +102,11 @@ def heartbeat(name: schemas.NamePath, body: schemas.Heartbeat, request: Request,
 
 
 @router.get("/{name}/loads", response_model=list[schemas.LoadSampleOut])
-def load_history(name: schemas.NamePath, session: DbSession, caller: Caller, since: schemas.MomentQuery = None):
-    """The participant's recent load and threshold samples, oldest first."""
-    return [schemas.LoadSampleOut(at=s.at, load=s.load, threshold=s.threshold) for s in service.load_samples(session, name, since)]
+def load_history(name: schemas.NamePath, session: DbSession, caller: Caller, since: schemas.MomentQuery = None,
+                 limit: Annotated[int, Query(ge=1, le=service.LOAD_SAMPLES_MAX)] = service.LOAD_SAMPLES_MAX):
+    """The participant's recent load and threshold samples after `since`, oldest first: the
+    newest `limit` of them (at most an hour's at one heartbeat a second)."""
+    return [schemas.LoadSampleOut(at=s.at, load=s.load, threshold=s.threshold) for s in service.load_samples(session, name, since, limit)]
 
 
 @router.post("/{name}/key", status_code=201, response_model=schemas.KeyRotated)

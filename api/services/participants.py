@@ -16,6 +16,7 @@ from api.services import events
 
 # Load samples older than this are dropped: the UI charts the recent past only.
 SAMPLE_RETENTION = timedelta(hours=2)
+LOAD_SAMPLES_MAX = 3600  # samples one read of a load history returns at most
 
 
 def get(session: Session, name: str) -> Participant:
@@ -194,9 +195,10 @@ def feed(session: Session, participant: Participant, acknowledged: list[int]) ->
     return changes.pending(session, participant.id, acknowledged), changes.partners(session, participant.id)
 
 
-def load_samples(session: Session, name: str, since: datetime | None) -> list[LoadSample]:
+def load_samples(session: Session, name: str, since: datetime | None, limit: int = LOAD_SAMPLES_MAX) -> list[LoadSample]:
+    """The participant's newest `limit` load samples after `since`, oldest first."""
     participant = get(session, name)
     query = select(LoadSample).where(LoadSample.participant_id == participant.id)
     if since is not None:
         query = query.where(LoadSample.at > since)
-    return list(session.scalars(query.order_by(LoadSample.at)))
+    return list(reversed(session.scalars(query.order_by(LoadSample.at.desc(), LoadSample.id.desc()).limit(limit)).all()))

@@ -122,3 +122,18 @@ def test_a_rotated_signing_key_loses_its_private_half_at_once_and_is_deleted_aft
     assert {k["kid"] for k in registry.ok("GET", "/keys")} == {second}, "past its grace nobody is told to trust it"
     third = registry.ok("POST", "/keys/rotate", status=201)["kid"]
     assert set(stored()) == {second, third}, "keys retired longer than the grace are deleted"
+
+
+def test_a_load_history_comes_in_bounded_reads_of_the_newest_samples(registry):
+    """A read of a load history returns at most `limit` samples (an hour's by default, never
+    more), the newest of those after `since`, oldest first."""
+    key = registry.participant("alpha")
+    for load in (0.1, 0.2, 0.3, 0.4):
+        registry.clock.advance(1)
+        registry.ok("POST", "/participants/alpha/heartbeat", key, json={"load": load})
+    assert [s["load"] for s in registry.ok("GET", "/participants/alpha/loads", params={"limit": 2})] == [0.3, 0.4]
+    first = registry.ok("GET", "/participants/alpha/loads")[0]["at"]
+    assert [s["load"] for s in registry.ok("GET", "/participants/alpha/loads", params={"since": first, "limit": 2})] == [0.3, 0.4]
+    assert [s["load"] for s in registry.ok("GET", "/participants/alpha/loads", params={"since": first})] == [0.2, 0.3, 0.4]
+    for bad in (0, 3601):
+        assert registry.call("GET", "/participants/alpha/loads", params={"limit": bad}).status_code == 422
