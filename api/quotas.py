@@ -34,7 +34,7 @@ RATES = {
     "proposals": Rate(per_s=1.0, burst=20.0),
     "bad_keys": Rate(per_s=2.0, burst=20.0),
 }
-FEED_STREAMS = 4
+FEED_STREAMS = 16  # a person with a page open in several tabs, and the streams of pages just closed
 _MAX_BUCKETS = 100_000  # forgotten oldest first: a full bucket is the same as none
 
 
