@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from concurrent.futures import ThreadPoolExecutor
 from threading import Barrier
 
@@ -309,3 +310,36 @@ def test_the_registry_stops_on_sigterm_while_a_change_feed_is_open(tmp_path):
         assert time.monotonic() - began < SHUTDOWN_GRACE_S + 10
         reader.join(10)
         assert not reader.is_alive(), "the stream ended with the registry"
+
+
+def test_open_change_feed_streams_hold_no_turn_and_a_key_s_streams_are_bounded(tmp_path):
+    """Streams that stay open (admin pages) hold no request turn: with more of them open than
+    there are turns, other requests are still answered. One key holds `FEED_STREAMS` at most;
+    the next gets 429, and a stream that ends frees its place."""
+    import contextlib
+
+    import httpx
+
+    from api.db import REQUEST_TURNS
+    from api.quotas import FEED_STREAMS
+
+    assert FEED_STREAMS > REQUEST_TURNS
+    with running_registry(tmp_path) as registry, contextlib.ExitStack() as streams:
+        headers = {"Authorization": f"Bearer {registry.admin_key}"}
+        opened = []
+        for _ in range(FEED_STREAMS):
+            response = streams.enter_context(httpx.stream("GET", registry.url + "/api/v1/changes/stream", headers=headers, timeout=30))
+            assert response.status_code == 200
+            opened.append(response)
+        assert httpx.get(registry.url + "/api/v1/participants", headers=headers, timeout=30).status_code == 200
+        refused = httpx.get(registry.url + "/api/v1/changes/stream", headers=headers, timeout=30)
+        assert refused.status_code == 429 and "Retry-After" in refused.headers
+        opened[0].close()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the registry notices the closed stream within its feed interval
+            with httpx.stream("GET", registry.url + "/api/v1/changes/stream", headers=headers, timeout=30) as again:
+                if again.status_code == 200:
+                    break
+            time.sleep(0.5)
+        else:
+            raise AssertionError("a closed stream did not free its place")
