@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 # crash: the host killed; cut: cut off from every host; registry: cut off from the registry's host only.
 KINDS = ("crash", "cut", "registry")
+# What a host does, told in a sentence: "d's host crashes".
+WHAT = {"crash": "crashes", "cut": "is cut off", "registry": "is cut off from the registry"}
 
 
 class Fault:
@@ -62,7 +64,7 @@ class Fault:
 
     @property
     def what(self) -> str:
-        return {"crash": "crashes", "cut": "is cut off", "registry": "is cut off from the registry"}[self.kind]
+        return WHAT[self.kind]
 
     def hosting(self) -> list[dict]:
         """The moved tasks the victim hosts, as the last poll read the registry."""

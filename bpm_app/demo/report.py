@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bpm_app.demo.faults import WHAT
 from bpm_app.demo.run import verdict
 
 COLOURS = {"a": "tab:red", "b": "tab:blue", "c": "tab:green", "d": "tab:purple", "e": "tab:orange"}
@@ -119,16 +120,19 @@ def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> No
     first = axes[0, 0]
     killed = report.get("killed")
     if killed and killed.get("at_s") is not None:
-        what = {"cut": "is cut off", "registry": "is cut off from the registry"}.get(killed.get("fault"), "crashes")
+        what = WHAT[killed.get("fault") or "crash"]
         first.text(killed["at_s"] + 1, 0.8, f"{killed['participant']}'s host {what}", transform=first.get_xaxis_transform(), fontsize=8)
     healed = report.get("healed")
     if healed and healed.get("at_s") is not None:
         for ax in axes.flat:
             ax.axvline(healed["at_s"], color="black", lw=1.5, ls="--")
         first.text(healed["at_s"] + 1, 0.7, f"{killed['participant']}'s link heals", transform=first.get_xaxis_transform(), fontsize=8)
+    _mark_faults(axes, report.get("faults") or [])
     axes[-1, 0].set_xlabel("seconds since the demo started (load and threshold: share of the participant's own capacity; "
                            "triangles: a task arrives / leaves, in the partner's colour"
-                           + (";\ndiamonds: a task of the participant's own splits, squares: halves of one merge" if report.get("regrains") else "") + ")",
+                           + (";\ndiamonds: a task of the participant's own splits, squares: halves of one merge" if report.get("regrains") else "")
+                           + (";\nblack lines: a fault strikes (solid) and heals (dashed); dotted: a failover, in the new host's colour"
+                              if report.get("faults") else "") + ")",
                            fontsize=8)
     title = (
         f"Each participant's load against its threshold: {len(report['movements'])} movements, "
@@ -145,6 +149,27 @@ def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> No
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def _mark_faults(axes, faults: list[dict]) -> list:
+    """Each fault of a scenario that strikes several (the tour's `faults`) on every panel: a
+    solid line where it strikes, dashed where a cut heals, dotted where a task failed over
+    from it (in its new host's colour); named above the first panel, a row lower for each
+    fault so that close ones do not run into each other. The names' matplotlib texts."""
+    first = axes[0, 0]
+    texts = []
+    for i, fault in enumerate(f for f in faults if f.get("at_s") is not None):
+        healed = (fault.get("healed") or {}).get("at_s")
+        for ax in axes.flat:
+            ax.axvline(fault["at_s"], color="black", lw=1.2)
+            if healed is not None:
+                ax.axvline(healed, color="black", lw=1.2, ls="--")
+            for f in fault.get("failovers") or []:
+                if f.get("at_s") is not None:
+                    ax.axvline(f["at_s"], color=COLOURS.get(f["to"], "k"), lw=0.8, ls=":")
+        texts.append(first.text(fault["at_s"] + 1, 0.85 - 0.15 * (i % 4), f"{fault['participant']}'s host {WHAT[fault['fault']]}",
+                                transform=first.get_xaxis_transform(), fontsize=7, bbox={"facecolor": "white", "alpha": 0.8, "lw": 0, "pad": 1}))
+    return texts
 
 
 def plot_cpu(ax, report: dict) -> None:

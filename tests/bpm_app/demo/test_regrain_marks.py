@@ -42,3 +42,29 @@ def test_the_live_view_and_the_timeline_mark_them(tmp_path):
               "movements": [], "regrains": made, "lost_results": 0, "duplicate_results": 0}
     plot_timeline(report, tmp_path / "timeline.png")
     assert (tmp_path / "timeline.png").stat().st_size > 0
+
+
+def test_the_timeline_marks_each_fault_of_the_tour_with_its_heal_and_failovers(tmp_path, monkeypatch):
+    """The tour's registry cut, partition and crash each get a line on every panel and a name
+    above the first, in rows of their own; a heal and a failover their own lines."""
+    import bpm_app.demo.report as report_module
+
+    faults = [
+        {"participant": "d", "fault": "registry", "at_s": 318.0, "healed": {"at_s": 338.0}, "failovers": []},
+        {"participant": "d", "fault": "cut", "at_s": 341.0, "healed": {"at_s": 371.0}, "failovers": [{"to": "e", "at_s": 345.4}]},
+        {"participant": "d", "fault": "crash", "at_s": 421.0, "healed": None, "failovers": [{"to": "e", "at_s": 425.6}]},
+    ]
+    report = {"timeline": [{"t": t, "participant": p, "load": 0.5, "threshold": 0.6} for t in (0.0, 300.0, 500.0) for p in "de"],
+              "phases": [{"name": "3", "started_s": 250.0, "ended_s": 450.0, "acceptable": False, "overloaded": True}],
+              "movements": [], "faults": faults, "lost_results": 0, "duplicate_results": 0}
+    marked = []
+    real = report_module._mark_faults
+    monkeypatch.setattr(report_module, "_mark_faults", lambda axes, f: marked.append((axes, real(axes, f))) or marked[-1][1])
+    plot_timeline(report, tmp_path / "timeline.png")
+    assert (tmp_path / "timeline.png").stat().st_size > 0
+    axes, texts = marked[0]
+    assert [t.get_text() for t in texts] == ["d's host is cut off from the registry", "d's host is cut off", "d's host crashes"]
+    assert len({t.get_position()[1] for t in texts}) == 3, "each name in a row of its own"
+    lines = {round(line.get_xdata()[0], 1) for ax in axes.flat for line in ax.get_lines() if line.get_linestyle() in ("-", "--", ":")
+             and len(line.get_xdata()) == 2 and line.get_xdata()[0] == line.get_xdata()[1]}
+    assert {318.0, 338.0, 341.0, 371.0, 345.4, 421.0, 425.6} <= lines
