@@ -300,6 +300,7 @@ class Agent:
         # What it did, counted as it is done (`_execute`); the keys: `spark_agents.exporter.AGENT_COUNTS`.
         self.counts: Counter[str] = Counter()
         self._lock = threading.RLock()
+        self._handover_lock = threading.Lock()  # one checkpoint handed over at a time
         self._task_ids: dict[str, int] = {}  # task key -> registry id
         self._released: dict[str, int | None] = {}  # task key -> epoch at which it was handed over (None: the task left my view)
         self._stopping: set[str] = set()  # task keys waiting for their batch boundary to stop (`_release_locally`)
@@ -865,8 +866,12 @@ class Agent:
         return rotated
 
     def release_to_caller(self, token: str | None, key: str, epoch: int) -> bytes:
-        """`release` to whoever the registry's token says calls (TokenRefused if none)."""
-        return self.release(key, epoch, self.credentials.verify(token, "handover", key, epoch).caller)
+        """`release` to whoever the registry's token says calls (TokenRefused if none), one
+        handover at a time; the token is checked before the wait, so no caller the registry
+        does not vouch for holds up a handover."""
+        caller = self.credentials.verify(token, "handover", key, epoch).caller
+        with self._handover_lock:
+            return self.release(key, epoch, caller)
 
     def release(self, key: str, epoch: int, to: str) -> bytes:
         """Hand the checkpoint of `key` to `to`, once the registry says it hosts the task at `epoch`.

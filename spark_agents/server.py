@@ -5,7 +5,6 @@ ships to this participant as the backup of its task."""
 from __future__ import annotations
 
 import hmac
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -63,7 +62,6 @@ def create_agent_app(agent: Agent, host: TaskHost | None = None) -> FastAPI:
     harden(app, paths={"/ha/": MAX_ARCHIVE_BYTES})
     metrics = CollectorRegistry()
     metrics.register(AgentCollector(host, agent))  # type: ignore[arg-type]
-    handover_lock = threading.Lock()
 
     @app.get("/status")
     def status():
@@ -107,10 +105,8 @@ def create_agent_app(agent: Agent, host: TaskHost | None = None) -> FastAPI:
     def handover(task_key: TaskKey, epoch: int = Query(ge=0, le=2**63 - 1), authorization: Annotated[str | None, Header()] = None):
         """Stop the task here at a batch boundary and return its checkpoint (tar.gz) to its new
         host: the caller shows the registry's token for this handover (task, epoch, both parties)."""
-        with _refusals():  # the token before any wait
-            caller = agent.credentials.verify(bearer(authorization), "handover", task_key, epoch).caller
-        with handover_lock, _refusals((PermissionError, 409), (HandoverNotReady, 503)):
-            data = agent.release(task_key, epoch, caller)
+        with _refusals((PermissionError, 409), (HandoverNotReady, 503)):
+            data = agent.release_to_caller(bearer(authorization), task_key, epoch)
         return Response(data, media_type="application/gzip")
 
     @app.get("/broker/{task_key}", responses=_REFUSED)

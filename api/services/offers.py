@@ -33,12 +33,17 @@ from api.services.ha import mode_of
 from bpm.negotiation import MovementState, OfferState, not_offerable
 
 
+def _one_per_task(what: str, values: list, body: schemas.OfferCreate, task_ids: list[int]) -> None:
+    """422 unless `values` has one value per task of the offer, none named twice."""
+    if len(values) != len(body.task_ids) or len(task_ids) != len(body.task_ids):
+        raise Invalid(f"{what} needs one value per task, with no task named twice: {len(values)} {what} for tasks {body.task_ids}")
+
+
 def _caps(body: schemas.OfferCreate, task_ids: list[int], contract: Contract) -> list[float]:
     """The offerer's cap for each leading part of its tasks: given, or `price` for every one."""
     if body.caps is None:
         return [body.price] * len(task_ids)
-    if len(body.caps) != len(body.task_ids) or len(task_ids) != len(body.task_ids):
-        raise Invalid(f"caps needs one value per task, with no task named twice: {len(body.caps)} caps for tasks {body.task_ids}")
+    _one_per_task("caps", body.caps, body, task_ids)
     if any(later > earlier for earlier, later in zip(body.caps, body.caps[1:])):
         raise Invalid(f"caps {body.caps} increase: shedding more tasks cannot be worth more per unit of load")
     if body.caps[-1] != body.price:
@@ -52,8 +57,7 @@ def _loads(body: schemas.OfferCreate, task_ids: list[int], tasks: Mapping[int, T
     """Each task's load as the offerer declares it: given, or what the registry last heard."""
     if body.loads is None:
         return [tasks[t].load for t in task_ids]
-    if len(body.loads) != len(body.task_ids) or len(task_ids) != len(body.task_ids):
-        raise Invalid(f"loads needs one value per task, with no task named twice: {len(body.loads)} loads for tasks {body.task_ids}")
+    _one_per_task("loads", body.loads, body, task_ids)
     return list(body.loads)
 
 

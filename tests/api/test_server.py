@@ -282,7 +282,6 @@ def test_the_registry_stops_on_sigterm_while_a_change_feed_is_open(tmp_path):
     """An admin page left open does not keep the registry from stopping: its stream is cut
     after the grace period (`SHUTDOWN_GRACE_S`)."""
     import threading
-    import time
 
     import httpx
 
