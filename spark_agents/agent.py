@@ -543,6 +543,7 @@ class Agent:
             self.ha.observe(self.seen)
         if self.broker is not None:
             self.broker.grant(self.broker_grants())
+            self.guarded("broker.sweep", self._sweep_consumers)
             self.guarded("broker.consumers", self._keep_consumers)
         plan = reconcile(me, tasks, self.hosting(), movements, failovers)
         by_key = {task_key(t): t for t in tasks}
@@ -708,6 +709,12 @@ class Agent:
                 wanted[consumer_name(task_key(t), r["participant"])] = parse_location(t["input_uri"]).prefix
         return wanted
 
+    def _sweep_consumers(self) -> None:
+        """Delete the consumers of my stream that no grant covers now (`OwnBroker.sweep`)."""
+        swept = self.broker.sweep()
+        if swept:
+            self.note("broker.swept", f"deleted {len(swept)} consumers of {self.config.name}'s stream that no grant covers")
+
     def _keep_consumers(self) -> None:
         """Register the consumers my stream must keep input for, and release those of my tasks'
         former hosts and replicas, except while a failover of the task is open (its new host
@@ -760,8 +767,14 @@ class Agent:
             return None
         if task["origin"] == self.config.name:
             assert self.broker is not None
-            return TaskInput(source, OwnAcks(self.broker.retention(), source.prefix))
-        return TaskInput(source, SentAcks(functools.partial(self.send_ack, dict(task))))
+            return TaskInput(source, OwnAcks(self.broker.retention(), source.prefix), self.registry_epoch)
+        return TaskInput(source, SentAcks(functools.partial(self.send_ack, dict(task))), self.registry_epoch)
+
+    def registry_epoch(self, key: str) -> int | None:
+        """The newest epoch the registry has given task `key` (None: a task this agent has not
+        seen). What bounds the claims a task's output fence believes (`BrokerFence`)."""
+        task_id = self._task_ids.get(key)
+        return None if task_id is None else self.client.request("GET", f"/tasks/{task_id}")["epoch"]
 
     def stream_credentials_to_caller(self, token: str | None, key: str, epoch: int) -> dict[str, str]:
         """The credentials of my broker for whoever the registry's token says hosts my task

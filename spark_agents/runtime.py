@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +52,8 @@ class SparkTasks:
         self._duties: dict[str, Any] = {}  # task -> PrimaryDuties
         self._replicas: dict[str, Any] = {}  # task -> the held-back sink of an active-standby replica
         self._sinks: dict[str, Any] = {}  # task -> the output fence's sink it runs with
+        # task key -> the registry's newest epoch of it, which bounds the claims its fence believes (`BrokerFence`)
+        self.registry_epoch: Callable[[str], int | None] | None = None
 
     def bind(self, task_id: str, query: str | None, params: Mapping[str, Any]) -> tuple[Query, Params, float]:
         """The query task `task_id` runs, its parameters and its trigger interval, from its
@@ -66,7 +68,7 @@ class SparkTasks:
         from spark_agents.broker.results import broker_sink
 
         definition, bound, trigger_s = self.bind(task_id, query, params)
-        sink = broker_sink(source.connection(), task_id, epoch)
+        sink = broker_sink(source.connection(), task_id, epoch, self.registry_epoch)
         sink.until_s = source.until_s
         self._sinks[task_id] = sink
         self.host.start_task(task_id, source, checkpoint_dir, definition, bound, trigger_s=trigger_s, sink=sink)
@@ -326,7 +328,9 @@ def run_agent(
         host = TaskHost(spark, config.workdir, cpus=cpus, interval_s=sample_s)
         host.start_sampling()
         client = cleanup.enter_context(RegistryClient(registry_url, key))
-        agent = Agent(config, client, SparkTasks(host, trigger_s, cost_model, queries=config.queries), broker=broker)
+        tasks = SparkTasks(host, trigger_s, cost_model, queries=config.queries)
+        agent = Agent(config, client, tasks, broker=broker)
+        tasks.registry_epoch = agent.registry_epoch
         server = uvicorn.Server(uvicorn.Config(create_agent_app(agent, host), host=bind_host, port=port, log_level="warning"))
         server_thread = threading.Thread(target=server.run, name="bpm-agent-http", daemon=True)
         server_thread.start()

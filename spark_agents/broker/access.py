@@ -20,14 +20,17 @@ import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+import nats
+
 from bpm.keygroups import StreamLocation
 from bpm.names import check_participant
-from spark_agents.broker.server import NatsServer, User, partner_user
+from spark_agents.broker.server import NatsServer, User, consumer_tag, partner_user
 from spark_agents.broker.source import JetStreamInput
 from spark_agents.credentials import write_private
 
 # partner -> (task key, key-group prefix, whether it writes the task's results: it hosts it) it may read
 Grants = Mapping[str, Iterable[tuple[str, str, bool]]]
+CONSUMERS_PER_TASK = 8  # a partner's readers of one task's key groups at once: the driver's and each partition's
 
 
 class OwnBroker:
@@ -120,6 +123,67 @@ class OwnBroker:
             self._grants, self._readers = wanted, alerts
             return True
 
+    def sweep(self) -> list[str]:
+        """Delete the consumers of this participant's input stream that no grant covers now,
+        and return their names. A partner reads through consumers it makes on the filters of
+        its grants (`partner_user`), named with its tag (`consumer_tag`); the server cannot
+        forget them when a grant ends, so the agent sweeps after each read of its tasks:
+
+        - a partner's consumer over key groups it no longer hosts or replicates: a revoked
+          grant stops delivering at once;
+        - a consumer whose name bears no user's tag (nobody may make one in another's name);
+        - a consumer kept beyond a reader's life (durable, or idle longer than `READER_IDLE_S`);
+        - a partner's consumers beyond `CONSUMERS_PER_TASK` over one task's key groups, oldest first.
+
+        The owner's own consumers stay."""
+        from bpm.keygroups import subject_filter
+        from spark_agents.broker.source import READER_IDLE_S
+        from spark_agents.broker.stream import STREAM as INPUT
+
+        broker = self.connection()
+
+        async def listed():
+            out, offset = [], 0
+            while True:
+                page = await broker.js.consumers_info(INPUT, offset=offset)
+                out += page
+                offset += len(page)
+                if not page or len(page) < 256:
+                    return out
+
+        # The grants are read after the consumers: one granted meanwhile made none of those listed.
+        consumers = broker.call(listed())
+        with self._lock:
+            grants = dict(self._grants)
+            tags = {consumer_tag(p, pw): p for p, pw in self._passwords().items()}
+        own = consumer_tag(self.name, self.password)
+        filters = {p: {subject_filter(self.name, prefix) for _, prefix, _ in tasks} for p, tasks in grants.items()}
+        doomed, kept = [], {}
+        for info in sorted(consumers, key=lambda i: i.created.timestamp() if i.created else 0.0):
+            tag = info.name.partition("-")[0]
+            if tag == own:
+                continue
+            partner = tags.get(tag)
+            config = info.config
+            if (partner is None or config.filter_subject not in filters.get(partner, ()) or config.durable_name
+                    or not config.inactive_threshold or config.inactive_threshold > READER_IDLE_S):
+                doomed.append(info.name)
+            else:
+                kept.setdefault((partner, config.filter_subject), []).append(info.name)
+        for names in kept.values():
+            doomed += names[:max(0, len(names) - CONSUMERS_PER_TASK)]
+
+        async def delete() -> None:
+            for name in doomed:
+                try:
+                    await broker.js.delete_consumer(INPUT, name)
+                except nats.js.errors.NotFoundError:
+                    pass  # gone by itself meanwhile
+
+        if doomed:
+            broker.call(delete())
+        return doomed
+
     def granted(self) -> dict[str, frozenset[tuple[str, str, bool]]]:
         with self._lock:
             return dict(self._grants)
@@ -128,17 +192,20 @@ class OwnBroker:
         """What `partner` connects with: this broker's address, its user and password."""
         return {"url": self.url, "user": partner, "password": self._password(partner)}
 
+    def _passwords(self) -> dict[str, str]:
+        """The partners' passwords made up so far (`partners.json`, owner-only)."""
+        try:
+            return json.loads((self.folder / "partners.json").read_text())
+        except FileNotFoundError:
+            return {}
+
     def _password(self, partner: str) -> str:
-        """`partner`'s password, made up the first time and kept in `partners.json` (owner-only)."""
-        path = self.folder / "partners.json"
+        """`partner`'s password, made up the first time and kept in `partners.json`."""
         with self._lock:
-            try:
-                known = json.loads(path.read_text())
-            except FileNotFoundError:
-                known = {}
+            known = self._passwords()
             if partner not in known:
                 known[partner] = secrets.token_urlsafe(24)
-                write_private(path, json.dumps(known))
+                write_private(self.folder / "partners.json", json.dumps(known))
             return known[partner]
 
 

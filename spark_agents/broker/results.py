@@ -15,12 +15,23 @@ is refused when a newer epoch has claimed, and writes only the results after the
 one written. A host that lost its task and writes late finds a newer
 claim ahead of it: the broker refuses its publish and the writer raises `FencedError`.
 Replays, restarts and promoted replicas write each result once.
+
+A claim's epoch is written by the claiming host, so the fence does not take it on trust: a
+claim newer than the writer's own epoch counts only up to the newest epoch the registry has
+given the task (`registry_epoch`, asked then, after the claim was read). Epochs only grow
+and a host learns its epoch from the registry before it claims, so a claim beyond the
+registry's newest is no placement at all: a host that claimed an epoch of 10^9 while it held
+the task jams nobody, and the registry's newest host claims over it.
+
+Partners read the fence as the last message of their task's subject only (JetStream's
+direct get with the subject in the request's own subject, `partner_user`), never another
+message of the stream by its sequence.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import nats
@@ -49,26 +60,42 @@ def ensure_results(broker: Broker) -> None:
         try:
             await broker.js.stream_info(STREAM)
         except nats.js.errors.NotFoundError:
-            await broker.js.add_stream(StreamConfig(name=STREAM, subjects=["out.>"], storage=StorageType.FILE))
+            await broker.js.add_stream(StreamConfig(name=STREAM, subjects=["out.>"], storage=StorageType.FILE, allow_direct=True))
+            return
+        info = await broker.js.stream_info(STREAM)
+        if not info.config.allow_direct:  # made before partners read their fence by direct get
+            info.config.allow_direct = True
+            await broker.js.update_stream(info.config)
 
     broker.call(ensure())
 
 
-class BrokerFence:
-    """Task `task_id`'s output fence on its origin's broker (`broker`: a connection to it)."""
+# task key -> the newest epoch the registry has given the task (None: it does not know the task)
+RegistryEpoch = Callable[[str], "int | None"]
 
-    def __init__(self, broker: Broker, task_id: str) -> None:
+
+class BrokerFence:
+    """Task `task_id`'s output fence on its origin's broker (`broker`: a connection to it; the
+    origin makes the results stream if it is not there, a partner finds it made).
+
+    `registry_epoch` bounds the claims this fence believes (see the module text); without
+    it every claim is believed, as in a test with no registry.
+    """
+
+    def __init__(self, broker: Broker, task_id: str, registry_epoch: RegistryEpoch | None = None) -> None:
         self.broker = broker
         self.task_id = task_id
         self.subject = results_subject(task_id)
-        ensure_results(broker)
+        self.registry_epoch = registry_epoch
+        if broker.user == task_id.partition(".")[0]:
+            ensure_results(broker)
 
     def _last(self) -> tuple[FenceState, int]:
         """The fence as the subject's last message says, and that message's sequence (0: none)."""
 
         async def last():
             try:
-                return await self.broker.js.get_last_msg(STREAM, self.subject)
+                return await self.broker.js.get_last_msg(STREAM, self.subject, direct=True)
             except nats.js.errors.NotFoundError:
                 return None
 
@@ -86,8 +113,12 @@ class BrokerFence:
         self._check(self.state(), epoch)
 
     def _check(self, current: FenceState, epoch: int) -> None:
-        if current.epoch is not None and current.epoch > epoch:
-            raise FencedError(f"task {self.task_id}: epoch {epoch} is fenced; epoch {current.epoch} holds its output")
+        if current.epoch is None or current.epoch <= epoch:
+            return
+        newest = None if self.registry_epoch is None else self.registry_epoch(self.task_id)
+        holder = current.epoch if newest is None else min(current.epoch, newest)
+        if holder > epoch:
+            raise FencedError(f"task {self.task_id}: epoch {epoch} is fenced; epoch {holder} holds its output")
 
     def _publish(self, body: dict, after: int) -> int | None:
         """Publish `body` if the subject's last message is still `after`; its sequence, or None if something came first."""
@@ -147,10 +178,11 @@ class BrokerFence:
                 return
 
 
-def broker_sink(broker: Broker, task_id: str, epoch: int | None) -> FencedSink:
+def broker_sink(broker: Broker, task_id: str, epoch: int | None, registry_epoch: RegistryEpoch | None = None) -> FencedSink:
     """Task `task_id`'s sink writing through its fence on its origin's broker (`broker`: a
-    connection to it) at `epoch`; None: an active-standby replica's, its rows held back."""
-    return FencedSink(BrokerFence(broker, task_id), epoch)
+    connection to it) at `epoch`; None: an active-standby replica's, its rows held back.
+    `registry_epoch`: what bounds the claims the fence believes (`BrokerFence`)."""
+    return FencedSink(BrokerFence(broker, task_id, registry_epoch), epoch)
 
 
 @dataclass(frozen=True)

@@ -94,24 +94,36 @@ def partner_user(name: str, password: str, granted: Iterable[tuple[str, str, boo
     with its filter (`$JS.API.CONSUMER.CREATE.INPUT.<consumer>.<filter>`), so a filter
     outside the hosted key groups is refused by the server; then pulling from a consumer and
     deleting it. Writing results is publishing on the task's results subject and reading
-    that subject's last message (the fence); the last message of any results subject can
-    be read that way, not written. Replies come to the user's own inboxes only.
+    that subject's last message (the fence), by a direct get whose request subject names the
+    results subject: no other message of the results stream, by sequence or subject, can be
+    read. Replies come to the user's own inboxes only.
     """
     from bpm.keygroups import subject_filter
     from spark_agents.broker.results import STREAM as RESULTS, results_subject
     from spark_agents.broker.stream import STREAM as INPUT
 
     publish = [f"$JS.API.STREAM.INFO.{INPUT}", f"$JS.API.CONSUMER.MSG.NEXT.{INPUT}.*", f"$JS.API.CONSUMER.DELETE.{INPUT}.*",
-               f"$JS.API.CONSUMER.INFO.{INPUT}.*",
-               f"$JS.API.STREAM.INFO.{RESULTS}", f"$JS.API.STREAM.MSG.GET.{RESULTS}"]
+               f"$JS.API.CONSUMER.INFO.{INPUT}.*"]
     for task, prefix, writes in granted:
         origin = task.partition(".")[0]
-        publish += [f"$JS.API.CONSUMER.CREATE.{INPUT}.*.{subject_filter(origin, prefix)}"] + ([results_subject(task)] if writes else [])
+        publish += [f"$JS.API.CONSUMER.CREATE.{INPUT}.*.{subject_filter(origin, prefix)}"]
+        if writes:
+            publish += [results_subject(task), f"$JS.API.DIRECT.GET.{RESULTS}.{results_subject(task)}"]
     if alerts:
         from spark_agents.correlation import ALERTS
 
         publish += [f"$JS.API.STREAM.INFO.{ALERTS}", f"$JS.API.STREAM.MSG.GET.{ALERTS}"]
     return User(name, password, publish=tuple(publish), subscribe=(f"{inbox_prefix(name)}.>",))
+
+
+def consumer_tag(user: str, password: str) -> str:
+    """What begins the name of every consumer `user` makes (`spark_agents.broker.source`): a
+    digest of its name and password, so that the origin, which knows its partners'
+    passwords, tells whose each consumer is, and no partner can make one in another's name
+    (`spark_agents.broker.access.OwnBroker.sweep`)."""
+    import hashlib
+
+    return hashlib.sha256(f"{user}\0{password}".encode()).hexdigest()[:20]
 
 
 def inbox_prefix(user: str) -> str:

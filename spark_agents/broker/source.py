@@ -35,6 +35,7 @@ from spark_agents.broker.stream import STREAM as INPUT, Broker
 
 NAME = "bpm_jetstream"
 FETCH = 256  # messages per pull request
+READER_IDLE_S = 30.0  # a reader's consumer left behind (its reader died) is gone after this long unused
 _COLUMN = re.compile(r"^\s*`?([^`\s]+)`?\s+(\w+)\s*$")
 
 
@@ -94,16 +95,17 @@ def connection(url: str, user: str, password: str) -> Broker:
         return broker
 
 
-def _reader(filter_subject: str, after: int | None):
+def _reader(broker: Broker, filter_subject: str, after: int | None):
     """A short-lived consumer's configuration: the messages after `after` that `filter_subject`
     selects (None: the newest of them only). A consumer is how a partner reads (its broker user
     may create consumers on its key groups' filters only), so it is also how a reader learns
-    whether its key groups have anything new."""
+    whether its key groups have anything new. Its name begins with the user's tag
+    (`consumer_tag`): the origin deletes any consumer of its stream that no grant covers."""
     from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
     where = {"deliver_policy": DeliverPolicy.LAST} if after is None else {"deliver_policy": DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": after + 1}
-    return ConsumerConfig(name=f"read-{uuid.uuid4().hex[:12]}", filter_subject=filter_subject, ack_policy=AckPolicy.NONE,
-                          inactive_threshold=30.0, mem_storage=True, **where)
+    return ConsumerConfig(name=f"{broker.tag}-{uuid.uuid4().hex[:12]}", filter_subject=filter_subject, ack_policy=AckPolicy.NONE,
+                          inactive_threshold=READER_IDLE_S, mem_storage=True, **where)
 
 
 def _marks_and_times(data: bytes) -> list[tuple[int, int]]:
@@ -125,17 +127,17 @@ def _is_end(data: bytes) -> bool:
     return bool(marks) and all(mark == MARK_END for mark, _ in marks)
 
 
-async def _pending(js, stream: str, filter_subject: str, after: int) -> int:
+async def _pending(broker: Broker, stream: str, filter_subject: str, after: int) -> int:
     """How many messages after sequence `after` `filter_subject` selects."""
-    config = _reader(filter_subject, after)
+    js, config = broker.js, _reader(broker, filter_subject, after)
     info = await js.add_consumer(stream, config)
     await js.delete_consumer(stream, config.name)
     return info.num_pending
 
 
-async def _newest(js, stream: str, filter_subject: str) -> bytes | None:
+async def _newest(broker: Broker, stream: str, filter_subject: str) -> bytes | None:
     """The payload of the newest message that `filter_subject` selects (None: none)."""
-    config = _reader(filter_subject, None)
+    js, config = broker.js, _reader(broker, filter_subject, None)
     info = await js.add_consumer(stream, config)
     try:
         if not info.num_pending:
@@ -150,9 +152,9 @@ async def _newest(js, stream: str, filter_subject: str) -> bytes | None:
         await js.delete_consumer(stream, config.name)
 
 
-async def _fetch(js, stream: str, filter_subject: str, after: int, last: int) -> list[bytes]:
+async def _fetch(broker: Broker, stream: str, filter_subject: str, after: int, last: int) -> list[bytes]:
     """The payloads of the messages in (after, last] that `filter_subject` selects, in order."""
-    config = _reader(filter_subject, after)
+    js, config = broker.js, _reader(broker, filter_subject, after)
     name = config.name
     info = await js.add_consumer(stream, config)
     out: list[bytes] = []
@@ -209,7 +211,7 @@ class JetStreamReader(DataSourceStreamReader):
         restored from the commit log, and emits those windows."""
         broker = connection(self.url, self.user, self.password)
         owed, self._owed = self._owed, False
-        if start is not None and not broker.read(lambda: _pending(broker.js, self.stream, self.filter, int(start["seq"]))):
+        if start is not None and not broker.read(lambda: _pending(broker, self.stream, self.filter, int(start["seq"]))):
             return {**start, "resumed": int(start.get("resumed", 0)) + 1} if owed else start
         newest = broker.last_seq(self.stream)
         if self.max_messages is not None and start is not None:
@@ -222,7 +224,7 @@ class JetStreamReader(DataSourceStreamReader):
 
     def read(self, partition: SeqRange) -> Iterator:
         broker = connection(self.url, self.user, self.password)
-        chunks = broker.read(lambda: _fetch(broker.js, self.stream, self.filter, partition.after, partition.last))
+        chunks = broker.read(lambda: _fetch(broker, self.stream, self.filter, partition.after, partition.last))
         batch = parse(chunks, self.schema)
         if batch is not None:
             yield batch
@@ -285,13 +287,13 @@ class JetStreamInput:
         each key group's input with one). Read as a partner reads, through a consumer on its key
         groups: a host asks it of the stream of a task it hosts for another."""
         broker = self.connection()
-        data = broker.read(lambda: _newest(broker.js, INPUT, subject_filter(self.participant, self.prefix)))
+        data = broker.read(lambda: _newest(broker, INPUT, subject_filter(self.participant, self.prefix)))
         return data is not None and _is_end(data)
 
     def pending(self, after: int) -> int:
         """How many messages of its key groups the stream holds after sequence `after`."""
         broker = self.connection()
-        return broker.read(lambda: _pending(broker.js, INPUT, subject_filter(self.participant, self.prefix), after))
+        return broker.read(lambda: _pending(broker, INPUT, subject_filter(self.participant, self.prefix), after))
 
     def present_end(self, look_back: int = 256) -> tuple[int, int | None]:
         """(the stream's newest sequence, the newest event time it holds then, None when empty):

@@ -22,7 +22,7 @@ import nats
 from nats.js.api import StorageType, StreamConfig
 
 from bpm.keygroups import KEY_GROUPS, stream_subjects, subject
-from spark_agents.broker.server import BrokerError, inbox_prefix
+from spark_agents.broker.server import BrokerError, consumer_tag, inbox_prefix
 
 STREAM = "INPUT"
 T = TypeVar("T")
@@ -63,6 +63,8 @@ class Broker:
 
     def __init__(self, url: str, user: str, password: str, *, timeout_s: float = 10.0) -> None:
         self.url = url
+        self.user = user
+        self.tag = consumer_tag(user, password)  # begins the names of the consumers it makes
         self.timeout_s = timeout_s
         self._refusals: list[str] = []  # permission violations the server reported, newest last
         self._loop = asyncio.new_event_loop()

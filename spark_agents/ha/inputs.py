@@ -87,10 +87,13 @@ class SentAcks:
 
 @dataclasses.dataclass
 class TaskInput:
-    """A task's key groups of its origin's broker stream, read as `source` says, acknowledged through `acks`."""
+    """A task's key groups of its origin's broker stream, read as `source` says, acknowledged
+    through `acks`; its fence believes claims up to what `registry_epoch` says
+    (`spark_agents.broker.results.BrokerFence`)."""
 
     source: JetStreamInput
     acks: Acks
+    registry_epoch: Callable[[str], int | None] | None = None
 
     def register(self, consumer: str) -> None:
         self.acks.register(consumer)
@@ -124,7 +127,7 @@ class TaskInput:
         """The task's sink through the fence on its origin's broker (None: a standby's, held back)."""
         from spark_agents.broker.results import broker_sink
 
-        return broker_sink(self.source.connection(), task_id, epoch)
+        return broker_sink(self.source.connection(), task_id, epoch, self.registry_epoch)
 
     def start(self, host: Any, task_id: str, checkpoint_dir: Path | None, query: Query, params: Params, trigger_s: float | None,
               sink: FencedSink, position: int | None = None) -> None:

@@ -22,7 +22,7 @@ FIXTURES = Path(__file__).parents[2] / "fixtures" / "zeek"
 def _records(server, owner):
     """Every record of participant a's stream, in order."""
     with Broker(server.url, owner.name, owner.password) as broker:
-        chunks = broker.call(_fetch(broker.js, STREAM, "in.a.>", 0, broker.last_seq()))
+        chunks = broker.call(_fetch(broker, STREAM, "in.a.>", 0, broker.last_seq()))
     return [StreamRecord.from_line(line) for chunk in chunks for line in chunk.decode().splitlines()]
 
 

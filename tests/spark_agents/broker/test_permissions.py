@@ -9,10 +9,11 @@ import pytest
 
 from bpm.keygroups import groups, key_group
 from bpm.zeek.definitions import QueryParams, ResultRow
-from spark_agents.broker.results import BrokerFence, ensure_results
+from spark_agents.broker.results import STREAM as RESULTS, BrokerFence, ensure_results, read_results
 from spark_agents.broker.server import BrokerError, User, partner_user
 from spark_agents.broker.source import _fetch
 from spark_agents.broker.stream import STREAM, Broker, BrokerStream
+from spark_agents.ha.fence import FencedError
 from tests.spark_agents.conns import Feeder
 from bpm.zeek.stream import MARK_DATA, StreamRecord
 from tests.spark_agents.broker.test_source import _conns
@@ -30,14 +31,14 @@ def test_a_partner_reads_its_share_and_writes_its_results_only(nats_server):
     server.reload([owner, b])
     with Broker(server.url, b.name, b.password, timeout_s=2) as theirs:
         assert theirs.last_seq() == last
-        share = theirs.call(_fetch(theirs.js, STREAM, "in.a.0.>", 0, last))
+        share = theirs.call(_fetch(theirs, STREAM, "in.a.0.>", 0, last))
         prefixes = [r.prefix for chunk in share for r in map(StreamRecord.from_line, chunk.decode().splitlines()) if r.mark == MARK_DATA]
         assert prefixes and all(key_group(p) in groups("0") for p in prefixes)
         for outside in ("in.a.1.>", "in.a.>"):
             with pytest.raises(BrokerError, match="(?i)refused by .*permissions violation"):
-                theirs.call(_fetch(theirs.js, STREAM, outside, 0, last))
+                theirs.call(_fetch(theirs, STREAM, outside, 0, last))
         BrokerFence(theirs, "a.t0").write(1, 0, [ResultRow("ports", 0, 10, "10.0.0.9", 31).as_result()], "b")
-        with pytest.raises(BrokerError, match="(?i)refused by .*permissions violation for publish to \"?out.a.t1"):
+        with pytest.raises(BrokerError, match="(?i)refused by .*permissions violation for publish to \"?[^\"]*out.a.t1"):
             BrokerFence(theirs, "a.t1").write(1, 0, [ResultRow("ports", 0, 10, "10.0.0.9", 31).as_result()], "b")
     with pytest.raises(BrokerError):
         Broker(server.url, "c", "no-such-user", timeout_s=1)
@@ -55,3 +56,115 @@ def test_a_partner_user_s_subjects_come_from_checked_names():
     replica = partner_user("b", "pw", [("a.t0", "", False)])
     assert "$JS.API.CONSUMER.CREATE.INPUT.*.in.a.>" in replica.publish and "out.a.t0" not in replica.publish, \
         "a replica holder reads the task's key groups and writes no results"
+
+
+def _partner(server, owner, name: str, granted) -> Broker:
+    """A connection as partner `name`, granted `granted` alone among the origin's users."""
+    user = partner_user(name, secrets.token_urlsafe(12), granted)
+    server.reload([owner, user])
+    return Broker(server.url, user.name, user.password, timeout_s=2)
+
+
+def test_a_partner_reads_no_result_but_its_own_task_s_fence(nats_server):
+    server, owner = nats_server
+    secret = ResultRow("ports", 0, 10, "10.0.0.7", 99).as_result()
+    with Broker(server.url, owner.name, owner.password) as mine:
+        BrokerFence(mine, "a.t1").write(1, 0, [secret], "c")  # another partner's task's results
+    with _partner(server, owner, "b", [("a.t0", "0", True)]) as theirs:
+        fence = BrokerFence(theirs, "a.t0")
+        fence.write(1, 0, [ResultRow("ports", 0, 10, "10.0.0.9", 31).as_result()], "b")
+        assert fence.state().epoch == 1
+        for seq in (1, 2):  # by sequence: the stream's API refuses the user
+            with pytest.raises(BrokerError, match="(?i)permissions violation"):
+                theirs.call(theirs.js.get_msg(RESULTS, seq=seq))
+        with pytest.raises(BrokerError, match="(?i)permissions violation"):
+            theirs.call(theirs.js.get_last_msg(RESULTS, "out.a.t1", direct=True))
+        with pytest.raises(BrokerError, match="(?i)permissions violation"):
+            theirs.call(theirs.js.stream_info(RESULTS))
+        # Its own subject's direct get with a request for another message is refused by the server.
+        for ask in (b'{"seq": 1}', b'{"last_by_subj": "out.a.t1"}', b'{"next_by_subj": "out.a.t1", "seq": 1}'):
+            answer = theirs.call(theirs.nc.request(f"$JS.API.DIRECT.GET.{RESULTS}.out.a.t0", ask, timeout=2))
+            assert not answer.data and answer.headers.get("Status") != "200" and b"10.0.0.7" not in answer.data
+
+
+def test_a_claim_beyond_the_registry_s_newest_epoch_jams_no_later_host(nats_server):
+    """A host that held the task claims an epoch of 10^9 on its results subject; the next host
+    the registry names (epoch 2) writes all the same, and the late host is fenced."""
+    server, owner = nats_server
+    with Broker(server.url, owner.name, owner.password) as mine:
+        ensure_results(mine)
+    registry = {"a.t0": 1}
+    with _partner(server, owner, "b", [("a.t0", "0", True)]) as hostile:
+        fence = BrokerFence(hostile, "a.t0")
+        _, seq = fence._last()
+        assert fence._publish({"kind": "claim", "epoch": 10**9, "written_us": None}, seq) is not None
+    registry["a.t0"] = 2  # the task moves on to c
+    with _partner(server, owner, "c", [("a.t0", "0", True)]) as theirs:
+        with pytest.raises(FencedError, match="epoch 1000000000 holds"):
+            BrokerFence(theirs, "a.t0").write(2, 0, [ResultRow("ports", 0, 10, "10.0.0.9", 31).as_result()], "c")  # believed: jammed
+        bounded = BrokerFence(theirs, "a.t0", registry.get)
+        seq, dropped = bounded.write(2, 0, [ResultRow("ports", 0, 10, "10.0.0.9", 31).as_result()], "c")
+        assert seq is not None and dropped == 0 and bounded.state().epoch == 2
+        with pytest.raises(FencedError, match="epoch 1 is fenced; epoch 2 holds"):
+            BrokerFence(theirs, "a.t0", registry.get).check(1)
+        # A claim beyond the registry's newest fences an older writer at the registry's newest.
+        _, seq = bounded._last()
+        assert bounded._publish({"kind": "claim", "epoch": 10**9, "written_us": 10_000_000}, seq) is not None
+        with pytest.raises(FencedError, match="epoch 1 is fenced; epoch 2 holds"):
+            BrokerFence(theirs, "a.t0", registry.get).check(1)
+        assert bounded.write(2, 1, [ResultRow("ports", 10, 20, "10.0.0.9", 31).as_result()], "c")[0] is not None
+    with Broker(server.url, owner.name, owner.password) as mine:
+        assert [b.epoch for b in read_results(mine, "a.t0")] == [2, 2]
+
+
+def test_a_partner_s_consumers_outlive_neither_its_grant_nor_the_origin_s_limits(tmp_path):
+    """The server keeps a consumer a partner made after its grant ends; the origin's sweep deletes
+    it then, and at once those named in nobody's name, kept beyond a reader's life or too many."""
+    from nats.js.api import AckPolicy, ConsumerConfig
+
+    from spark_agents.broker.access import CONSUMERS_PER_TASK, OwnBroker
+    from spark_agents.broker.server import free_port
+
+    origin = OwnBroker("a", tmp_path / "a", secrets.token_urlsafe(16), port=free_port(), http_port=free_port()).start()
+    try:
+        with Broker(origin.url, "a", origin.password) as mine:
+            Feeder(BrokerStream(mine, "a"), QueryParams()).feed(_conns(300))
+            own = mine.call(mine.js.add_consumer(STREAM, ConsumerConfig(name=f"{mine.tag}-mine", filter_subject="in.a.>",
+                                                                        ack_policy=AckPolicy.NONE, inactive_threshold=30.0)))
+        origin.grant({"b": [("a.t0", "0", True), ("a.t1", "1", True)]})
+        password = origin.credentials("b")["password"]
+        with Broker(origin.url, "b", password, timeout_s=2) as theirs:
+            def make(name, filter_, **config):
+                config.setdefault("inactive_threshold", 30.0)
+                return theirs.call(theirs.js.add_consumer(STREAM, ConsumerConfig(name=name, filter_subject=filter_, ack_policy=AckPolicy.NONE, **config))).name
+
+            def pull(name):
+                async def one():
+                    sub = await theirs.js.pull_subscribe_bind(name, stream=STREAM)
+                    try:
+                        return len(await sub.fetch(1, timeout=2))
+                    finally:
+                        await sub.unsubscribe()
+                return theirs.call(one())
+
+            kept = make(f"{theirs.tag}-kept", "in.a.0.>")
+            stranger = make("c0ffee-mine", "in.a.1.>")  # in nobody's name
+            lingering = make(f"{theirs.tag}-linger", "in.a.1.>", inactive_threshold=3600.0)
+            many = [make(f"{theirs.tag}-{i}", "in.a.1.>") for i in range(3 * CONSUMERS_PER_TASK)]
+            swept = set(origin.sweep())
+            assert {stranger, lingering} <= swept and kept not in swept and own.name not in swept
+            assert len(set(many) - swept) == CONSUMERS_PER_TASK, "at most CONSUMERS_PER_TASK over one task's key groups"
+            assert pull(kept) == 1
+            origin.grant({"b": [("a.t1", "1", True)]})  # the registry moves t0 away from b
+            assert pull(kept) == 1, "the server alone keeps delivering through a consumer made before"
+            assert kept in origin.sweep()
+            with pytest.raises(Exception):
+                pull(kept)
+            with pytest.raises(BrokerError, match="(?i)permissions violation"):
+                make(f"{theirs.tag}-again", "in.a.0.>")
+        with Broker(origin.url, "a", origin.password) as mine:
+            names = {i.name for i in mine.call(mine.js.consumers_info(STREAM))}
+            assert own.name in names, "the owner's consumers stay"
+            assert kept not in names and not names & swept
+    finally:
+        origin.stop()

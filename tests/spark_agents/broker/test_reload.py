@@ -82,7 +82,7 @@ def test_reads_go_on_while_the_server_reloads_its_accounts(nats_server, broker):
     try:
         while thread.is_alive():
             assert len(read_results(broker, "a.t0")) == 1
-            assert broker.read(lambda: _pending(broker.js, STREAM, "in.a.>", 0)) > 0
+            assert broker.read(lambda: _pending(broker, STREAM, "in.a.>", 0)) > 0
             reads += 1
     finally:
         stop.set()

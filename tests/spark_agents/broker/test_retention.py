@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 
 def _prefixes(broker, filter_, after=0) -> list[str]:
-    chunks = broker.call(_fetch(broker.js, STREAM, filter_, after, broker.last_seq()))
+    chunks = broker.call(_fetch(broker, STREAM, filter_, after, broker.last_seq()))
     return [r.prefix for chunk in chunks for r in map(StreamRecord.from_line, chunk.decode().splitlines()) if r.mark == MARK_DATA]
 
 
