@@ -77,7 +77,15 @@ def create_app(
         app.state.write_lock = asyncio.Lock() if engine.dialect.name == "sqlite" else None
         app.state.turns = asyncio.Semaphore(REQUEST_TURNS)
         with app.state.write_session() as session, session.begin():
-            signing.current(session, clock())  # agents read the key that verifies call tokens from the start
+            signing.seal_all(session, app.state.sealer)
+            # Agents read the key that verifies call tokens from the start. One this registry
+            # cannot open (its signing secret changed, with the operator key it derives from) is
+            # retired: tokens it signed verify until they lapse, a new key signs from now on.
+            try:
+                app.state.sealer.open(signing.current(session, clock(), app.state.sealer))
+            except signing.SealedElsewhere as exc:
+                log.warning("%s; rotating to a new signing key", exc)
+                signing.rotate(session, clock(), app.state.sealer)
         try:
             yield
         finally:
@@ -92,6 +100,7 @@ def create_app(
     app.state.settings = settings
     app.state.quotas = Quotas()
     app.state.admin_key = admin_key
+    app.state.sealer = signing.Sealer(settings.signing_secret or f"operator:{admin_key}")
     app.state.clock = clock
     harden(app)
     install_error_handlers(app)

@@ -64,6 +64,8 @@ class ParticipantOut(Out):
     marginal_cost: dict | None
     hosted_tasks: list[int]
     key_revoked: bool = Field(default=False, description="The operator revoked its key: it can do nothing until given a new one")
+    key_mark: str = Field(default="", description="Names its current API key without revealing it; a call token carries its caller's "
+                                                  "mark, and an agent refuses a token whose caller's key has changed since (rotated or revoked)")
 
 
 class ChangeOut(Out):

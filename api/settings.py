@@ -16,6 +16,9 @@ class Settings(BaseSettings):
         mode: `local` generates an operator key when none is set; `production` refuses to start without one.
         database_url: SQLAlchemy URL of the registry database (SQLite file by default).
         admin_key: the operator's key; required in production.
+        signing_secret: seals the private halves of the registry's signing keys in the database
+            (`api.signing.Sealer`); by default derived from `admin_key`. Every worker and replica
+            of one registry needs the same.
         heartbeat_timeout_s: a participant silent for longer is suspected, twice as long is failed.
         feed_interval_s: how often the change feed (`GET /api/v1/changes/stream`) looks for changes.
         feed_lifetime_s: how long one connection to the change feed lasts; the client connects again.
@@ -26,6 +29,7 @@ class Settings(BaseSettings):
     mode: Literal["local", "production"] = "local"
     database_url: str = "sqlite:///./bpm-registry.db"
     admin_key: str | None = None
+    signing_secret: str | None = None
     host: str = "127.0.0.1"
     port: int = 8000
     heartbeat_timeout_s: float = Field(default=3.0, gt=0)

@@ -1,7 +1,8 @@
 """Call tokens: what one agent shows another to prove who calls, for which task and epoch.
 
 The registry signs a token (Ed25519, a JWT) for one call between two parties: `sub` the
-caller, `aud` the agent called, `purpose` (a `handover` fetch of a checkpoint, an HA
+caller, `ck` the mark of the caller's API key when it was issued (the registry's
+`key_mark`: an agent refuses the token once the caller's key changed), `aud` the agent called, `purpose` (a `handover` fetch of a checkpoint, an HA
 `delta`, the `stream` credentials of the task's origin's broker), the task's key and epoch;
 or `alerts`, the credentials that read a contract partner's shared alerts, about no task. It issues one only to a caller the rules allow (the
 task's host at that epoch). The agent called verifies it against the registry's public
@@ -37,6 +38,7 @@ class Grant:
     task: str | None
     epoch: int | None
     expires_at: float
+    key_mark: str | None = None  # the caller's key when the token was issued (`ck`)
 
 
 def key_id(token: str) -> str | None:
@@ -71,4 +73,5 @@ def verify(token: str | None, public_pem: str | None, *, audience: str, purpose:
     granted = {k: claims.get(k) for k in wanted}
     if granted != wanted:
         raise TokenRefused(403, f"the token grants {granted}, not {wanted}")
-    return Grant(claims["sub"], audience, purpose, task, epoch, float(claims["exp"]))
+    mark = claims.get("ck")
+    return Grant(claims["sub"], audience, purpose, task, epoch, float(claims["exp"]), mark if isinstance(mark, str) else None)

@@ -874,6 +874,7 @@ class Agent:
         the old one stops working at once."""
         rotated = self.client.rotate_key(self.config.name)["api_key"]
         self.client.use_key(rotated)
+        self.credentials.forget_tokens()  # they carry the old key's mark: partners refuse them now
         write_key(self.config.workdir / KEY_FILE, rotated)
         self.note("participant.key_rotated", f"{self.config.name} rotated its registry key; {self.config.workdir / KEY_FILE} holds the new one")
         return rotated

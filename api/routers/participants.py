@@ -33,6 +33,7 @@ def _out(request: Request, participant: Participant, hosted: list[int], now: dat
         marginal_cost=participant.marginal_cost,
         hosted_tasks=hosted,
         key_revoked=service.key_revoked(participant),
+        key_mark=service.key_mark(participant),
         **extra,
     )
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from api import schemas
 from api.deps import Caller, DbSession, Now
@@ -10,9 +10,9 @@ router = APIRouter(tags=["tokens"])
 
 
 @router.post("/tokens", status_code=201, response_model=schemas.TokenOut)
-def issue_token(body: schemas.TokenCreate, session: DbSession, caller: Caller, now: Now):
+def issue_token(body: schemas.TokenCreate, request: Request, session: DbSession, caller: Caller, now: Now):
     """A short-lived token for one call to another participant's agent about one task at one epoch (see `GET /keys`)."""
-    return service.issue(session, caller, body, now)
+    return service.issue(session, caller, body, now, request.app.state.sealer)
 
 
 @router.get("/keys", response_model=list[schemas.KeyOut])
@@ -22,6 +22,6 @@ def signing_keys(session: DbSession, now: Now):
 
 
 @router.post("/keys/rotate", status_code=201, response_model=schemas.KeyOut)
-def rotate_signing_key(session: DbSession, caller: Caller, now: Now):
+def rotate_signing_key(request: Request, session: DbSession, caller: Caller, now: Now):
     """Operator: sign with a new key from now on; tokens signed before stay valid until they expire."""
-    return service.rotate(session, caller, now)
+    return service.rotate(session, caller, now, request.app.state.sealer)

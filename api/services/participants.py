@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from datetime import datetime, timedelta
 
@@ -63,6 +64,13 @@ def register(session: Session, caller: Principal, body: schemas.ParticipantCreat
 
 # A revoked key's stored hash: never the SHA-256 hex digest of any key, unique per participant.
 _REVOKED = "revoked-"
+
+
+def key_mark(participant: Participant) -> str:
+    """What names the participant's current API key without revealing it (a digest of the key's
+    hash): a call token carries its caller's mark (`bpm.tokens`), and an agent refuses one whose
+    caller's key has changed since, by rotation or revocation."""
+    return hashlib.sha256(b"bpm-call-key\0" + participant.key_hash.encode()).hexdigest()[:16]
 
 
 def key_revoked(participant: Participant) -> bool:

@@ -15,7 +15,7 @@ from api.services import contracts, events, participants, tasks
 from api.services.ha import task_label
 
 
-def issue(session: Session, caller: Principal, body: schemas.TokenCreate, now: datetime) -> schemas.TokenOut:
+def issue(session: Session, caller: Principal, body: schemas.TokenCreate, now: datetime, sealer: signing.Sealer) -> schemas.TokenOut:
     """A token for the caller's call to `body.audience` about one task at one epoch (or, for
     `alerts`, to a contract partner: `_alerts`).
 
@@ -31,7 +31,7 @@ def issue(session: Session, caller: Principal, body: schemas.TokenCreate, now: d
     if audience.id == me.id:
         raise Invalid("a token is for a call to another participant")
     if body.purpose == "alerts":
-        return _alerts(session, me, audience, now)
+        return _alerts(session, me, audience, now, sealer)
     task = tasks.get(session, body.task_id)
     replicates = body.purpose == "stream" and session.scalar(
         select(Replica.id).where(Replica.task_id == task.id, Replica.participant_id == me.id, Replica.state == "active",
@@ -50,20 +50,22 @@ def issue(session: Session, caller: Principal, body: schemas.TokenCreate, now: d
         )
         if holds is None:
             raise Forbidden(f"{audience.name} holds no active replica of task #{task.id}; deltas go only to replica holders")
-    claims = {"sub": me.name, "aud": audience.name, "purpose": body.purpose, "task": task_label(task), "task_id": task.id, "epoch": task.epoch}
-    token, expires = signing.sign(session, claims, now)
-    return schemas.TokenOut(token=token, expires_at=expires, kid=signing.current(session, now).kid)
+    claims = {"sub": me.name, "ck": participants.key_mark(me), "aud": audience.name, "purpose": body.purpose, "task": task_label(task),
+              "task_id": task.id, "epoch": task.epoch}
+    token, kid, expires = signing.sign(session, claims, now, sealer)
+    return schemas.TokenOut(token=token, expires_at=expires, kid=kid)
 
 
-def _alerts(session: Session, me, audience, now: datetime) -> schemas.TokenOut:
+def _alerts(session: Session, me, audience, now: datetime, sealer: signing.Sealer) -> schemas.TokenOut:
     """A token for `me` to ask `audience` for the credentials that read its shared alerts:
     only between two parties of a contract in force (whether `audience` shares is its own choice)."""
     contract = contracts.active_between(session, me.id, audience.id)
     if contract is None or not contracts.in_force(contract, now):
         raise Forbidden(f"{me.name} and {audience.name} have no contract in force; alerts are shared only between contract partners")
-    claims = {"sub": me.name, "aud": audience.name, "purpose": "alerts", "task": None, "task_id": None, "epoch": None}
-    token, expires = signing.sign(session, claims, now)
-    return schemas.TokenOut(token=token, expires_at=expires, kid=signing.current(session, now).kid)
+    claims = {"sub": me.name, "ck": participants.key_mark(me), "aud": audience.name, "purpose": "alerts", "task": None, "task_id": None,
+              "epoch": None}
+    token, kid, expires = signing.sign(session, claims, now, sealer)
+    return schemas.TokenOut(token=token, expires_at=expires, kid=kid)
 
 
 def keys(session: Session, now: datetime) -> list[schemas.KeyOut]:
@@ -73,8 +75,8 @@ def keys(session: Session, now: datetime) -> list[schemas.KeyOut]:
     ]
 
 
-def rotate(session: Session, caller: Principal, now: datetime) -> schemas.KeyOut:
+def rotate(session: Session, caller: Principal, now: datetime, sealer: signing.Sealer) -> schemas.KeyOut:
     caller.require_operator()
-    key = signing.rotate(session, now)
+    key = signing.rotate(session, now, sealer)
     events.record(session, "registry.key_rotated", f"the registry's signing key is now {key.kid}; earlier keys verify for {signing.GRACE.total_seconds():g} s more", actor="operator", data={"kid": key.kid}, at=now)
     return schemas.KeyOut(kid=key.kid, public_key=key.public_pem, created_at=key.created_at, retired_at=None)

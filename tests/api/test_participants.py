@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import create_engine, text
 
 from tests.api.conftest import ADMIN_KEY
@@ -107,7 +108,7 @@ def test_a_rotated_signing_key_loses_its_private_half_at_once_and_is_deleted_aft
     from sqlalchemy import select
 
     from api.models import SigningKey
-    from api.signing import ERASED, GRACE
+    from api.signing import ERASED, GRACE, SEALED
 
     def stored() -> dict[str, str]:
         with registry.client.app.state.read_session() as session:
@@ -117,6 +118,7 @@ def test_a_rotated_signing_key_loses_its_private_half_at_once_and_is_deleted_aft
     second = registry.ok("POST", "/keys/rotate", status=201)["kid"]
     kept = stored()
     assert all(kept[kid] == ERASED for kid in first) and kept[second] != ERASED
+    assert kept[second].startswith(SEALED) and "PRIVATE KEY" not in kept[second], "sealed with a secret kept outside the database"
     assert {k["kid"] for k in registry.ok("GET", "/keys")} == first | {second}, "the retired key verifies within its grace"
     registry.clock.advance(GRACE.total_seconds() + 1)
     assert {k["kid"] for k in registry.ok("GET", "/keys")} == {second}, "past its grace nobody is told to trust it"
@@ -137,3 +139,43 @@ def test_a_load_history_comes_in_bounded_reads_of_the_newest_samples(registry):
     assert [s["load"] for s in registry.ok("GET", "/participants/alpha/loads", params={"since": first})] == [0.2, 0.3, 0.4]
     for bad in (0, 3601):
         assert registry.call("GET", "/participants/alpha/loads", params={"limit": bad}).status_code == 422
+
+
+def test_signing_keys_are_sealed_with_a_secret_kept_outside_the_database(registry):
+    """A copy of the database alone signs nothing: a key's private half is sealed with the
+    registry's signing secret (derived from the operator's key unless set), a key an older
+    registry kept in clear is sealed at start, and another secret cannot open it."""
+    import jwt
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from fastapi.testclient import TestClient
+    from sqlalchemy import select
+
+    from api.app import create_app
+    from api.models import SigningKey
+    from api.settings import Settings
+    from api.signing import SEALED, SealedElsewhere, Sealer
+
+    app = registry.client.app
+    with app.state.write_session() as session, session.begin():
+        key = session.scalars(select(SigningKey).where(SigningKey.retired_at.is_(None))).one()
+        assert key.private_pem.startswith(SEALED)
+        # As an older registry kept it: in clear.
+        clear = Ed25519PrivateKey.generate()
+        key.private_pem = clear.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+        key.public_pem = clear.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+        kid = key.kid
+    restarted = create_app(Settings(database_url=registry.url), admin_key=ADMIN_KEY, migrate=False, clock=registry.clock)
+    with TestClient(restarted):
+        with restarted.state.read_session() as session:
+            key = session.scalars(select(SigningKey).where(SigningKey.kid == kid)).one()
+        assert key.private_pem.startswith(SEALED) and "PRIVATE KEY" not in key.private_pem, "sealed at start"
+        token = jwt.encode({"sub": "x"}, Sealer(f"operator:{ADMIN_KEY}").open(key), algorithm="EdDSA")
+        assert jwt.decode(token, key.public_pem, algorithms=["EdDSA"]) == {"sub": "x"}
+        with pytest.raises(SealedElsewhere, match="sealed with another secret"):
+            Sealer("another registry's secret").open(key)
+    elsewhere = create_app(Settings(database_url=registry.url, signing_secret="not this registry's"), admin_key=ADMIN_KEY, migrate=False,
+                           clock=registry.clock)
+    with TestClient(elsewhere) as client:  # its secret changed (with the operator key): it signs with a new key
+        listed = client.get("/api/v1/keys").json()
+        assert [k["kid"] for k in listed if k["retired_at"] is None] != [kid] and kid in [k["kid"] for k in listed]

@@ -171,9 +171,15 @@ def test_a_key_the_registry_no_longer_lists_stops_verifying_at_an_agent_within_t
                 raise ConnectionError("the registry is cut off")
             return list(listed)
 
+        def participant(self, name):
+            if not self.reachable:
+                raise ConnectionError("the registry is cut off")
+            return {"name": name, "key_mark": "b-key"}
+
     registry = Registry()
     credentials = Credentials(registry, "a", clock=lambda: now[0])  # type: ignore[arg-type]
-    claims = {"sub": "b", "aud": "a", "iss": "bpm-registry", "purpose": "handover", "task": "a.p0", "epoch": 1, "iat": 0, "exp": 2**40}
+    claims = {"sub": "b", "ck": "b-key", "aud": "a", "iss": "bpm-registry", "purpose": "handover", "task": "a.p0", "epoch": 1, "iat": 0,
+              "exp": 2**40}
     token = jwt.encode(claims, pem, algorithm="EdDSA", headers={"kid": "old"})
     assert credentials.verify(token, "handover", "a.p0", 1).caller == "b"
     listed.clear()  # retired past its grace
@@ -195,8 +201,37 @@ def test_a_key_the_registry_no_longer_lists_stops_verifying_at_an_agent_within_t
 
 
 def _settle(credentials) -> None:
-    """Wait for a background read of the keys to end."""
+    """Wait for a background read of the keys or of a caller's key mark to end."""
     import threading
 
-    for thread in [t for t in threading.enumerate() if t.name == "bpm-keys"]:
+    for thread in [t for t in threading.enumerate() if t.name in ("bpm-keys", "bpm-key-mark")]:
         thread.join(5)
+
+
+def test_a_token_stops_working_at_an_agent_soon_after_its_caller_s_key_is_revoked_or_rotated(moved):
+    """A token carries the mark of its caller's key; the agent called reads the caller's mark
+    from the registry, again in the background once its copy is `KEY_MARK_MAX_AGE_S` old, and
+    refuses a token of a key revoked or rotated since (before: it worked for its whole 120 s)."""
+    from spark_agents.credentials import KEY_MARK_MAX_AGE_S
+
+    http, clients, task, clock = moved
+    operator = RegistryClient("http://testserver", "op", transport=clients["b"]._http._transport)
+    assert clients["b"].participant("b")["key_mark"] == operator.participant("b")["key_mark"] != operator.participant("a")["key_mark"]
+    stolen = clients["b"].call_token(task["id"], "handover", "a", 1)["token"]
+    assert _fetch(http, stolen).status_code == 200
+    operator.revoke_key("b")
+    assert _fetch(http, stolen).status_code == 200, "within the age of the agent's copy of b's mark"
+    clock.advance(KEY_MARK_MAX_AGE_S)
+    assert _fetch(http, stolen).status_code == 200, "the call does not wait on the registry"
+    _settle(None)
+    refused = _fetch(http, stolen)
+    assert refused.status_code == 401 and "key changed" in refused.json()["detail"]
+    # The operator hands b a new key: b's new tokens work at once (a mark the agent does not
+    # know is read before the answer), the stolen one stays refused.
+    clients["b"].use_key(operator.rotate_key("b")["api_key"])
+    clock.advance(KEY_MARK_MAX_AGE_S)
+    fresh = clients["b"].call_token(task["id"], "handover", "a", 1)["token"]
+    assert _fetch(http, fresh).status_code == 200
+    assert _fetch(http, stolen).status_code == 401
+    claims = jwt.decode(fresh, options={"verify_signature": False})  # it names b's key by its mark
+    assert claims["ck"] == operator.participant("b")["key_mark"]
