@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from urllib.parse import urlsplit
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
@@ -24,6 +25,7 @@ def register(session: Session, caller: Principal, body: schemas.TaskCreate) -> T
         where = _location(body.input_uri)
         if where.participant != me.name:
             raise Invalid(f"a task of {me.name}'s reads {me.name}'s own stream, not {where.participant}'s: {body.input_uri}")
+        _on_own_host(where, me)
     taken = session.scalar(select(Task.id).where(Task.origin_id == me.id, Task.name == body.name))
     if taken is not None:
         raise Conflict(f"{me.name} already has a task named {body.name!r} (#{taken})", task_id=taken)
@@ -68,6 +70,15 @@ def _location(uri: str) -> StreamLocation:
         return parse_location(uri)
     except ValueError as exc:
         raise Invalid(str(exc)) from None
+
+
+def _on_own_host(where: StreamLocation, me: Participant) -> None:
+    """Refuse a broker that is not on the origin's own host, the one its endpoint names: a
+    partner's agent connects to a task's broker, and a hostile origin would otherwise point it
+    at any address its network reaches."""
+    broker, agent = urlsplit(where.url).hostname, urlsplit(me.endpoint).hostname
+    if broker is None or agent is None or broker.lower() != agent.lower():
+        raise Invalid(f"a task's broker runs on its origin's own host: {where.url} is not on {agent}, the host of {me.name}'s endpoint {me.endpoint}")
 
 
 def _parents(session: Session, me: Participant, ids: list[int], where: StreamLocation | None) -> list[Task]:

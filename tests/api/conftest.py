@@ -77,7 +77,7 @@ class Registry:
         return response.json()
 
     def participant(self, name: str) -> str:
-        body = self.ok("POST", "/participants", json={"name": name, "endpoint": f"http://127.0.0.2:9000/{name}"}, status=201)
+        body = self.ok("POST", "/participants", json={"name": name, "endpoint": f"http://127.0.0.1:9000/{name}"}, status=201)
         return body["api_key"]
 
     def active_contract(self, a_key: str, b_name: str, b_key: str, price_min=1.0, price_max=2.0, duration=10.0, **terms) -> dict:

@@ -23,7 +23,9 @@ def test_a_task_name_that_could_become_a_path_is_refused(registry, name):
     ("uri", "why"),
     [("nats://127.0.0.1:4222/b", "not b's"), ("nats://127.0.0.1:4222/a/2", "key-group"), ("nats://u:p@127.0.0.1:4222/a", "no credentials"),
      ("nats://127.0.0.1/a", "HOST:PORT"), ("nats://127.0.0.1:4222/../etc", "participant"),
-     ("/etc/passwd", "nats://HOST:PORT"), ("file:///data/a/conn", "nats://HOST:PORT")],  # a path is no input: no shared disk
+     ("/etc/passwd", "nats://HOST:PORT"), ("file:///data/a/conn", "nats://HOST:PORT"),  # a path is no input: no shared disk
+     # Partners' agents connect to a task's broker: only the origin's own host, the one its endpoint names.
+     ("nats://10.0.0.1:4222/a", "origin's own host"), ("nats://localhost:4222/a", "origin's own host")],
 )
 def test_a_task_reads_only_a_broker_stream_of_its_own_origin(registry, uri, why):
     a = registry.participant("a")

@@ -33,7 +33,7 @@ def backend_url(request, tmp_path):
 
 
 def _setup_pair(client: RegistryClient, url: str):
-    a = RegistryClient(url, client.add_participant("a", "http://127.0.0.2:9000")["api_key"])
+    a = RegistryClient(url, client.add_participant("a", "http://127.0.0.1:9000")["api_key"])
     b = RegistryClient(url, client.add_participant("b", "http://127.0.0.3:9000")["api_key"])
     contract = a.propose("b", 1.0, 2.0, 5.0)
     b.contract_action(contract["id"], "accept")
@@ -79,7 +79,7 @@ def test_a_crowd_of_requests_takes_turns_and_none_fails(tmp_path, backend_url):
     connection, so none waits for a connection while holding a thread others need (which
     ended in the pool's timeout and a 500)."""
     with running_registry(tmp_path, backend_url) as reg, RegistryClient(reg.url, reg.admin_key) as operator:
-        keys = {f"p{i}": operator.add_participant(f"p{i}", "http://127.0.0.2:9000")["api_key"] for i in range(100)}
+        keys = {f"p{i}": operator.add_participant(f"p{i}", "http://127.0.0.1:9000")["api_key"] for i in range(100)}
         barrier = Barrier(len(keys))
 
         def beats(name: str) -> list[int]:

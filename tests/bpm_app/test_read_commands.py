@@ -94,7 +94,7 @@ def test_tasks_list(federation):
 
 
 def test_tasks_list_shows_what_a_task_was_split_from_and_its_span(federation):
-    key = federation.operator.add_participant("east", "http://127.0.0.9:9000/east")["api_key"]  # its tasks change no other's lists
+    key = federation.operator.add_participant("east", "http://127.0.0.1:9000/east")["api_key"]  # its tasks change no other's lists
     east = RegistryClient(federation.url, key)
     whole = east.register_task("whole", input_uri="nats://127.0.0.1:4222/east")
     half = east.register_task("half", input_uri="nats://127.0.0.1:4222/east/1", from_tasks=[whole["id"]], since_s=600)

@@ -70,13 +70,13 @@ def stepped_federation(
             """A new participant's agent; for a name added before, that agent restarted (a new
             process: nothing in memory, a new host, the same key and work folder)."""
             if name not in keys:
-                keys[name] = operator.add_participant(name, f"http://127.0.0.2:9000/{name}")["api_key"]
+                keys[name] = operator.add_participant(name, f"http://127.0.0.1:9000/{name}")["api_key"]
             key = keys[name]
             client = RegistryClient("http://testserver", key, transport=transport)
             config = AgentConfig(
                 name=name,
                 workdir=tmp_path / name,
-                endpoint=f"http://127.0.0.2:9000/{name}",
+                endpoint=f"http://127.0.0.1:9000/{name}",
                 tasks=[OwnTask(f"g{prefix}", brokers[name].location(prefix), dict(task_params or {}), MONITORING.name, MONITORING.digest)
                        for prefix in shares(tasks)]
                 if name in brokers else [OwnTask(f"p{i}", "", dict(task_params or {})) for i in range(tasks)],  # no input: the hosts run no query

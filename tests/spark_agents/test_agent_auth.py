@@ -26,7 +26,7 @@ def moved(tmp_path):
         a = add("a", 1)
         clients = {"a": a.client}
         for name in "bc":
-            clients[name] = RegistryClient("http://testserver", operator.add_participant(name, f"http://127.0.0.2:9000/{name}")["api_key"], transport=operator._http._transport)
+            clients[name] = RegistryClient("http://testserver", operator.add_participant(name, f"http://127.0.0.1:9000/{name}")["api_key"], transport=operator._http._transport)
         contract = clients["a"].propose("b", 1.0, 2.0, 5.0)
         clients["b"].contract_action(contract["id"], "accept")
         task = clients["a"].tasks(origin="a")[0]
@@ -119,7 +119,7 @@ def test_tokens_with_made_up_key_ids_cost_one_read_of_keys_per_interval_and_hold
 
 def test_only_the_participant_s_own_key_adds_its_tasks(moved):
     http, clients, _, _ = moved
-    body = {"name": "p9", "input_uri": "nats://127.0.0.2:4222/a/1001"}
+    body = {"name": "p9", "input_uri": "nats://127.0.0.1:4222/a/1001"}
     assert http.post("/tasks", json=body).status_code == 401
     assert http.post("/tasks", json=body, headers={"Authorization": f"Bearer {clients['b'].key}"}).status_code == 403
     added = http.post("/tasks", json=body, headers={"Authorization": f"Bearer {clients['a'].key}"})

@@ -138,7 +138,7 @@ def test_the_agent_caps_request_bodies(agent_http):
 
 def test_a_new_task_with_a_path_for_a_name_is_refused(agent_http):
     http, tmp_path = agent_http
-    response = http.post("/tasks", json={"name": "../../evil", "input_uri": "nats://127.0.0.2:4222/a"})
+    response = http.post("/tasks", json={"name": "../../evil", "input_uri": "nats://127.0.0.1:4222/a"})
     assert response.status_code == 422, response.text
     assert not any(p.name == "evil" for p in tmp_path.rglob("*"))
     assert not os.path.exists(tmp_path.parent / "evil")

@@ -42,7 +42,7 @@ class Federation:
 
     def add(self, *names: str) -> None:
         for name in names:
-            self.keys[name] = self.operator.add_participant(name, f"http://127.0.0.2:9100/{name}")["api_key"]
+            self.keys[name] = self.operator.add_participant(name, f"http://127.0.0.1:9100/{name}")["api_key"]
             self.members[name] = RegistryClient(self.url, self.keys[name])
 
     def __getitem__(self, name: str) -> RegistryClient:

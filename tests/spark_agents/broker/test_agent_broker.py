@@ -53,7 +53,7 @@ def _clients(operator, a, names):
     transport = operator._http._transport
     clients = {"a": a.client}
     for name in names:
-        clients[name] = RegistryClient("http://testserver", operator.add_participant(name, f"http://127.0.0.2:9000/{name}")["api_key"], transport=transport)
+        clients[name] = RegistryClient("http://testserver", operator.add_participant(name, f"http://127.0.0.1:9000/{name}")["api_key"], transport=transport)
     return clients
 
 
