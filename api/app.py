@@ -96,6 +96,10 @@ def create_app(
         version=__version__,
         description="Participants, bounded-price contracts, tasks, offers, movements and the ledger of a federation.",
         lifespan=lifespan,
+        # The API's pages (/docs, /redoc) load their scripts from a CDN, in the registry's own
+        # origin, where the operator types keys: served in local mode only. /openapi.json stays.
+        docs_url="/docs" if settings.mode == "local" else None,
+        redoc_url="/redoc" if settings.mode == "local" else None,
     )
     app.state.settings = settings
     app.state.quotas = Quotas()

@@ -119,3 +119,21 @@ def test_health_check_does_not_reveal_the_database_error(registry):
         app.state.engine = working
     assert response.status_code == 503
     assert "nonexistent" not in response.text and "sqlite" not in response.text.lower()
+
+
+def test_a_production_registry_serves_no_page_with_a_third_party_s_scripts(tmp_path):
+    """/docs and /redoc load their scripts from a CDN into the registry's origin, where the
+    operator types keys: a production registry serves neither; its OpenAPI stays."""
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+    from api.settings import Settings
+
+    for mode, pages in (("local", 200), ("production", 404)):
+        app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/{mode}.db", mode=mode), admin_key="operator-key")
+        with TestClient(app) as client:
+            assert client.get("/openapi.json").status_code == 200
+            for page in ("/docs", "/redoc"):
+                answer = client.get(page)
+                assert answer.status_code == pages, (mode, page)
+                assert "cdn.jsdelivr.net" in answer.text if pages == 200 else "cdn" not in answer.text
