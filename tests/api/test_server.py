@@ -99,6 +99,52 @@ def test_a_crowd_of_requests_takes_turns_and_none_fails(tmp_path, backend_url):
     assert statuses == [200] * 300, sorted(set(statuses))
 
 
+def test_an_origin_ending_its_movement_and_a_third_party_accepting_the_pass_on_end_with_the_task_at_home(tmp_path, backend_url):
+    """The origin a ends its movement to b while c accepts b's offer of the same task: in either
+    order the task ends at home with no movement active. c's accept after the end is refused
+    (409); an end that finds the task moved on meanwhile ends nothing (409) and, asked again,
+    unwinds the whole chain."""
+    with running_registry(tmp_path, backend_url) as reg:
+        with RegistryClient(reg.url, reg.admin_key) as operator:
+            keys = {n: operator.add_participant(n, f"http://127.0.0.1:9000/{n}")["api_key"] for n in "abc"}
+            a, b, c = (RegistryClient(reg.url, keys[n]) for n in "abc")
+            ab = a.propose("b", 1.0, 2.0, 0.05)
+            b.contract_action(ab["id"], "accept")
+            bc = b.propose("c", 1.0, 2.0, 0.05)
+            c.contract_action(bc["id"], "accept")
+            for round_ in range(6):
+                task = a.register_task(f"t{round_}", load=0.1)
+                moved = b.accept_offer(a.offer(ab["id"], [task["id"]], 1.5)["id"])["movements"][0]
+                onward = b.offer(bc["id"], [task["id"]], 1.2)
+                time.sleep(0.1)  # past the contracts' minimum duration
+                barrier = Barrier(2)
+
+                def race(i: int):
+                    with RegistryClient(reg.url, keys["a" if i == 0 else "c"]) as client:
+                        barrier.wait()
+                        try:
+                            client.end_movement(moved) if i == 0 else client.accept_offer(onward["id"])
+                            return 200
+                        except RegistryError as exc:
+                            return exc.status
+
+                with ThreadPoolExecutor(2) as pool:
+                    ended, accepted = pool.map(race, range(2))
+                assert (ended, accepted) in ((200, 200), (200, 409), (409, 200)), (ended, accepted)
+                if ended == 409:  # the accept came first and the end saw it: nothing ended, the chain stands
+                    now = a.request("GET", f"/tasks/{task['id']}")
+                    active = [(m["from"], m["to"]) for m in a.movements(state="active") if m["task_id"] == task["id"]]
+                    assert now["host"] == "c" and sorted(active) == [("a", "b"), ("b", "c")], (now["host"], active)
+                    a.end_movement(moved)  # asked again, the origin takes its task back
+                now = a.request("GET", f"/tasks/{task['id']}")
+                active = [m for m in a.movements(state="active") if m["task_id"] == task["id"]]
+                assert now["host"] == "a" and active == [], (round_, ended, accepted, now["host"], active)
+                if c.request("GET", f"/offers/{onward['id']}")["state"] == "pending":
+                    c.request("POST", f"/offers/{onward['id']}/reject")  # b's next offer waits for this one
+            for client in (a, b, c):
+                client.close()
+
+
 def test_concurrent_contract_accepts_keep_one_active_per_pair(tmp_path, backend_url):
     with running_registry(tmp_path, backend_url) as reg:
         with RegistryClient(reg.url, reg.admin_key) as operator:
