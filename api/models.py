@@ -203,7 +203,7 @@ class Event(Base):
 
 class Change(Base):
     """One participant's notice that something concerning it changed (`api.services.changes`):
-    `kind` says what to read again (task, offer or contract). Its agent acknowledges the
+    `kind` says what to read again (task, offer, contract or keys). Its agent acknowledges the
     notices it has acted on, which deletes them."""
 
     __tablename__ = "changes"

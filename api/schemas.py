@@ -70,7 +70,8 @@ class ParticipantOut(Out):
 
 class ChangeOut(Out):
     id: int
-    kind: Literal["task", "offer", "contract"] = Field(description="What to read again: its tasks (and movements, replicas, failovers), its offers, or its contracts")
+    kind: Literal["task", "offer", "contract", "keys"] = Field(description="What to read again: its tasks (and movements, replicas, failovers), its offers, its contracts, "
+                                                                         "or the registry's signing keys (`GET /keys`, after a rotation)")
 
 
 class HeartbeatOut(ParticipantOut):

@@ -91,12 +91,14 @@ def verifying(session: Session, now: datetime) -> list[SigningKey]:
     )
 
 
-def rotate(session: Session, now: datetime, sealer: Sealer) -> SigningKey:
-    """Retire every signing key and make a new one; tokens already issued stay valid until they lapse.
+def rotate(session: Session, now: datetime, sealer: Sealer, *, revoke: bool = False) -> SigningKey:
+    """Retire every signing key and make a new one; tokens already issued stay valid until they
+    lapse, or, with `revoke` (a key thought stolen), not at all: the old keys are deleted.
 
     A retired key never signs again, so its private half is erased at once (only its public
     half verifies, for the grace period); keys retired longer than that are deleted."""
-    session.execute(delete(SigningKey).where(SigningKey.retired_at <= now - GRACE).execution_options(synchronize_session=False))
+    gone = SigningKey.id.is_not(None) if revoke else SigningKey.retired_at <= now - GRACE
+    session.execute(delete(SigningKey).where(gone).execution_options(synchronize_session=False))
     session.execute(update(SigningKey).where(SigningKey.retired_at.is_(None)).values(retired_at=now, private_pem=ERASED)
                     .execution_options(synchronize_session=False))
     key = _new_key(now, sealer)

@@ -129,8 +129,8 @@ class RegistryClient:
     def signing_keys(self) -> list[dict]:
         return self.request("GET", "/keys")
 
-    def rotate_signing_key(self) -> dict:
-        return self.request("POST", "/keys/rotate")
+    def rotate_signing_key(self, revoke: bool = False) -> dict:
+        return self.request("POST", "/keys/rotate", params={"revoke": "true"} if revoke else None)
 
     # Offers and movements
     def offer(self, contract_id: int, task_ids: list[int], price: float, *, caps: list[float] | None = None,

@@ -508,6 +508,13 @@ class Agent:
             self._stale |= set(KINDS)
             self._read_all_at = now
         me, seen = self.config.name, self.seen
+        if "keys" in self._stale:  # the registry rotated its signing keys: the ones that verify my callers' tokens
+            self.credentials.read_keys_now()
+            self._stale.discard("keys")
+            read = {i for i, k in self._notices.items() if k == "keys"}
+            for i in read:
+                del self._notices[i]
+            self._acknowledge |= read
         for kind in KINDS:
             if kind not in self._stale:
                 continue

@@ -128,6 +128,13 @@ class Credentials:
             with self._lock:
                 self._marks_reading.discard(caller)
 
+    def read_keys_now(self) -> None:
+        """Read the registry's keys now, however recent the last read (the registry told of a
+        rotation: a key it revoked stops verifying here at once)."""
+        with self._lock:
+            self._keys_read_at = float("-inf")
+        self._read_keys()
+
     def _read_keys(self) -> None:
         """Read the registry's keys again (for a token signed by a key unknown here, or when
         the last read is older than `KEYS_MAX_AGE_S`), unless they were read less than

@@ -22,6 +22,8 @@ def signing_keys(session: DbSession, now: Now):
 
 
 @router.post("/keys/rotate", status_code=201, response_model=schemas.KeyOut)
-def rotate_signing_key(request: Request, session: DbSession, caller: Caller, now: Now):
-    """Operator: sign with a new key from now on; tokens signed before stay valid until they expire."""
-    return service.rotate(session, caller, now, request.app.state.sealer)
+def rotate_signing_key(request: Request, session: DbSession, caller: Caller, now: Now, revoke: bool = False):
+    """Operator: sign with a new key from now on; tokens signed before stay valid until they
+    expire, or, with `revoke=true` (a key thought stolen), no longer at all. Every participant
+    gets a `keys` change notice, and its agent reads the keys again."""
+    return service.rotate(session, caller, now, request.app.state.sealer, revoke)

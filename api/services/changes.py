@@ -10,7 +10,8 @@ concerns, in the same transaction. Who a change concerns is decided here and onl
   it, and both sides of its active movements (those who see it in `GET /tasks?involving=`
   and `GET /movements`);
 - an offer: the offerer and the receiver;
-- a contract: its two parties.
+- a contract: its two parties;
+- the registry's signing keys (a rotation): every participant, which reads `GET /keys` again.
 
 A participant's heartbeat returns its notices (`pending`) and acknowledges those its agent
 has acted on, which deletes them; a notice stays until acknowledged, so a change committed
@@ -23,13 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import Row, bindparam, delete, insert, or_, select, union
+from sqlalchemy import Row, bindparam, delete, insert, literal, or_, select, union
 from sqlalchemy.orm import Session
 
 from api.models import Change, Contract, Movement, Offer, Participant, Replica, Task
 from bpm.negotiation import MovementState
 
-KINDS = ("task", "offer", "contract")
+KINDS = ("task", "offer", "contract", "keys")
 # The most notices one heartbeat returns; the rest follow with the next one.
 PAGE = 500
 
@@ -56,6 +57,11 @@ def task_changed(session: Session, task_ids: Iterable[int], *also: int | None) -
         select(Movement.to_id).where(Movement.task_id.in_(ids), Movement.state == MovementState.ACTIVE),
     )
     notify(session, "task", [*session.scalars(concerned), *also])
+
+
+def keys_changed(session: Session) -> None:
+    """The registry's signing keys changed (a rotation): every participant reads them again."""
+    session.execute(insert(Change).from_select(["participant_id", "kind"], select(Participant.id, literal("keys"))))
 
 
 def offer_changed(session: Session, offer: Offer) -> None:

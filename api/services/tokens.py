@@ -11,7 +11,7 @@ from api import schemas, signing
 from api.auth import Principal
 from api.errors import Conflict, Forbidden, Invalid
 from api.models import Replica
-from api.services import contracts, events, participants, tasks
+from api.services import changes, contracts, events, participants, tasks
 from api.services.ha import task_label
 
 
@@ -75,8 +75,11 @@ def keys(session: Session, now: datetime) -> list[schemas.KeyOut]:
     ]
 
 
-def rotate(session: Session, caller: Principal, now: datetime, sealer: signing.Sealer) -> schemas.KeyOut:
+def rotate(session: Session, caller: Principal, now: datetime, sealer: signing.Sealer, revoke: bool = False) -> schemas.KeyOut:
     caller.require_operator()
-    key = signing.rotate(session, now, sealer)
-    events.record(session, "registry.key_rotated", f"the registry's signing key is now {key.kid}; earlier keys verify for {signing.GRACE.total_seconds():g} s more", actor="operator", data={"kid": key.kid}, at=now)
+    key = signing.rotate(session, now, sealer, revoke=revoke)
+    changes.keys_changed(session)
+    earlier = "earlier keys are revoked" if revoke else f"earlier keys verify for {signing.GRACE.total_seconds():g} s more"
+    events.record(session, "registry.key_rotated", f"the registry's signing key is now {key.kid}; {earlier}", actor="operator",
+                  data={"kid": key.kid, "revoked": revoke}, at=now)
     return schemas.KeyOut(kid=key.kid, public_key=key.public_pem, created_at=key.created_at, retired_at=None)

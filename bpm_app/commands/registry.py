@@ -86,11 +86,17 @@ def serve(
 
 
 @registry_app.command("rotate-signing-key")
-def rotate_signing_key(registry: RegistryUrl = DEFAULT_URL, key: OperatorKey = None, as_json: AsJson = False) -> None:
-    """Operator: the registry signs new call tokens with a new key; tokens signed with the old one verify until they lapse."""
+def rotate_signing_key(
+    registry: RegistryUrl = DEFAULT_URL,
+    key: OperatorKey = None,
+    revoke: Annotated[bool, typer.Option("--revoke", help="The old key is thought stolen: tokens it signed stop verifying at once, not when they lapse.")] = False,
+    as_json: AsJson = False,
+) -> None:
+    """Operator: the registry signs new call tokens with a new key; tokens signed with the old one verify until they lapse (or, with --revoke, no longer). Agents read the keys again at their next heartbeat."""
     with _client(registry, operator_key(key)) as client:
-        rotated = _run(client.rotate_signing_key)
-    typer.echo(json.dumps(rotated) if as_json else f"the registry now signs with key {rotated['kid']}; tokens signed before verify until they lapse")
+        rotated = _run(lambda: client.rotate_signing_key(revoke))
+    after = "tokens signed before no longer verify" if revoke else "tokens signed before verify until they lapse"
+    typer.echo(json.dumps(rotated) if as_json else f"the registry now signs with key {rotated['kid']}; {after}")
 
 
 @registry_app.command("migrate")

@@ -179,3 +179,22 @@ def test_signing_keys_are_sealed_with_a_secret_kept_outside_the_database(registr
     with TestClient(elsewhere) as client:  # its secret changed (with the operator key): it signs with a new key
         listed = client.get("/api/v1/keys").json()
         assert [k["kid"] for k in listed if k["retired_at"] is None] != [kid] and kid in [k["kid"] for k in listed]
+
+
+def test_a_rotation_tells_every_participant_and_a_revoking_one_lists_only_the_new_key(registry):
+    """Each rotation leaves every participant a `keys` change notice (its agent reads the keys
+    again); without `revoke` the old key verifies for its grace, with it the old key is gone."""
+    keys = {name: registry.participant(name) for name in ("alpha", "beta")}
+    first = {k["kid"] for k in registry.ok("GET", "/keys")}
+
+    def notices(name):
+        return [c["kind"] for c in registry.ok("POST", f"/participants/{name}/heartbeat", keys[name], json={"load": 0.1})["changes"]]
+
+    assert "keys" not in notices("alpha")
+    second = registry.ok("POST", "/keys/rotate", status=201)["kid"]
+    assert {k["kid"] for k in registry.ok("GET", "/keys")} == first | {second}
+    assert all(notices(name).count("keys") == 1 for name in keys)
+    third = registry.ok("POST", "/keys/rotate", params={"revoke": "true"}, status=201)["kid"]
+    assert [k["kid"] for k in registry.ok("GET", "/keys")] == [third], "revoked: no earlier key verifies"
+    assert all("keys" in notices(name) for name in keys)
+    assert registry.call("POST", "/keys/rotate", keys["alpha"], params={"revoke": "true"}).status_code == 403

@@ -33,6 +33,7 @@ def moved(tmp_path):
         offer = clients["a"].offer(contract["id"], [task["id"]], 1.5)
         clients["b"].accept_offer(offer["id"])
         with TestClient(create_agent_app(a), raise_server_exceptions=False) as http:
+            http.agent = a  # the agent behind the app, for tests that step it
             yield http, clients, clients["a"].tasks(origin="a")[0], clock
 
 
@@ -235,3 +236,24 @@ def test_a_token_stops_working_at_an_agent_soon_after_its_caller_s_key_is_revoke
     assert _fetch(http, stolen).status_code == 401
     claims = jwt.decode(fresh, options={"verify_signature": False})  # it names b's key by its mark
     assert claims["ck"] == operator.participant("b")["key_mark"]
+
+
+def test_a_signing_key_the_operator_revokes_stops_verifying_at_an_agent_at_its_next_heartbeat(moved):
+    """The operator rotates the registry's signing key and revokes the old one (thought stolen):
+    every participant gets a `keys` change notice, and its agent reads the keys at once, so a
+    token the old key signed is refused from its next heartbeat on (before: until the agent's
+    copy of the keys was `KEYS_MAX_AGE_S` old, and then for the key's grace period)."""
+    http, clients, task, clock = moved
+    operator = RegistryClient("http://testserver", "op", transport=clients["b"]._http._transport)
+    stolen = clients["b"].call_token(task["id"], "handover", "a", 1)
+    assert _fetch(http, stolen["token"]).status_code == 200
+    rotated = operator.rotate_signing_key(revoke=True)
+    assert [k["kid"] for k in operator.signing_keys()] == [rotated["kid"]], "the old key is no longer listed"
+    a = http.agent
+    a.heartbeat()
+    assert "keys" in a._stale
+    a.sync()
+    assert "keys" not in a._stale
+    refused = _fetch(http, stolen["token"])
+    assert refused.status_code == 401 and "not signed by a key the registry lists" in refused.json()["detail"]
+    assert _fetch(http, clients["b"].call_token(task["id"], "handover", "a", 1)["token"]).status_code == 200
