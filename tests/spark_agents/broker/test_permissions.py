@@ -168,3 +168,15 @@ def test_a_partner_s_consumers_outlive_neither_its_grant_nor_the_origin_s_limits
             assert kept not in names and not names & swept
     finally:
         origin.stop()
+
+
+def test_a_results_stream_made_before_direct_gets_is_opened_to_them(nats_server):
+    """A broker kept from before partners read their fence by direct get: the origin turns it on."""
+    from nats.js.api import StorageType, StreamConfig
+
+    server, owner = nats_server
+    with Broker(server.url, owner.name, owner.password) as mine:
+        mine.call(mine.js.add_stream(StreamConfig(name=RESULTS, subjects=["out.>"], storage=StorageType.FILE)))
+        assert not mine.call(mine.js.stream_info(RESULTS)).config.allow_direct
+        ensure_results(mine)
+        assert mine.call(mine.js.stream_info(RESULTS)).config.allow_direct
