@@ -179,6 +179,7 @@ def test_participants_run_the_demos_agent_settings():
 
 @pytest.mark.slow
 @pytest.mark.full
+@pytest.mark.serial
 def test_the_federation_services_run_as_local_processes_and_move_load(tmp_path):
     """Registry (PostgreSQL), replayers and participants a, b, c with their compose commands
     and environment as local processes on 127.0.0.x, each participant under its service's CPU

@@ -11,7 +11,7 @@ from bpm_app.demo.outcomes import poster_misses
 from spark_agents.network import ip
 from tests.conftest import free_port, requires_hosts
 
-pytestmark = [pytest.mark.slow, pytest.mark.full,
+pytestmark = [pytest.mark.slow, pytest.mark.full, pytest.mark.serial,
               requires_hosts()]
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.full]
+pytestmark = [pytest.mark.slow, pytest.mark.full, pytest.mark.serial]
 
 
 def _processes_mentioning(text: str) -> list[str]:

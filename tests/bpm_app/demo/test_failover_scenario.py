@@ -12,7 +12,7 @@ from bpm_app.demo.run import DemoSettings
 from spark_agents.network import HostNetwork
 from tests.conftest import free_port, requires
 
-pytestmark = [pytest.mark.slow, pytest.mark.full]
+pytestmark = [pytest.mark.slow, pytest.mark.full, pytest.mark.serial]
 needs_namespaces = requires(HostNetwork.available(), "network namespaces (root, iproute2)")
 
 

@@ -11,7 +11,7 @@ from bpm_app.demo.run import DemoSettings
 from bpm_app.demo.split import SplitDemo
 from tests.conftest import free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.full]
+pytestmark = [pytest.mark.slow, pytest.mark.full, pytest.mark.serial]
 
 
 # Bounded by the scenario itself: the warm-up, phase 2's limit, the drain's 180 s and the

@@ -25,7 +25,7 @@ from spark_agents.network import HostNetwork
 from spark_agents.pipeline import run_pipeline
 from tests.conftest import requires
 
-pytestmark = [pytest.mark.slow, pytest.mark.full]
+pytestmark = [pytest.mark.slow, pytest.mark.full, pytest.mark.serial]
 
 SETTINGS = HASettings(rate=60.0, warmup_s=2.0, measure_s=4.0, after_s=4.0, timeout_s=400.0, step_timeout_s=180.0, cut_s=8.0)
 NO_HOSTS = HostNetwork.available()
