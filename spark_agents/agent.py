@@ -138,6 +138,9 @@ class OwnTask:
     query_digest: str | None = None
 
 
+# The consumers of my stream are swept when a grant ends, and this often besides (made in
+# nobody's name, or too many): listing them at every tick would cost a request a tick.
+SWEEP_S = 5.0
 CORRELATE_S = 2.0  # how often the agent shares newly closed windows and checks whom it correlates with
 KEY_FILE = "participant.key"  # in the agent's work folder: the key it registered with, or rotated to
 SPLITS_FILE = "splits.json"  # in the agent's work folder: its state machine's memory of splits on refusals
@@ -326,6 +329,7 @@ class Agent:
         self._notices: dict[int, str] = {}  # change notices not read yet: id -> kind
         self._acknowledge: set[int] = set()  # read: acknowledged with the next heartbeat
         self._read_all_at = clock()
+        self._swept_at = float("-inf")  # when the consumers of my stream were last swept (`_sweep_consumers`)
         self._beat_at: float | None = None  # when (on `clock`) the loop last sent its heartbeat
         # A fetch gives up after a while and is retried next tick, so that the loop goes on
         # (detection, other starts) while a previous host is slow or has just died.
@@ -510,15 +514,10 @@ class Agent:
         me, seen = self.config.name, self.seen
         if "keys" in self._stale:  # the registry rotated its signing keys: the ones that verify my callers' tokens
             self.credentials.read_keys_now()
-            self._stale.discard("keys")
-            read = {i for i, k in self._notices.items() if k == "keys"}
-            for i in read:
-                del self._notices[i]
-            self._acknowledge |= read
+            self._read_again("keys")
         for kind in KINDS:
             if kind not in self._stale:
                 continue
-            read = {i for i, k in self._notices.items() if k == kind}
             if kind == "task":
                 self._view_read_at = self.clock()
                 view = self.client.view(me)  # what concerns me, not the whole federation, in one read
@@ -536,10 +535,15 @@ class Agent:
                     self._stale.add("task")  # my tasks moved
             else:
                 seen.contracts = self.client.contracts(participant=me)
-            self._stale.discard(kind)
-            for i in read:
-                del self._notices[i]
-            self._acknowledge |= read
+            self._read_again(kind)
+
+    def _read_again(self, kind: str) -> None:
+        """`kind` is read again: it is no longer stale, and its notices are acknowledged with the next heartbeat."""
+        self._stale.discard(kind)
+        read = {i for i, k in self._notices.items() if k == kind}
+        for i in read:
+            del self._notices[i]
+        self._acknowledge |= read
 
     def sync(self) -> None:
         """Run exactly the tasks the registry says I host."""
@@ -549,8 +553,8 @@ class Agent:
         if self.ha is not None:
             self.ha.observe(self.seen)
         if self.broker is not None:
-            self.broker.grant(self.broker_grants())
-            self.guarded("broker.sweep", self._sweep_consumers)
+            if self.broker.grant(self.broker_grants()) or self.clock() - self._swept_at >= SWEEP_S:
+                self.guarded("broker.sweep", self._sweep_consumers)
             self.guarded("broker.consumers", self._keep_consumers)
         plan = reconcile(me, tasks, self.hosting(), movements, failovers)
         by_key = {task_key(t): t for t in tasks}
@@ -718,6 +722,7 @@ class Agent:
 
     def _sweep_consumers(self) -> None:
         """Delete the consumers of my stream that no grant covers now (`OwnBroker.sweep`)."""
+        self._swept_at = self.clock()
         swept = self.broker.sweep()
         if swept:
             self.note("broker.swept", f"deleted {len(swept)} consumers of {self.config.name}'s stream that no grant covers")

@@ -127,7 +127,7 @@ class OwnBroker:
         """Delete the consumers of this participant's input stream that no grant covers now,
         and return their names. A partner reads through consumers it makes on the filters of
         its grants (`partner_user`), named with its tag (`consumer_tag`); the server cannot
-        forget them when a grant ends, so the agent sweeps after each read of its tasks:
+        forget them when a grant ends, so the agent sweeps when one ends, and every `SWEEP_S`:
 
         - a partner's consumer over key groups it no longer hosts or replicates: a revoked
           grant stops delivering at once;
