@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,7 @@ from spark_agents.metrics import default_load_window_s, default_startup_s, deman
 
 if TYPE_CHECKING:
     from spark_agents.broker.access import OwnBroker
+    from spark_agents.broker.results import RegistryEpoch
     from spark_agents.broker.source import JetStreamInput
     from spark_agents.ha.inputs import TaskInput
 
@@ -53,7 +54,7 @@ class SparkTasks:
         self._replicas: dict[str, Any] = {}  # task -> the held-back sink of an active-standby replica
         self._sinks: dict[str, Any] = {}  # task -> the output fence's sink it runs with
         # task key -> the registry's newest epoch of it, which bounds the claims its fence believes (`BrokerFence`)
-        self.registry_epoch: Callable[[str], int | None] | None = None
+        self.registry_epoch: RegistryEpoch | None = None
 
     def bind(self, task_id: str, query: str | None, params: Mapping[str, Any]) -> tuple[Query, Params, float]:
         """The query task `task_id` runs, its parameters and its trigger interval, from its

@@ -24,6 +24,7 @@ from spark_agents.ha.fence import FencedSink
 from spark_agents.ha.upstream import processed_ack_seq, replay_seq
 
 if TYPE_CHECKING:
+    from spark_agents.broker.results import RegistryEpoch
     from spark_agents.broker.retention import Retention
     from spark_agents.broker.source import JetStreamInput
 
@@ -93,7 +94,7 @@ class TaskInput:
 
     source: JetStreamInput
     acks: Acks
-    registry_epoch: Callable[[str], int | None] | None = None
+    registry_epoch: RegistryEpoch | None = None
 
     def register(self, consumer: str) -> None:
         self.acks.register(consumer)
