@@ -2,8 +2,8 @@
 
 A key's private half is kept in the database sealed (Fernet: AES and an HMAC) with a secret
 held outside it (`Sealer`: the settings' `signing_secret`, by default derived from the
-operator's key): a copy of the database alone signs nothing. A key sealed before, or kept
-in clear by an older registry, is sealed at start (`seal_all`)."""
+operator's key): a copy of the database alone signs nothing. A key an older registry
+kept in clear is sealed at start (`seal_all`)."""
 
 from __future__ import annotations
 

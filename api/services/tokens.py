@@ -50,10 +50,7 @@ def issue(session: Session, caller: Principal, body: schemas.TokenCreate, now: d
         )
         if holds is None:
             raise Forbidden(f"{audience.name} holds no active replica of task #{task.id}; deltas go only to replica holders")
-    claims = {"sub": me.name, "ck": participants.key_mark(me), "aud": audience.name, "purpose": body.purpose, "task": task_label(task),
-              "task_id": task.id, "epoch": task.epoch}
-    token, kid, expires = signing.sign(session, claims, now, sealer)
-    return schemas.TokenOut(token=token, expires_at=expires, kid=kid)
+    return _token(session, me, audience, now, sealer, purpose=body.purpose, task=task_label(task), task_id=task.id, epoch=task.epoch)
 
 
 def _alerts(session: Session, me, audience, now: datetime, sealer: signing.Sealer) -> schemas.TokenOut:
@@ -62,8 +59,12 @@ def _alerts(session: Session, me, audience, now: datetime, sealer: signing.Seale
     contract = contracts.active_between(session, me.id, audience.id)
     if contract is None or not contracts.in_force(contract, now):
         raise Forbidden(f"{me.name} and {audience.name} have no contract in force; alerts are shared only between contract partners")
-    claims = {"sub": me.name, "ck": participants.key_mark(me), "aud": audience.name, "purpose": "alerts", "task": None, "task_id": None,
-              "epoch": None}
+    return _token(session, me, audience, now, sealer, purpose="alerts", task=None, task_id=None, epoch=None)
+
+
+def _token(session: Session, me, audience, now: datetime, sealer: signing.Sealer, **about) -> schemas.TokenOut:
+    """A signed token from `me` (and the mark of its key, `bpm.tokens`) to `audience`, about what `about` says."""
+    claims = {"sub": me.name, "ck": participants.key_mark(me), "aud": audience.name, **about}
     token, kid, expires = signing.sign(session, claims, now, sealer)
     return schemas.TokenOut(token=token, expires_at=expires, kid=kid)
 
