@@ -30,7 +30,6 @@ import threading
 import time
 from collections import Counter, deque
 from concurrent import futures
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -145,6 +144,7 @@ CORRELATE_S = 2.0  # how often the agent shares newly closed windows and checks 
 KEY_FILE = "participant.key"  # in the agent's work folder: the key it registered with, or rotated to
 SPLITS_FILE = "splits.json"  # in the agent's work folder: its state machine's memory of splits on refusals
 END_READ_WAIT_S = 1.0  # how long a period waits for the reads of whether inputs have ended (`Agent._inputs_ended`)
+STOP_WAIT_S = 1.0  # how long a sync waits for the stops of tasks that left (`Agent._release_all`)
 
 
 def send_stream_ack(endpoint: str, key: str, epoch: int, seq: int, token: str) -> None:
@@ -578,14 +578,17 @@ class Agent:
     def _release_all(self, stops: list[tuple[str, int | None]]) -> None:
         """Stop the tasks that left (key, epoch at which it was handed over), all at once: each
         waits for its own batch boundary, and one after another a saturated participant took
-        a minute to let six go, each stop waiting for a batch the others slowed."""
-        if len(stops) <= 1:
-            for key, epoch in stops:
-                self._release_locally(key, epoch)
-            return
-        with ThreadPoolExecutor(max_workers=len(stops), thread_name_prefix="bpm-release") as pool:
-            for done in [pool.submit(self._release_locally, key, epoch) for key, epoch in stops]:
-                done.result()
+        a minute to let six go, each stop waiting for a batch the others slowed.
+
+        The sync waits for them `STOP_WAIT_S` at most; a longer stop (a batch at a fraction of
+        a CPU can take tens of seconds) ends in the background while the loop goes on: HA's
+        detection, the heartbeat's notices and the mechanism do not wait for a batch to end.
+        A task being stopped still runs here (`hosting`), so no second stop begins, the
+        mechanism counts it as handing over, and its checkpoint is handed over only once it
+        has stopped (`release`)."""
+        stopping = [in_background(functools.partial(self.guarded, f"stop {key}", functools.partial(self._release_locally, key, epoch)),
+                                  f"bpm-release-{key}") for key, epoch in stops]
+        futures.wait(stopping, timeout=STOP_WAIT_S)
 
     def _release_locally(self, key: str, epoch: int | None) -> None:
         """Stop `key` at a batch boundary, its checkpoint then ready for its new host. The wait

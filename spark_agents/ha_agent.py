@@ -450,9 +450,11 @@ class HADuties:
     # As a host that stops a task (it moved away, or a failover fenced it)
 
     def stopped(self, key: str) -> None:
-        if key in self.duties:
+        """`key` stopped here (a stop ends in the background of the loop, beside `act`)."""
+        with self._lock:
+            duty = self.duties.pop(key, None)
+        if duty is not None:
             self.host.ha_stop_duties(key, release=True)
-            del self.duties[key]
 
     def status(self) -> dict[str, Any]:
         return {

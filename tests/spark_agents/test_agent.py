@@ -373,6 +373,50 @@ def test_trading_waits_for_a_load_window_that_saw_only_the_current_tasks(federat
     assert len(operator.offers()) > made, "a, still over its threshold, offers again once settled"
 
 
+def test_a_stop_that_waits_long_for_its_batch_holds_up_no_tick(federation):
+    """A task that left stops in the background once its batch takes longer than the sync
+    waits (`STOP_WAIT_S`): the loop ticks on (heartbeats, HA's detection, the mechanism), no
+    second stop of it begins, its new host waits for its checkpoint, and resumes from it once
+    the stop has ended."""
+    import threading
+
+    operator, agents, add, clock = federation
+    a, b = add("a", 9), add("b", 1)
+    _contract(agents, "a", "b")
+    boundary = threading.Event()
+    stops: list[str] = []
+    stop = a.host.stop_task
+
+    def slow_stop(key):
+        stops.append(key)
+        assert boundary.wait(20), "the test's batch boundary never came"
+        return stop(key)
+
+    a.host.stop_task = slow_stop
+    for _ in range(12):
+        _round(agents, clock)
+    assert stops, "a let no task go"
+    waiting = set(stops)
+    assert waiting <= a.hosting(), "a task whose stop has not ended still runs at its old host"
+    assert len(stops) == len(waiting), f"a second stop of one task began: {stops}"
+    assert a.steps >= 12 and not a.errors
+    beats = operator.participant("a")["heartbeat_at"]
+    _round(agents, clock)
+    assert operator.participant("a")["heartbeat_at"] != beats, "a's loop sent its heartbeat while its stops waited"
+    assert not any(key in b.hosting() for key in waiting), "no new host started a task before its old host released it"
+
+    boundary.set()
+    for _ in range(200):
+        if not waiting & a.hosting():
+            break
+        threading.Event().wait(0.05)
+    for _ in range(4):
+        _round(agents, clock)
+    assert waiting <= b.hosting(), "the new host started the tasks once their stops ended"
+    moved = [(key, count) for key, count in b.host.starts if key in waiting]
+    assert moved and all(count == 1 for _, count in moved), moved
+
+
 def test_tasks_that_left_stop_together_each_at_its_own_batch_boundary(federation):
     """A participant that lets several tasks go stops them all at once: each stop waits for
     its own batch boundary (here, for every other stop to have begun), not for the others'
