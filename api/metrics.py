@@ -8,10 +8,11 @@ so several apps in one process (tests) do not share or collide.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, get_args
 
 from fastapi import FastAPI, Response
 from fastapi.routing import iter_route_contexts
@@ -20,7 +21,10 @@ from prometheus_client.core import GaugeMetricFamily, SummaryMetricFamily
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.schemas import FailoverKind, Liveness, ReplicaRole, ReplicaState
 from api.services import metrics as service
+from bpm.contracts import ContractState
+from bpm.negotiation import MovementState, OfferState
 
 log = logging.getLogger("bpm.registry.metrics")
 
@@ -31,9 +35,22 @@ METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 DB_UP = ("bpm_registry_db_up", "1 when the database answered this scrape's queries, else 0 (and no counts).")
 
 
-def _gauge(name: str, documentation: str, labels: list[str], values: dict) -> GaugeMetricFamily:
+# Every value a gauge's labels can take: an empty registry exports 0 for each, so that a
+# dashboard or an alert sees a series from the first scrape, not "no data" until a first record.
+KNOWN = {
+    "participants": get_args(Liveness),
+    "contracts": tuple(s.value for s in ContractState),
+    "tasks": ("true", "false"),
+    "offers": tuple(s.value for s in OfferState),
+    "movements": tuple(s.value for s in MovementState),
+    "replicas": tuple(itertools.product(get_args(ReplicaRole), get_args(ReplicaState))),
+    "failovers": tuple(itertools.product(get_args(FailoverKind), ("in_progress", "completed"))),
+}
+
+
+def _gauge(name: str, documentation: str, labels: list[str], values: dict, known: Iterable = ()) -> GaugeMetricFamily:
     family = GaugeMetricFamily(name, documentation, labels=labels)
-    for key, value in sorted(values.items()):
+    for key, value in sorted({**dict.fromkeys(known, 0), **values}.items()):
         family.add_metric(list(key) if isinstance(key, tuple) else [key], value)
     return family
 
@@ -58,15 +75,15 @@ class RegistryCollector:
             yield GaugeMetricFamily(*DB_UP, value=0)
             return
         yield GaugeMetricFamily(*DB_UP, value=1)
-        yield _gauge("bpm_registry_participants", "Participants by liveness status.", ["status"], totals.participants)
-        yield _gauge("bpm_registry_contracts", "Contracts by state.", ["state"], totals.contracts)
-        yield _gauge("bpm_registry_tasks", "Tasks, by whether they run away from their origin.", ["away"], totals.tasks)
-        yield _gauge("bpm_registry_offers", "Offers by state (a pending offer past its expiry is expired).", ["state"], totals.offers)
-        yield _gauge("bpm_registry_movements", "Movements by state.", ["state"], totals.movements)
+        yield _gauge("bpm_registry_participants", "Participants by liveness status.", ["status"], totals.participants, KNOWN["participants"])
+        yield _gauge("bpm_registry_contracts", "Contracts by state.", ["state"], totals.contracts, KNOWN["contracts"])
+        yield _gauge("bpm_registry_tasks", "Tasks, by whether they run away from their origin.", ["away"], totals.tasks, KNOWN["tasks"])
+        yield _gauge("bpm_registry_offers", "Offers by state (a pending offer past its expiry is expired).", ["state"], totals.offers, KNOWN["offers"])
+        yield _gauge("bpm_registry_movements", "Movements by state.", ["state"], totals.movements, KNOWN["movements"])
         yield _gauge("bpm_registry_payments_accrued", "What movements have accrued (price x load x seconds), by movement state, as the ledger counts it.",
-                     ["state"], totals.accrued)
-        yield _gauge("bpm_registry_replicas", "Replicas by role and state.", ["role", "state"], totals.replicas)
-        yield _gauge("bpm_registry_failovers", "Failover and repair records by kind and state (in_progress, completed).", ["kind", "state"], totals.failovers)
+                     ["state"], totals.accrued, KNOWN["movements"])
+        yield _gauge("bpm_registry_replicas", "Replicas by role and state.", ["role", "state"], totals.replicas, KNOWN["replicas"])
+        yield _gauge("bpm_registry_failovers", "Failover and repair records by kind and state (in_progress, completed).", ["kind", "state"], totals.failovers, KNOWN["failovers"])
         recovery = SummaryMetricFamily("bpm_registry_failover_recovery_seconds", "Recorded recovery times of completed failovers and repairs.",
                                        labels=["kind"])
         for kind, (count, total) in sorted(totals.recovery.items()):

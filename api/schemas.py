@@ -320,6 +320,8 @@ class EventOut(Out):
 # High availability
 
 ReplicaRole = Literal["active_standby", "passive_standby"]
+ReplicaState = Literal["active", "promoted", "failed", "dropped"]
+FailoverKind = Literal["failover", "repair"]
 
 
 class ReplicaCreate(In):
@@ -340,7 +342,7 @@ class ReplicaOut(Out):
     task: str = Field(description="origin.name")
     participant: str = Field(description="The holder")
     role: str
-    state: Literal["active", "promoted", "failed", "dropped"]
+    state: ReplicaState
     epoch: int
     position: int | None
     synced_at: datetime | None
@@ -368,7 +370,7 @@ class FailoverOut(Out):
     id: int
     task_id: int
     task: str = Field(description="origin.name")
-    kind: Literal["failover", "repair"]
+    kind: FailoverKind
     mode: str
     failed: str | None
     from_host: str

@@ -34,6 +34,11 @@ def serve_command(
 
     say = teller(log_format.value, "bpm.broker", participant=name)
     password = os.environ.get(PASSWORD_ENV, "")
+    # Before the server starts: a SIGTERM while it starts (a supervisor's stop) must stop it
+    # too, not kill this process and leave nats-server behind.
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
     try:
         check_name(name, "participant name")
         if not password:
@@ -41,9 +46,6 @@ def serve_command(
         server = NatsServer(name, store, port=port, http_port=http_port, users=[User(name, password)], host=host).start()
     except (ValueError, UnsafeName, BrokerError) as exc:
         fail(exc)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
     say(f"{name}'s broker: {server.url} (stream location {server.url}/{name}); storage {store}; log {server.log_path}; Ctrl-C stops it")
     try:
         stop.wait(seconds)

@@ -63,6 +63,7 @@ def demo(
     (SQLite, Spark local), or, with --scenario failover, crash a participant's host while it hosts moved tasks
     and show the federation recover (--scenario partition: cut it off from every other host, then heal it), or
     with --scenario split split a task too large to move and shed a half."""
+    from bpm_app.demo.outcomes import misses
     from bpm_app.demo.report import write_report
     from bpm_app.demo.run import Demo, DemoSettings, verdict
 
@@ -113,8 +114,9 @@ def demo(
         if not console.is_terminal:
             console.line()  # to a file or pipe the view's last state ends without one
     folder = write_report(report, report_dir, runner.t0)
+    missed = misses(report)
     if as_json:
-        typer.echo(json.dumps({k: v for k, v in report.items() if k not in ("timeline", "cpu")}))
+        typer.echo(json.dumps({**{k: v for k, v in report.items() if k not in ("timeline", "cpu")}, "misses": missed}))
     else:
         typer.echo(f"report: {folder / 'report.json'} and {folder / 'timeline.png'}")
         for phase in report["phases"]:
@@ -135,6 +137,10 @@ def demo(
             then = (f"still ran every task it hosted after {h['ran_its_tasks_after_s']} s" if "ran_its_tasks_after_s" in h
                     else f"stopped the tasks it lost after {h['stopped_lost_tasks_after_s']} s")
             typer.echo(f"  healed at {h['at_s']} s: heard from again after {h['heard_after_s']} s, {then}")
+        for miss in missed:
+            typer.echo(f"  missed: {miss}", err=True)
+    if missed:
+        raise typer.Exit(1)  # a run that broke a promise fails, for scripts and CI
 
 
 def _queries(given: list[str] | None, scenario: Scenario) -> dict[str, str]:

@@ -36,6 +36,17 @@ def to_joiner(movements: list[dict]) -> list[dict]:
     return [m for m in movements if m["origin"] in POSTER and JOINS in (m["from"], m["to"])]
 
 
+def misses(report: dict) -> list[str]:
+    """What a demo's run (`bpm demo --json`'s report, any scenario) promised and did not keep:
+    the poster's promises when it played the four phases (the phases scenario, the tour),
+    and in any scenario every result once; empty when it kept every one."""
+    if [p["name"][:1] for p in report["phases"]] == ["1", "2", "3", "4"]:
+        return poster_misses(report)
+    if report["lost_results"] or report["duplicate_results"]:
+        return [f"{report['lost_results']} results lost, {report['duplicate_results']} duplicated"]
+    return []
+
+
 def poster_misses(report: dict) -> list[str]:
     """The poster's promises `report` (a demo's, `bpm demo --json`) does not keep, each as a
     sentence; empty when it keeps every one."""

@@ -30,6 +30,11 @@ def by(families: dict, name: str, *labels: str) -> dict:
     return {(s.labels[labels[0]] if len(labels) == 1 else tuple(s.labels[label] for label in labels)): s.value for s in samples}
 
 
+def counts(families: dict, name: str, *labels: str) -> dict:
+    """`by`, without the label values that count 0 (every known one is exported)."""
+    return {key: v for key, v in by(families, name, *labels).items() if v}
+
+
 def value(families: dict, name: str) -> float:
     """The value of an unlabelled gauge."""
     (sample,) = families[name].samples
@@ -46,9 +51,23 @@ def offer(registry, key, contract_id, task_id, **extra) -> dict:
     return registry.ok("POST", "/offers", key, status=201, json={"contract_id": contract_id, "task_ids": [task_id], "price": 1.5, **extra})
 
 
+def test_an_empty_registry_exports_0_for_every_known_state(registry):
+    """A dashboard sees every series from the first scrape, before any record of its kind."""
+    families = scrape(registry)
+    assert by(families, "bpm_registry_participants", "status") == dict.fromkeys(["new", "alive", "suspected", "failed"], 0)
+    assert by(families, "bpm_registry_offers", "state") == dict.fromkeys(["pending", "accepted", "rejected", "withdrawn", "expired"], 0)
+    assert by(families, "bpm_registry_tasks", "away") == {"true": 0, "false": 0}
+    assert set(by(families, "bpm_registry_contracts", "state")) >= {"proposed", "active"}
+    assert set(by(families, "bpm_registry_movements", "state")) == set(by(families, "bpm_registry_payments_accrued", "state")) >= {"active", "ended", "failed"}
+    assert set(by(families, "bpm_registry_replicas", "role", "state")) >= {("passive_standby", "active"), ("active_standby", "promoted")}
+    assert set(by(families, "bpm_registry_failovers", "kind", "state")) == {(k, s) for k in ("failover", "repair") for s in ("in_progress", "completed")}
+    for name in ("participants", "contracts", "tasks", "offers", "movements", "payments_accrued", "replicas", "failovers"):
+        assert not any(sample.value for sample in families[f"bpm_registry_{name}"].samples), name
+
+
 def test_the_counts_follow_what_the_registry_records(registry):
     families = scrape(registry)
-    assert by(families, "bpm_registry_offers", "state") == {} and value(families, "bpm_registry_db_up") == 1
+    assert counts(families, "bpm_registry_offers", "state") == {} and value(families, "bpm_registry_db_up") == 1
     a, b = registry.participant("a"), registry.participant("b")
     contract = registry.active_contract(a, "b", b, price_min=1.0, price_max=2.0)
     tasks = [registry.task(a, f"t{i}", load=0.5)["id"] for i in range(4)]
@@ -60,24 +79,24 @@ def test_the_counts_follow_what_the_registry_records(registry):
     registry.clock.advance(10)
 
     families = scrape(registry)
-    assert by(families, "bpm_registry_offers", "state") == {"accepted": 1, "rejected": 1, "withdrawn": 1, "expired": 1}
-    assert by(families, "bpm_registry_movements", "state") == {"active": 1}
-    assert by(families, "bpm_registry_contracts", "state") == {"active": 1}
-    assert by(families, "bpm_registry_tasks", "away") == {"true": 1, "false": 3}
-    assert by(families, "bpm_registry_participants", "status") == {"new": 2}
+    assert counts(families, "bpm_registry_offers", "state") == {"accepted": 1, "rejected": 1, "withdrawn": 1, "expired": 1}
+    assert counts(families, "bpm_registry_movements", "state") == {"active": 1}
+    assert counts(families, "bpm_registry_contracts", "state") == {"active": 1}
+    assert counts(families, "bpm_registry_tasks", "away") == {"true": 1, "false": 3}
+    assert counts(families, "bpm_registry_participants", "status") == {"new": 2}
     # What the movement accrued so far, as the ledger counts it: 1.5 x 0.5 x 10 s.
     ledger = registry.ok("GET", "/ledger")
-    assert by(families, "bpm_registry_payments_accrued", "state") == {"active": pytest.approx(7.5)}
+    assert counts(families, "bpm_registry_payments_accrued", "state") == {"active": pytest.approx(7.5)}
     assert sum(entry["amount"] for entry in ledger["entries"]) == pytest.approx(7.5)
 
     registry.clock.advance(10)
     registry.ok("POST", f"/movements/{movement_id}/end", b)
     offer(registry, a, contract["id"], tasks[1])
     families = scrape(registry)
-    assert by(families, "bpm_registry_offers", "state") == {"accepted": 1, "rejected": 1, "withdrawn": 1, "expired": 1, "pending": 1}
-    assert by(families, "bpm_registry_movements", "state") == {"ended": 1}
-    assert by(families, "bpm_registry_payments_accrued", "state") == {"ended": pytest.approx(15.0)}
-    assert by(families, "bpm_registry_tasks", "away") == {"false": 4}
+    assert counts(families, "bpm_registry_offers", "state") == {"accepted": 1, "rejected": 1, "withdrawn": 1, "expired": 1, "pending": 1}
+    assert counts(families, "bpm_registry_movements", "state") == {"ended": 1}
+    assert counts(families, "bpm_registry_payments_accrued", "state") == {"ended": pytest.approx(15.0)}
+    assert counts(families, "bpm_registry_tasks", "away") == {"false": 4}
 
 
 def test_failovers_and_their_recovery_are_counted(registry, moved):
@@ -85,12 +104,12 @@ def test_failovers_and_their_recovery_are_counted(registry, moved):
     silence(registry, keys, "b")
     record = registry.ok("POST", f"/tasks/{task['id']}/failover", keys["a"], status=201, json={"to": "a", "expected_epoch": 1})
     families = scrape(registry)
-    assert by(families, "bpm_registry_failovers", "kind", "state") == {("failover", "in_progress"): 1}
-    assert by(families, "bpm_registry_movements", "state") == {"failed": 1}
-    assert by(families, "bpm_registry_participants", "status") == {"alive": 3, "suspected": 1}
+    assert counts(families, "bpm_registry_failovers", "kind", "state") == {("failover", "in_progress"): 1}
+    assert counts(families, "bpm_registry_movements", "state") == {"failed": 1}
+    assert counts(families, "bpm_registry_participants", "status") == {"alive": 3, "suspected": 1}
     registry.ok("POST", f"/failovers/{record['id']}/complete", keys["a"], json={"recovery_s": 0.4})
     families = scrape(registry)
-    assert by(families, "bpm_registry_failovers", "kind", "state") == {("failover", "completed"): 1}
+    assert counts(families, "bpm_registry_failovers", "kind", "state") == {("failover", "completed"): 1}
     recovery = {s.name: s.value for s in families["bpm_registry_failover_recovery_seconds"].samples if s.labels == {"kind": "failover"}}
     assert recovery == {"bpm_registry_failover_recovery_seconds_count": 1, "bpm_registry_failover_recovery_seconds_sum": pytest.approx(0.4)}
     assert "bpm_registry_replicas" in families
