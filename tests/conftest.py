@@ -49,6 +49,14 @@ def pytest_configure(config):
     signal.signal(signal.SIGTERM, interrupt)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    """The slow end-to-end tests first, each group in its own order: the parallel workers
+    take tests in this order, and a long test taken last would leave the other workers
+    idle while it runs alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def pytest_runtest_setup(item):
     for mark in item.iter_markers("requires"):
         if mark.kwargs["reason"] is not None:
