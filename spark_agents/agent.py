@@ -556,7 +556,9 @@ class Agent:
             if self.broker.grant(self.broker_grants()) or self.clock() - self._swept_at >= SWEEP_S:
                 self.guarded("broker.sweep", self._sweep_consumers)
             self.guarded("broker.consumers", self._keep_consumers)
-        plan = reconcile(me, tasks, self.hosting(), movements, failovers)
+        with self._lock:  # a task whose stop has not returned still counts as running: nothing starts it again meanwhile
+            running = self.hosting() | self._stopping
+        plan = reconcile(me, tasks, running, movements, failovers)
         by_key = {task_key(t): t for t in tasks}
         self._reported = {key: t["load"] for key, t in by_key.items() if t.get("load") is not None}
         self._release_all([(key, by_key[key]["epoch"] if key in by_key else None) for key in plan.stop])
