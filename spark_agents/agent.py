@@ -570,14 +570,17 @@ class Agent:
             if is_location(start.task.get("input_uri") or "") and starting():
                 continue  # one query over a broker stream starts at a time (`TaskHost.starting`); the rest at later ticks
             # Each start on its own: one that cannot fetch its checkpoint yet holds up no other.
-            if start.failover is not None and self.ha is not None:
-                what, step = f"take over {task_key(start.task)}", (lambda s=start: self._take_over(s.task, s.failover))
+            key = task_key(start.task)
+            if key in self.regrain.restarts:  # stopped here to start again: its own checkpoint is the task's
+                what, step = f"restart {key}", (lambda s=start: self._start(s.task, None))
+            elif start.failover is not None and self.ha is not None:
+                what, step = f"take over {key}", (lambda s=start: self._take_over(s.task, s.failover))
             else:
-                what, step = f"start {task_key(start.task)}", (lambda s=start: self._start(s.task, s.source))
+                what, step = f"start {key}", (lambda s=start: self._start(s.task, s.source))
             self.guarded(what, self._racing(what, step))
         self.regrain.act(tasks)
 
-    def _release_all(self, stops: list[tuple[str, int | None]]) -> None:
+    def _release_all(self, stops: list[tuple[str, int | None]], *, leaving: bool = True) -> None:
         """Stop the tasks that left (key, epoch at which it was handed over), all at once: each
         waits for its own batch boundary, and one after another a saturated participant took
         a minute to let six go, each stop waiting for a batch the others slowed.
@@ -587,15 +590,17 @@ class Agent:
         detection, the heartbeat's notices and the mechanism do not wait for a batch to end.
         A task being stopped still runs here (`hosting`), so no second stop begins, the
         mechanism counts it as handing over, and its checkpoint is handed over only once it
-        has stopped (`release`)."""
-        stopping = [in_background(functools.partial(self.guarded, f"stop {key}", functools.partial(self._release_locally, key, epoch)),
+        has stopped (`release`). `leaving` False: the tasks stay here, and the sync starts them
+        again once stopped (`Regrain` restarts a split task over its input's new end)."""
+        stopping = [in_background(functools.partial(self.guarded, f"stop {key}", functools.partial(self._release_locally, key, epoch, leaving=leaving)),
                                   f"bpm-release-{key}") for key, epoch in stops]
         futures.wait(stopping, timeout=STOP_WAIT_S)
 
-    def _release_locally(self, key: str, epoch: int | None) -> None:
+    def _release_locally(self, key: str, epoch: int | None, *, leaving: bool = True) -> None:
         """Stop `key` at a batch boundary, its checkpoint then ready for its new host. The wait
         for the boundary holds no lock (other stops, and the handover, go on meanwhile); the
-        checkpoint is handed over only once the task is marked released (`release`)."""
+        checkpoint is handed over only once the task is marked released (`release`).
+        `leaving` False: a restart here, its HA duties kept and its checkpoint not released."""
         with self._lock:
             if key not in self.hosting() or key in self._stopping:
                 return
@@ -608,11 +613,12 @@ class Agent:
                 self._stopping.discard(key)
                 self.regrain.stopped(key)
                 self._changed()
-                if key not in self.hosting():
+                if leaving and key not in self.hosting():
                     self._released[key] = epoch
                     if self.ha is not None:
                         self.ha.stopped(key)
-        self.note("task.released", f"stopped {key} at a batch boundary in {time.perf_counter() - started:.2f} s; its checkpoint waits for its new host")
+        then = "its checkpoint waits for its new host" if leaving else "it starts again here"
+        self.note("task.released" if leaving else "task.stopped", f"stopped {key} at a batch boundary in {time.perf_counter() - started:.2f} s; {then}")
 
     def _take_over(self, task: Mapping, record: Mapping) -> None:
         key = task_key(task)

@@ -49,10 +49,14 @@ class Regrain:
         start_after: per new task key not started yet, the stream's sequence at the split: it
             holds no row of the new task's span, so the task reads after it (an agent that
             restarted meanwhile has forgotten it, and the task reads the stream from its start).
+        restarts: task keys stopped to start again here over their input's new end, not started
+            yet: the sync starts each from its own checkpoint (not as a failover's take-over,
+            even when a failover brought it here).
     """
 
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
+        self.restarts: set[str] = set()
         self.ends: dict[str, int | None] = {}
         self.progress: dict[str, tuple[int, int | None]] = {}
         self.start_after: dict[str, int] = {}
@@ -127,6 +131,7 @@ class Regrain:
     def started(self, key: str, until_s: int | None) -> None:
         self.ends[key] = until_s
         self.start_after.pop(key, None)
+        self.restarts.discard(key)
 
     def stopped(self, key: str) -> None:
         self.ends.pop(key, None)
@@ -159,12 +164,14 @@ class Regrain:
             self.agent.note("task.split", f"registered #{made['id']} {made['name']}, the missing half of the split of {task_key(task)}")
 
     def _restart(self, task: Mapping) -> None:
+        """Stop the task as a task that left stops (`Agent._release_all`: in the background once
+        the sync has waited a second, so that the loop goes on), but to stay: the sync starts it
+        again once stopped, over its input ending at `until_s` (`started` records that end)."""
         agent, key = self.agent, task_key(task)
-        with agent._lock:
-            agent.host.stop_task(key)
-            self.stopped(key)
-        agent._start(task, None)
-        agent.note("task.ending", f"restarted {key} over its input ending at {task['until_s']}: it completes its windows before that")
+        if key not in self.restarts:
+            agent.note("task.ending", f"restarting {key} over its input ending at {task['until_s']}: it completes its windows before that")
+        self.restarts.add(key)
+        agent._release_all([(key, task["epoch"])], leaving=False)
 
     def _retire(self, task: Mapping) -> None:
         agent, key = self.agent, task_key(task)

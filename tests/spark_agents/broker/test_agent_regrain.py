@@ -81,6 +81,51 @@ def test_an_agent_splits_a_task_too_large_to_move_and_sheds_a_half(tmp_path, own
         assert {f"a.{t['name']}" for t in made if t["host"] == "a"} <= a.host.running()
 
 
+def test_a_split_task_whose_stop_waits_long_for_its_batch_restarts_once_it_has_stopped(tmp_path, own_brokers):
+    """The restart of a split task stops it as a task that leaves stops: in the background, the
+    loop ticking on; the sync starts it again over its ended input only once the stop returned."""
+    import threading
+
+    with stepped_federation(tmp_path, lambda now: _KeyGroupsHost(MM1Cost(a=0.25, c=1.0)), brokers=own_brokers,
+                            fixed_cost={"a": FIXED_COST}) as federation:
+        operator, agents, add, clock = federation
+        shed_to_b_and_c(federation, len(SHARES), rounds=0)
+        a = agents["a"]
+        boundary = threading.Event()
+        stop = a.host.stop_task
+
+        def slow_stop(key):
+            checkpoint = stop(key)  # as Spark's: the query ends at once, the stop returns at the batch boundary
+            assert boundary.wait(20), "the test's batch boundary never came"
+            return checkpoint
+
+        a.host.stop_task = slow_stop
+        for _ in range(24):
+            _round(agents, clock)
+            if a.regrain.restarts:
+                break
+        assert a.regrain.restarts, "a split a task and began to restart it"
+        restarting = set(a.regrain.restarts)
+        steps, starts = a.steps, len(a.host.starts)
+        for _ in range(3):
+            _round(agents, clock)
+        assert a.steps == steps + 3 and not a.errors, "a's loop ticked on while the restart's stop waited"
+        assert not restarting & a.hosting() and len([k for k, _ in a.host.starts[starts:] if k in restarting]) == 0, \
+            "a started the task again before its stop returned"
+
+        boundary.set()
+        for _ in range(200):
+            if not a._stopping:
+                break
+            threading.Event().wait(0.05)
+        for _ in range(3):
+            _round(agents, clock)
+        tasks = {f"a.{t['name']}": t for t in operator.tasks(origin="a")}
+        for key in restarting:
+            assert key in a.hosting() and a.host.sources[key].until_s == tasks[key]["until_s"] is not None, "restarted over its ended input"
+        assert not a.regrain.restarts and not a.errors
+
+
 def test_an_agent_splits_nothing_once_its_input_has_ended(tmp_path, own_brokers):
     """The same federation with a's input closed (its end-of-input mark the newest message):
     a split then could not complete (`spark_agents.broker.source.InputEnded`); the agent
