@@ -588,9 +588,9 @@ class Agent:
         The sync waits for them `STOP_WAIT_S` at most; a longer stop (a batch at a fraction of
         a CPU can take tens of seconds) ends in the background while the loop goes on: HA's
         detection, the heartbeat's notices and the mechanism do not wait for a batch to end.
-        A task being stopped still runs here (`hosting`), so no second stop begins, the
-        mechanism counts it as handing over, and its checkpoint is handed over only once it
-        has stopped (`release`). `leaving` False: the tasks stay here, and the sync starts them
+        Until its stop returns a task counts as running here (`_stopping`): no second stop
+        begins, the sync starts it nowhere again, and its checkpoint is handed over only once
+        it has stopped (`release`). `leaving` False: the tasks stay here, and the sync starts them
         again once stopped (`Regrain` restarts a split task over its input's new end)."""
         stopping = [in_background(functools.partial(self.guarded, f"stop {key}", functools.partial(self._release_locally, key, epoch, leaving=leaving)),
                                   f"bpm-release-{key}") for key, epoch in stops]

@@ -43,14 +43,26 @@ def _env_example(name: str, **values: str) -> dict[str, str]:
     return {key: values.get(key, value) for key, value in pairs}
 
 
-def _stops_on_sigterm(process: subprocess.Popen, unit: str, log: Path, said: str) -> None:
-    """SIGTERM, as systemd stops the unit: the command ends within the unit's TimeoutStopSec
-    with a status systemd counts clean (0, or the signal itself: uvicorn raises it again once
-    it has shut down), having said `said` on its way out."""
-    process.send_signal(signal.SIGTERM)
-    seconds = float(_unit(unit)["Service"]["TimeoutStopSec"])
-    assert process.wait(timeout=seconds) in (0, -signal.SIGTERM), f"{unit}'s command failed on SIGTERM: {log.read_text()[-2000:]}"
-    assert said in log.read_text(), f"{unit}'s command did not stop cleanly: {log.read_text()[-2000:]}"
+def _serves_and_stops(args: list[str], env: dict[str, str], cwd: Path, health: str, unit: str, said: str) -> str:
+    """Run a unit's command until `health` answers, then SIGTERM it, as systemd stops the unit:
+    the command ends within the unit's TimeoutStopSec with a status systemd counts clean (0,
+    or the signal itself: uvicorn raises it again once it has shut down), having said `said`
+    on its way out. Its log."""
+    log = cwd / "unit.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen(args, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_http(health, process, log, 60)
+        process.send_signal(signal.SIGTERM)
+        seconds = float(_unit(unit)["Service"]["TimeoutStopSec"])
+        assert process.wait(timeout=seconds) in (0, -signal.SIGTERM), f"{unit}'s command failed on SIGTERM: {log.read_text()[-2000:]}"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    text = log.read_text()
+    assert said in text, f"{unit}'s command did not stop cleanly: {text[-2000:]}"
+    return text
 
 
 def test_systemd_verifies_every_unit(tmp_path):
@@ -72,17 +84,9 @@ def test_the_registry_unit_s_command_serves_and_stops_on_sigterm(tmp_path):
     env = _env_example("registry.env.example", BPM_ADMIN_KEY="unit-operator-key", BPM_DATABASE_URL=f"sqlite:///{tmp_path / 'registry.db'}")
     assert env["BPM_MODE"] == "production"
     args = _command("bpm-registry.service", **{"--port 8000": f"--port {port}"})
-    log = tmp_path / "registry.log"
-    with open(log, "w") as out:
-        process = subprocess.Popen(args, cwd=tmp_path, env={"PATH": "/usr/bin:/bin", **env}, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        wait_http(f"http://127.0.0.1:{port}/healthz", process, log, 60)
-        _stops_on_sigterm(process, "bpm-registry.service", log, "Application shutdown complete")
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert '"level"' in log.read_text(), "the unit asks for JSON logs"
+    log = _serves_and_stops(args, {"PATH": "/usr/bin:/bin", **env}, tmp_path, f"http://127.0.0.1:{port}/healthz", "bpm-registry.service",
+                            "Application shutdown complete")
+    assert '"level"' in log, "the unit asks for JSON logs"
 
 
 def test_the_broker_unit_s_command_serves_and_stops_on_sigterm(tmp_path):
@@ -93,16 +97,7 @@ def test_the_broker_unit_s_command_serves_and_stops_on_sigterm(tmp_path):
         "/var/lib/bpm/brokers/north": str(tmp_path / "store"), "--host 0.0.0.0": "--host 127.0.0.1",
         "--port 4222": f"--port {port}", "--http-port 8222": f"--http-port {http_port}"})
     env = {"PATH": "/usr/bin:/bin:/usr/sbin", "BPM_NATS_PASSWORD": "unit-broker-password"}
-    log = tmp_path / "broker.log"
-    with open(log, "w") as out:
-        process = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        wait_http(f"http://127.0.0.1:{http_port}/healthz", process, log, 60)
-        _stops_on_sigterm(process, "bpm-broker@.service", log, "north's broker stopped")
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    _serves_and_stops(args, env, tmp_path, f"http://127.0.0.1:{http_port}/healthz", "bpm-broker@.service", "north's broker stopped")
     assert (tmp_path / "store").is_dir()
 
 
