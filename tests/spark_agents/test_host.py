@@ -131,10 +131,15 @@ def test_a_task_stopped_before_its_last_windows_emits_them_where_it_resumes(spar
     feeder = feed_all(BrokerStream(broker, "a"), conns, PARAMS)
     last = broker.last_seq()
     # The stop must land between the batch that reads the end mark and the next trigger's,
-    # which runs the watermark's batch. The host learns of a batch from Spark's progress
-    # listener, which can report late on a busy machine, so the triggers are far apart.
-    task = host.start_task("a.p0", source(), query=MONITORING, params=bind(PARAMS), trigger_s=8.0, sink=sink(broker, "a.p0", 1))
-    assert task.trigger_s == staggered_trigger_s("a.p0", 8.0)
+    # which runs the watermark's batch. Spark runs the first batch at once and the next at the
+    # following multiple of the interval since the epoch: the task starts early in an interval,
+    # so the first batch, Spark's progress listener (late on a busy machine) and the stop have
+    # most of an interval, whatever the phase the test began at.
+    interval_s = staggered_trigger_s("a.p0", 20.0)
+    if time.time() % interval_s > interval_s / 4:
+        time.sleep(interval_s - time.time() % interval_s)
+    task = host.start_task("a.p0", source(), query=MONITORING, params=bind(PARAMS), trigger_s=20.0, sink=sink(broker, "a.p0", 1))
+    assert task.trigger_s == interval_s
     wait_for(lambda: task.position == last)  # the batch that read the end mark
     checkpoint = host.stop_task("a.p0")
     assert owes_watermark_batch(checkpoint), "stopped before the batch of its new watermark"
