@@ -19,6 +19,8 @@ class Participant(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
     endpoint: Mapped[str] = mapped_column(String(512))
+    # The TLS certificate its agent serves (PEM), which partners pin (`bpm.certificates`).
+    certificate: Mapped[str | None] = mapped_column(Text, nullable=True)
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)

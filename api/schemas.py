@@ -9,6 +9,7 @@ from fastapi import Path, Query
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from api.limits import MAX_DURATION_S, MAX_ID, MAX_INT, MAX_LOAD, MAX_PRICE, check_json, sane_moment
+from bpm import certificates
 from bpm.names import NAME_PATTERN, PARTICIPANT_MAX, PARTICIPANT_PATTERN, TASK_MAX
 from bpm.query import DIGEST_PATTERN, QUERY_NAME_PATTERN
 from bpm.negotiation import MovementState, OfferState
@@ -44,9 +45,29 @@ class Out(BaseModel):
 # Participants
 
 
+def _certificate(text: str) -> str:
+    try:
+        return certificates.parse(text).pem
+    except certificates.CertificateError as exc:
+        raise ValueError(str(exc)) from None
+
+
+CertificatePem = Annotated[
+    str,
+    Field(min_length=1, max_length=certificates.PEM_MAX,
+          description="The TLS certificate the participant's agent serves (PEM, one certificate): partners trust it and no other for this participant"),
+    AfterValidator(_certificate),
+]
+
+
 class ParticipantCreate(In):
     name: str = Name
     endpoint: str = Field(min_length=1, max_length=512, description="URL where the participant's agent listens")
+    certificate: CertificatePem | None = None
+
+
+class CertificateIn(In):
+    certificate: CertificatePem
 
 
 Liveness = Literal["new", "alive", "suspected", "failed"]
@@ -55,6 +76,9 @@ Liveness = Literal["new", "alive", "suspected", "failed"]
 class ParticipantOut(Out):
     name: str
     endpoint: str
+    certificate: str | None = Field(default=None, description="The TLS certificate its agent serves (PEM), registered by the participant; "
+                                                              "partners refuse a peer that shows another")
+    certificate_sha256: str | None = Field(default=None, description="SHA-256 of that certificate (DER), hex")
     created_at: datetime
     status: Liveness
     heartbeat_at: datetime | None

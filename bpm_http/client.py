@@ -117,6 +117,9 @@ class RegistryClient:
     def revoke_key(self, name: str) -> dict:
         return self.request("DELETE", f"/participants/{name}/key")
 
+    def register_certificate(self, name: str, pem: str) -> dict:
+        return self.request("PUT", f"/participants/{name}/certificate", json={"certificate": pem})
+
     def use_key(self, key: str) -> None:
         """Act with `key` from now on (after a rotation)."""
         self.key = key

@@ -24,6 +24,8 @@ def _out(request: Request, participant: Participant, hosted: list[int], now: dat
     return cls(
         name=participant.name,
         endpoint=participant.endpoint,
+        certificate=participant.certificate,
+        certificate_sha256=service.certificate_sha256(participant),
         created_at=participant.created_at,
         status=status,
         heartbeat_at=participant.heartbeat_at,
@@ -115,6 +117,14 @@ def rotate_key(name: schemas.NamePath, session: DbSession, caller: Caller, now: 
     """A new key for the participant (by itself or the operator), shown this once; the old key stops working."""
     participant, key = service.rotate_key(session, caller, name, now)
     return schemas.KeyRotated(name=participant.name, api_key=key)
+
+
+@router.put("/{name}/certificate", response_model=schemas.ParticipantOut)
+def register_certificate(name: schemas.NamePath, body: schemas.CertificateIn, request: Request, session: DbSession, caller: Caller, now: Now):
+    """Register the TLS certificate the participant's agent serves (by itself or the operator),
+    in place of the one before: partners pin it from their next read of the participant."""
+    participant = service.set_certificate(session, caller, name, body.certificate, now)
+    return _out(request, participant, service.hosted_task_ids(session, [participant.id])[participant.id], now)
 
 
 @router.delete("/{name}/key", response_model=schemas.KeyRevoked)

@@ -14,6 +14,7 @@ from api.auth import Principal, hash_key, new_key
 from api.errors import Conflict, Forbidden, NotFound
 from api.models import Contract, Failover, LoadSample, Participant, Replica, Task
 from api.services import events
+from bpm import certificates
 
 # Load samples older than this are dropped: the UI charts the recent past only.
 SAMPLE_RETENTION = timedelta(hours=2)
@@ -55,7 +56,7 @@ def register(session: Session, caller: Principal, body: schemas.ParticipantCreat
     if session.scalar(select(Participant.id).where(Participant.name == body.name)) is not None:
         raise Conflict(f"the name {body.name!r} is taken")
     key = new_key()
-    participant = Participant(name=body.name, endpoint=body.endpoint, key_hash=hash_key(key))
+    participant = Participant(name=body.name, endpoint=body.endpoint, certificate=body.certificate, key_hash=hash_key(key))
     session.add(participant)
     session.flush()
     events.record(session, "participant.registered", f"{body.name} joined at {body.endpoint}", actor="operator", subject=body.name)
@@ -92,6 +93,24 @@ def rotate_key(session: Session, caller: Principal, name: str, now: datetime) ->
     session.flush()
     events.record(session, "participant.key_rotated", f"{caller.name} rotated {name}'s key", actor=caller.name, subject=name, at=now)
     return participant, key
+
+
+def set_certificate(session: Session, caller: Principal, name: str, pem: str, now: datetime) -> Participant:
+    """The participant's TLS certificate (`pem`, checked by the schema), set by itself or the
+    operator; recorded as an event when it changes."""
+    participant = get(session, name)
+    if not caller.is_operator and caller.participant.id != participant.id:
+        raise Forbidden(f"only {name} or the operator may register {name}'s certificate")
+    if participant.certificate != pem:
+        participant.certificate = pem
+        session.flush()
+        events.record(session, "participant.certificate", f"{caller.name} registered {name}'s TLS certificate {certificate_sha256(participant)[:16]}...",
+                      actor=caller.name, subject=name, at=now, data={"sha256": certificate_sha256(participant)})
+    return participant
+
+
+def certificate_sha256(participant: Participant) -> str | None:
+    return certificates.sha256(participant.certificate) if participant.certificate else None
 
 
 def revoke_key(session: Session, caller: Principal, name: str, now: datetime) -> Participant:

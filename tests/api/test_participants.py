@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import create_engine, text
 
+from bpm import certificates
 from tests.api.conftest import ADMIN_KEY
 
 
@@ -198,3 +199,54 @@ def test_a_rotation_tells_every_participant_and_a_revoking_one_lists_only_the_ne
     assert [k["kid"] for k in registry.ok("GET", "/keys")] == [third], "revoked: no earlier key verifies"
     assert all("keys" in notices(name) for name in keys)
     assert registry.call("POST", "/keys/rotate", keys["alpha"], params={"revoke": "true"}).status_code == 403
+
+
+def _pem(name: str = "alpha", **kwargs) -> str:
+    return certificates.self_signed(name, ["127.0.0.2"], **kwargs)[0].decode()
+
+
+def test_a_participant_registers_the_certificate_its_agent_serves_and_everyone_reads_it_with_its_fingerprint(registry):
+    alpha, beta = registry.participant("alpha"), registry.participant("beta")
+    assert registry.ok("GET", "/participants/alpha")["certificate"] is None
+    pem = _pem()
+    body = registry.ok("PUT", "/participants/alpha/certificate", alpha, json={"certificate": pem})
+    assert body["certificate"] == pem and body["certificate_sha256"] == certificates.parse(pem).sha256
+    assert registry.ok("GET", "/participants/alpha", beta)["certificate"] == pem
+    assert {p["name"]: p["certificate_sha256"] for p in registry.ok("GET", "/participants")} == {"alpha": body["certificate_sha256"], "beta": None}
+    again = _pem()  # a new key: the one before is no longer trusted
+    registry.ok("PUT", "/participants/alpha/certificate", ADMIN_KEY, json={"certificate": again})
+    assert registry.ok("GET", "/participants/alpha", beta)["certificate"] == again
+    registry.ok("PUT", "/participants/alpha/certificate", alpha, json={"certificate": again})
+    recorded = [e["data"]["sha256"] for e in registry.ok("GET", "/events", params={"kind": "participant.certificate"})]
+    assert sorted(recorded) == sorted([certificates.parse(pem).sha256, certificates.parse(again).sha256]), "one event per change"
+    created = registry.ok("POST", "/participants", json={"name": "gamma", "endpoint": "https://127.0.0.4:9000", "certificate": _pem("gamma")}, status=201)
+    assert created["certificate_sha256"]
+
+
+def test_a_certificate_is_registered_only_by_its_participant_and_only_one_usable_certificate(registry):
+    import datetime as dt
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    alpha, beta = registry.participant("alpha"), registry.participant("beta")
+    assert registry.call("PUT", "/participants/alpha/certificate", beta, json={"certificate": _pem()}).status_code == 403
+    assert registry.call("PUT", "/participants/alpha/certificate", None, json={"certificate": _pem()}).status_code == 401
+    assert registry.call("PUT", "/participants/nobody/certificate", ADMIN_KEY, json={"certificate": _pem()}).status_code == 404
+    past = dt.datetime.now(dt.UTC) - dt.timedelta(days=30)
+    weak = rsa.generate_private_key(public_exponent=65537, key_size=1024)
+    weak_pem = certificates.self_signed("alpha", [], key=weak)[0].decode()
+    refusals = {
+        "not PEM": "hello",
+        "two certificates": _pem() + _pem(),
+        "expired": _pem(now=past, days=1),
+        "short RSA key": weak_pem,
+        "a private key": weak.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode(),
+        "too long": _pem() + "\n" * certificates.PEM_MAX,
+    }
+    for why, text in refusals.items():
+        response = registry.call("PUT", "/participants/alpha/certificate", alpha, json={"certificate": text})
+        assert response.status_code == 422, why
+        assert response.json()["detail"], why
+    assert registry.call("POST", "/participants", json={"name": "gamma", "endpoint": "https://x", "certificate": "hello"}).status_code == 422
+    assert registry.ok("GET", "/participants/alpha")["certificate"] is None
