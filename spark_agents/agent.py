@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import ssl
 import threading
 import time
 from collections import Counter, deque
@@ -90,6 +91,7 @@ from spark_agents.ha_agent import HADuties
 from spark_agents.metrics import default_warmup_s
 from spark_agents.regrain import Regrain
 from spark_agents.settings import default
+from spark_agents.tls import Peers
 
 if TYPE_CHECKING:
     from spark_agents.ha.inputs import TaskInput
@@ -147,10 +149,10 @@ END_READ_WAIT_S = 1.0  # how long a period waits for the reads of whether inputs
 STOP_WAIT_S = 1.0  # how long a sync waits for the stops of tasks that left (`Agent._release_all`)
 
 
-def send_stream_ack(endpoint: str, key: str, epoch: int, seq: int, token: str) -> None:
+def send_stream_ack(endpoint: str, key: str, epoch: int, seq: int, token: str, *, verify: ssl.SSLContext | bool = True) -> None:
     """POST an acknowledgement of task `key`'s share of its origin's stream to the origin's agent at `endpoint`."""
     response = httpx.post(f"{endpoint.rstrip('/')}/broker/{key}/ack", params={"epoch": epoch, "seq": seq},
-                          headers={"Authorization": f"Bearer {token}"}, timeout=10.0)
+                          headers={"Authorization": f"Bearer {token}"}, timeout=10.0, verify=verify)
     if response.status_code != 204:
         raise RuntimeError(f"{endpoint} refuses the acknowledgement of {key} up to {seq}: {response.status_code} {response.text[:200]}")
 
@@ -242,6 +244,7 @@ class AgentConfig:
     correlate: bool = default("correlate")
     availability_bound_s: float = default("availability_bound")
     queries: Mapping[str, Query] | None = None
+    insecure: bool = default("insecure")
 
 
 @dataclass
@@ -309,7 +312,7 @@ class Agent:
         self._stopping: set[str] = set()  # task keys waiting for their batch boundary to stop (`_release_locally`)
         self._sources: dict[str, JetStreamInput | None] = {}  # task key -> the input it was last started on here
         self._end_reads: dict[str, futures.Future] = {}  # participant -> a read of whether its input has ended (`_inputs_ended`)
-        self._endpoints: dict[str, str] = {}
+        self.peers = Peers(client.participant, insecure=config.insecure)
         # Partners the origin's agent let into its broker on the registry's token, before its
         # next read of its tasks says so: (partner, task key, key-group prefix, writes results) -> when.
         self._stream_grants: dict[tuple[str, str, str, bool], float] = {}
@@ -333,11 +336,14 @@ class Agent:
         self._beat_at: float | None = None  # when (on `clock`) the loop last sent its heartbeat
         # A fetch gives up after a while and is retried next tick, so that the loop goes on
         # (detection, other starts) while a previous host is slow or has just died.
-        self.fetch = fetch or (lambda endpoint, key, epoch, token: handover.fetch(endpoint, key, epoch, token, timeout_s=config.fetch_timeout_s))
+        self.fetch = fetch or (lambda endpoint, key, epoch, token: handover.fetch(endpoint, key, epoch, token, timeout_s=config.fetch_timeout_s,
+                                                                                 verify=self.peers.verify(endpoint)))
         self.credentials = Credentials(client, config.name, clock)
-        self.ask_stream = ask_stream or (lambda endpoint, key, epoch, token: ask_credentials(endpoint, key, epoch, token, config.name))
-        self.send_ack_to = send_ack or send_stream_ack
-        self.ask_alerts = ask_alerts or (lambda endpoint, token: ask_alerts_credentials(endpoint, token, config.name))
+        self.ask_stream = ask_stream or (lambda endpoint, key, epoch, token: ask_credentials(endpoint, key, epoch, token, config.name,
+                                                                                             verify=self.peers.verify(endpoint)))
+        self.send_ack_to = send_ack or (lambda endpoint, key, epoch, seq, token: send_stream_ack(endpoint, key, epoch, seq, token,
+                                                                                                verify=self.peers.verify(endpoint)))
+        self.ask_alerts = ask_alerts or (lambda endpoint, token: ask_alerts_credentials(endpoint, token, config.name, verify=self.peers.verify(endpoint)))
         self.correlation: Correlation | None = None
         self._correlated_at = float("-inf")
         self._alert_readers: set[str] = set()  # partners that asked for my alerts on the registry's token
@@ -465,6 +471,7 @@ class Agent:
                 self.ha.close()
             if self.correlation is not None:
                 self.correlation.close()
+            self.peers.close()
 
     def keep_alive(self, stop: threading.Event) -> None:
         """Repeat the last heartbeat whenever the loop has sent none for a tick.
@@ -888,9 +895,7 @@ class Agent:
         return self.broker.credentials(caller)
 
     def endpoint(self, participant: str) -> str:
-        if participant not in self._endpoints:
-            self._endpoints[participant] = self.client.participant(participant)["endpoint"]
-        return self._endpoints[participant]
+        return self.peers.endpoint(participant)
 
     def rotate_key(self) -> str:
         """A new registry key for this participant, used from now on and kept in the key file;

@@ -29,6 +29,7 @@ import json
 import logging
 import math
 import re
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -371,7 +372,7 @@ class LiveCorrelator:
 _NATS_URL = re.compile(r"^nats://[A-Za-z0-9.:\[\]-]{1,253}:[0-9]{1,5}$")
 
 
-def ask_alerts_credentials(endpoint: str, token: str, me: str, *, timeout_s: float = 10.0) -> Endpoint:
+def ask_alerts_credentials(endpoint: str, token: str, me: str, *, timeout_s: float = 10.0, verify: ssl.SSLContext | bool = True) -> Endpoint:
     """Where and as whom this participant, `me`, reads the alerts the partner at `endpoint`
     shares: asked with the registry's token for the call (purpose `alerts`). The answer is
     checked before use (a `nats://` address on the host of the partner's agent, the user
@@ -379,7 +380,7 @@ def ask_alerts_credentials(endpoint: str, token: str, me: str, *, timeout_s: flo
     anything else."""
     from spark_agents.broker.access import _PASSWORD, ask_agent
 
-    body = ask_agent(endpoint, "/alerts/credentials", token, "its alerts", refusals={404: LookupError}, timeout_s=timeout_s)
+    body = ask_agent(endpoint, "/alerts/credentials", token, "its alerts", refusals={404: LookupError}, timeout_s=timeout_s, verify=verify)
     url, user, password = body.get("url"), body["user"], body["password"]
     if not (isinstance(url, str) and _NATS_URL.match(url)) or user != me or not (isinstance(password, str) and _PASSWORD.match(password)):
         raise RuntimeError(f"{endpoint} answered with credentials that are not {me}'s on a NATS server")

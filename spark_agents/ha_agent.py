@@ -80,12 +80,13 @@ class Pending:
     details: dict
 
 
-def ship_over_http(client: httpx.Client, endpoint: str, key: str, epoch: int, token: Callable[[], str]) -> Callable[[bytes], Any]:
-    """A `ship` for `PrimaryDuties`: POST the delta to the backup's agent, with the registry's
-    grant of the call (`token()`: one is reused while fresh); it returns once applied."""
+def ship_over_http(client: Callable[[], httpx.Client], endpoint: str, key: str, epoch: int, token: Callable[[], str]) -> Callable[[bytes], Any]:
+    """A `ship` for `PrimaryDuties`: POST the delta to the backup's agent (with `client()`, the
+    connection to it), with the registry's grant of the call (`token()`: one is reused while
+    fresh); it returns once applied."""
 
     def ship(data: bytes) -> Any:
-        response = client.post(
+        response = client().post(
             f"{endpoint.rstrip('/')}/ha/{key}/delta", params={"epoch": epoch}, content=data, headers={"Authorization": f"Bearer {token()}"}
         )
         response.raise_for_status()
@@ -108,11 +109,10 @@ class HADuties:
         deltas_applied: deltas applied here as a backup.
     """
 
-    def __init__(self, agent: Agent, *, interval_s: float = 2.0, http: httpx.Client | None = None) -> None:
+    def __init__(self, agent: Agent, *, interval_s: float = 2.0) -> None:
         self.agent = agent
         self.interval_s = interval_s
         self.machine = HAMachine(agent.config.name, interval_s=interval_s)
-        self.http = http or httpx.Client(timeout=10.0)
         self.modes: dict[str, str] = {}
         self.duties: dict[str, Duty] = {}
         self.backups: dict[str, PassiveBackup] = {}
@@ -197,7 +197,8 @@ class HADuties:
     def _answers(self, participant: str) -> bool:
         """Whether `participant`'s agent answers its health check, asked directly."""
         try:
-            return self.http.get(self.agent.endpoint(participant).rstrip("/") + "/healthz", timeout=PROBE_S).status_code == 200
+            endpoint = self.agent.endpoint(participant)
+            return self.agent.peers.client(endpoint).get(endpoint.rstrip("/") + "/healthz", timeout=PROBE_S).status_code == 200
         except Exception:  # unreachable, refused, timed out, or its endpoint unknown: it does not answer
             return False
 
@@ -299,7 +300,7 @@ class HADuties:
         if duty.holder is not None:
             endpoint = self.agent.endpoint(duty.holder)
             grant = functools.partial(self.agent.credentials.token, task["id"], "delta", duty.holder, duty.epoch)
-            ship = ship_over_http(self.http, endpoint, key, duty.epoch, grant)
+            ship = ship_over_http(functools.partial(self.agent.peers.client, endpoint), endpoint, key, duty.epoch, grant)
         self.host.ha_start_duties(key, duty.mode, self.agent.task_input(task), consumer_name(key, self.me),
                                   query=task.get("query"), params=dict(task.get("params") or {}), interval_s=self.interval_s, ship=ship)
         self.duties[key] = duty
@@ -470,4 +471,3 @@ class HADuties:
         for key in list(self.duties):
             self.host.ha_stop_duties(key, release=False)
         self.duties.clear()
-        self.http.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import shutil
+import ssl
 import tarfile
 import time
 from pathlib import Path
@@ -136,12 +137,14 @@ def _read_capped(response: httpx.Response) -> bytes:
     return b"".join(chunks)
 
 
-def fetch(endpoint: str, task_key: str, epoch: int, token: str, *, timeout_s: float = 60.0, poll_s: float = 0.1) -> bytes:
+def fetch(endpoint: str, task_key: str, epoch: int, token: str, *, timeout_s: float = 60.0, poll_s: float = 0.1,
+          verify: ssl.SSLContext | bool = True) -> bytes:
     """The checkpoint of `task_key` from its previous host, retrying while it is not released
-    yet; `token` is the registry's grant of this call (`bpm.tokens`)."""
+    yet; `token` is the registry's grant of this call (`bpm.tokens`), `verify` what the
+    previous host's TLS must show (`spark_agents.tls.Peers.verify`)."""
     deadline = time.monotonic() + timeout_s
     last = "no answer"
-    with httpx.Client(base_url=endpoint.rstrip("/"), timeout=30.0, headers={"Authorization": f"Bearer {token}"}) as http:
+    with httpx.Client(base_url=endpoint.rstrip("/"), timeout=30.0, headers={"Authorization": f"Bearer {token}"}, verify=verify) as http:
         while time.monotonic() < deadline:
             try:
                 with http.stream("GET", f"/handover/{task_key}", params={"epoch": epoch}) as response:

@@ -18,6 +18,7 @@ from bpm.costs import CostFunction
 from bpm.query import Params, Query, QueryError
 from spark_agents.agent import KEY_FILE, Agent, AgentConfig, write_key
 from spark_agents.query import bind_task
+from spark_agents.tls import OwnCertificate
 from spark_agents.metrics import default_load_window_s, default_startup_s, demand, scaled_to_process, steady_window_start
 
 if TYPE_CHECKING:
@@ -287,8 +288,11 @@ def run_agent(
     cost_model: CostFunction | None = None,
     broker: OwnBroker | None = None,
     prime_s: float = 0.0,
+    tls: OwnCertificate | None = None,
 ) -> None:
     """Run until SIGTERM or SIGINT; then stop every task at a batch boundary and exit.
+    With `tls`, the agent serves HTTPS with that certificate, which it registers with the
+    registry for its partners to pin (`spark_agents.tls`); without, plain HTTP (`--insecure`).
     With `broker`, the participant's own NATS server runs as long as the agent. With
     `prime_s`, its Spark first runs each query it can run over made-up records, for that
     long in all (`spark_agents.warmup`), before the agent answers or trades."""
@@ -329,10 +333,14 @@ def run_agent(
         host = TaskHost(spark, config.workdir, cpus=cpus, interval_s=sample_s)
         host.start_sampling()
         client = cleanup.enter_context(RegistryClient(registry_url, key))
+        if tls is not None:
+            registered = client.register_certificate(config.name, tls.pem)
+            log.info("%s: TLS certificate %s... registered", config.name, registered["certificate_sha256"][:16])
         tasks = SparkTasks(host, trigger_s, cost_model, queries=config.queries)
         agent = Agent(config, client, tasks, broker=broker)
         tasks.registry_epoch = agent.registry_epoch
-        server = uvicorn.Server(uvicorn.Config(create_agent_app(agent, host), host=bind_host, port=port, log_level="warning"))
+        served_tls = {"ssl_certfile": str(tls.cert_file), "ssl_keyfile": str(tls.key_file)} if tls is not None else {}
+        server = uvicorn.Server(uvicorn.Config(create_agent_app(agent, host), host=bind_host, port=port, log_level="warning", **served_tls))
         server_thread = threading.Thread(target=server.run, name="bpm-agent-http", daemon=True)
         server_thread.start()
         log.info("%s: agent on %s, Spark %s (driver at %s), registry %s", config.name, config.endpoint, spark_master, driver_host, registry_url)

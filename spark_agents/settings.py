@@ -52,8 +52,12 @@ class AgentSettings(BaseSettings):
     registry: str = Field("http://127.0.0.1:8000", description="Registry base URL.", json_schema_extra=_env("BPM_REGISTRY_URL"))
     host: str = Field("127.0.0.1", description="Address this agent listens on: its host's own address (loopback by default).")
     port: int = Field(9000, ge=1, le=65535, description="Port of the agent's HTTP endpoint (status, metrics, handover).")
-    endpoint: str | None = Field(None, description="URL partners reach this agent at (default http://HOST:PORT); set it when HOST is 0.0.0.0, as in a container.",
+    endpoint: str | None = Field(None, description="URL partners reach this agent at (default https://HOST:PORT, http:// with --insecure); set it when HOST is 0.0.0.0, as in a container.",
                                  json_schema_extra=_env("BPM_ENDPOINT"))
+    tls_cert: Path | None = Field(None, description="The TLS certificate (PEM) this agent serves, with --tls-key: say one of the operator's own CA; by default the agent makes a certificate of its own and keeps it in WORKDIR/tls. Either way it registers it with the registry, and partners trust that certificate only.",
+                                  json_schema_extra=_env("BPM_TLS_CERT"))
+    tls_key: Path | None = Field(None, description="The private key of --tls-cert (PEM).", json_schema_extra=_env("BPM_TLS_KEY"))
+    insecure: bool = Field(False, description="Serve plain HTTP and talk plain HTTP to partners that do: checkpoints, broker credentials and tokens then cross the network readable. For a test on one machine only.")
     spark_master: str = Field("local[*]", description="Spark master URL: local[*], local[N], spark://host:port.", json_schema_extra=_env("BPM_SPARK_MASTER"))
     spark_driver_host: str | None = Field(None, description="Address the Spark driver advertises to its executors (default: 127.0.0.1 on a local master, else HOST).",
                                           json_schema_extra=_env("BPM_SPARK_DRIVER_HOST"))

@@ -166,7 +166,8 @@ def test_participants_run_the_demos_agent_settings():
         initial = {"partitions": f"0-{member.initial - 1}"} if member.initial else {}
         expected = AgentSettings(name=member.name, **inputs, **initial, **demo._agent_settings(member))
         assert settings.model_dump(exclude=PLACE) == expected.model_dump(exclude=PLACE), member.name
-        assert settings.workdir == Path(f"/data/agents/{member.name}") and settings.endpoint == f"http://{member.name}:9000"
+        assert settings.workdir == Path(f"/data/agents/{member.name}") and settings.endpoint == f"https://{member.name}:9000"
+        assert not settings.insecure, "agents serve TLS"
         assert (settings.broker_port is None) == (member.shares == 0)
     assert services["d"].get("profiles") == ["join"], "d joins later"
     for member in MEMBERS:
@@ -187,13 +188,12 @@ def test_the_federation_services_run_as_local_processes_and_move_load(tmp_path):
     import signal
     import time
 
-    import httpx
-
     from bpm.keygroups import StreamLocation, parse_location, shares
     from bpm_app.demo.run import queries_to_add
     from bpm_http.client import RegistryClient
     from bpm_app.processes import wait_http
     from spark_agents.hosts import open_hosts
+    from spark_agents.tls import Peers
     from tests.conftest import free_port, require_postgres
     from tests.registry_server import BPM
 
@@ -212,7 +212,7 @@ def test_the_federation_services_run_as_local_processes_and_move_load(tmp_path):
         """A compose argument on this machine: each participant's own folder, loopback addresses."""
         argument = argument.replace("/data", str(data / participant) if participant else str(data)).replace("http://registry:8000", registry_url)
         for name, address in addresses.items():
-            argument = argument.replace(f"http://{name}:9000", f"http://{address}:{ports[name]}")
+            argument = argument.replace(f"https://{name}:9000", f"https://{address}:{ports[name]}")
             argument = argument.replace(f"nats://{name}:4222", f"nats://{address}:{brokers[name][0]}")
         return argument
 
@@ -251,7 +251,7 @@ def test_the_federation_services_run_as_local_processes_and_move_load(tmp_path):
         # The operator registers the participants; each agent gets only its own key.
         with RegistryClient(registry_url, admin_key) as operator:
             for name in addresses:
-                secrets[f"BPM_KEY_{name.upper()}"] = operator.add_participant(name, local(f"http://{name}:9000"))["api_key"]
+                secrets[f"BPM_KEY_{name.upper()}"] = operator.add_participant(name, local(f"https://{name}:9000"))["api_key"]
         for name, address in addresses.items():
             service = services[name]
             config = tmp_path / f"{name}.toml"  # the service's file with this machine's folders and URLs
@@ -262,8 +262,15 @@ def test_the_federation_services_run_as_local_processes_and_move_load(tmp_path):
             assert "BPM_ADMIN_KEY" not in environment(service), "an agent gets no operator key"
             start(name, command, service)
         bin_dir = str(Path(BPM).parent)
+        # The agents' HTTPS, checked as a partner does: against the certificate each registered.
+        def participant(name: str) -> dict:
+            with RegistryClient(registry_url, admin_key) as operator:
+                return operator.participant(name)
+
+        peers = Peers(participant)
         for name, address in addresses.items():  # once its participant's broker is up, as compose's depends_on says
-            wait_http(f"http://{address}:{ports[name]}/healthz", processes[name], tmp_path / f"{name}.log", 180)
+            wait_http(f"https://{address}:{ports[name]}/healthz", processes[name], tmp_path / f"{name}.log", 180,
+                      get=lambda url, name=name: peers.client(peers.endpoint(name)).get(url, timeout=1.0))
             service = services[f"replay-{name}"]
             script = local(service["command"][-1], name).replace("bpm ", f"{bin_dir}/bpm ")
             start(f"replay-{name}", [*service["command"][:-1], script], service)
@@ -287,7 +294,7 @@ def test_the_federation_services_run_as_local_processes_and_move_load(tmp_path):
                     count = queries_to_add(1.15 * a["threshold"], [a["load"]], [a["load"] / k], 16 - k)
                     for prefix in shares(16)[k:k + count]:
                         uri = str(StreamLocation(parse_location(tasks[0]["input_uri"]).url, "a", prefix))
-                        added = httpx.post(f"http://{addresses['a']}:{ports['a']}/tasks", json={"name": f"g{prefix}", "input_uri": uri, "params": tasks[0]["params"]},
+                        added = peers.client(peers.endpoint("a")).post(f"https://{addresses['a']}:{ports['a']}/tasks", json={"name": f"g{prefix}", "input_uri": uri, "params": tasks[0]["params"]},
                                            headers={"Authorization": f"Bearer {secrets['BPM_KEY_A']}"}, timeout=30)
                         assert added.status_code == 201, added.text
                     added_at = time.monotonic()

@@ -39,7 +39,8 @@ def _targets(config: dict) -> dict[str, dict[str, str]]:
     """Every static target of the scrape configuration: host:port -> its labels (its job's included)."""
     found: dict[str, dict[str, str]] = {}
     for job in config["scrape_configs"]:
-        assert job.get("metrics_path", "/metrics") == "/metrics" and job.get("scheme", "http") == "http", job
+        assert job.get("metrics_path", "/metrics") == "/metrics", job
+        assert job.get("scheme", "http") == ("https" if job["job_name"] == "agents" else "http"), "the agents serve HTTPS only"
         for group in job["static_configs"]:
             for target in group["targets"]:
                 assert target not in found, f"{target} is scraped twice"

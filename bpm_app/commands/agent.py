@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import inspect
+import logging
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Literal, get_args, get_origin
+from urllib.parse import urlsplit
 
 import typer
 
 from bpm_app.commands import app, choice, fail
+
+log = logging.getLogger(__name__)
 
 agent_app = typer.Typer(help="Run a participant's agent.", no_args_is_help=True)
 app.add_typer(agent_app, name="agent")
@@ -155,12 +159,16 @@ def _run(s) -> None:
     from spark_agents.metrics import default_warmup_s
     from spark_agents.runtime import participant_key, run_agent
     from spark_agents.session import driver_addresses
+    from spark_agents.tls import own_certificate
 
     from bpm_app.logs import configure
 
     configure(s.log_format, participant=s.name)
     workdir = (s.workdir or Path("bpm-agents") / s.name).resolve()
-    endpoint = s.endpoint or f"http://{s.host}:{s.port}"
+    endpoint = s.endpoint or f"{'http' if s.insecure else 'https'}://{s.host}:{s.port}"
+    if urlsplit(endpoint).scheme != ("http" if s.insecure else "https"):
+        raise typer.BadParameter(f"{endpoint} is plain HTTP: use https://, or --insecure" if not s.insecure
+                                 else f"{endpoint} is not http://, which --insecure serves", param_hint="--endpoint")
     own_query, bound, queries = agent_queries(s.query, s.param, s.can_run)
     params = {**bound, "trigger_s": s.trigger}
     if s.shares is not None and s.broker_port is None:
@@ -204,10 +212,19 @@ def _run(s) -> None:
         correlate=s.correlate,
         availability_bound_s=s.availability_bound,
         queries=queries,
+        insecure=s.insecure,
     )
+    tls = None
+    if s.insecure:
+        log.warning("%s: --insecure: this agent serves and speaks plain HTTP; whoever is on the path reads its checkpoints, broker credentials and call tokens", s.name)
+    else:
+        try:
+            tls = own_certificate(workdir, s.name, [urlsplit(endpoint).hostname or s.host], cert_file=s.tls_cert, key_file=s.tls_key)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--tls-cert") from None
     fixed = MM1Cost(a=s.mm1_scale, c=1.0) if s.cost_model == "mm1" else None
     api_key = participant_key(s.registry, s.name, endpoint, workdir, s.key, s.admin_key)
     driver_host, driver_bind = driver_addresses(s.spark_master, s.host, s.spark_driver_host, s.spark_bind_address)
     run_agent(config, registry_url=s.registry, key=api_key, bind_host=s.host, port=s.port, spark_master=s.spark_master,
               driver_host=driver_host, driver_bind=driver_bind, cpus=s.cpus, trigger_s=s.trigger,
-              sample_s=s.sample, cost_model=fixed, broker=broker, prime_s=s.prime)
+              sample_s=s.sample, cost_model=fixed, broker=broker, prime_s=s.prime, tls=tls)

@@ -28,6 +28,7 @@ from bpm_app.processes import wait_http
 from spark_agents.hosts import Host, Hosts
 from spark_agents.runtime import KEY_FILE
 from spark_agents.settings import AgentSettings
+from spark_agents.tls import Peers
 
 if TYPE_CHECKING:
     from bpm_app.demo.queries import DemoQuery
@@ -49,12 +50,24 @@ class Federation:
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     endpoints: dict[str, str] = field(default_factory=dict)
     keys: dict[str, str] = field(default_factory=dict)  # each participant's key, as the operator registered it
+    peers: Peers = None  # type: ignore[assignment]  # the agents' TLS, as the registry lists their certificates
 
     REGISTRY = "registry"  # the registry's host
 
     def __post_init__(self) -> None:
         if self.hosts is None:
             self.hosts = Hosts(self.workdir / "hosts", None, None)
+        if self.peers is None:
+            self.peers = Peers(self._participant, insecure=True)  # an agent started --insecure is asked in plain HTTP
+
+    def _participant(self, name: str) -> dict:
+        with self.operator() as operator:
+            return operator.participant(name)
+
+    def agent_get(self, name: str, path: str, timeout_s: float = 10.0) -> httpx.Response:
+        """GET `path` of participant `name`'s agent, over TLS pinned to the certificate it registered."""
+        endpoint = self.peers.endpoint(name)
+        return self.peers.client(endpoint).get(endpoint + path, timeout=timeout_s)
 
     @property
     def registry_url(self) -> str:
@@ -113,7 +126,7 @@ class Federation:
         config = host.folder / "agent.toml"
         config.write_text(AgentSettings(name=name, registry=self.registry_url, host=host.address, port=port,
                                         workdir=self._agent_workdir(name), **settings).toml())
-        self.endpoints[name] = f"http://{host.address}:{port}"
+        self.endpoints[name] = f"{'http' if settings.get('insecure') else 'https'}://{host.address}:{port}"
         if name not in self.keys:
             with self.operator() as operator:
                 self.keys[name] = operator.add_participant(name, self.endpoints[name])["api_key"]
@@ -122,7 +135,8 @@ class Federation:
 
     def wait_agent(self, name: str, timeout_s: float = 180, on_wait: Callable[[], None] | None = None) -> None:
         log = self.workdir / "logs" / f"{name}.log"
-        wait_http(self.endpoints[name] + "/healthz", self.processes[name], log, timeout_s, on_wait=on_wait)
+        wait_http(self.endpoints[name] + "/healthz", self.processes[name], log, timeout_s, on_wait=on_wait,
+                  get=lambda _: self.agent_get(name, "/healthz", 1.0))
 
     def generate_traffic(self, name: str, duration_s: float, rate: float, sources: int, scanners: int, seed: int,
                          shared_scanners: int = 0, shared_seed: int = 0, timeout_s: float = 300) -> Callable[[], Path]:
@@ -234,6 +248,7 @@ class Federation:
                 process.wait()
             self.processes.clear()
         finally:
+            self.peers.close()
             self.hosts.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

@@ -530,10 +530,11 @@ class Demo:
 
     def _agent_status(self, name: str, timeout_s: float = 10.0) -> dict | None:
         """Participant `name`'s agent's `/status`; None while it cannot say."""
-        endpoint = self.fed.endpoints.get(name)
+        if name not in self.fed.endpoints:
+            return None
         try:
-            return httpx.get(endpoint + "/status", timeout=timeout_s).json() if endpoint else None
-        except (httpx.HTTPError, ValueError):
+            return self.fed.agent_get(name, "/status", timeout_s).json()
+        except (httpx.HTTPError, ValueError, RuntimeError):  # RuntimeError: not registered yet (`spark_agents.tls.PeerRefused`)
             return None
 
     def _spare_tasks(self, name: str) -> list[str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import ssl
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -213,15 +214,16 @@ _PASSWORD = re.compile(r"^[A-Za-z0-9_-]{8,200}$")
 
 
 def ask_agent(endpoint: str, path: str, token: str, what: str, *, params: Mapping[str, object] | None = None,
-              refusals: Mapping[int, type[Exception]] | None = None, timeout_s: float = 30.0) -> dict:
+              refusals: Mapping[int, type[Exception]] | None = None, timeout_s: float = 30.0, verify: ssl.SSLContext | bool = True) -> dict:
     """The JSON object another agent at `endpoint` answers to GET `path`, asked with the
-    registry's `token` for the call, checked to hold a user and a password. A status in
+    registry's `token` for the call (over TLS that shows what `verify` checks,
+    `spark_agents.tls.Peers.verify`), checked to hold a user and a password. A status in
     `refusals` raises its exception; anything else that goes wrong a RuntimeError (`what`
     says what was asked, in the message)."""
     import httpx
 
     try:
-        response = httpx.get(f"{endpoint.rstrip('/')}{path}", params=params, timeout=timeout_s, headers={"Authorization": f"Bearer {token}"})
+        response = httpx.get(f"{endpoint.rstrip('/')}{path}", params=params, timeout=timeout_s, headers={"Authorization": f"Bearer {token}"}, verify=verify)
     except httpx.HTTPError as exc:
         raise RuntimeError(f"cannot ask {endpoint} for {what}: {exc}") from exc
     if response.status_code in (refusals or {}):
@@ -236,14 +238,16 @@ def ask_agent(endpoint: str, path: str, token: str, what: str, *, params: Mappin
     return body
 
 
-def ask_credentials(endpoint: str, key: str, epoch: int, token: str, me: str, *, timeout_s: float = 30.0) -> tuple[str, str]:
+def ask_credentials(endpoint: str, key: str, epoch: int, token: str, me: str, *, timeout_s: float = 30.0,
+                    verify: ssl.SSLContext | bool = True) -> tuple[str, str]:
     """(user, password) with which this participant, `me`, reads task `key`'s share of its
     origin's stream: asked of the origin's agent at `endpoint` with the registry's token for
     the call (purpose `stream`). What the origin answers is checked before use: the user
     must be `me`, the password a plain token. A refusal because the registry places the
     task elsewhere now is a PermissionError (a lost race); anything else a RuntimeError."""
     what = f"the stream of {key} at epoch {epoch}"
-    body = ask_agent(endpoint, f"/broker/{key}", token, what, params={"epoch": epoch}, refusals={409: PermissionError}, timeout_s=timeout_s)
+    body = ask_agent(endpoint, f"/broker/{key}", token, what, params={"epoch": epoch}, refusals={409: PermissionError}, timeout_s=timeout_s,
+                     verify=verify)
     user, password = body["user"], body["password"]
     if user != me or not isinstance(password, str) or not _PASSWORD.match(password):
         raise RuntimeError(f"{endpoint} answered {what} with credentials that are not {me}'s")

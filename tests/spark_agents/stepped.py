@@ -88,6 +88,7 @@ def stepped_federation(
                 availability_bound_s=2.0,
                 fixed_cost=(fixed_cost or {}).get(name),
                 queries={MONITORING.name: MONITORING},
+                insecure=True,  # the agents call each other in process (`fetch`, `ask_stream`, ...), never over a network
             )
             config = replace(config, **(settings or {}).get(name, {}))
             agent = Agent(config, client, make_host(now), clock=now, fetch=fetch, ask_stream=ask_stream, send_ack=send_ack,

@@ -188,8 +188,9 @@ class SteppedHAHost:
         return min(times) if times else None
 
 
-def delta_http(agents: dict[str, Agent]) -> httpx.Client:
-    """Agents' HTTP between each other, in process: the delta endpoint of the addressed agent."""
+def delta_http(agents: dict[str, Agent]) -> httpx.MockTransport:
+    """Agents' HTTP between each other, in process: the delta endpoint of the addressed agent
+    (an agent's `peers.transport`)."""
 
     def deliver(request: httpx.Request) -> httpx.Response:
         _, name, _, key, _ = request.url.path.split("/", 4)
@@ -202,7 +203,7 @@ def delta_http(agents: dict[str, Agent]) -> httpx.Client:
             return httpx.Response(409, json={"detail": str(exc)})
         return httpx.Response(200, json=body)
 
-    return httpx.Client(transport=httpx.MockTransport(deliver))
+    return httpx.MockTransport(deliver)
 
 
 @pytest.fixture
@@ -213,7 +214,7 @@ def federation(tmp_path):
 
         def add_with_http(name: str, tasks: int) -> Agent:
             agent = add(name, tasks)
-            agent.ha.http = delta_http(agents)
+            agent.peers.transport = delta_http(agents)
             return agent
 
         yield federation[0], agents, add_with_http, federation[3]
@@ -324,7 +325,7 @@ def test_a_host_silent_to_the_registry_that_answers_its_origin_keeps_its_tasks_u
         name = request.url.path.strip("/").split("/")[0]
         return httpx.Response(200 if request.url.path.endswith("/healthz") and name in answering else 503)
 
-    agents["a"].ha.http = httpx.Client(transport=httpx.MockTransport(health))
+    agents["a"].peers.transport = httpx.MockTransport(health)
     for _ in range(6):  # b is cut off from the registry only: it stops heartbeating, and still answers a
         _round(agents, clock, "ac")
     assert {p["name"]: p["status"] for p in operator.participants()}["b"] in ("suspected", "failed")

@@ -240,7 +240,7 @@ def test_a_half_of_a_split_task_moved_under_passive_standby_fails_over_over_its_
     broker, fences = own_brokers["a"], Fences()
     with stepped_federation(tmp_path, lambda now: Host(fences, now), {"window_s": 10}, brokers=own_brokers) as (operator, agents, add, clock):
         a, b = add("a", 1), add("b", 0)
-        a.ha.http = b.ha.http = delta_http(agents)
+        a.peers.transport = b.peers.transport = delta_http(agents)
         with Broker(broker.url, "a", broker.password) as mine:
             Feeder(BrokerStream(mine, "a"), QueryParams()).feed(generate(TrafficProfile(duration_s=30, rate=20), 1))
         a.sync()

@@ -160,7 +160,7 @@ def test_tasks_of_two_queries_fail_over_from_a_crashed_host_and_each_origin_gets
 
             a, b, c = add("a", 1), add("b", 1), add("c", 0)
             for agent in (a, b, c):
-                agent.ha.http = delta_http(agents)  # deltas between agents in process; a health probe gets no answer
+                agent.peers.transport = delta_http(agents)  # deltas between agents in process; a health probe gets no answer
             feed(0)
             _until_running(a, {"a.g"})
             _until_running(b, {"b.g"})
