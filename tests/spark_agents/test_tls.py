@@ -165,3 +165,19 @@ def test_a_participant_that_registers_a_partner_s_endpoint_gets_no_pin_of_its_ow
     with pytest.raises(PeerRefused, match="both register"):
         peers.endpoint("x")
     assert peers.verify("https://127.0.0.1:9") is pinned_context(registry["b"]["certificate"]), "b's pin stands"
+
+
+def test_an_agent_serves_plain_http_only_when_told_insecure_and_takes_no_half_pair(tmp_path):
+    from typer.testing import CliRunner
+
+    from bpm_app.cli import app
+
+    def agent(*args: str):
+        return CliRunner().invoke(app, ["agent", "run", "--name", "x", "--workdir", str(tmp_path), *args], env={"COLUMNS": "1000"})
+
+    for args, says in ((["--endpoint", "http://127.0.0.1:9000"], "is plain HTTP: use https://, or --insecure"),
+                       (["--insecure", "--endpoint", "https://127.0.0.1:9000"], "is not http://, which --insecure serves"),
+                       (["--tls-cert", str(tmp_path / "c.pem")], "needs its key")):
+        done = agent(*args)
+        assert done.exit_code == 2 and says in " ".join(done.output.split()), done.output
+    assert not (tmp_path / "tls").exists(), "nothing made for an agent that does not start"
