@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
 from bpm_http.client import RegistryClient, RegistryError
 from bpm.costs import CostFunction
 from bpm.query import Params, Query, QueryError
@@ -248,6 +250,25 @@ def participant_key(registry_url: str, name: str, endpoint: str, workdir: Path, 
     return created["api_key"]
 
 
+def register_certificate(client: RegistryClient, name: str, pem: str, stop: threading.Event, *, retry_s: float = 2.0) -> None:
+    """Register the TLS certificate this agent serves, before it serves: its partners pin it.
+    Tried again every `retry_s` while the registry cannot be reached (or until `stop`); a
+    certificate the registry refuses is a SystemExit that says why."""
+    while not stop.is_set():
+        try:
+            registered = client.register_certificate(name, pem)
+        except RegistryError as exc:
+            if exc.status < 500:
+                raise SystemExit(f"{name}: the registry refuses its TLS certificate: {exc}") from None
+            log.warning("%s: cannot register its TLS certificate yet: %s", name, exc)
+        except httpx.HTTPError as exc:
+            log.warning("%s: cannot register its TLS certificate yet, the registry does not answer: %s", name, exc)
+        else:
+            log.info("%s: TLS certificate %s... registered", name, registered["certificate_sha256"][:16])
+            return
+        stop.wait(retry_s)
+
+
 def _is_key_of(registry_url: str, name: str, key: str) -> bool:
     """Whether the registry takes `key` as `name`'s (False too when it cannot be asked)."""
     try:
@@ -334,8 +355,7 @@ def run_agent(
         host.start_sampling()
         client = cleanup.enter_context(RegistryClient(registry_url, key))
         if tls is not None:
-            registered = client.register_certificate(config.name, tls.pem)
-            log.info("%s: TLS certificate %s... registered", config.name, registered["certificate_sha256"][:16])
+            register_certificate(client, config.name, tls.pem, stop)
         tasks = SparkTasks(host, trigger_s, cost_model, queries=config.queries)
         agent = Agent(config, client, tasks, broker=broker)
         tasks.registry_epoch = agent.registry_epoch

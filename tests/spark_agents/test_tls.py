@@ -181,3 +181,29 @@ def test_an_agent_serves_plain_http_only_when_told_insecure_and_takes_no_half_pa
         done = agent(*args)
         assert done.exit_code == 2 and says in " ".join(done.output.split()), done.output
     assert not (tmp_path / "tls").exists(), "nothing made for an agent that does not start"
+
+
+def test_an_agent_registers_its_certificate_once_the_registry_answers_and_stops_on_a_refusal():
+    from bpm_http.client import RegistryClient
+    from spark_agents.runtime import register_certificate
+
+    pem = certificates.self_signed("a", ["127.0.0.1"])[0].decode()
+    answers = [httpx.ConnectError("down"), httpx.Response(503, json={"detail": "starting"}),
+               httpx.Response(200, json={"certificate_sha256": certificates.sha256(pem)})]
+    asked = []
+
+    def registry(request: httpx.Request) -> httpx.Response:
+        asked.append((request.method, request.url.path))
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    with RegistryClient("http://registry", "key", transport=httpx.MockTransport(registry)) as client:
+        register_certificate(client, "a", pem, threading.Event(), retry_s=0.01)
+    assert asked == [("PUT", "/api/v1/participants/a/certificate")] * 3, "tried until the registry took it"
+
+    answers.append(httpx.Response(422, json={"detail": "not valid now"}))
+    with RegistryClient("http://registry", "key", transport=httpx.MockTransport(registry)) as client:
+        with pytest.raises(SystemExit, match="the registry refuses its TLS certificate: 422: not valid now"):
+            register_certificate(client, "a", pem, threading.Event(), retry_s=0.01)
