@@ -184,6 +184,7 @@ def run(url: str, admin_key: str, s: Settings, workdir: Path, progress: Callable
             tasks=[OwnTask(f"t{k}", "") for k in range(s.tasks)],  # no input: the hosts are simulated
             period_s=s.period_s, tick_s=s.tick_s, heartbeat_s=s.heartbeat_s, reference_price=1.0, ha=s.ha_mode != "none",
             warmup_s=0.0, settle_s=0.0,  # the benchmark warms up itself (--warmup); its hosts are simulated
+            insecure=True,  # its endpoint is no server: simulated hosts hand over in process (`fetch`)
         )
         agent = Agent(config, RegistryClient(url, keys[name], transport=transport, timeout=60.0), host, fetch=fetch)
         agent.connect()
