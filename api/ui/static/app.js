@@ -450,6 +450,10 @@ function render() {
 const badge = (text, kind = text) => h('span', { class: `badge ${kind}` }, text);
 const route = (from, to) => `${from} → ${to}`;
 const youMark = (name) => (state.me && name === state.me.name ? h('span', { class: 'you' }, ' (you)') : null);
+// The TLS certificate its agent registered, which partners pin: the start of its SHA-256, whole in the title.
+const tlsMark = (p) => (p.certificate_sha256
+  ? h('div', { class: 'sub', title: `SHA-256 ${p.certificate_sha256}` }, `TLS ${p.certificate_sha256.slice(0, 16)}…`)
+  : h('div', { class: 'sub' }, 'no TLS certificate'));
 
 function marginalCost(mc) {
   if (!mc || !Object.keys(mc).length) return DASH;
@@ -471,7 +475,7 @@ function renderParticipants() {
       'Participants',
       ['Participant', 'Status', 'Load against threshold', 'Marginal cost', 'Heartbeat', 'Hosted tasks'],
       shown.map((p) => [
-        h('div', {}, h('strong', {}, p.name), youMark(p.name), h('div', { class: 'sub' }, p.endpoint)),
+        h('div', {}, h('strong', {}, p.name), youMark(p.name), h('div', { class: 'sub' }, p.endpoint), tlsMark(p)),
         badge(p.status),
         h('div', { class: 'load' }, loadBar(p.load, p.threshold), h('span', { class: 'num' }, `${num(p.load)} / ${num(p.threshold)}`)),
         { cell: marginalCost(p.marginal_cost), class: 'num' },

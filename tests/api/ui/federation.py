@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from bpm import certificates
 from bpm_http.client import RegistryClient, RegistryError
 from tests.conftest import free_port
 
@@ -121,10 +122,12 @@ def play(url: str, clock: SteppedClock, duration_s: float = 1800.0) -> dict:
     origin_of: dict[int, str] = {}
 
     def join(m: Member) -> None:
-        keys[m.name] = operator.add_participant(m.name, f"http://127.0.0.{2 + len(keys)}:9100")["api_key"]
+        address = f"127.0.0.{2 + len(keys)}"
+        keys[m.name] = operator.add_participant(m.name, f"https://{address}:9100")["api_key"]
         m.client = RegistryClient(url, keys[m.name])
+        m.client.register_certificate(m.name, certificates.self_signed(m.name, [address])[0].decode())  # as its agent does at start
         for i, load in enumerate(m.task_loads):
-            task = m.client.register_task(f"{m.name}-conn-p{i}", load=load, input_uri=f"nats://127.0.0.1:4222/{m.name}", params={"partition": i, "partitions": len(m.task_loads)})
+            task = m.client.register_task(f"{m.name}-conn-p{i}", load=load, input_uri=f"nats://{address}:4222/{m.name}", params={"partition": i, "partitions": len(m.task_loads)})
             m.task_ids.append(task["id"])
             base[task["id"]] = load
             origin_of[task["id"]] = m.name

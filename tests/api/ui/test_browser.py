@@ -15,6 +15,7 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
+from bpm import certificates
 from bpm_http.client import RegistryError
 from tests.api.ui.browser import sign_in
 
@@ -75,6 +76,8 @@ def test_participants_show_status_load_against_threshold_and_history_live(federa
     federation["alpha"].heartbeat("alpha", {"load": 0.5, "threshold": 0.7, "marginal_cost": {"shed": 1.4, "take": 1.9}})
     federation["alpha"].heartbeat("alpha", {"load": 0.9, "threshold": 0.7, "marginal_cost": {"shed": 2.5, "take": 3.1}})
     federation["bravo"].heartbeat("bravo", {"load": 0.3, "threshold": 0.7})
+    pem = certificates.self_signed("alpha", ["127.0.0.1"])[0].decode()
+    federation["alpha"].register_certificate("alpha", pem)
     sign_in(page, federation.url, federation.registry.admin_key)
     mark_page(page)
 
@@ -90,6 +93,9 @@ def test_participants_show_status_load_against_threshold_and_history_live(federa
     charlie = rows.filter(has_text="charlie")
     expect(charlie).to_contain_text("new")
     expect(charlie).to_contain_text("never")
+    fingerprint = certificates.parse(pem).sha256
+    expect(alpha.get_by_title(f"SHA-256 {fingerprint}")).to_have_text(f"TLS {fingerprint[:16]}…")
+    expect(charlie).to_contain_text("no TLS certificate")
     expect(page.locator("#participants-summary")).to_contain_text("Over threshold: alpha (0.90 > 0.70)")
 
     charts = page.locator("#load-charts figure")
