@@ -104,8 +104,9 @@ def set_certificate(session: Session, caller: Principal, name: str, pem: str, no
     if participant.certificate != pem:
         participant.certificate = pem
         session.flush()
-        events.record(session, "participant.certificate", f"{caller.name} registered {name}'s TLS certificate {certificate_sha256(participant)[:16]}...",
-                      actor=caller.name, subject=name, at=now, data={"sha256": certificate_sha256(participant)})
+        digest = certificates.sha256(pem)
+        events.record(session, "participant.certificate", f"{caller.name} registered {name}'s TLS certificate {digest[:16]}...",
+                      actor=caller.name, subject=name, at=now, data={"sha256": digest})
     return participant
 
 
