@@ -699,7 +699,7 @@ class Agent:
             return replace(self.broker.own_input(where), start_seq=self.regrain.start_after.get(key, 0))
         token = self.credentials.token(task["id"], "stream", origin, task["epoch"])
         user, password = self.ask_stream(self.endpoint(origin), key, task["epoch"], token)
-        return JetStreamInput(where.url, user, password, origin, where.prefix)
+        return JetStreamInput(where.url, user, password, origin, where.prefix, tls=self.peers.broker_tls(origin))
 
     def broker_grants(self) -> dict[str, set[tuple[str, str, bool]]]:
         """Who may read what of my broker: each partner the tasks of mine the registry says it
@@ -852,7 +852,7 @@ class Agent:
         if self.correlation is None:
             window_s, alert = self._alerts()
             self.correlation = Correlation(self.config.name, self.broker.url, self.broker.password, window_s=window_s, alert=alert,
-                                           bound_s=self.config.availability_bound_s)
+                                           bound_s=self.config.availability_bound_s, tls=self.broker.tls)
             self.note("correlation.started", f"{self.config.name} shares its alerts with its partners and correlates theirs "
                       f"(availability bound {self.config.availability_bound_s:g} s)")
         # A retired task's windows are all out: it holds no window back (`spark_agents.correlation.OwnAlerts`).
@@ -860,7 +860,9 @@ class Agent:
         mine = [key for key in self._task_ids if key.partition(".")[0] == self.config.name and key not in retired]
 
         def ask(partner: str) -> Endpoint:
-            return self.ask_alerts(self.endpoint(partner), self.credentials.token(None, "alerts", partner, None))
+            # Its broker shows the certificate its agent registered.
+            return replace(self.ask_alerts(self.endpoint(partner), self.credentials.token(None, "alerts", partner, None)),
+                           tls=self.peers.broker_tls(partner))
 
         self.correlation.step(mine, partners, now, ask)
 

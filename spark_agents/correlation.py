@@ -33,7 +33,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import nats
@@ -43,7 +43,7 @@ from bpm.dpc import Alert, Alerts, CorrelatedRow, Correlator, Ignored, Members, 
 from bpm.keygroups import token
 from bpm.names import check_name
 from spark_agents.broker.server import User, inbox_prefix, partner_user
-from spark_agents.broker.stream import Broker
+from spark_agents.broker.stream import Broker, tls_options
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +55,13 @@ MAX_SOURCES = 100_000
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where a broker is and who connects to it."""
+    """Where a broker is and who connects to it; over TLS pinned to the certificate `tls`
+    (PEM; None: plain text, `spark_agents.broker.stream.Broker`)."""
 
     url: str
     user: str
-    password: str
+    password: str = field(repr=False)
+    tls: str | None = field(default=None, repr=False)
 
 
 def alerts_reader(partner: str, password: str) -> User:
@@ -211,7 +213,8 @@ async def follow(owner: str, endpoint: Endpoint, events: asyncio.Queue, stop: as
                 # within seconds, and the client connects again (not after TCP's back-off)
                 nc = await nats.connect(endpoint.url, user=endpoint.user, password=endpoint.password, connect_timeout=timeout_s,
                                         allow_reconnect=True, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
-                                        ping_interval=1, max_outstanding_pings=2, inbox_prefix=inbox_prefix(endpoint.user))
+                                        ping_interval=1, max_outstanding_pings=2, inbox_prefix=inbox_prefix(endpoint.user),
+                                        **tls_options(endpoint.tls))
             js = nc.jetstream(timeout=timeout_s)
             state = (await js.stream_info(ALERTS)).state
             next_seq = max(next_seq, state.first_seq)
@@ -322,7 +325,7 @@ class LiveCorrelator:
             log.warning("refused alerts from %s: %s", owner, why)
 
         nc = await nats.connect(self.own.url, user=self.own.user, password=self.own.password, max_reconnect_attempts=-1,
-                                inbox_prefix=inbox_prefix(self.own.user))
+                                inbox_prefix=inbox_prefix(self.own.user), **tls_options(self.own.tls))
         js = nc.jetstream(timeout=10.0)
         resumed = False
         try:
@@ -411,14 +414,15 @@ class Correlation:
         shared: windows of alerts shared so far.
     """
 
-    def __init__(self, me: str, url: str, password: str, *, window_s: int, alert: Alert, bound_s: float = 10.0, retry_s: float = 30.0) -> None:
+    def __init__(self, me: str, url: str, password: str, *, window_s: int, alert: Alert, bound_s: float = 10.0, retry_s: float = 30.0,
+                 tls: str | None = None) -> None:
         self.me = me
         self.retry_s = retry_s
-        self.owner = Broker(url, me, password)
+        self.owner = Broker(url, me, password, tls=tls)
         ensure_streams(self.owner, correlated=True)
         shared = read_stream(self.owner, ALERTS, last=True)  # an agent restarted goes on after what it shared
         self.alerts = OwnAlerts(self.owner, window_s, alert, json.loads(shared[0])["window_end"] if shared else None)
-        self.own = Endpoint(url, me, password)
+        self.own = Endpoint(url, me, password, tls)
         self.bound_s = bound_s
         self.live: LiveCorrelator | None = None
         self.partners: dict[str, Endpoint] = {}

@@ -46,6 +46,11 @@ class OwnCertificate:
     pem: str
 
 
+def kept_certificate(workdir: Path) -> Path:
+    """Where an agent with work folder `workdir` keeps the certificate it made (`own_certificate`)."""
+    return workdir / TLS_FOLDER / "cert.pem"
+
+
 def own_certificate(workdir: Path, name: str, hosts: list[str], *, cert_file: Path | None = None, key_file: Path | None = None,
                     now: dt.datetime | None = None) -> OwnCertificate:
     """The certificate and key this agent serves: the operator's (`cert_file`, `key_file`,
@@ -60,8 +65,8 @@ def own_certificate(workdir: Path, name: str, hosts: list[str], *, cert_file: Pa
         except (OSError, certificates.CertificateError) as exc:
             raise ValueError(f"{cert_file}: {exc}") from None
         return OwnCertificate(cert_file, key_file, pem)
-    folder = workdir / TLS_FOLDER
-    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path = kept_certificate(workdir)
+    key_path = cert_path.with_name("key.pem")
     now = now or dt.datetime.now(dt.UTC)
     if cert_path.exists() and key_path.exists():
         try:
@@ -175,6 +180,18 @@ class Peers:
         if scheme == "http" and self.insecure:
             return True  # not used: no TLS
         raise PeerRefused(f"{endpoint} is not HTTPS: plain text to a partner only with --insecure")
+
+    def broker_tls(self, participant: str) -> str | None:
+        """The certificate `participant`'s broker shows, which this agent pins: the one its
+        agent registered (a participant's broker serves its agent's certificate); None when
+        its agent speaks plain text (an `http://` endpoint, used with `--insecure` only).
+        Raises `PeerRefused` as `verify` does."""
+        endpoint = self.endpoint(participant)
+        self.verify(endpoint)
+        if urlsplit(endpoint).scheme != "https":
+            return None
+        with self._lock:
+            return self._pins.get(endpoint)
 
     def client(self, endpoint: str) -> httpx.Client:
         """An HTTP client for `endpoint`'s agent (kept while its certificate stays the same)."""

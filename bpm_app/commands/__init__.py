@@ -6,8 +6,11 @@ or a group of its own that it attaches with `app.add_typer`.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from enum import Enum
-from typing import NoReturn
+from pathlib import Path
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -23,6 +26,13 @@ def choice(name: str, values) -> type[Enum]:
 HAMode = choice("HAMode", HA_MODES)
 # How a long-running command writes its logs (`bpm_app.logs`).
 LogFormat = choice("LogFormat", FORMATS)
+
+# A participant's broker's TLS, as the commands that connect to it from outside its agent take it (`broker_tls`).
+BrokerCert = Annotated[Path | None, typer.Option(
+    "--broker-cert", envvar="BPM_BROKER_CERT",
+    help="The certificate (PEM) the participant's broker serves TLS with: its agent's (WORKDIR/tls/cert.pem, unless its operator gave one with --tls-cert). The connection trusts that certificate and no other.")]
+InsecureBroker = Annotated[bool, typer.Option(
+    "--insecure", help="The broker speaks plain text (its agent runs --insecure): whoever is on the path reads the password and the rows.")]
 
 app = typer.Typer(
     name="bpm",
@@ -59,3 +69,29 @@ def fail(message: object, code: int = 2) -> NoReturn:
 
     Console(stderr=True).print(f"[red]error:[/] {escape(str(message))}", soft_wrap=True)
     raise typer.Exit(code)
+
+
+def broker_tls(cert: Path | None, insecure: bool, say: Callable[..., None] | None = None) -> str | None:
+    """The certificate a participant's broker shows (`BrokerCert`), which the connection pins
+    (`spark_agents.broker.stream.Broker`); None with `--insecure` (plain text, which `say`
+    warns of: the command's `bpm_app.logs.teller`, else stderr). ValueError for both,
+    neither, or a file that holds no usable certificate."""
+    from bpm.certificates import CertificateError, parse
+
+    if insecure:
+        if cert is not None:
+            raise ValueError("--broker-cert and --insecure exclude each other")
+        if say is None:
+            from bpm_app.logs import teller
+
+            say = teller("text", "bpm")
+        say("[yellow]warning:[/] --insecure: plain text to the broker; whoever is on the path reads the password and the rows",
+            logging.WARNING)
+        return None
+    if cert is None:
+        raise ValueError("a participant's broker serves TLS: give the certificate it shows, --broker-cert "
+                         "WORKDIR/tls/cert.pem (its agent's), or --insecure for a broker in plain text")
+    try:
+        return parse(cert.read_text()).pem
+    except (OSError, UnicodeDecodeError, CertificateError) as exc:
+        raise ValueError(f"--broker-cert {cert}: {exc}") from None

@@ -31,29 +31,26 @@ def parse_partitions(spec: str) -> list[int]:
     return sorted(set(out))
 
 
-def own_broker(name: str, workdir: Path, host: str, port: int, http_port: int, address: str | None):
-    """The participant's broker, its owner password from BPM_NATS_PASSWORD or kept in its folder."""
+def broker_password(workdir: Path) -> str:
+    """The owner password of the participant's broker: BPM_NATS_PASSWORD, or the one kept in
+    its folder (made on first use)."""
     import os
     import secrets
 
     from bpm.keygroups import PASSWORD_ENV
-    from spark_agents.broker.access import OwnBroker
     from spark_agents.broker.server import BrokerError, check_password
     from spark_agents.credentials import write_private
 
-    folder = workdir / "broker"
     password = os.environ.get(PASSWORD_ENV)
     if password:
         try:
-            check_password(password)
+            return check_password(password)
         except BrokerError as exc:
             raise typer.BadParameter(f"{PASSWORD_ENV}: {exc}") from None
-    else:
-        kept = folder / "owner.password"
-        if not kept.exists():
-            write_private(kept, secrets.token_urlsafe(24))
-        password = kept.read_text().strip()
-    return OwnBroker(name, folder, password, host=host, port=port, http_port=http_port, advertise=address)
+    kept = workdir / "broker" / "owner.password"
+    if not kept.exists():
+        write_private(kept, secrets.token_urlsafe(24))
+    return kept.read_text().strip()
 
 
 def _options() -> list[inspect.Parameter]:
@@ -156,6 +153,7 @@ def _run(s) -> None:
     from bpm.federation.views import AgreedTerms
     from bpm.keygroups import shares as key_shares
     from spark_agents.agent import AgentConfig, OwnTask
+    from spark_agents.broker.access import OwnBroker
     from spark_agents.metrics import default_warmup_s
     from spark_agents.runtime import participant_key, run_agent
     from spark_agents.session import driver_addresses
@@ -173,7 +171,18 @@ def _run(s) -> None:
     params = {**bound, "trigger_s": s.trigger}
     if s.shares is not None and s.broker_port is None:
         raise typer.BadParameter("--shares needs --broker-port")
-    broker = own_broker(s.name, workdir, s.host, s.broker_port, s.broker_http_port or s.broker_port + 1, s.broker_address) if s.broker_port else None
+    password = broker_password(workdir) if s.broker_port else ""  # checked before anything is written
+    tls = None
+    if s.insecure:
+        log.warning("%s: --insecure: this agent and its broker serve plain text, and it speaks plain text to partners that do; "
+                    "whoever is on the path reads its checkpoints, broker credentials, call tokens and streams", s.name)
+    else:
+        try:
+            tls = own_certificate(workdir, s.name, [urlsplit(endpoint).hostname or s.host], cert_file=s.tls_cert, key_file=s.tls_key)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--tls-cert") from None
+    broker = OwnBroker(s.name, workdir / "broker", password, host=s.host, port=s.broker_port, http_port=s.broker_http_port or s.broker_port + 1,
+                       advertise=s.broker_address, tls=tls) if s.broker_port else None
     own = []
     if s.partitions and broker is not None:
         try:
@@ -214,14 +223,6 @@ def _run(s) -> None:
         queries=queries,
         insecure=s.insecure,
     )
-    tls = None
-    if s.insecure:
-        log.warning("%s: --insecure: this agent serves and speaks plain HTTP; whoever is on the path reads its checkpoints, broker credentials and call tokens", s.name)
-    else:
-        try:
-            tls = own_certificate(workdir, s.name, [urlsplit(endpoint).hostname or s.host], cert_file=s.tls_cert, key_file=s.tls_key)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--tls-cert") from None
     fixed = MM1Cost(a=s.mm1_scale, c=1.0) if s.cost_model == "mm1" else None
     api_key = participant_key(s.registry, s.name, endpoint, workdir, s.key, s.admin_key)
     driver_host, driver_bind = driver_addresses(s.spark_master, s.host, s.spark_driver_host, s.spark_bind_address)

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from bpm_app.commands import LogFormat, app, fail
+from bpm_app.commands import BrokerCert, InsecureBroker, LogFormat, app, broker_tls, fail
 from bpm_app.logs import teller
 from bpm_app.progress import progress
 
@@ -22,6 +22,8 @@ def replay_command(
     fmt: str | None = typer.Option(None, "--format", help="With --query: the files' format, jsonl or csv (default: by each file's name, .csv or else JSON lines)."),
     stream: str = typer.Option(..., "--stream", help="The participant's stream on its broker: nats://HOST:PORT/PARTICIPANT (password in BPM_NATS_PASSWORD)."),
     user: str | None = typer.Option(None, "--user", help="The broker's user (default: the participant)."),
+    broker_cert: BrokerCert = None,
+    insecure: InsecureBroker = False,
     rate: float = typer.Option(..., "--rate", min=0, help="Rows per second at most; 0 for no limit."),
     speedup: float | None = typer.Option(None, "--speedup", min=0.001, help="Also follow recorded time, X times faster."),
     amplify: int = typer.Option(1, "--amplify", min=1, help="Replay each connection N times from distinct sources (Zeek logs only)."),
@@ -72,8 +74,9 @@ def replay_command(
         password = os.environ.get(PASSWORD_ENV)
         if not password:
             raise ValueError(f"set {PASSWORD_ENV} to the broker user's password")
+        tls = broker_tls(broker_cert, insecure, say)
         try:
-            broker = Broker(located.url, user or located.participant, password)
+            broker = Broker(located.url, user or located.participant, password, tls=tls)
         except BrokerError as exc:
             raise ValueError(str(exc)) from None
     except ValueError as exc:

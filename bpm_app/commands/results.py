@@ -8,7 +8,7 @@ import time
 
 import typer
 
-from bpm_app.commands import app, fail
+from bpm_app.commands import BrokerCert, InsecureBroker, app, broker_tls, fail
 
 
 @app.command("results")
@@ -19,6 +19,8 @@ def results_command(
     follow: bool = typer.Option(False, "--follow", help="Keep reading new results until Ctrl-C (or --seconds)."),
     seconds: float | None = typer.Option(None, "--seconds", min=0.1, help="With --follow: stop after this long."),
     poll: float = typer.Option(1.0, "--poll", min=0.1, help="With --follow: seconds between reads."),
+    broker_cert: BrokerCert = None,
+    insecure: InsecureBroker = False,
 ) -> None:
     """Print a task's result rows, one JSON object per line, each with the epoch and batch that wrote it."""
     from bpm.names import UnsafeName, check_name
@@ -36,7 +38,7 @@ def results_command(
         password = os.environ.get(PASSWORD_ENV)
         if not password:
             raise ValueError(f"set {PASSWORD_ENV} to the broker user's password")
-        connection = Broker(url, user or origin, password)
+        connection = Broker(url, user or origin, password, tls=broker_tls(broker_cert, insecure))
     except (ValueError, UnsafeName, BrokerError) as exc:
         fail(exc)
     deadline = None if seconds is None else time.monotonic() + seconds

@@ -28,7 +28,7 @@ from bpm_app.processes import wait_http
 from spark_agents.hosts import Host, Hosts
 from spark_agents.runtime import KEY_FILE
 from spark_agents.settings import AgentSettings
-from spark_agents.tls import Peers
+from spark_agents.tls import Peers, kept_certificate
 
 if TYPE_CHECKING:
     from bpm_app.demo.queries import DemoQuery
@@ -107,6 +107,13 @@ class Federation:
 
     def _agent_workdir(self, name: str) -> Path:
         return self.hosts.hosts[name].folder / "agent"
+
+    def broker_certificate_file(self, name: str) -> Path | None:
+        """Where participant `name`'s agent keeps the certificate it and its broker serve
+        (`spark_agents.tls.own_certificate`); None for an agent in plain text."""
+        if self.endpoints[name].startswith("http://"):
+            return None
+        return kept_certificate(self._agent_workdir(name))
 
     def participant(self, name: str) -> RegistryClient:
         """The registry as participant `name`: with the key the operator registered it with, or

@@ -10,7 +10,7 @@ rows that fell in them.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,12 +24,23 @@ BROKER_PORT = 4222  # on each participant's own address; its health check on the
 
 
 class BrokerInputs:
-    """Every participant's stream and results on its own NATS server, which its agent runs."""
+    """Every participant's stream and results on its own NATS server, which its agent runs
+    over TLS with its own certificate.
 
-    def __init__(self, workdir: Path) -> None:
+    Attributes:
+        certificate_file: where participant `name`'s agent keeps the certificate its broker
+            serves, which `name`'s replayer pins (None: its broker speaks plain text).
+        certificate: the certificate `name`'s broker serves, as the registry lists it (None:
+            plain text), which the demo pins when it reads the results.
+    """
+
+    def __init__(self, workdir: Path, certificate_file: Callable[[str], Path | None] = lambda _: None,
+                 certificate: Callable[[str], str | None] = lambda _: None) -> None:
         self.workdir = workdir
         self.passwords: dict[str, str] = {}
         self.addresses: dict[str, str] = {}
+        self.certificate_file = certificate_file
+        self.certificate = certificate
 
     def password(self, name: str) -> str:
         return self.passwords.setdefault(name, secrets.token_urlsafe(16))
@@ -44,7 +55,9 @@ class BrokerInputs:
 
     def replay(self, name: str) -> tuple[list[str], dict[str, str]]:
         """`bpm replay`'s options and environment that publish into `name`'s stream."""
-        return ["--stream", self._location(name)], {PASSWORD_ENV: self.password(name)}
+        cert = self.certificate_file(name)
+        tls = ["--insecure"] if cert is None else ["--broker-cert", str(cert)]
+        return ["--stream", self._location(name), *tls], {PASSWORD_ENV: self.password(name)}
 
     def _location(self, name: str, prefix: str = "") -> str:
         return str(StreamLocation(f"nats://{self.addresses[name]}:{BROKER_PORT}", name, prefix))
@@ -64,7 +77,7 @@ class BrokerInputs:
         """A connection to `name`'s broker as its owner (while its agent runs); close it after use."""
         from spark_agents.broker.stream import Broker
 
-        return Broker(f"nats://{self.addresses[name]}:{BROKER_PORT}", name, self.password(name))
+        return Broker(f"nats://{self.addresses[name]}:{BROKER_PORT}", name, self.password(name), tls=self.certificate(name))
 
     def outputs(self, name: str, tasks: list[str]) -> OutputSet:
         """The results of `name`'s tasks, read from its broker (while its agent runs)."""

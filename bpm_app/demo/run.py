@@ -288,7 +288,7 @@ class Demo:
         self.state: dict = {}
         self._members = {m.name: m for m in MEMBERS}
         self._warm: set[str] = set()  # the agents past their warm-up, as their /status last said (`_running`)
-        self.inputs = BrokerInputs(settings.workdir)
+        self.inputs = BrokerInputs(settings.workdir, self.fed.broker_certificate_file, lambda name: self.fed.peers.broker_tls(name))
         self.fed_tasks: dict[str, list[str]] = {}  # per participant, its tasks whose shares are fed, in the order fed
         self._end_us: dict[str, int | None] = {}  # per participant, the end-of-input mark its replayer wrote
         self._regrained_at: dict[tuple[int, ...], float] = {}  # the tasks a split or merge made -> when first seen

@@ -28,6 +28,7 @@ from bpm.names import check_participant
 from spark_agents.broker.server import NatsServer, User, consumer_tag, partner_user
 from spark_agents.broker.source import JetStreamInput
 from spark_agents.credentials import write_private
+from spark_agents.tls import OwnCertificate
 
 # partner -> (task key, key-group prefix, whether it writes the task's results: it hosts it) it may read
 Grants = Mapping[str, Iterable[tuple[str, str, bool]]]
@@ -40,15 +41,20 @@ class OwnBroker:
     Attributes:
         url: where partners reach it (`nats://ADVERTISE:PORT`).
         password: the owner user's (the agent's own) password.
+        tls: the certificate (PEM) it serves TLS with, the one the agent serves and registers
+            (`spark_agents.tls.own_certificate`): partners pin it as they pin the agent's;
+            None: plain text (`--insecure`).
     """
 
     def __init__(self, name: str, folder: Path, password: str, *, host: str = "127.0.0.1", port: int, http_port: int,
-                 advertise: str | None = None) -> None:
+                 advertise: str | None = None, tls: OwnCertificate | None = None) -> None:
         self.name = check_participant(name)
         self.folder = Path(folder)
         self.password = password
         self.url = f"nats://{advertise or host}:{port}"
-        self.server = NatsServer(name, self.folder / "store", port=port, http_port=http_port, users=[self._owner()], host=host)
+        self.tls = None if tls is None else tls.pem
+        self.server = NatsServer(name, self.folder / "store", port=port, http_port=http_port, users=[self._owner()], host=host,
+                                 tls=None if tls is None else (tls.cert_file, tls.key_file))
         self._grants: dict[str, frozenset[tuple[str, str, bool]]] = {}
         self._readers: frozenset[str] = frozenset()  # partners that read the alerts this participant shares
         self._lock = threading.RLock()  # over the grants, the partners' passwords and the owner's connection
@@ -67,7 +73,7 @@ class OwnBroker:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.server.start()
         try:
-            with Broker(self.server.url, self.name, self.password) as owner:
+            with Broker(self.server.url, self.name, self.password, tls=self.tls) as owner:
                 owner.ensure_stream(self.name)
                 ensure_results(owner)
         except BaseException:
@@ -89,7 +95,7 @@ class OwnBroker:
 
         with self._lock:
             if self._owner_connection is None or self._owner_connection.nc.is_closed:
-                self._owner_connection = Broker(self.server.url, self.name, self.password)
+                self._owner_connection = Broker(self.server.url, self.name, self.password, tls=self.tls)
                 self._retention = Retention(self._owner_connection, self.name)
             return self._owner_connection
 
@@ -105,7 +111,7 @@ class OwnBroker:
 
     def own_input(self, where: StreamLocation) -> JetStreamInput:
         """A task of this participant's reads its own stream as the owner."""
-        return JetStreamInput(where.url, self.name, self.password, where.participant, where.prefix)
+        return JetStreamInput(where.url, self.name, self.password, where.participant, where.prefix, tls=self.tls)
 
     def grant(self, hosted: Grants, readers: Iterable[str] | None = None) -> bool:
         """Let each partner read the key groups and write the results of exactly the tasks it

@@ -60,6 +60,14 @@ def _subjects(subjects: Sequence[str]) -> str:
     return "[" + ", ".join(f'"{s}"' for s in subjects) + "]"
 
 
+def _path(path: Path) -> str:
+    """`path`, absolute, as a configuration's quoted string holds it."""
+    text = str(Path(path).resolve())
+    if any(c in text for c in '"\\$\n'):
+        raise BrokerError(f"{text}: a path the broker's configuration cannot quote")
+    return text
+
+
 def check_password(password: str) -> str:
     """`password` if a server's configuration can hold it as it is, else BrokerError."""
     if not password.replace("-", "").replace("_", "").isalnum():
@@ -147,6 +155,8 @@ class NatsServer:
         max_store_bytes: the file storage JetStream may use.
         free_ports: the ports were chosen free (`on_free_ports`): when another process binds
             one first, between the choice and the server's start, `start` chooses again.
+        tls: the certificate and key files (PEM) it serves TLS with, to every client
+            (`spark_agents.tls`: a client pins that certificate); None: plain text.
     """
 
     name: str
@@ -158,11 +168,13 @@ class NatsServer:
     max_store_bytes: int = 2 << 30
     process: subprocess.Popen | None = None
     free_ports: bool = False
+    tls: tuple[Path, Path] | None = None
 
     @classmethod
-    def on_free_ports(cls, name: str, store_dir: Path, users: Sequence[User], host: str = "127.0.0.1") -> NatsServer:
+    def on_free_ports(cls, name: str, store_dir: Path, users: Sequence[User], host: str = "127.0.0.1",
+                      tls: tuple[Path, Path] | None = None) -> NatsServer:
         """A server on two ports that nothing listens on now (benchmarks, tests)."""
-        return cls(name, store_dir, port=free_port(host), http_port=free_port(host), users=users, host=host, free_ports=True)
+        return cls(name, store_dir, port=free_port(host), http_port=free_port(host), users=users, host=host, free_ports=True, tls=tls)
 
     @property
     def url(self) -> str:
@@ -178,7 +190,11 @@ class NatsServer:
 
     def config(self) -> str:
         users = ",\n      ".join(u.conf() for u in self.users)
-        return f"""server_name: "{check_name(self.name, 'server name')}"
+        tls = ""
+        if self.tls is not None:
+            cert, key = (_path(p) for p in self.tls)
+            tls = f'tls {{\n  cert_file: "{cert}"\n  key_file: "{key}"\n  timeout: 5\n}}\n'
+        return tls + f"""server_name: "{check_name(self.name, 'server name')}"
 listen: "{self.host}:{self.port}"
 http: "{self.host}:{self.http_port}"
 jetstream {{

@@ -80,18 +80,19 @@ def parse(chunks: list[bytes], schema: list[tuple[str, str]]):
     return table.combine_chunks().to_batches()[0] if table.num_rows else None
 
 
-_brokers: dict[tuple[str, str, str], Broker] = {}
+_brokers: dict[tuple[str, str, str, str | None], Broker] = {}
 _brokers_lock = threading.Lock()
 
 
-def connection(url: str, user: str, password: str) -> Broker:
-    """This process's connection to the server at `url` as `user`, made on first use and kept:
-    Spark reuses its Python workers, and the driver's source runner lives as long as the query."""
-    key = (url, user, password)
+def connection(url: str, user: str, password: str, tls: str | None = None) -> Broker:
+    """This process's connection to the server at `url` as `user` (over TLS pinned to the
+    certificate `tls`, `Broker`), made on first use and kept: Spark reuses its Python
+    workers, and the driver's source runner lives as long as the query."""
+    key = (url, user, password, tls)
     with _brokers_lock:
         broker = _brokers.get(key)
         if broker is None or broker.nc.is_closed:
-            broker = _brokers[key] = Broker(url, user, password)
+            broker = _brokers[key] = Broker(url, user, password, tls=tls)
         return broker
 
 
@@ -187,6 +188,7 @@ class JetStreamReader(DataSourceStreamReader):
             self.url, self.user, self.password, self.filter = (options[k] for k in ("url", "user", "password", "filter"))
         except KeyError as exc:
             raise ValueError(f"the {NAME} source needs the option {exc.args[0]!r}") from None
+        self.tls = options.get("tls") or None
         self.stream = options.get("stream", INPUT)
         self.start = int(options.get("startseq", "0"))
         self.max_messages = int(options.get("maxmessagespertrigger", "0")) or None
@@ -209,7 +211,7 @@ class JetStreamReader(DataSourceStreamReader):
         or handed over just after reading the end of its input) would otherwise wait for
         input that may never come. The batch without rows runs with that watermark,
         restored from the commit log, and emits those windows."""
-        broker = connection(self.url, self.user, self.password)
+        broker = connection(self.url, self.user, self.password, self.tls)
         owed, self._owed = self._owed, False
         if start is not None and not broker.read(lambda: _pending(broker, self.stream, self.filter, int(start["seq"]))):
             return {**start, "resumed": int(start.get("resumed", 0)) + 1} if owed else start
@@ -223,7 +225,7 @@ class JetStreamReader(DataSourceStreamReader):
         return [SeqRange(after, last)] if last > after else []
 
     def read(self, partition: SeqRange) -> Iterator:
-        broker = connection(self.url, self.user, self.password)
+        broker = connection(self.url, self.user, self.password, self.tls)
         chunks = broker.read(lambda: _fetch(broker, self.stream, self.filter, partition.after, partition.last))
         batch = parse(chunks, self.schema)
         if batch is not None:
@@ -255,9 +257,10 @@ def register(spark) -> None:
 @dataclass(frozen=True)
 class JetStreamInput:
     """A task's input: the key groups `prefix` of `participant`'s stream on the server at `url`,
-    read as `user` (the password never shows in its repr), after sequence `start_seq` for a
-    fresh task; of its rows, those with event time in [`since_s`, `until_s`) (epoch seconds,
-    window starts; None: unbounded), for tasks split or merged (`hand_over`)."""
+    read as `user` (the password never shows in its repr), over TLS pinned to the server's
+    certificate `tls` (PEM; None: plain text), after sequence `start_seq` for a fresh task;
+    of its rows, those with event time in [`since_s`, `until_s`) (epoch seconds, window
+    starts; None: unbounded), for tasks split or merged (`hand_over`)."""
 
     url: str
     user: str
@@ -268,6 +271,7 @@ class JetStreamInput:
     max_messages: int | None = None
     since_s: int | None = None
     until_s: int | None = None
+    tls: str | None = field(default=None, repr=False)
 
     @property
     def location(self) -> str:
@@ -276,7 +280,7 @@ class JetStreamInput:
 
     def connection(self) -> Broker:
         """This process's connection to the server as the input's user."""
-        return connection(self.url, self.user, self.password)
+        return connection(self.url, self.user, self.password, self.tls)
 
     def last_seq(self) -> int:
         """The newest sequence of the whole stream."""
@@ -319,6 +323,8 @@ class JetStreamInput:
     def options(self, owed_batch: bool = False) -> dict[str, str]:
         options = {"url": self.url, "user": self.user, "password": self.password,
                    "filter": subject_filter(self.participant, self.prefix), "startSeq": str(self.start_seq)}
+        if self.tls is not None:
+            options["tls"] = self.tls
         if self.max_messages is not None:
             options["maxMessagesPerTrigger"] = str(self.max_messages)
         if owed_batch:

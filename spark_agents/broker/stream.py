@@ -58,10 +58,21 @@ async def through_reload(make: Callable[[], Awaitable[T]], refusals: Sequence[st
         pause = min(2 * pause, 1.0)
 
 
-class Broker:
-    """A blocking connection to one NATS server, as one user."""
+def tls_options(tls: str | None) -> dict:
+    """`nats.connect`'s options for a server whose certificate is `tls` (PEM): TLS that trusts
+    that certificate and nothing else; none for None (plain text)."""
+    if tls is None:
+        return {}
+    from spark_agents.tls import pinned_context
 
-    def __init__(self, url: str, user: str, password: str, *, timeout_s: float = 10.0) -> None:
+    return {"tls": pinned_context(tls)}
+
+
+class Broker:
+    """A blocking connection to one NATS server, as one user; over TLS to a server that shows
+    the certificate `tls` (PEM, `spark_agents.tls.pinned_context`), else in plain text."""
+
+    def __init__(self, url: str, user: str, password: str, *, tls: str | None = None, timeout_s: float = 10.0) -> None:
         self.url = url
         self.user = user
         self.tag = consumer_tag(user, password)  # begins the names of the consumers it makes
@@ -72,11 +83,12 @@ class Broker:
         self._thread.start()
         try:
             self.nc = self.call(nats.connect(url, user=user, password=password, connect_timeout=timeout_s, max_reconnect_attempts=3,
-                                             allow_reconnect=True, inbox_prefix=inbox_prefix(user), error_cb=self._on_error))
+                                             allow_reconnect=True, inbox_prefix=inbox_prefix(user), error_cb=self._on_error,
+                                             **tls_options(tls)))
         except Exception as exc:
             self._stop_loop()
-            raise BrokerError(f"cannot connect to {url} as {user} (is the server up, and the user's password right?): "
-                              f"{type(exc).__name__}: {exc}") from exc
+            raise BrokerError(f"cannot connect to {url} as {user} (is the server up, the user's password right, and its TLS "
+                              f"{'the certificate pinned' if tls else 'off'}?): {type(exc).__name__}: {exc}") from exc
         self.js = self.nc.jetstream(timeout=timeout_s)
 
     async def _on_error(self, exc: Exception) -> None:

@@ -28,7 +28,7 @@ def _records(server, owner):
 
 def test_replay_publishes_every_admitted_row_and_counts_bad_and_late_ones(nats_server):
     server, owner = nats_server
-    out = CliRunner().invoke(app, ["replay", str(FIXTURES / "conn-corrupt.log"), "--stream", f"{server.url}/a", "--rate", "0", "--amplify", "2"],
+    out = CliRunner().invoke(app, ["replay", str(FIXTURES / "conn-corrupt.log"), "--stream", f"{server.url}/a", "--insecure", "--rate", "0", "--amplify", "2"],
                              env={"BPM_NATS_PASSWORD": owner.password})
     assert out.exit_code == 0, out.output
     stderr = " ".join(out.stderr.split())
@@ -52,7 +52,7 @@ def test_a_stopped_replay_closes_the_stream_and_logs_exactly_what_it_fed(nats_se
     fed = tmp_path / "fed.log"
     with Broker(server.url, owner.name, owner.password) as broker:
         broker.ensure_stream("a")  # as the participant's agent makes it at its start
-    process = subprocess.Popen([bpm, "replay", str(source), "--stream", f"{server.url}/a", "--rate", "50", "--flush-interval", "0.2",
+    process = subprocess.Popen([bpm, "replay", str(source), "--stream", f"{server.url}/a", "--insecure", "--rate", "50", "--flush-interval", "0.2",
                                 "--fed-log", str(fed)], stderr=subprocess.PIPE, text=True, env={**os.environ, "BPM_NATS_PASSWORD": owner.password})
     try:
         with Broker(server.url, owner.name, owner.password) as broker:
@@ -90,7 +90,7 @@ def test_a_replay_feeds_the_key_groups_it_is_told_and_more_as_they_come_on_stdin
     fed = tmp_path / "fed.log"
     with Broker(server.url, owner.name, owner.password) as broker:
         broker.ensure_stream("a")
-        process = subprocess.Popen([bpm, "replay", str(source), "--stream", f"{server.url}/a", "--rate", "0", "--speedup", "2",
+        process = subprocess.Popen([bpm, "replay", str(source), "--stream", f"{server.url}/a", "--insecure", "--rate", "0", "--speedup", "2",
                                     "--flush-interval", "0.2", "--feed", "0", "--feed-from-stdin", "--fed-log", str(fed)],
                                    stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "BPM_NATS_PASSWORD": owner.password})
         try:
@@ -136,17 +136,18 @@ async def _messages(js):
 pytestmark = pytest.mark.slow
 
 
-def test_replay_publishes_a_log_into_the_broker_and_results_prints_a_task_s_rows(nats_server, tmp_path):
-    server, owner = nats_server
+def test_replay_publishes_a_log_into_the_broker_and_results_prints_a_task_s_rows(tls_server, tmp_path):
+    """Over TLS, as a participant's broker serves it: both commands pin the certificate given."""
+    server, owner, cert = tls_server
     runner = CliRunner()
     log = tmp_path / "conn.log"
     assert runner.invoke(app, ["generate-traffic", str(log), "--duration", "30", "--rate", "50"]).exit_code == 0
     location = f"{server.url}/a"
-    env = {"BPM_NATS_PASSWORD": owner.password}
+    env = {"BPM_NATS_PASSWORD": owner.password, "BPM_BROKER_CERT": str(cert)}
     out = runner.invoke(app, ["replay", str(log), "--stream", location, "--rate", "0"], env=env)
     assert out.exit_code == 0, out.output
     assert "rows in" in out.output and "a's stream at" in out.output
-    with Broker(server.url, owner.name, owner.password) as broker:
+    with Broker(server.url, owner.name, owner.password, tls=cert.read_text()) as broker:
         assert broker.last_seq() > 0
         BrokerFence(broker, "a.t0").write(1, 0, [ResultRow("ports", 0, 10, "10.0.0.9", 31).as_result()], "b")
     shown = runner.invoke(app, ["results", "a.t0", "--broker", location], env=env)
@@ -155,6 +156,24 @@ def test_replay_publishes_a_log_into_the_broker_and_results_prints_a_task_s_rows
         {"kind": "ports", "window_start": 0, "window_end": 10, "key": "10.0.0.9", "value": 31, "epoch": 1, "batch": 0}]
     followed = runner.invoke(app, ["results", "a.t0", "--broker", location, "--follow", "--seconds", "0.5", "--poll", "0.2"], env=env)
     assert followed.exit_code == 0 and len(followed.stdout.splitlines()) == 1, "each row once, however many reads"
+
+
+def test_the_commands_refuse_a_broker_that_shows_another_certificate_and_plain_text_unasked(tls_server, tmp_path):
+    from bpm.certificates import self_signed
+
+    server, owner, _ = tls_server
+    other = tmp_path / "other.pem"
+    other.write_bytes(self_signed("a", ["127.0.0.1"])[0])
+    env = {"BPM_NATS_PASSWORD": owner.password}
+    for tls, said in ((["--broker-cert", str(other)], "the certificate pinned"), (["--insecure"], "its TLS off"),
+                      ([], "--broker-cert WORKDIR/tls/cert.pem")):
+        out = CliRunner().invoke(app, ["results", "a.t0", "--broker", f"{server.url}/a", *tls], env=env)
+        assert out.exit_code == 2 and said in " ".join(out.stderr.split()), (tls, out.output)
+    not_one = tmp_path / "not.pem"
+    not_one.write_text("not a certificate")
+    out = CliRunner().invoke(app, ["replay", str(tmp_path / "x.log"), "--stream", f"{server.url}/a", "--broker-cert", str(not_one),
+                                   "--rate", "0"], env=env)
+    assert out.exit_code == 2 and "not a PEM certificate" in out.stderr, out.output
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -239,7 +258,7 @@ def test_replay_and_broker_tell_in_json_lines_with_json_logs(nats_server, tmp_pa
 
     server, owner = nats_server
     try:
-        out = CliRunner().invoke(app, ["replay", str(FIXTURES / "conn-corrupt.log"), "--stream", f"{server.url}/a", "--rate", "0",
+        out = CliRunner().invoke(app, ["replay", str(FIXTURES / "conn-corrupt.log"), "--stream", f"{server.url}/a", "--insecure", "--rate", "0",
                                        "--log-format", "json"], env={"BPM_NATS_PASSWORD": owner.password})
     finally:
         configure("text")
@@ -286,7 +305,7 @@ def test_a_replay_of_any_query_s_records_reads_back_through_the_stream_as_the_ba
         broker.ensure_stream("a")
     bpm = str(Path(sys.executable).with_name("bpm"))
     done = subprocess.run([bpm, "replay", str(source), "--query", "examples.sensors:query", "--param", "window_s=20",
-                           "--stream", f"{server.url}/a", "--rate", "0", "--fed-log", str(tmp_path / "fed.jsonl")],
+                           "--stream", f"{server.url}/a", "--insecure", "--rate", "0", "--fed-log", str(tmp_path / "fed.jsonl")],
                           capture_output=True, text=True, timeout=120, env={**os.environ, "BPM_NATS_PASSWORD": owner.password})
     assert done.returncode == 0, done.stderr
     said = " ".join(done.stderr.split())
