@@ -73,12 +73,11 @@ class CertificateIn(In):
 Liveness = Literal["new", "alive", "suspected", "failed"]
 
 
-class ParticipantOut(Out):
+class ParticipantState(Out):
+    """What a participant's heartbeat answers of it: all of `ParticipantOut` but its certificate."""
+
     name: str
     endpoint: str
-    certificate: str | None = Field(default=None, description="The TLS certificate its agent serves (PEM), registered by the participant; "
-                                                              "partners refuse a peer that shows another")
-    certificate_sha256: str | None = Field(default=None, description="SHA-256 of that certificate (DER), hex")
     created_at: datetime
     status: Liveness
     heartbeat_at: datetime | None
@@ -92,13 +91,19 @@ class ParticipantOut(Out):
                                                   "mark, and an agent refuses a token whose caller's key has changed since (rotated or revoked)")
 
 
+class ParticipantOut(ParticipantState):
+    certificate: str | None = Field(default=None, description="The TLS certificate its agent and its broker serve (PEM), registered by the "
+                                                              "participant; partners refuse a peer that shows another")
+    certificate_sha256: str | None = Field(default=None, description="SHA-256 of that certificate (DER), hex")
+
+
 class ChangeOut(Out):
     id: int
     kind: Literal["task", "offer", "contract", "keys"] = Field(description="What to read again: its tasks (and movements, replicas, failovers), its offers, its contracts, "
                                                                          "or the registry's signing keys (`GET /keys`, after a rotation)")
 
 
-class HeartbeatOut(ParticipantOut):
+class HeartbeatOut(ParticipantState):
     changes: list[ChangeOut] = Field(description="Notices of changes that concern the participant and it has not acknowledged, oldest first")
     partners: dict[str, Liveness] = Field(
         description="Liveness of the participants that concern it: contract partners, origins and hosts of its tasks, holders of their replicas"

@@ -21,11 +21,11 @@ me_router = APIRouter(tags=["participants"])
 
 def _out(request: Request, participant: Participant, hosted: list[int], now: datetime, cls=schemas.ParticipantOut, **extra):
     status, age = service.liveness(participant, now, request.app.state.settings.heartbeat_timeout_s)
+    if "certificate" in cls.model_fields:  # not on the heartbeat's hot path: it does not change there
+        extra.update(certificate=participant.certificate, certificate_sha256=service.certificate_sha256(participant))
     return cls(
         name=participant.name,
         endpoint=participant.endpoint,
-        certificate=participant.certificate,
-        certificate_sha256=service.certificate_sha256(participant),
         created_at=participant.created_at,
         status=status,
         heartbeat_at=participant.heartbeat_at,

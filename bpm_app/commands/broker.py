@@ -23,6 +23,8 @@ def serve_command(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     port: int = typer.Option(4222, "--port", min=1, max=65535, help="Client port."),
     http_port: int = typer.Option(8222, "--http-port", min=1, max=65535, help="Health-check port (GET /healthz)."),
+    tls_cert: Path | None = typer.Option(None, "--tls-cert", help="Serve TLS with this certificate (PEM), with --tls-key; clients pin it (bpm replay --broker-cert). Without: plain text."),
+    tls_key: Path | None = typer.Option(None, "--tls-key", help="The private key of --tls-cert (PEM)."),
     seconds: float | None = typer.Option(None, "--seconds", min=0.1, help="Stop after this long (default: until Ctrl-C or SIGTERM)."),
     log_format: LogFormat = typer.Option(LogFormat.text, "--log-format", help="text, or json: one JSON object per line on stderr (time, level, logger, message, participant)."),
 ) -> None:
@@ -43,10 +45,17 @@ def serve_command(
         check_name(name, "participant name")
         if not password:
             raise ValueError(f"set {PASSWORD_ENV} to the owner user's password")
-        server = NatsServer(name, store, port=port, http_port=http_port, users=[User(name, password)], host=host).start()
+        tls = None
+        if tls_cert is not None or tls_key is not None:
+            from spark_agents.tls import own_certificate
+
+            served = own_certificate(store, name, [host], cert_file=tls_cert, key_file=tls_key)
+            tls = (served.cert_file, served.key_file)
+        server = NatsServer(name, store, port=port, http_port=http_port, users=[User(name, password)], host=host, tls=tls).start()
     except (ValueError, UnsafeName, BrokerError) as exc:
         fail(exc)
-    say(f"{name}'s broker: {server.url} (stream location {server.url}/{name}); storage {store}; log {server.log_path}; Ctrl-C stops it")
+    say(f"{name}'s broker: {server.url} (stream location {server.url}/{name}, {'TLS' if tls else 'plain text'}); storage {store}; "
+        f"log {server.log_path}; Ctrl-C stops it")
     try:
         stop.wait(seconds)
     finally:

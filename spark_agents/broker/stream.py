@@ -14,6 +14,7 @@ that agents, feeders and tests call it from ordinary code.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
@@ -56,6 +57,16 @@ async def through_reload(make: Callable[[], Awaitable[T]], refusals: Sequence[st
             timed_out = True
         await asyncio.sleep(pause)
         pause = min(2 * pause, 1.0)
+
+
+def _not_a_tls_close(record: logging.LogRecord) -> bool:
+    """asyncio warns each time a TLS peer closes a NATS connection (nats-py's protocol asks to
+    keep it half open, which TLS cannot): the connection closes as it should, and a broker
+    that stops or a partner that leaves would fill the logs with it."""
+    return not record.getMessage().startswith("returning true from eof_received() has no effect when using ssl")
+
+
+logging.getLogger("asyncio").addFilter(_not_a_tls_close)
 
 
 def tls_options(tls: str | None) -> dict:

@@ -221,6 +221,8 @@ def test_a_participant_registers_the_certificate_its_agent_serves_and_everyone_r
     assert sorted(recorded) == sorted([certificates.parse(pem).sha256, certificates.parse(again).sha256]), "one event per change"
     created = registry.ok("POST", "/participants", json={"name": "gamma", "endpoint": "https://127.0.0.4:9000", "certificate": _pem("gamma")}, status=201)
     assert created["certificate_sha256"]
+    beat = registry.ok("POST", "/participants/alpha/heartbeat", alpha, json={"load": 0.1, "threshold": 0.8, "marginal_cost": {}, "tasks": []})
+    assert "certificate" not in beat and "certificate_sha256" not in beat, "a heartbeat's answer does not repeat the certificate"
 
 
 def test_a_certificate_is_registered_only_by_its_participant_and_only_one_usable_certificate(registry):

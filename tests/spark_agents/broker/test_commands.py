@@ -202,18 +202,24 @@ def test_broker_serve_runs_a_participant_s_server_until_stopped(tmp_path):
 
     from tests.conftest import free_port
 
+    from bpm.certificates import self_signed
+
     port, http_port = free_port(), free_port()
     bpm = str(Path(sys.executable).with_name("bpm"))
     env = {**os.environ, "BPM_NATS_PASSWORD": "pw-1234"}
+    cert, key = self_signed("a", ["127.0.0.1"])
+    (tmp_path / "cert.pem").write_bytes(cert)
+    (tmp_path / "key.pem").write_bytes(key)
+    tls = ["--tls-cert", str(tmp_path / "cert.pem"), "--tls-key", str(tmp_path / "key.pem")]
     process = subprocess.Popen([bpm, "broker", "serve", "--name", "a", "--store", str(tmp_path / "store"), "--port", str(port),
-                                "--http-port", str(http_port), "--seconds", "60"], env=env, stderr=subprocess.PIPE, text=True)
+                                "--http-port", str(http_port), *tls, "--seconds", "60"], env=env, stderr=subprocess.PIPE, text=True)
     try:
         # The command says where its broker is once it serves (and Ctrl-C stops it from then on);
         # it ends by itself after --seconds, which bounds this read.
         said = process.stderr.readline()
-        assert said.startswith("a's broker:"), said
+        assert said.startswith("a's broker:") and "TLS" in said, said
         assert httpx.get(f"http://127.0.0.1:{http_port}/healthz", timeout=5).status_code == 200
-        with Broker(f"nats://127.0.0.1:{port}", "a", "pw-1234") as broker:
+        with Broker(f"nats://127.0.0.1:{port}", "a", "pw-1234", tls=cert.decode()) as broker:
             broker.ensure_stream("a")
             assert broker.last_seq() == 0
     finally:
@@ -225,6 +231,8 @@ def test_broker_serve_runs_a_participant_s_server_until_stopped(tmp_path):
         httpx.get(f"http://127.0.0.1:{http_port}/healthz", timeout=1)
     missing = CliRunner().invoke(app, ["broker", "serve", "--name", "a", "--store", str(tmp_path / "s2")], env={"BPM_NATS_PASSWORD": ""})
     assert missing.exit_code == 2 and "BPM_NATS_PASSWORD" in missing.output
+    half = CliRunner().invoke(app, ["broker", "serve", "--name", "a", "--store", str(tmp_path / "s2"), *tls[:2]], env={"BPM_NATS_PASSWORD": "pw-1234"})
+    assert half.exit_code == 2 and "needs its key" in " ".join(half.output.split()), half.output
 
 
 @pytest.mark.parametrize(("args", "message"), [
