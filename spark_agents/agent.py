@@ -442,10 +442,30 @@ class Agent:
             self._task_ids.setdefault(task_key(record), record["id"])
 
     def add_task(self, task: OwnTask) -> dict:
-        """Take on a new task of my own (a new query); the next tick starts it."""
+        """Take on a new task of my own (a new query over a share of my stream); the next tick
+        starts it. A task that names no query runs the one my own tasks run (or the only one
+        I have). QueryError, before anything is registered, for a query I do not have or
+        parameters it does not take."""
+        if self.config.queries is not None:
+            task = self._own_query(task)
         existing = {t["name"]: t for t in self.client.tasks(origin=self.config.name)}
         self.config.tasks.append(task)
         return self._register(task, existing.get(task.name))
+
+    def _own_query(self, task: OwnTask) -> OwnTask:
+        """`task` with the query it runs and that query's digest, its parameters checked (`add_task`)."""
+        from bpm.query import QueryError
+        from spark_agents.query import bind_task
+
+        queries = self.config.queries or {}
+        name = task.query
+        if name is None:
+            candidates = {t.query for t in self.config.tasks if t.query is not None} or set(queries)
+            if len(candidates) != 1:
+                raise QueryError(f"task {task.name}: name the query it runs, one of {', '.join(sorted(queries)) or 'none'}")
+            name = candidates.pop()
+        bind_task(queries, f"{self.config.name}.{task.name}", name, task.params)
+        return replace(task, query=name, query_digest=queries[name].digest)
 
     def _register(self, task: OwnTask, record: dict | None) -> dict:
         if record is None:

@@ -41,6 +41,8 @@ class NewTask(BaseModel):
     name: str = Field(min_length=1, max_length=TASK_MAX, pattern=NAME_PATTERN)
     input_uri: str = Field(min_length=1, max_length=1024)
     params: dict = Field(default_factory=dict)
+    query: str | None = Field(default=None, max_length=TASK_MAX, description="The query it runs, one this participant has (`--query`, "
+                              "`--can-run`); by default the one its own tasks run")
 
 
 @contextmanager
@@ -84,8 +86,13 @@ def create_agent_app(agent: Agent, host: TaskHost | None = None) -> FastAPI:
         only with this participant's own registry key."""
         from spark_agents.agent import OwnTask
 
+        from bpm.query import QueryError
+
         _require_own_key(authorization, "adds tasks here")
-        return agent.add_task(OwnTask(body.name, body.input_uri, body.params))
+        try:
+            return agent.add_task(OwnTask(body.name, body.input_uri, body.params, body.query))
+        except QueryError as exc:
+            raise HTTPException(422, str(exc)) from exc
 
     @app.post("/key/rotate", status_code=201, responses=_REFUSED)
     def rotate_key(authorization: Annotated[str | None, Header()] = None):

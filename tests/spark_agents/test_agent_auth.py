@@ -14,7 +14,7 @@ from bpm.costs import MM1Cost
 from bpm.tokens import TokenRefused
 from spark_agents.credentials import KEYS_REFRESH_S
 from spark_agents.server import create_agent_app
-from tests.spark_agents.stepped import stepped_federation
+from tests.spark_agents.stepped import MONITORING, stepped_federation
 from tests.spark_agents.test_agent import SteppedHost
 
 
@@ -123,8 +123,13 @@ def test_only_the_participant_s_own_key_adds_its_tasks(moved):
     body = {"name": "p9", "input_uri": "nats://127.0.0.1:4222/a/1001"}
     assert http.post("/tasks", json=body).status_code == 401
     assert http.post("/tasks", json=body, headers={"Authorization": f"Bearer {clients['b'].key}"}).status_code == 403
-    added = http.post("/tasks", json=body, headers={"Authorization": f"Bearer {clients['a'].key}"})
+    own = {"Authorization": f"Bearer {clients['a'].key}"}
+    for wrong, said in (({"query": "no-such-query"}, "which this participant does not have"), ({"params": {"no_such": 1}}, "no_such")):
+        refused = http.post("/tasks", json={**body, **wrong}, headers=own)
+        assert refused.status_code == 422 and said in refused.json()["detail"], refused.text
+    added = http.post("/tasks", json=body, headers=own)
     assert added.status_code == 201 and added.json()["origin"] == "a"
+    assert (added.json()["query"], added.json()["query_digest"]) == (MONITORING.name, MONITORING.digest), "the query a's own tasks run"
 
 
 def test_token_refusals_carry_their_status():

@@ -55,9 +55,9 @@ def test_an_operator_s_certificate_is_served_as_given_and_a_bad_one_is_a_clear_e
 
 
 @contextmanager
-def _agent_like(tmp_path: Path, name: str) -> Iterator[tuple[str, OwnCertificate]]:
-    """An HTTPS server with `name`'s own certificate, serving a health check and a checkpoint
-    to a caller with the right token."""
+def _agent_like(tmp_path: Path, name: str, tls: bool = True) -> Iterator[tuple[str, OwnCertificate]]:
+    """An HTTPS server with `name`'s own certificate (without `tls`: plain HTTP, as with
+    `--insecure`), serving a health check and a checkpoint to a caller with the right token."""
     app = FastAPI()
 
     @app.get("/healthz")
@@ -70,8 +70,8 @@ def _agent_like(tmp_path: Path, name: str) -> Iterator[tuple[str, OwnCertificate
 
     own = own_certificate(tmp_path / name, name, ["127.0.0.1"])
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           ssl_certfile=str(own.cert_file), ssl_keyfile=str(own.key_file)))
+    served = {"ssl_certfile": str(own.cert_file), "ssl_keyfile": str(own.key_file)} if tls else {}
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **served))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
@@ -79,7 +79,7 @@ def _agent_like(tmp_path: Path, name: str) -> Iterator[tuple[str, OwnCertificate
         assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
         time.sleep(0.02)
     try:
-        yield f"https://127.0.0.1:{port}", own
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{port}", own
     finally:
         server.should_exit = True
         thread.join(5)
