@@ -42,8 +42,8 @@ from nats.js.api import StorageType, StreamConfig
 from bpm.dpc import Alert, Alerts, CorrelatedRow, Correlator, Ignored, Members, Publish, Tick
 from bpm.keygroups import token
 from bpm.names import check_name
-from spark_agents.broker.server import User, inbox_prefix, partner_user
-from spark_agents.broker.stream import Broker, tls_options
+from spark_agents.broker.server import User, partner_user
+from spark_agents.broker.stream import Broker, connect
 
 log = logging.getLogger(__name__)
 
@@ -211,10 +211,8 @@ async def follow(owner: str, endpoint: Endpoint, events: asyncio.Queue, stop: as
             if nc is None:
                 # pings every second: a link cut without a reset shows as a stale connection
                 # within seconds, and the client connects again (not after TCP's back-off)
-                nc = await nats.connect(endpoint.url, user=endpoint.user, password=endpoint.password, connect_timeout=timeout_s,
-                                        allow_reconnect=True, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
-                                        ping_interval=1, max_outstanding_pings=2, inbox_prefix=inbox_prefix(endpoint.user),
-                                        **tls_options(endpoint.tls))
+                nc = await connect(endpoint.url, endpoint.user, endpoint.password, endpoint.tls, reconnect_attempts=-1,
+                                   connect_timeout=timeout_s, reconnect_time_wait=0.5, ping_interval=1, max_outstanding_pings=2)
             js = nc.jetstream(timeout=timeout_s)
             state = (await js.stream_info(ALERTS)).state
             next_seq = max(next_seq, state.first_seq)
@@ -324,8 +322,7 @@ class LiveCorrelator:
             self.refused += 1
             log.warning("refused alerts from %s: %s", owner, why)
 
-        nc = await nats.connect(self.own.url, user=self.own.user, password=self.own.password, max_reconnect_attempts=-1,
-                                inbox_prefix=inbox_prefix(self.own.user), **tls_options(self.own.tls))
+        nc = await connect(self.own.url, self.own.user, self.own.password, self.own.tls, reconnect_attempts=-1)
         js = nc.jetstream(timeout=10.0)
         resumed = False
         try:

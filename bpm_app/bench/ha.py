@@ -138,6 +138,8 @@ class HASettings:
         fault: `crash` (a kill -9 of `a`'s host), `cut` (`a`'s host cut off from all, then healed)
             or `link` (the link between `a` and `b` cut, then healed); a partition needs hosts.
         cut_s: how long a partition lasts.
+        tls: the origin's broker serves TLS with a certificate of its own, which both sides
+            pin, as an agent's broker does (`spark_agents.tls`); False: plain text.
     """
 
     modes: tuple[str, ...] = HA_MODES
@@ -163,6 +165,7 @@ class HASettings:
     hosts: bool = True
     fault: str = "crash"
     cut_s: float = 10.0
+    tls: bool = True
 
     def __post_init__(self) -> None:
         if self.fault not in FAULTS:
@@ -616,6 +619,7 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
     from spark_agents.broker.server import NatsServer, User
     from spark_agents.broker.source import JetStreamInput
     from spark_agents.broker.stream import Broker, BrokerStream
+    from spark_agents.tls import own_certificate
     from spark_agents.ha.heartbeat import HeartbeatReceiver, HeartbeatWatcher
 
     root = Path(work_dir) / mode
@@ -636,10 +640,13 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
             raise HABenchError(f"a partition ({settings.fault}) needs hosts with networks of their own (root on Linux, with iproute2)")
         progress(f"{mode}: starting the origin's broker and two Spark processes")
         broker_address = hosts.net.gateway if hosts is not None and hosts.net is not None else "127.0.0.1"
-        server = NatsServer.on_free_ports(ORIGIN, root / ORIGIN / "broker", [owner], host=broker_address).start()
-        broker = Broker(server.url, owner.name, owner.password)
+        served = own_certificate(root / ORIGIN, ORIGIN, [broker_address]) if settings.tls else None
+        server = NatsServer.on_free_ports(ORIGIN, root / ORIGIN / "broker", [owner], host=broker_address,
+                                          tls=None if served is None else (served.cert_file, served.key_file)).start()
+        pem = None if served is None else served.pem
+        broker = Broker(server.url, owner.name, owner.password, tls=pem)
         broker.ensure_stream(ORIGIN)  # before any reader: a query's first plan asks for the stream
-        source = JetStreamInput(server.url, owner.name, owner.password, ORIGIN)
+        source = JetStreamInput(server.url, owner.name, owner.password, ORIGIN, tls=pem)
         b = RemoteSide("b", root, settings.master, settings.spark_conf(), limit(), module="bpm_app.bench.ha", hosts=hosts)
         a = RemoteSide("a", root, settings.master, settings.spark_conf(), limit(), module="bpm_app.bench.ha", hosts=hosts)
         b.wait_ready(limit())

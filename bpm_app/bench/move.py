@@ -98,6 +98,8 @@ class MoveSettings:
         timeout_s: limit of the whole run.
         step_timeout_s: limit of any single step (a stop, a start, a wait for a batch).
         workload: the task's query and parameters (`bpm_app.bench.workload.Workload`).
+        tls: the origin's broker serves TLS with a certificate of its own, which both sides
+            pin, as an agent's broker does (`spark_agents.tls`); False: plain text.
     """
 
     moves: int = 10
@@ -114,6 +116,7 @@ class MoveSettings:
     timeout_s: float = 900.0
     step_timeout_s: float = 120.0
     workload: Workload = field(default_factory=Workload)
+    tls: bool = True
 
     def __post_init__(self) -> None:
         if self.moves < 1:
@@ -588,6 +591,7 @@ def run_move_bench(settings: MoveSettings, work_dir: str | Path, progress: Calla
     from spark_agents.broker.server import NatsServer, User, partner_user
     from spark_agents.broker.source import JetStreamInput
     from spark_agents.broker.stream import Broker, BrokerStream
+    from spark_agents.tls import own_certificate
 
     root = Path(work_dir)
     began = time.monotonic()
@@ -604,9 +608,12 @@ def run_move_bench(settings: MoveSettings, work_dir: str | Path, progress: Calla
     try:
         progress("starting the origin's broker, the worker process and both Spark sessions", 0)
         # The origin's broker keeps its storage in a folder of the origin's own.
-        server = NatsServer.on_free_ports("a", root / "a" / "broker", [origin, partner]).start()
-        sources = {user.name: JetStreamInput(server.url, user.name, user.password, "a") for user in (origin, partner)}
-        broker = Broker(server.url, origin.name, origin.password)
+        served = own_certificate(root / "a", "a", ["127.0.0.1"]) if settings.tls else None
+        server = NatsServer.on_free_ports("a", root / "a" / "broker", [origin, partner],
+                                          tls=None if served is None else (served.cert_file, served.key_file)).start()
+        pem = None if served is None else served.pem
+        sources = {user.name: JetStreamInput(server.url, user.name, user.password, "a", tls=pem) for user in (origin, partner)}
+        broker = Broker(server.url, origin.name, origin.password, tls=pem)
         remote = RemoteSide("b", root, settings.master, settings.spark_conf(), step_limit())
         local = Side("a", root / "a", settings.master, settings.spark_conf())
         remote.wait_ready(step_limit())

@@ -40,6 +40,7 @@ def bench_ha_command(
     fault: Annotated[Fault, typer.Option(help="crash: kill -9 of the task's host; cut: its host cut off from all, then healed; link: the link between the host and the backup cut, then healed.")] = Fault.crash,
     cut_for: Annotated[float, typer.Option(min=0.5, help="How long a partition lasts, seconds.")] = 10.0,
     hosts: Annotated[bool, typer.Option("--hosts/--no-hosts", help="Run the task's host and the backup each in a network namespace of its own (needs root; else loopback addresses).")] = True,
+    insecure: Annotated[bool, typer.Option("--insecure", help="The origin's broker in plain text (by default TLS, pinned, as an agent's broker serves it).")] = False,
     workdir: Annotated[Path | None, typer.Option(help="Keep the run's files here (default: a temporary folder, removed).")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of the output delay across the failure, per mode.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -58,7 +59,7 @@ def bench_ha_command(
             speedup=speedup, seed=seed, copy_interval_s=copy_interval, ack_interval_s=ack_interval, heartbeat_s=heartbeat,
             detect_timeout_s=detect_timeout, warmup_s=warmup, measure_s=measure, slices=slices, after_s=after, timeout_s=timeout,
             lean=lean, extra_conf=tuple(_setting(item) for item in conf or ()), hosts=hosts,
-            fault=fault.value, cut_s=cut_for, workload=workload(query, param, BENCH_WORKLOAD),
+            fault=fault.value, cut_s=cut_for, workload=workload(query, param, BENCH_WORKLOAD), tls=not insecure,
         )
     except ValueError as exc:
         typer.secho(str(exc), fg="red", err=True)

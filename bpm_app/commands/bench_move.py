@@ -28,6 +28,7 @@ def bench_move_command(
     speedup: Annotated[float, typer.Option(min=0.1, help="Event time per second of wall time.")] = 10.0,
     seed: Annotated[int, typer.Option(help="Seed of the generated input.")] = 0,
     timeout: Annotated[float, typer.Option(min=10.0, help="Limit of the whole run, seconds.")] = 900.0,
+    insecure: Annotated[bool, typer.Option("--insecure", help="The origin's broker in plain text (by default TLS, pinned, as an agent's broker serves it).")] = False,
     workdir: Annotated[Path | None, typer.Option(help="Keep the run's files here (default: a temporary folder, removed).")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of every pause beside every floor restart.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -42,7 +43,7 @@ def bench_move_command(
         extra = tuple(_setting(item) for item in conf or ())
         settings = MoveSettings(moves=moves, warmup=warmup, age_batches=age, master=spark_master, retain_batches=retain,
                                 extra_conf=extra, trigger_s=trigger, flush_s=flush, rate=rate, speedup=speedup,
-                                seed=seed, timeout_s=timeout, workload=workload(query, param))
+                                seed=seed, timeout_s=timeout, workload=workload(query, param), tls=not insecure)
     except ValueError as exc:
         typer.secho(str(exc), fg="red", err=True)
         raise typer.Exit(2) from None

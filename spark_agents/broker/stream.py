@@ -69,14 +69,36 @@ def _not_a_tls_close(record: logging.LogRecord) -> bool:
 logging.getLogger("asyncio").addFilter(_not_a_tls_close)
 
 
-def tls_options(tls: str | None) -> dict:
-    """`nats.connect`'s options for a server whose certificate is `tls` (PEM): TLS that trusts
-    that certificate and nothing else; none for None (plain text)."""
-    if tls is None:
-        return {}
-    from spark_agents.tls import pinned_context
+CONNECT_TRIES = 4  # a server that refuses the first connection (not up yet, restarting) is tried again
+CONNECT_PAUSE_S = 2.0
 
-    return {"tls": pinned_context(tls)}
+
+async def connect(url: str, user: str, password: str, tls: str | None, *, reconnect_attempts: int, **options: Any) -> nats.NATS:
+    """A connection to the server at `url` as `user`: over TLS that trusts the certificate
+    `tls` (PEM) and nothing else, or in plain text for None. A refused connection is tried
+    `CONNECT_TRIES` times, a failed TLS handshake not at all: nats-py, left to retry one
+    itself, waits forever. Once connected, a lost connection is made again up to
+    `reconnect_attempts` times (-1: forever), as nats-py does."""
+    import ssl
+
+    if tls is not None:
+        from spark_agents.tls import pinned_context
+
+        options["tls"] = pinned_context(tls)
+    for attempt in range(CONNECT_TRIES):
+        try:
+            nc = await nats.connect(url, user=user, password=password, allow_reconnect=False, inbox_prefix=inbox_prefix(user), **options)
+        except ssl.SSLError:
+            raise
+        except (OSError, asyncio.TimeoutError):
+            if attempt == CONNECT_TRIES - 1:
+                raise
+            await asyncio.sleep(CONNECT_PAUSE_S)
+            continue
+        nc.options["allow_reconnect"] = True  # read by the client when a connection is lost
+        nc.options["max_reconnect_attempts"] = reconnect_attempts
+        return nc
+    raise AssertionError("unreachable")
 
 
 class Broker:
@@ -93,9 +115,7 @@ class Broker:
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"nats {url}", daemon=True)
         self._thread.start()
         try:
-            self.nc = self.call(nats.connect(url, user=user, password=password, connect_timeout=timeout_s, max_reconnect_attempts=3,
-                                             allow_reconnect=True, inbox_prefix=inbox_prefix(user), error_cb=self._on_error,
-                                             **tls_options(tls)))
+            self.nc = self.call(connect(url, user, password, tls, reconnect_attempts=3, connect_timeout=timeout_s, error_cb=self._on_error))
         except Exception as exc:
             self._stop_loop()
             raise BrokerError(f"cannot connect to {url} as {user} (is the server up, the user's password right, and its TLS "
