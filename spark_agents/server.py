@@ -84,9 +84,8 @@ def create_agent_app(agent: Agent, host: TaskHost | None = None) -> FastAPI:
     def add_task(body: NewTask, authorization: Annotated[str | None, Header()] = None):
         """Take on a new task of this participant's own (a new query over one input partition):
         only with this participant's own registry key."""
-        from spark_agents.agent import OwnTask
-
         from bpm.query import QueryError
+        from spark_agents.agent import OwnTask
 
         _require_own_key(authorization, "adds tasks here")
         try:

@@ -641,8 +641,7 @@ def run_mode(mode: str, settings: HASettings, work_dir: str | Path, progress: Ca
         progress(f"{mode}: starting the origin's broker and two Spark processes")
         broker_address = hosts.net.gateway if hosts is not None and hosts.net is not None else "127.0.0.1"
         served = own_certificate(root / ORIGIN, ORIGIN, [broker_address]) if settings.tls else None
-        server = NatsServer.on_free_ports(ORIGIN, root / ORIGIN / "broker", [owner], host=broker_address,
-                                          tls=None if served is None else (served.cert_file, served.key_file)).start()
+        server = NatsServer.on_free_ports(ORIGIN, root / ORIGIN / "broker", [owner], host=broker_address, tls=served).start()
         pem = None if served is None else served.pem
         broker = Broker(server.url, owner.name, owner.password, tls=pem)
         broker.ensure_stream(ORIGIN)  # before any reader: a query's first plan asks for the stream

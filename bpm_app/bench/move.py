@@ -609,8 +609,7 @@ def run_move_bench(settings: MoveSettings, work_dir: str | Path, progress: Calla
         progress("starting the origin's broker, the worker process and both Spark sessions", 0)
         # The origin's broker keeps its storage in a folder of the origin's own.
         served = own_certificate(root / "a", "a", ["127.0.0.1"]) if settings.tls else None
-        server = NatsServer.on_free_ports("a", root / "a" / "broker", [origin, partner],
-                                          tls=None if served is None else (served.cert_file, served.key_file)).start()
+        server = NatsServer.on_free_ports("a", root / "a" / "broker", [origin, partner], tls=served).start()
         pem = None if served is None else served.pem
         sources = {user.name: JetStreamInput(server.url, user.name, user.password, "a", tls=pem) for user in (origin, partner)}
         broker = Broker(server.url, origin.name, origin.password, tls=pem)

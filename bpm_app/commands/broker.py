@@ -49,8 +49,7 @@ def serve_command(
         if tls_cert is not None or tls_key is not None:
             from spark_agents.tls import own_certificate
 
-            served = own_certificate(store, name, [host], cert_file=tls_cert, key_file=tls_key)
-            tls = (served.cert_file, served.key_file)
+            tls = own_certificate(store, name, [host], cert_file=tls_cert, key_file=tls_key)
         server = NatsServer(name, store, port=port, http_port=http_port, users=[User(name, password)], host=host, tls=tls).start()
     except (ValueError, UnsafeName, BrokerError) as exc:
         fail(exc)

@@ -53,8 +53,7 @@ class OwnBroker:
         self.password = password
         self.url = f"nats://{advertise or host}:{port}"
         self.tls = None if tls is None else tls.pem
-        self.server = NatsServer(name, self.folder / "store", port=port, http_port=http_port, users=[self._owner()], host=host,
-                                 tls=None if tls is None else (tls.cert_file, tls.key_file))
+        self.server = NatsServer(name, self.folder / "store", port=port, http_port=http_port, users=[self._owner()], host=host, tls=tls)
         self._grants: dict[str, frozenset[tuple[str, str, bool]]] = {}
         self._readers: frozenset[str] = frozenset()  # partners that read the alerts this participant shares
         self._lock = threading.RLock()  # over the grants, the partners' passwords and the owner's connection

@@ -18,9 +18,13 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bpm.names import check_name
 from spark_agents.credentials import write_private
+
+if TYPE_CHECKING:
+    from spark_agents.tls import OwnCertificate
 
 _SUBJECT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_~*>$")
 
@@ -155,8 +159,8 @@ class NatsServer:
         max_store_bytes: the file storage JetStream may use.
         free_ports: the ports were chosen free (`on_free_ports`): when another process binds
             one first, between the choice and the server's start, `start` chooses again.
-        tls: the certificate and key files (PEM) it serves TLS with, to every client
-            (`spark_agents.tls`: a client pins that certificate); None: plain text.
+        tls: the certificate it serves TLS with, to every client (`spark_agents.tls`: a
+            client pins `tls.pem`); None: plain text.
     """
 
     name: str
@@ -168,11 +172,11 @@ class NatsServer:
     max_store_bytes: int = 2 << 30
     process: subprocess.Popen | None = None
     free_ports: bool = False
-    tls: tuple[Path, Path] | None = None
+    tls: OwnCertificate | None = None
 
     @classmethod
     def on_free_ports(cls, name: str, store_dir: Path, users: Sequence[User], host: str = "127.0.0.1",
-                      tls: tuple[Path, Path] | None = None) -> NatsServer:
+                      tls: OwnCertificate | None = None) -> NatsServer:
         """A server on two ports that nothing listens on now (benchmarks, tests)."""
         return cls(name, store_dir, port=free_port(host), http_port=free_port(host), users=users, host=host, free_ports=True, tls=tls)
 
@@ -192,7 +196,7 @@ class NatsServer:
         users = ",\n      ".join(u.conf() for u in self.users)
         tls = ""
         if self.tls is not None:
-            cert, key = (_path(p) for p in self.tls)
+            cert, key = _path(self.tls.cert_file), _path(self.tls.key_file)
             tls = f'tls {{\n  cert_file: "{cert}"\n  key_file: "{key}"\n  timeout: 5\n}}\n'
         return tls + f"""server_name: "{check_name(self.name, 'server name')}"
 listen: "{self.host}:{self.port}"

@@ -85,20 +85,17 @@ async def connect(url: str, user: str, password: str, tls: str | None, *, reconn
         from spark_agents.tls import pinned_context
 
         options["tls"] = pinned_context(tls)
-    for attempt in range(CONNECT_TRIES):
+    for attempt in range(1, CONNECT_TRIES + 1):
         try:
             nc = await nats.connect(url, user=user, password=password, allow_reconnect=False, inbox_prefix=inbox_prefix(user), **options)
-        except ssl.SSLError:
-            raise
-        except (OSError, asyncio.TimeoutError):
-            if attempt == CONNECT_TRIES - 1:
+            break
+        except (OSError, asyncio.TimeoutError) as exc:
+            if isinstance(exc, ssl.SSLError) or attempt == CONNECT_TRIES:
                 raise
             await asyncio.sleep(CONNECT_PAUSE_S)
-            continue
-        nc.options["allow_reconnect"] = True  # read by the client when a connection is lost
-        nc.options["max_reconnect_attempts"] = reconnect_attempts
-        return nc
-    raise AssertionError("unreachable")
+    nc.options["allow_reconnect"] = True  # read by the client when a connection is lost
+    nc.options["max_reconnect_attempts"] = reconnect_attempts
+    return nc
 
 
 class Broker:

@@ -25,16 +25,12 @@ def nats_server(tmp_path):
 def tls_server(tmp_path):
     """(server, owner user, certificate file) of participant `a`'s broker serving TLS with a
     certificate of its own, as an agent's broker does (`spark_agents.broker.access.OwnBroker`)."""
-    from bpm.certificates import self_signed
-    from spark_agents.credentials import write_private
+    from spark_agents.tls import own_certificate
 
-    cert, key = self_signed("a", ["127.0.0.1"])
-    cert_file, key_file = tmp_path / "tls" / "cert.pem", tmp_path / "tls" / "key.pem"
-    write_private(key_file, key.decode())
-    write_private(cert_file, cert.decode())
     owner = User("a", secrets.token_urlsafe(16))
-    with NatsServer.on_free_ports("a", tmp_path / "nats-a", [owner], tls=(cert_file, key_file)) as server:
-        yield server, owner, cert_file
+    served = own_certificate(tmp_path, "a", ["127.0.0.1"])
+    with NatsServer.on_free_ports("a", tmp_path / "nats-a", [owner], tls=served) as server:
+        yield server, owner, served.cert_file
 
 
 @pytest.fixture
