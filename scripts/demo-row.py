@@ -11,7 +11,7 @@ import json
 import sys
 
 from bpm.federation.views import seconds
-from bpm_app.demo.run import verdict
+from bpm_app.demo.outcomes import verdict
 
 try:
     r = json.load(open(sys.argv[1]))

@@ -63,9 +63,9 @@ def demo(
     (SQLite, Spark local), or, with --scenario failover, crash a participant's host while it hosts moved tasks
     and show the federation recover (--scenario partition: cut it off from every other host, then heal it), or
     with --scenario split split a task too large to move and shed a half."""
-    from bpm_app.demo.outcomes import misses
+    from bpm_app.demo.outcomes import misses, phase_ending, promised_ends
     from bpm_app.demo.report import write_report
-    from bpm_app.demo.run import Demo, DemoSettings, verdict
+    from bpm_app.demo.run import Demo, DemoSettings
 
     if scenario in (Scenario.partition, Scenario.registry_cut, Scenario.tour) and not hosts:
         raise typer.BadParameter(f"--scenario {scenario.value} cuts a host's links: it needs --hosts")
@@ -119,8 +119,8 @@ def demo(
         typer.echo(json.dumps({**{k: v for k, v in report.items() if k not in ("timeline", "cpu")}, "misses": missed}))
     else:
         typer.echo(f"report: {folder / 'report.json'} and {folder / 'timeline.png'}")
-        for phase in report["phases"]:
-            typer.echo(f"  {phase['name']}: {verdict(phase)}")
+        for phase, promise in zip(report["phases"], promised_ends(report)):
+            typer.echo(f"  {phase['name']}: {phase_ending(phase, promise)}")
         typer.echo(f"  movements {len(report['movements'])}, lost results {report['lost_results']}, duplicate results {report['duplicate_results']}")
         for name, q in report.get("queries", {}).items() if len(report.get("queries", {})) > 1 else ():
             typer.echo(f"  query {name} ({', '.join(q['participants'])}): {q['output_results']} results of {q['expected_results']} expected, "

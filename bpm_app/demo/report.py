@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from bpm_app.demo.faults import WHAT
-from bpm_app.demo.run import verdict
+from bpm_app.demo.outcomes import kept, phase_ending, promised_ends
 
 COLOURS = {"a": "tab:red", "b": "tab:blue", "c": "tab:green", "d": "tab:purple", "e": "tab:orange"}
 REGRAIN_MARKS = {"split": "D", "merge": "s"}  # on the origin's panel of the timeline
@@ -145,7 +145,7 @@ def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> No
     fig.suptitle(title, fontsize=9)
     first.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8)
     fig.tight_layout()
-    phase_labels(first, report["phases"])
+    phase_labels(first, report["phases"], promised_ends(report))
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -202,16 +202,18 @@ def _smoothed(points: list[tuple[float, float]], span_s: float) -> list[float]:
     return [sum(vs) / len(vs) for vs in ([v for u, v in points if abs(u - t) <= span_s / 2] for t, _ in points)]
 
 
-def phase_labels(ax, phases: list[dict]) -> list:
-    """Each phase's number and verdict above `ax`, from where the phase starts; a label that
-    would run into one before it goes a row higher (a short phase's label and the next
-    one's). The matplotlib texts, in order."""
+def phase_labels(ax, phases: list[dict], promises: list[str | None] | None = None) -> list:
+    """Each phase's number and how it ended above `ax`, from where the phase starts, with
+    whether it kept its promise (`promises`, `outcomes.promised_ends`; a broken one in red); a
+    label that would run into one before it goes a row higher (a short phase's label and the
+    next one's). The matplotlib texts, in order."""
     renderer = ax.figure.canvas.get_renderer()
     ends: list[float] = []  # per row, where its last label ends (display units)
     texts = []
-    for phase in phases:
-        text = ax.text(phase["started_s"] + 1, 1.02, f"phase {phase['name'].split(' ')[0]}: {verdict(phase)}",
-                       transform=ax.get_xaxis_transform(), fontsize=8, va="bottom")
+    for phase, promise in zip(phases, promises or [None] * len(phases)):
+        text = ax.text(phase["started_s"] + 1, 1.02, f"phase {phase['name'].split(' ')[0]}: {phase_ending(phase, promise)}",
+                       transform=ax.get_xaxis_transform(), fontsize=8, va="bottom",
+                       color="tab:red" if kept(phase, promise) is False else "black")
         box = text.get_window_extent(renderer)
         row = next((r for r, end in enumerate(ends) if box.x0 > end + 4), len(ends))
         ends[row:row + 1] = [box.x1]

@@ -48,7 +48,7 @@ from bpm.federation.views import AgreedTerms, ending, key_groups, regrains
 from bpm.names import task_key
 from bpm.negotiation import is_acceptable
 from bpm_app.demo.inputs import BrokerInputs
-from bpm_app.demo.outcomes import to_joiner
+from bpm_app.demo.outcomes import to_joiner, verdict
 from spark_agents.streams.feed import write_end
 from bpm.records import Records, end_watermark_ms
 from bpm.results import Result
@@ -473,7 +473,8 @@ class Demo:
                 break
             time.sleep(self.s.poll_s)
         phase.ended_s = time.time() - self.t0
-        self.say(f"  {verdict(phase.to_json())}: loads {_fmt(phase.loads)} thresholds {_fmt(phase.thresholds)}")
+        waited = f" (its {self.s.phase_timeout_s:.0f} s ran out before it held {until})" if until is not None and not held else ""
+        self.say(f"  {verdict(phase.to_json())}{waited}: loads {_fmt(phase.loads)} thresholds {_fmt(phase.thresholds)}")
         return phase
 
     @staticmethod
@@ -949,12 +950,6 @@ class Feeding:
         after their 70 s had run out, and phase 3 fed all twelve of B's spare shares)."""
         return [key for key, (at, before) in self.fed.items()
                 if now - at < lag_s or (now - at < 3 * lag_s and loads.get(key, 0.0) <= before)]
-
-
-def verdict(phase: dict) -> str:
-    """How a phase ended, in a word or two, from its report entry: overloaded (the loads above
-    the thresholds' total, whatever else), acceptable, or not acceptable."""
-    return "overloaded" if phase.get("overloaded") else "acceptable" if phase["acceptable"] else "not acceptable"
 
 
 def queries_to_add(target: float | None, loads: list[float], query_loads: list[float], most: int) -> int:

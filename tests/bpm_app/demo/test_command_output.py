@@ -67,10 +67,15 @@ def test_a_run_that_misses_a_promise_exits_1_and_says_which(tmp_path, monkeypatc
     monkeypatch.setattr(bpm_app.demo.run, "Demo", _run_of(_poster({"a": 0.7, "b": 0.7, "c": 0.7})))
     kept = CliRunner().invoke(app, args)
     assert kept.exit_code == 0 and "missed" not in kept.output, kept.output
+    assert "  3 phase: overloaded, as promised" in kept.stdout.splitlines(), kept.stdout
 
     monkeypatch.setattr(bpm_app.demo.run, "Demo", _run_of(_poster({"a": 0.5, "b": 0.5, "c": 0.5})))
     missed = CliRunner().invoke(app, args)
     assert missed.exit_code == 1 and "missed: phase 3 ended not overloaded" in missed.output, missed.output
+    # the summary says which phases kept their promise, not only the state each ended in
+    assert [line for line in missed.stdout.splitlines() if " phase: " in line] == [
+        "  1 phase: acceptable, as promised", "  2 phase: acceptable, as promised",
+        "  3 phase: acceptable, not overloaded as promised", "  4 phase: acceptable, as promised"], missed.stdout
     as_json = CliRunner().invoke(app, [*args, "--json"])
     assert as_json.exit_code == 1
     report = json.loads(as_json.stdout.splitlines()[-1])

@@ -30,3 +30,16 @@ def test_labels_of_short_phases_go_up_a_row_and_none_overlap():
         for b in boxes[i + 1:]:
             assert not a.overlaps(b), (a, b)
     plt.close(fig)
+
+
+def test_a_label_says_whether_its_phase_kept_its_promise_a_broken_one_in_red():
+    fig, ax = plt.subplots(figsize=(11, 2))
+    ax.set_xlim(0, 400)
+    loads = {"a": 0.3, "b": 0.3}
+    phases = [{**_phase("1", 0, 100), "loads": loads, "thresholds": dict.fromkeys(loads, 0.6)},
+              {**_phase("3", 100, 300), "loads": loads, "thresholds": dict.fromkeys(loads, 0.6)}]
+    kept, broken = phase_labels(ax, phases, ["acceptable", "overloaded"])
+    assert kept.get_text() == "phase 1: acceptable, as promised" and broken.get_text() == "phase 3: acceptable, not overloaded as promised"
+    assert matplotlib.colors.same_color(broken.get_color(), "tab:red") and not matplotlib.colors.same_color(kept.get_color(), "tab:red")
+    assert [t.get_text() for t in phase_labels(ax, phases[:1])] == ["phase 1: acceptable"], "a phase that promised nothing says how it ended"
+    plt.close(fig)
