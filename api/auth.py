@@ -10,7 +10,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from api.errors import Forbidden, NotFound, Unauthorized
@@ -60,7 +60,12 @@ class Principal:
 def get_private(session: Session, caller: Principal, model, record_id: int, label: str, parties) -> object:
     """The record of `model` with this id: 404 when absent, 403 unless the caller is one of
     its parties (`parties(record)` gives their ids) or the operator."""
-    record = session.get(model, record_id)
+    return private(caller, session.get(model, record_id), record_id, label, parties)
+
+
+def private(caller: Principal, record, record_id: int, label: str, parties):
+    """`record` (an ORM object or a row; None: there is none with this id) if the caller may
+    see it: 404 when absent, 403 unless the caller is one of its parties or the operator."""
     if record is None:
         raise NotFound(f"no {label} #{record_id}")
     if not caller.may_see(*parties(record)):
@@ -68,12 +73,15 @@ def get_private(session: Session, caller: Principal, model, record_id: int, labe
     return record
 
 
+_BY_KEY = select(Participant).where(Participant.key_hash == bindparam("key_hash"))  # every request's: built once
+
+
 def authenticate(session: Session, admin_key: str, key: str | None) -> Principal:
     if not key:
         raise Unauthorized("missing API key: send 'Authorization: Bearer <key>'")
     if hmac.compare_digest(key.encode(), admin_key.encode()):
         return Principal(participant=None)
-    participant = session.scalar(select(Participant).where(Participant.key_hash == hash_key(key)))
+    participant = session.scalar(_BY_KEY, {"key_hash": hash_key(key)})
     if participant is None:
         raise Unauthorized("invalid API key")
     return Principal(participant=participant)

@@ -27,7 +27,9 @@ class Participant(Base):
     load: Mapped[float | None] = mapped_column(Float, nullable=True)
     threshold: Mapped[float | None] = mapped_column(Float, nullable=True)
     marginal_cost: Mapped[dict | None] = mapped_column(JSON, nullable=True)
-    report: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    # The last heartbeat's full report, kept for the operator and written only: deferred, so
+    # that loading a participant (every authenticated request) does not parse it.
+    report: Mapped[dict | None] = mapped_column(JSON, nullable=True, deferred=True)
 
 
 class Contract(Base):

@@ -10,14 +10,10 @@ from api.services import offers as service
 router = APIRouter(tags=["offers and movements"])
 
 
-def _offer_out(session, offer, now):
-    return service.to_out(offer, now, service.movement_ids(session, [offer.id])[offer.id])
-
-
 @router.post("/offers", status_code=201, response_model=schemas.OfferOut)
 def make_offer(body: schemas.OfferCreate, session: DbSession, caller: Caller, now: Now):
     """Offer tasks that run at the caller (its own, or others' to pass on) to the partner of an active contract, at a price inside its range."""
-    return _offer_out(session, service.create(session, caller, body, now), now)
+    return service.create(session, caller, body, now)
 
 
 @router.get("/offers", response_model=list[schemas.OfferOut])
@@ -26,32 +22,31 @@ def list_offers(session: DbSession, caller: Caller, now: Now, page: Page, respon
     offers = service.list_offers(session, caller, state, now, page)
     page.tell(response)
     movements = service.movement_ids(session, [o.id for o in offers])
-    return [service.to_out(o, now, movements[o.id]) for o in offers]
+    return [service.to_out(o, o.from_participant.name, o.to_participant.name, now, movements[o.id]) for o in offers]
 
 
 @router.get("/offers/{offer_id}", response_model=schemas.OfferOut)
 def get_offer(offer_id: schemas.IdPath, session: DbSession, caller: Caller, now: Now):
     """One offer and the movements it created."""
-    return _offer_out(session, service.get_visible(session, caller, offer_id), now)
+    return service.get_out(session, caller, offer_id, now)
 
 
 @router.post("/offers/{offer_id}/accept", response_model=schemas.OfferOut)
 def accept_offer(offer_id: schemas.IdPath, session: DbSession, caller: Caller, now: Now, body: schemas.OfferAccept | None = None):
     """Accept the offer, or a subset of its tasks (receiver only; the first decision wins)."""
-    offer, _ = service.accept(session, caller, offer_id, body or schemas.OfferAccept(), now)
-    return _offer_out(session, offer, now)
+    return service.accept(session, caller, offer_id, body or schemas.OfferAccept(), now)
 
 
 @router.post("/offers/{offer_id}/reject", response_model=schemas.OfferOut)
 def reject_offer(offer_id: schemas.IdPath, session: DbSession, caller: Caller, now: Now, body: schemas.OfferReject | None = None):
     """Refuse the offer (receiver only; the first decision wins)."""
-    return _offer_out(session, service.reject(session, caller, offer_id, body or schemas.OfferReject(), now), now)
+    return service.reject(session, caller, offer_id, body or schemas.OfferReject(), now)
 
 
 @router.post("/offers/{offer_id}/withdraw", response_model=schemas.OfferOut)
 def withdraw_offer(offer_id: schemas.IdPath, session: DbSession, caller: Caller, now: Now):
     """Take back a pending offer (its maker only)."""
-    return _offer_out(session, service.withdraw(session, caller, offer_id, now), now)
+    return service.withdraw(session, caller, offer_id, now)
 
 
 @router.get("/movements", response_model=list[schemas.MovementOut])

@@ -17,12 +17,12 @@ import math
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, bindparam, case, or_, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import and_, bindparam, case, insert, or_, select, text, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from api import schemas
-from api.auth import Principal, get_private
+from api.auth import Principal, get_private, private
 from api.errors import Conflict, Forbidden, Invalid, NotFound
 from api.limits import BILLED_LOAD_SLACK
 from api.models import Contract, Movement, Offer, Participant, Task
@@ -72,15 +72,60 @@ def billed_load(measured: float, declared: float | None, total: float | None = N
     return min(bounds)
 
 
-def _pending_of(session: Session, participant_id: int, now: datetime) -> Offer | None:
-    return session.scalar(
-        select(Offer).where(Offer.from_id == participant_id, Offer.state == OfferState.PENDING, Offer.expires_at > now).limit(1)
-    )
+# An offer and its answer are the registry's hot path: they read and write with Core
+# statements, most of them built once, and no ORM object graph (an ORM task drags its
+# origin's and host's rows along, a contract three participants'): an offer takes four
+# statements of its own, an accept six.
+_offers, _tasks, _contracts, _participants = Offer.__table__, Task.__table__, Contract.__table__, Participant.__table__
+_movements = Movement.__table__
+_offerer, _receiver = _participants.alias("offerer"), _participants.alias("receiver")
+# An offer with its two parties' names.
+_OFFER = (
+    select(_offers, _offerer.c.name.label("from_name"), _receiver.c.name.label("to_name"))
+    .join(_offerer, _offerer.c.id == _offers.c.from_id)
+    .join(_receiver, _receiver.c.id == _offers.c.to_id)
+    .where(_offers.c.id == bindparam("offer_id"))
+)
+_proposer, _counterparty = _participants.alias("proposer"), _participants.alias("counterparty")
+# A contract with its two parties' names.
+_CONTRACT = (
+    select(_contracts, _proposer.c.name.label("proposer_name"), _counterparty.c.name.label("counterparty_name"))
+    .join(_proposer, _proposer.c.id == _contracts.c.proposer_id)
+    .join(_counterparty, _counterparty.c.id == _contracts.c.counterparty_id)
+    .where(_contracts.c.id == bindparam("contract_id"))
+)
+_origin = _participants.alias("origin")
+# What an offer needs to know of each task it names (`_check_offerable`, `ha.mode_of`).
+_OFFERED = (
+    select(_tasks.c.id, _tasks.c.host_id, _tasks.c.origin_id, _tasks.c.until_s, _tasks.c.ha_mode, _tasks.c.epoch, _tasks.c.load,
+           _origin.c.name.label("origin_name"))
+    .join(_origin, _origin.c.id == _tasks.c.origin_id)
+    .where(_tasks.c.id.in_(bindparam("task_ids", expanding=True)))
+)
+# The maker's offers past their expiry are stored as expired before it offers again: the
+# unique index on pending offers counts what is stored.
+_EXPIRE = (
+    update(_offers)
+    .where(_offers.c.from_id == bindparam("me"), _offers.c.state == OfferState.PENDING, _offers.c.expires_at <= bindparam("now"))
+    .values(state=OfferState.EXPIRED)
+)
+_PENDING_ID = select(_offers.c.id).where(_offers.c.from_id == bindparam("me"), _offers.c.state == OfferState.PENDING).limit(1)
 
 
-def create(session: Session, caller: Principal, body: schemas.OfferCreate, now: datetime) -> Offer:
+def _insert_pending(session: Session, values: dict):
+    """INSERT of a pending offer that the database leaves undone, returning no row, when its
+    maker has one pending already (the partial unique index `uq_offers_one_pending`), on
+    PostgreSQL and SQLite alike; a concurrent offer of the same maker waits for the first's
+    transaction and then finds it there."""
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    return (dialect.insert(_offers).values(values)
+            .on_conflict_do_nothing(index_elements=[_offers.c.from_id], index_where=text(f"state = '{OfferState.PENDING}'"))
+            .returning(*_offers.c))
+
+
+def create(session: Session, caller: Principal, body: schemas.OfferCreate, now: datetime) -> schemas.OfferOut:
     me = caller.require_participant()
-    contract = session.get(Contract, body.contract_id)
+    contract = session.execute(_CONTRACT, {"contract_id": body.contract_id}).first()
     if contract is None or not caller.may_see(contract.proposer_id, contract.counterparty_id):
         raise NotFound(f"no contract #{body.contract_id} of yours")
     if not contract_service.in_force(contract, now):
@@ -91,87 +136,67 @@ def create(session: Session, caller: Principal, body: schemas.OfferCreate, now: 
         )
     task_ids = list(dict.fromkeys(body.task_ids))
     caps = _caps(body, task_ids, contract)
-    tasks = {t.id: t for t in session.scalars(select(Task).where(Task.id.in_(task_ids)))}
+    tasks = {t.id: t for t in session.execute(_OFFERED, {"task_ids": task_ids})}
     missing = [t for t in task_ids if t not in tasks]
     if missing:
         raise NotFound(f"no tasks {missing}")
     loads = _loads(body, task_ids, tasks)
-    partner = contract.counterparty if contract.proposer_id == me.id else contract.proposer
-    _check_offerable(session, me, partner, contract, [tasks[t] for t in task_ids])
-    _refuse_second_offer(session, me, now)
-    offer = Offer(
-        contract_id=contract.id,
-        from_id=me.id,
-        to_id=partner.id,
-        task_ids=task_ids,
-        price=body.price,
-        caps=caps,
-        loads=loads,
-        state=OfferState.PENDING,
-        created_at=now,
-        expires_at=now + timedelta(seconds=body.ttl_s),
-    )
-    try:
-        with session.begin_nested():
-            session.add(offer)
-    except IntegrityError:  # a concurrent offer of the same participant was stored first
-        _refuse_second_offer(session, me, now)
-        raise
+    if contract.proposer_id == me.id:
+        partner_id, partner_name = contract.counterparty_id, contract.counterparty_name
+    else:
+        partner_id, partner_name = contract.proposer_id, contract.proposer_name
+    _check_offerable(session, me, partner_name, contract, [tasks[t] for t in task_ids])
+    session.execute(_EXPIRE, {"me": me.id, "now": now})
+    offer = session.execute(_insert_pending(session, {
+        "contract_id": contract.id, "from_id": me.id, "to_id": partner_id, "task_ids": task_ids, "price": body.price, "caps": caps,
+        "loads": loads, "state": OfferState.PENDING, "created_at": now, "expires_at": now + timedelta(seconds=body.ttl_s),
+    })).first()
+    if offer is None:
+        outstanding = session.scalar(_PENDING_ID, {"me": me.id})
+        raise Conflict(f"{me.name} already has an outstanding offer (#{outstanding}); one at a time", offer_id=outstanding)
     changes.offer_changed(session, offer)
     events.record(
         session,
         "offer.made",
-        f"{me.name} offered tasks {task_ids} to {partner.name} at {body.price:g} under contract #{contract.id}",
+        f"{me.name} offered tasks {task_ids} to {partner_name} at {body.price:g} under contract #{contract.id}",
         actor=me.name,
-        subject=partner.name,
+        subject=partner_name,
         data={"offer_id": offer.id, "contract_id": contract.id, "task_ids": task_ids, "price": body.price, "loads": loads},
         at=now,
     )
-    return offer
+    return to_out(offer, me.name, partner_name, now, [])
 
 
-def _refuse_second_offer(session: Session, me, now: datetime) -> None:
-    """409 while the participant has an offer pending; its offers past their expiry are
-    stored as expired first (the unique index counts stored state)."""
-    session.execute(
-        update(Offer)
-        .where(Offer.from_id == me.id, Offer.state == OfferState.PENDING, Offer.expires_at <= now)
-        .values(state=OfferState.EXPIRED)
-        .execution_options(synchronize_session=False)
-    )
-    outstanding = _pending_of(session, me.id, now)
-    if outstanding is not None:
-        raise Conflict(
-            f"{me.name} already has an outstanding offer (#{outstanding.id}); one at a time",
-            offer_id=outstanding.id,
-        )
-
-
-def _check_offerable(session: Session, me, partner, contract: Contract, tasks: list[Task]) -> None:
-    """Tasks may be offered only where they run, and under the contract only as
-    `bpm.negotiation.not_offerable` allows (the rule the agents decide with)."""
+def _check_offerable(session: Session, me: Participant, partner: str, contract, tasks: list) -> None:
+    """Tasks (`_OFFERED` rows) may be offered only where they run, and under the contract only
+    as `bpm.negotiation.not_offerable` allows (the rule the agents decide with)."""
     elsewhere = [t.id for t in tasks if t.host_id != me.id]
     if elsewhere:
         raise Conflict(f"tasks {elsewhere} do not run at {me.name}; a participant offers only tasks it hosts")
-    names = {me.id: me.name, partner.id: partner.name}
     ending = [t.id for t in tasks if t.until_s is not None]
     if ending:
         raise Conflict(f"tasks {ending} hand their key groups over to the tasks a split or merge made: they end where they run")
     for t in tasks:
         own = t.origin_id == me.id
-        origin = names[t.origin_id] if t.origin_id in names else t.origin.name
-        why = not_offerable(me=me.name, partner=partner.name, origin=origin, task_mode=t.ha_mode if own else mode_of(session, t),
+        why = not_offerable(me=me.name, partner=partner, origin=t.origin_name, task_mode=t.ha_mode if own else mode_of(session, t),
                             contract_id=str(contract.id), contract_mode=contract.ha_mode)
         if why is not None:
-            raise Conflict(f"task #{t.id} may not be offered to {partner.name}: {why}")
+            raise Conflict(f"task #{t.id} may not be offered to {partner}: {why}")
 
 
 def _parties(record: Offer | Movement) -> tuple[int, int]:
     return record.from_id, record.to_id
 
 
-def get_visible(session: Session, caller: Principal, offer_id: int) -> Offer:
-    return get_private(session, caller, Offer, offer_id, "offer", _parties)
+def _offer(session: Session, caller: Principal, offer_id: int):
+    """The offer with its parties' names (`_OFFER`), if the caller is one of them or the operator."""
+    return private(caller, session.execute(_OFFER, {"offer_id": offer_id}).first(), offer_id, "offer", _parties)
+
+
+def get_out(session: Session, caller: Principal, offer_id: int, now: datetime) -> schemas.OfferOut:
+    """One offer and the movements it created, if the caller may see it."""
+    offer = _offer(session, caller, offer_id)
+    return to_out(offer, offer.from_name, offer.to_name, now, movement_ids(session, [offer.id])[offer.id])
 
 
 def list_offers(session: Session, caller: Principal, state: str | None, now: datetime, page: PageQuery | None = None) -> list[Offer]:
@@ -189,6 +214,7 @@ def list_offers(session: Session, caller: Principal, state: str | None, now: dat
 
 
 def state_of(offer: Offer, now: datetime) -> str:
+    """An offer's state (an ORM object or a row) at `now`: a pending one past its expiry has expired."""
     return OfferState.EXPIRED if offer.state == OfferState.PENDING and offer.expires_at <= now else offer.state
 
 
@@ -197,34 +223,35 @@ def state_sql(now: datetime):
     return case((and_(Offer.state == OfferState.PENDING, Offer.expires_at <= now), OfferState.EXPIRED), else_=Offer.state)
 
 
-def _decide(session: Session, offer: Offer, new_state: str, now: datetime, **values) -> None:
-    """Move the offer out of 'pending' once and only once, whatever runs concurrently."""
-    changed = session.execute(
-        update(Offer)
-        .where(Offer.id == offer.id, Offer.state == OfferState.PENDING, Offer.expires_at > now)
+def _decide(session: Session, offer, new_state: str, now: datetime, **values):
+    """Move the offer out of 'pending' once and only once, whatever runs concurrently: the
+    conditional UPDATE changes the row for one decision only. The offer's row as decided."""
+    decided = session.execute(
+        update(_offers)
+        .where(_offers.c.id == offer.id, _offers.c.state == OfferState.PENDING, _offers.c.expires_at > now)
         .values(state=new_state, decided_at=now, **values)
-        .execution_options(synchronize_session=False)
-    ).rowcount
-    if changed != 1:
-        session.refresh(offer)
-        raise Conflict(f"offer #{offer.id} is already {state_of(offer, now)}", state=state_of(offer, now))
-    session.refresh(offer)
+        .returning(*_offers.c)
+    ).first()
+    if decided is None:
+        state = state_of(session.execute(select(_offers.c.state, _offers.c.expires_at).where(_offers.c.id == offer.id)).one(), now)
+        raise Conflict(f"offer #{offer.id} is already {state}", state=state)
+    return decided
 
 
-def _require_receiver(caller: Principal, offer: Offer, action: str) -> None:
+def _require_receiver(caller: Principal, offer, action: str) -> None:
     me = caller.require_participant()
     if me.id != offer.to_id:
-        raise Forbidden(f"only {offer.to_participant.name}, to whom offer #{offer.id} was made, may {action} it")
+        raise Forbidden(f"only {offer.to_name}, to whom offer #{offer.id} was made, may {action} it")
 
 
-def accept(session: Session, caller: Principal, offer_id: int, body: schemas.OfferAccept, now: datetime) -> tuple[Offer, list[Movement]]:
-    offer = get_visible(session, caller, offer_id)
+def accept(session: Session, caller: Principal, offer_id: int, body: schemas.OfferAccept, now: datetime) -> schemas.OfferOut:
+    offer = _offer(session, caller, offer_id)
     _require_receiver(caller, offer, "accept")
     chosen = list(dict.fromkeys(body.task_ids)) if body.task_ids else list(offer.task_ids)
     extra = [t for t in chosen if t not in offer.task_ids]
     if extra:
         raise Invalid(f"tasks {extra} are not part of offer #{offer.id}")
-    contract = session.get(Contract, offer.contract_id)
+    contract = session.execute(select(_contracts).where(_contracts.c.id == offer.contract_id)).one()
     if not contract_service.in_force(contract, now):
         raise Conflict(f"contract #{contract.id} is no longer in force")
     cap = offer.caps[len(chosen) - 1]  # the offerer's cap for as many tasks as are taken
@@ -233,77 +260,63 @@ def accept(session: Session, caller: Principal, offer_id: int, body: schemas.Off
         raise Invalid(
             f"the settled price {price:g} must lie between the contract's price_min {contract.price_min:g} and the offered {cap:g} for {len(chosen)} task(s)"
         )
-    _decide(session, offer, OfferState.ACCEPTED, now, accepted_task_ids=chosen, settled_price=price)
+    decided = _decide(session, offer, OfferState.ACCEPTED, now, accepted_task_ids=chosen, settled_price=price)
     moved = session.execute(
-        update(Task)
-        .where(Task.id.in_(chosen), Task.host_id == offer.from_id, Task.until_s.is_(None))
-        .values(host_id=offer.to_id, epoch=Task.epoch + 1)
-        .execution_options(synchronize_session=False)
-    ).rowcount
-    if moved != len(chosen):
-        raise Conflict(f"some of tasks {chosen} left {offer.from_participant.name}, or began to hand their key groups over, since the offer; nothing moved")
-    movements = []
-    # One read of the moved tasks, their new host and epoch included; the movements are then inserted in one batch.
+        update(_tasks)
+        .where(_tasks.c.id.in_(chosen), _tasks.c.host_id == offer.from_id, _tasks.c.until_s.is_(None))
+        .values(host_id=offer.to_id, epoch=_tasks.c.epoch + 1)
+        .returning(_tasks.c.id, _tasks.c.load)
+    ).all()
+    if len(moved) != len(chosen):
+        raise Conflict(f"some of tasks {chosen} left {offer.from_name}, or began to hand their key groups over, since the offer; nothing moved")
     declared = dict(zip(offer.task_ids, offer.loads)) if offer.loads is not None else {}
-    for task in session.scalars(select(Task).where(Task.id.in_(chosen)).order_by(Task.id).execution_options(populate_existing=True)):
-        movement = Movement(
-            offer_id=offer.id,
-            contract_id=contract.id,
-            task=task,
-            from_id=offer.from_id,
-            to_id=offer.to_id,
-            price=price,
-            load=declared.get(task.id, task.load),  # as declared, until its host measures it
-            declared_load=declared.get(task.id),
-            accrued_at=now,
-            state=MovementState.ACTIVE,
-            started_at=now,
-            earliest_end_at=now + timedelta(seconds=contract.min_duration_s),
-        )
-        movements.append(movement)
-    session.add_all(movements)
-    session.flush()
+    movements = list(session.scalars(insert(_movements).returning(_movements.c.id, sort_by_parameter_order=True), [
+        {"offer_id": offer.id, "contract_id": contract.id, "task_id": task.id, "from_id": offer.from_id, "to_id": offer.to_id, "price": price,
+         "load": declared.get(task.id, task.load),  # as declared, until its host measures it
+         "declared_load": declared.get(task.id), "amount": 0.0, "accrued_at": now, "state": MovementState.ACTIVE, "started_at": now,
+         "earliest_end_at": now + timedelta(seconds=contract.min_duration_s)}
+        for task in sorted(moved, key=lambda t: t.id)
+    ]))
     changes.offer_changed(session, offer)
     changes.task_changed(session, chosen, offer.from_id)
     events.record(
         session,
         "offer.accepted",
-        f"{offer.to_participant.name} accepted tasks {chosen} of offer #{offer.id} from {offer.from_participant.name} at {price:g} (offered up to {offer.price:g})",
-        actor=offer.to_participant.name,
-        subject=offer.from_participant.name,
-        data={"offer_id": offer.id, "task_ids": chosen, "movement_ids": [m.id for m in movements], "price": price, "cap": offer.price},
+        f"{offer.to_name} accepted tasks {chosen} of offer #{offer.id} from {offer.from_name} at {price:g} (offered up to {offer.price:g})",
+        actor=offer.to_name,
+        subject=offer.from_name,
+        data={"offer_id": offer.id, "task_ids": chosen, "movement_ids": movements, "price": price, "cap": offer.price},
         at=now,
     )
-    return offer, movements
+    return to_out(decided, offer.from_name, offer.to_name, now, movements)
 
 
-def reject(session: Session, caller: Principal, offer_id: int, body: schemas.OfferReject, now: datetime) -> Offer:
-    offer = get_visible(session, caller, offer_id)
+def reject(session: Session, caller: Principal, offer_id: int, body: schemas.OfferReject, now: datetime) -> schemas.OfferOut:
+    offer = _offer(session, caller, offer_id)
     _require_receiver(caller, offer, "reject")
-    _decide(session, offer, OfferState.REJECTED, now, reason=body.reason)
+    decided = _decide(session, offer, OfferState.REJECTED, now, reason=body.reason)
     changes.offer_changed(session, offer)
     events.record(
         session,
         "offer.rejected",
-        f"{offer.to_participant.name} refused offer #{offer.id} from {offer.from_participant.name}"
-        + (f": {body.reason}" if body.reason else ""),
-        actor=offer.to_participant.name,
-        subject=offer.from_participant.name,
+        f"{offer.to_name} refused offer #{offer.id} from {offer.from_name}" + (f": {body.reason}" if body.reason else ""),
+        actor=offer.to_name,
+        subject=offer.from_name,
         data={"offer_id": offer.id, "reason": body.reason},
         at=now,
     )
-    return offer
+    return to_out(decided, offer.from_name, offer.to_name, now, [])
 
 
-def withdraw(session: Session, caller: Principal, offer_id: int, now: datetime) -> Offer:
-    offer = get_visible(session, caller, offer_id)
+def withdraw(session: Session, caller: Principal, offer_id: int, now: datetime) -> schemas.OfferOut:
+    offer = _offer(session, caller, offer_id)
     me = caller.require_participant()
     if me.id != offer.from_id:
-        raise Forbidden(f"only {offer.from_participant.name}, who made offer #{offer.id}, may withdraw it")
-    _decide(session, offer, OfferState.WITHDRAWN, now)
+        raise Forbidden(f"only {offer.from_name}, who made offer #{offer.id}, may withdraw it")
+    decided = _decide(session, offer, OfferState.WITHDRAWN, now)
     changes.offer_changed(session, offer)
-    events.record(session, "offer.withdrawn", f"{me.name} withdrew offer #{offer.id}", actor=me.name, subject=offer.to_participant.name, data={"offer_id": offer.id}, at=now)
-    return offer
+    events.record(session, "offer.withdrawn", f"{me.name} withdrew offer #{offer.id}", actor=me.name, subject=offer.to_name, data={"offer_id": offer.id}, at=now)
+    return to_out(decided, offer.from_name, offer.to_name, now, [])
 
 
 def movement_ids(session: Session, offer_ids: list[int]) -> dict[int, list[int]]:
@@ -313,12 +326,13 @@ def movement_ids(session: Session, offer_ids: list[int]) -> dict[int, list[int]]
     return result
 
 
-def to_out(offer: Offer, now: datetime, movements: list[int]) -> schemas.OfferOut:
+def to_out(offer, from_name: str, to_name: str, now: datetime, movements: list[int]) -> schemas.OfferOut:
+    """The API's view of an offer (an ORM object or a row of the offers table) between `from_name` and `to_name`."""
     return schemas.OfferOut(
         id=offer.id,
         contract_id=offer.contract_id,
-        from_=offer.from_participant.name,
-        to=offer.to_participant.name,
+        from_=from_name,
+        to=to_name,
         task_ids=offer.task_ids,
         accepted_task_ids=offer.accepted_task_ids,
         price=offer.price,
@@ -453,7 +467,6 @@ def accrued(movement: Movement, now: datetime) -> tuple[float, float]:
 
 
 # Run at every heartbeat that reports loads: built once.
-_movements = Movement.__table__
 _ACTIVE_HOSTED = (
     select(Movement.id, Movement.task_id, Movement.price, Movement.load, Movement.declared_load, Movement.accrued_at, Movement.from_id)
     .join(Task, Task.id == Movement.task_id)
