@@ -1,5 +1,6 @@
-"""What the registry's and the agents' HTTP apps share against hostile callers: request
-bodies capped (413), and an unexpected failure answered as JSON, never as plain text."""
+"""What the registry's and the agents' HTTP apps share: against hostile callers, request
+bodies capped (413) and an unexpected failure answered as JSON, never as plain text; and
+how long their servers keep idle connections."""
 
 from __future__ import annotations
 
@@ -13,6 +14,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 log = logging.getLogger("bpm_http.web")
 
 MAX_BODY = 1 << 20  # JSON requests: 1 MiB is thousands of tasks
+# How long the servers keep an idle connection open: longer than any client keeps one for
+# reuse (httpx: 5 s), so that a client never sends on a connection the server is closing
+# at that moment, which fails a POST with no answer (seen under load as ReadError and
+# "Server disconnected without sending a response").
+KEEP_ALIVE_S = 30
 
 
 class BodyLimit:

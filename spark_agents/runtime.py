@@ -321,6 +321,7 @@ def run_agent(
 
     from spark_agents.host import TaskHost
     from spark_agents.hosts import lower_priority, python_first
+    from bpm_http.web import KEEP_ALIVE_S
     from spark_agents.server import create_agent_app
     from spark_agents.session import make_session
     from spark_agents.warmup import prime
@@ -360,7 +361,8 @@ def run_agent(
         agent = Agent(config, client, tasks, broker=broker)
         tasks.registry_epoch = agent.registry_epoch
         served_tls = {"ssl_certfile": str(tls.cert_file), "ssl_keyfile": str(tls.key_file)} if tls is not None else {}
-        server = uvicorn.Server(uvicorn.Config(create_agent_app(agent, host), host=bind_host, port=port, log_level="warning", **served_tls))
+        server = uvicorn.Server(uvicorn.Config(create_agent_app(agent, host), host=bind_host, port=port, log_level="warning",
+                                               timeout_keep_alive=KEEP_ALIVE_S, **served_tls))
         server_thread = threading.Thread(target=server.run, name="bpm-agent-http", daemon=True)
         server_thread.start()
         log.info("%s: agent on %s, Spark %s (driver at %s), registry %s", config.name, config.endpoint, spark_master, driver_host, registry_url)

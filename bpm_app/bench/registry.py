@@ -55,7 +55,7 @@ async def _client_loop(http: httpx.AsyncClient, pair: Pair, latencies: list[floa
             offer = await _post(http, "/offers", pair.offerer_key, {"contract_id": pair.contract_id, "task_ids": [task_id], "price": 1.5})
             await _post(http, f"/offers/{offer['id']}/accept", pair.partner_key)
         except (RuntimeError, httpx.HTTPError) as exc:
-            errors.append(str(exc)[:200])
+            errors.append(f"{type(exc).__name__}: {exc}"[:200])
             continue
         latencies.append(time.perf_counter() - started)
 
@@ -95,6 +95,7 @@ async def _run(url: str, admin_key: str, clients: int, rounds: int, progress, se
         "round_trips_per_s": round(len(latencies) / elapsed, 1) if elapsed > 0 else None,
         "p50_ms": round(1000 * statistics.median(latencies), 2) if latencies else None,
         "p99_ms": round(1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 2) if latencies else None,
+        "max_ms": round(1000 * latencies[-1], 2) if latencies else None,
         "server_cpu_s": None if server_cpu_s is None else round(server_cpu_s, 3),
         "server_cpu_ms_per_round_trip": round(1000 * server_cpu_s / len(latencies), 2) if server_cpu_s is not None and latencies else None,
     }

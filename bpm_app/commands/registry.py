@@ -52,6 +52,7 @@ def serve(
 
     from api.app import ProductionKeyMissing, create_app, resolve_admin_key
     from bpm_app.logs import configure, uvicorn_config
+    from bpm_http.web import KEEP_ALIVE_S
     from api.migrate import upgrade
     from api.settings import Settings
 
@@ -75,7 +76,7 @@ def serve(
     # On SIGTERM requests under way get this long to finish; then what still runs, such as the
     # change feed's streams (which would last minutes), is cut and the registry exits.
     served = {"host": host, "port": port, "log_level": log_level, "log_config": uvicorn_config(log_format.value, log_level),
-              "timeout_graceful_shutdown": SHUTDOWN_GRACE_S}
+              "timeout_graceful_shutdown": SHUTDOWN_GRACE_S, "timeout_keep_alive": KEEP_ALIVE_S}
     if workers > 1:
         # Each worker builds its app from the environment, so pass the resolved values down.
         os.environ["BPM_DATABASE_URL"] = settings.database_url
