@@ -6,11 +6,26 @@ database, which is what is measured. One round trip = POST /offers, then POST
 /offers/{id}/accept by the partner; latency is the time for both. Given a probe of the
 server's CPU seconds (a registry the command started itself), the run also reports the
 server's CPU per round trip.
+
+With `contend`, the clients share a crowd of participants instead (one per five clients,
+at least four), all with contracts to each other and each with its own tasks. A client's
+round acts as a participant picked at random: it ends one of the movements of tasks that
+participant moved away, or offers a task it hosts to another, which accepts. Several
+clients act as one participant at once, so the registry refuses offers (one pending
+offer per participant, a task that moved meanwhile), loses races (an accept after the task
+left, an end after the chain unwound) and waits on its row locks; the run counts each kind
+of refusal, and afterwards reads back what the registry holds and checks its invariants
+(`crowd_violations`): every task's active movements form one chain from its origin to its
+host, every accepted offer has one movement per task it took and no other offer has any,
+every acknowledged accept is there once, and the ledger balances.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import itertools
+import random
 import statistics
 import time
 import uuid
@@ -82,7 +97,13 @@ async def _run(url: str, admin_key: str, clients: int, rounds: int, progress, se
         await asyncio.gather(*(_client_loop(http, pair, latencies, errors) for pair in pairs))
         elapsed = time.perf_counter() - started
         cpu_after = server_cpu()
-    latencies.sort()
+    return {**_figures(clients, rounds, latencies, errors, elapsed, setup_s, cpu_before, cpu_after), "mode": "pairs"}
+
+
+def _figures(clients: int, rounds: int, latencies: list[float], errors: list[str], elapsed: float, setup_s: float,
+             cpu_before: float | None, cpu_after: float | None) -> dict:
+    """A run's figures: round trips and their rate, latency, errors, the server's CPU."""
+    latencies = sorted(latencies)
     server_cpu_s = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
     return {
         "clients": clients,
@@ -101,6 +122,149 @@ async def _run(url: str, admin_key: str, clients: int, rounds: int, progress, se
     }
 
 
+def crowd_size(clients: int) -> int:
+    """The participants a contention run's clients share: one per five clients, at least four."""
+    return max(4, clients // 5)
+
+
+@dataclass
+class Crowd:
+    """The participants that the clients of a contention run share, and what the clients
+    saw of them (stale under races: the registry refuses what no longer holds)."""
+
+    keys: dict[str, str]  # participant -> its key
+    contracts: dict[frozenset, int]  # a pair of participants -> their contract
+    host: dict[int, str]  # task id -> where the clients last saw it run
+    away: dict[int, tuple[int, str]]  # active movement id -> (task id, the participant that moved it away)
+    accepted: int = 0  # accepts the registry acknowledged
+
+
+async def _make_crowd(http: httpx.AsyncClient, admin_key: str, run: str, size: int, tasks_each: int, progress) -> Crowd:
+    names = [f"bench-{run}-p{i}" for i in range(size)]
+    keys = {}
+    for name in names:
+        keys[name] = (await _post(http, "/participants", admin_key, {"name": name, "endpoint": "http://127.0.0.1:1"}))["api_key"]
+    contracts = {}
+    for a, b in itertools.combinations(names, 2):
+        contract = await _post(http, "/contracts", keys[a], {"counterparty": b, "price_min": 1.0, "price_max": 2.0, "min_duration_s": 0.01})
+        await _post(http, f"/contracts/{contract['id']}/accept", keys[b])
+        contracts[frozenset((a, b))] = contract["id"]
+    host = {}
+    for name in names:
+        for i in range(tasks_each):
+            host[(await _post(http, "/tasks", keys[name], {"name": f"t{i}", "load": 0.01}))["id"]] = name
+        progress("setup", 1)
+    return Crowd(keys, contracts, host, {})
+
+
+async def _contend(http: httpx.AsyncClient, crowd: Crowd, rng: random.Random, rounds: int, latencies: list[float],
+                   refused: collections.Counter, errors: list[str]) -> None:
+    names = sorted(crowd.keys)
+
+    async def call(path: str, as_: str, body: dict | None = None) -> httpx.Response | None:
+        try:
+            response = await http.post("/api/v1" + path, json=body, headers=_headers(crowd.keys[as_]))
+        except httpx.HTTPError as exc:
+            errors.append(f"{type(exc).__name__}: {exc}"[:200])
+            return None
+        if response.status_code >= 300 and response.status_code not in (404, 409):
+            errors.append(f"POST {path} -> {response.status_code}: {response.text}"[:200])
+            return None
+        return response
+
+    for _ in range(rounds):
+        me = rng.choice(names)
+        mine_away = [m for m, (_, mover) in crowd.away.items() if mover == me]
+        if mine_away and rng.random() < 0.5:
+            movement = rng.choice(mine_away)
+            response = await call(f"/movements/{movement}/end", me)
+            if response is not None and response.status_code == 200:
+                crowd.host[response.json()["task_id"]] = me
+            elif response is not None:
+                refused["end"] += 1
+            crowd.away.pop(movement, None)  # ended now, or earlier with its chain
+            continue
+        task = rng.choice([t for t, h in crowd.host.items() if h == me] or list(crowd.host))
+        partner = rng.choice([n for n in names if n != me])
+        started = time.perf_counter()
+        offer = await call("/offers", me, {"contract_id": crowd.contracts[frozenset((me, partner))], "task_ids": [task], "price": 1.5})
+        if offer is None or offer.status_code != 201:
+            refused["offer"] += offer is not None
+            continue
+        accept = await call(f"/offers/{offer.json()['id']}/accept", partner)
+        if accept is not None and accept.status_code == 200:
+            crowd.accepted += 1
+            latencies.append(time.perf_counter() - started)
+            crowd.host[task] = partner
+            crowd.away.update({m: (task, me) for m in accept.json()["movements"]})
+            continue
+        refused["accept"] += accept is not None
+        withdrawn = await call(f"/offers/{offer.json()['id']}/withdraw", me)  # so that its maker may offer again at once
+        refused["withdraw"] += withdrawn is not None and withdrawn.status_code != 200
+
+
+async def crowd_violations(http: httpx.AsyncClient, admin_key: str, crowd: Crowd) -> list[str]:
+    """What the registry holds that breaks an invariant, read back after a contention run."""
+    async def get(path: str):
+        response = await http.get("/api/v1" + path, headers=_headers(admin_key))
+        response.raise_for_status()
+        return response.json()
+
+    names = set(crowd.keys)
+    tasks = {t["id"]: t for t in await get("/tasks") if t["origin"] in names}
+    movements = [m for m in await get("/movements") if m["task_id"] in tasks]
+    violations = []
+    for task_id, task in sorted(tasks.items()):
+        chain = sorted((m for m in movements if m["task_id"] == task_id and m["state"] == "active"), key=lambda m: m["id"])
+        at = task["origin"]
+        for m in chain:
+            if m["from"] != at:
+                violations.append(f"task #{task_id}: active movement #{m['id']} leaves {m['from']}, but the chain is at {at}")
+            at = m["to"]
+        if at != task["host"]:
+            violations.append(f"task #{task_id} runs at {task['host']}, but its active movements lead to {at}")
+    by_offer = collections.Counter(m["offer_id"] for m in movements)
+    for offer in await get("/offers"):
+        if offer["from"] not in names:
+            continue
+        want = len(offer["accepted_task_ids"] or []) if offer["state"] == "accepted" else 0
+        if by_offer[offer["id"]] != want:
+            violations.append(f"offer #{offer['id']} ({offer['state']}) has {by_offer[offer['id']]} movements, not {want}")
+    if len(movements) != crowd.accepted:
+        violations.append(f"{crowd.accepted} accepts were acknowledged, the registry holds {len(movements)} movements")
+    ledger = await get("/ledger")
+    balances = [b for b in ledger["balances"] if b["participant"] in names]
+    paid, earned = sum(b["paid"] for b in balances), sum(b["earned"] for b in balances)
+    if abs(paid - earned) > 1e-6 * max(1.0, paid) or any(e["amount"] < 0 for e in ledger["entries"]):
+        violations.append(f"the ledger does not balance: paid {paid}, earned {earned}")
+    return violations
+
+
+async def _run_crowd(url: str, admin_key: str, clients: int, rounds: int, progress, server_cpu: Callable[[], float | None]) -> dict:
+    limits = httpx.Limits(max_connections=clients + 10, max_keepalive_connections=clients + 10)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60.0) as http:
+        run = uuid.uuid4().hex[:8]
+        setup_started = time.perf_counter()
+        crowd = await _make_crowd(http, admin_key, run, crowd_size(clients), 5, progress)
+        setup_s = time.perf_counter() - setup_started
+        latencies: list[float] = []
+        refused: collections.Counter = collections.Counter()
+        errors: list[str] = []
+        cpu_before = server_cpu()
+        started = time.perf_counter()
+        await asyncio.gather(*(_contend(http, crowd, random.Random(i), rounds, latencies, refused, errors) for i in range(clients)))
+        elapsed = time.perf_counter() - started
+        cpu_after = server_cpu()
+        violations = await crowd_violations(http, admin_key, crowd)
+    return {
+        **_figures(clients, rounds, latencies, errors, elapsed, setup_s, cpu_before, cpu_after),
+        "mode": "contend",
+        "participants": len(crowd.keys),
+        "refused": dict(sorted(refused.items())),
+        "crowd_violations": violations,
+    }
+
+
 def bench_registry(url: str, admin_key: str, clients: int, rounds: int, progress=lambda phase, n: None,
-                   server_cpu: Callable[[], float | None] = lambda: None) -> dict:
-    return asyncio.run(_run(url, admin_key, clients, rounds, progress, server_cpu))
+                   server_cpu: Callable[[], float | None] = lambda: None, *, contend: bool = False) -> dict:
+    return asyncio.run((_run_crowd if contend else _run)(url, admin_key, clients, rounds, progress, server_cpu))

@@ -42,13 +42,16 @@ def bench_registry_command(
     clients: Annotated[int, typer.Option(min=1, help="Concurrent clients.")] = 100,
     rounds: Annotated[int, typer.Option(min=1, help="Round trips per client.")] = 20,
     port: Annotated[int, typer.Option(help="Port of the registry started for the run.")] = 8799,
+    contend: Annotated[bool, typer.Option("--contend", help="Clients share a crowd of participants (one per five clients) and race: "
+                                          "refusals counted by kind, the registry's invariants checked after the run.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Offer-and-accept round trips per second, p50 and p99 latency, with N concurrent clients;
-    for a registry it starts itself, the server's CPU per round trip."""
+    for a registry it starts itself, the server's CPU per round trip. With --contend, the
+    clients race for the same participants and tasks; exits 1 if an invariant broke."""
     from bpm_app.progress import progress
 
-    from bpm_app.bench.registry import bench_registry
+    from bpm_app.bench.registry import bench_registry, crowd_size
     from spark_agents.metrics import process_tree_cpu_seconds
 
     process = None
@@ -63,9 +66,9 @@ def bench_registry_command(
             raise typer.Exit(2)
         try:
             with progress("participants") as steps:
-                setup = steps.add("registering participants, contracts and tasks", clients)
+                setup = steps.add("registering participants, contracts and tasks", crowd_size(clients) if contend else clients)
                 server_cpu = (lambda: process_tree_cpu_seconds(process.pid)) if process is not None else (lambda: None)
-                result = bench_registry(url, key, clients, rounds, lambda phase, n: steps.update(setup, advance=n), server_cpu)
+                result = bench_registry(url, key, clients, rounds, lambda phase, n: steps.update(setup, advance=n), server_cpu, contend=contend)
         finally:
             if process is not None:
                 process.terminate()
@@ -76,6 +79,9 @@ def bench_registry_command(
     else:
         for key, value in result.items():
             typer.echo(f"{key:>20}: {value}")
+    if result.get("crowd_violations"):
+        typer.secho(f"the registry broke {len(result['crowd_violations'])} invariant(s) under contention", fg="red", err=True)
+        raise typer.Exit(1)
 
 
 def database_backend(database_url: str | None) -> str | None:

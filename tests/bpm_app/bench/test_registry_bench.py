@@ -1,5 +1,6 @@
 """`bpm bench registry` against a registry it starts itself: every round trip counted, and the
-server's CPU per round trip measured."""
+server's CPU per round trip measured; in contention mode, races refused and the registry's
+invariants kept."""
 
 from __future__ import annotations
 
@@ -25,3 +26,15 @@ def test_the_registry_benchmark_reports_round_trips_latency_and_server_cpu():
     assert result["round_trips_per_s"] > 0 and 0 < result["p50_ms"] <= result["p99_ms"]
     assert result["server_cpu_s"] > 0, "the server did the work of twelve round trips"
     assert result["server_cpu_ms_per_round_trip"] == pytest.approx(1000 * result["server_cpu_s"] / 12, rel=0.05, abs=0.01)
+
+
+def test_clients_that_race_for_the_same_participants_are_refused_and_the_registry_keeps_its_invariants():
+    out = subprocess.run([BPM, "bench", "registry", "--contend", "--clients", "12", "--rounds", "8", "--port", str(free_port()), "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["mode"] == "contend" and result["participants"] == 4
+    assert result["errors"] == 0, result["first_errors"]
+    assert result["crowd_violations"] == []
+    assert sum(result["refused"].values()) > 0, "twelve clients acting as four participants raced"
+    assert result["round_trips"] > 0, result
