@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from bpm_app.commands import HAMode, bench_app
-from bpm_app.commands.bench_registry import database_backend, start_registry
+from bpm_app.commands.bench_registry import database_backend, server_cpu_probe, start_registry
 
 
 @bench_app.command("control-plane")
@@ -40,7 +40,6 @@ def bench_control_plane_command(
 
     from bpm_app.bench.control_plane import Settings, run
     from bpm_app.progress import progress
-    from spark_agents.metrics import process_tree_cpu_seconds
 
     settings = Settings(agents=agents, seconds=seconds, tasks=tasks, tick_s=tick, heartbeat_s=heartbeat, warmup_s=warmup, period_s=period, threads=threads,
                         load_factor=load_factor, skew=skew, amplitude=amplitude, seed=seed, ha_mode=ha_mode.value)
@@ -56,15 +55,16 @@ def bench_control_plane_command(
                         shown[phase] = steps.add(phase, total)
                     steps.update(shown[phase], completed=done)
 
-                result = run(f"http://127.0.0.1:{port}", "bench-operator-key", settings, Path(tmp), report,
-                             lambda: process_tree_cpu_seconds(process.pid))
+                server_cpu, counted = server_cpu_probe(process, database_url)
+                result = run(f"http://127.0.0.1:{port}", "bench-operator-key", settings, Path(tmp), report, server_cpu)
         finally:
             process.terminate()
             process.wait(timeout=30)
             log = Path(tmp) / "registry.log"
             if log.exists() and "Traceback" in (text := log.read_text(errors="replace")):
                 typer.echo("the registry failed requests; the end of its log:\n" + text[-4000:], err=True)
-    result = {"benchmark": "control-plane", "database": database_backend(database_url), "workers": workers, **result}
+    result = {"benchmark": "control-plane", "database": database_backend(database_url), "workers": workers, **result,
+              "registry_cpu_counts": counted}
     if as_json:
         typer.echo(json.dumps(result))
     else:

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -33,6 +34,47 @@ def start_registry(database_url: str, port: int, workers: int, workdir: Path) ->
     return process
 
 
+def local_database_pid(database_url: str) -> int | None:
+    """The PID of the PostgreSQL server behind `database_url` when it runs on this machine and
+    its processes can be read (the parent of the backend that answers); None otherwise, and
+    for SQLite, whose work the registry's own process does."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    url = make_url(database_url)
+    if url.get_backend_name() != "postgresql" or url.host not in (None, "", "127.0.0.1", "localhost", "::1"):
+        return None
+    engine = create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            backend = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        return int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    finally:
+        engine.dispose()
+
+
+def server_cpu_probe(process: subprocess.Popen | None, database_url: str | None) -> tuple[Callable[[], float | None], list[str]]:
+    """What a benchmark counts as the server's CPU: a reading of the CPU seconds used so far by
+    the registry it started (its process tree) and, when the registry's database is a
+    PostgreSQL server on this machine, by that server's process tree too; and the names of
+    what it counts. Without a registry of its own, nothing is counted."""
+    from spark_agents.metrics import process_tree_cpu_seconds
+
+    if process is None:
+        return (lambda: None), []
+    database = None if database_url is None else local_database_pid(database_url)
+    if database is None:
+        return (lambda: process_tree_cpu_seconds(process.pid)), ["registry"]
+
+    def both() -> float | None:
+        registry, postgres = process_tree_cpu_seconds(process.pid), process_tree_cpu_seconds(database)
+        return None if registry is None or postgres is None else registry + postgres
+
+    return both, ["registry", "postgresql"]
+
+
 @bench_app.command("registry")
 def bench_registry_command(
     registry: Annotated[str | None, typer.Option(envvar="BPM_REGISTRY_URL", help="A running registry's base URL; by default one is started for the run.")] = None,
@@ -52,7 +94,6 @@ def bench_registry_command(
     from bpm_app.progress import progress
 
     from bpm_app.bench.registry import bench_registry, crowd_size
-    from spark_agents.metrics import process_tree_cpu_seconds
 
     process = None
     with tempfile.TemporaryDirectory(prefix="bpm-bench-") as tmp:
@@ -67,13 +108,14 @@ def bench_registry_command(
         try:
             with progress("participants") as steps:
                 setup = steps.add("registering participants, contracts and tasks", crowd_size(clients) if contend else clients)
-                server_cpu = (lambda: process_tree_cpu_seconds(process.pid)) if process is not None else (lambda: None)
+                server_cpu, counted = server_cpu_probe(process, database_url)
                 result = bench_registry(url, key, clients, rounds, lambda phase, n: steps.update(setup, advance=n), server_cpu, contend=contend)
         finally:
             if process is not None:
                 process.terminate()
                 process.wait(timeout=30)
-    result = {"benchmark": "registry", "url": url, "database": database_backend(database_url), "workers": workers if process else None, **result}
+    result = {"benchmark": "registry", "url": url, "database": database_backend(database_url), "workers": workers if process else None, **result,
+              "server_cpu_counts": counted}
     if as_json:
         typer.echo(json.dumps(result))
     else:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
+from bpm_app.commands.bench_registry import local_database_pid
+from tests.conftest import free_port, require_postgres
 
 pytestmark = pytest.mark.slow
 BPM = str(Path(sys.executable).with_name("bpm"))
@@ -26,6 +27,14 @@ def test_the_registry_benchmark_reports_round_trips_latency_and_server_cpu():
     assert result["round_trips_per_s"] > 0 and 0 < result["p50_ms"] <= result["p99_ms"]
     assert result["server_cpu_s"] > 0, "the server did the work of twelve round trips"
     assert result["server_cpu_ms_per_round_trip"] == pytest.approx(1000 * result["server_cpu_s"] / 12, rel=0.05, abs=0.01)
+    assert result["server_cpu_counts"] == ["registry"], "SQLite's work is the registry's own"
+
+
+def test_the_server_s_cpu_counts_a_postgresql_server_on_this_machine_too():
+    pid = local_database_pid(require_postgres())
+    assert pid is not None and Path(f"/proc/{pid}/comm").read_text().strip() == "postgres", pid
+    assert local_database_pid("sqlite:///bench.db") is None
+    assert local_database_pid("postgresql+psycopg://postgres@db.example:5432/x") is None, "a server elsewhere is not read"
 
 
 def test_clients_that_race_for_the_same_participants_are_refused_and_the_registry_keeps_its_invariants():
