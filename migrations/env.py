@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import pool
+from sqlalchemy import pool, text
 
 from api import models  # noqa: F401  (registers the tables on Base.metadata)
 from api.db import Base, make_engine
@@ -36,10 +36,19 @@ def run_migrations_online() -> None:
         engine.dispose()
 
 
+# Registries started at once on one PostgreSQL database (machines behind a load balancer)
+# migrate it one after the other: each takes this lock for its migration's transaction, and
+# the next finds the schema at head. PostgreSQL's DDL is transactional, so a registry that
+# fails half-way leaves nothing behind. (SQLite has one writer, the registry's own.)
+MIGRATION_LOCK = 0x62706D  # "bpm"
+
+
 def _run(connection) -> None:
     # Batch mode lets the same scripts alter tables on SQLite, which lacks ALTER COLUMN.
     context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
     with context.begin_transaction():
+        if connection.dialect.name == "postgresql":
+            connection.execute(text("SELECT pg_advisory_xact_lock(:lock)"), {"lock": MIGRATION_LOCK})
         context.run_migrations()
     connection.commit()
 

@@ -39,7 +39,7 @@ def _one_per_task(what: str, values: list, body: schemas.OfferCreate, task_ids: 
         raise Invalid(f"{what} needs one value per task, with no task named twice: {len(values)} {what} for tasks {body.task_ids}")
 
 
-def _caps(body: schemas.OfferCreate, task_ids: list[int], contract: Contract) -> list[float]:
+def _caps(body: schemas.OfferCreate, task_ids: list[int], contract) -> list[float]:
     """The offerer's cap for each leading part of its tasks: given, or `price` for every one."""
     if body.caps is None:
         return [body.price] * len(task_ids)
@@ -53,7 +53,7 @@ def _caps(body: schemas.OfferCreate, task_ids: list[int], contract: Contract) ->
     return list(body.caps)
 
 
-def _loads(body: schemas.OfferCreate, task_ids: list[int], tasks: Mapping[int, Task]) -> list[float]:
+def _loads(body: schemas.OfferCreate, task_ids: list[int], tasks: Mapping) -> list[float]:
     """Each task's load as the offerer declares it: given, or what the registry last heard."""
     if body.loads is None:
         return [tasks[t].load for t in task_ids]
@@ -74,8 +74,8 @@ def billed_load(measured: float, declared: float | None, total: float | None = N
 
 # An offer and its answer are the registry's hot path: they read and write with Core
 # statements, most of them built once, and no ORM object graph (an ORM task drags its
-# origin's and host's rows along, a contract three participants'): an offer takes four
-# statements of its own, an accept six.
+# origin's and host's rows along, a contract three participants'): besides the caller's
+# lookup, an offer takes six statements and an accept eight, the notices and the event included.
 _offers, _tasks, _contracts, _participants = Offer.__table__, Task.__table__, Contract.__table__, Participant.__table__
 _movements = Movement.__table__
 _offerer, _receiver = _participants.alias("offerer"), _participants.alias("receiver")

@@ -13,9 +13,10 @@ import pytest
 from sqlalchemy import create_engine, inspect
 
 from api.migrate import downgrade, upgrade
+from bpm import tokens
 from bpm_http.client import RegistryClient, RegistryError
 from tests.conftest import require_postgres
-from tests.registry_server import BPM, running_registry
+from tests.registry_server import BPM, running_registries, running_registry
 
 pytestmark = pytest.mark.slow
 
@@ -388,3 +389,34 @@ def test_open_change_feed_streams_hold_no_turn_and_a_key_s_streams_are_bounded(t
             time.sleep(0.5)
         else:
             raise AssertionError("a closed stream did not free its place")
+
+
+def test_registries_started_at_once_on_one_postgresql_database_migrate_it_once_and_answer_as_one(tmp_path):
+    """Registry machines behind a load balancer (docs/deploy.md, "Several registry machines"):
+    what one writes the other reads, a token one signs verifies with the keys the other lists,
+    and neither holds in its memory what the other needs."""
+    url = require_postgres()
+    downgrade(url, "base")  # both find an empty database and migrate it at the same time
+    try:
+        with running_registries(tmp_path, url, 2) as (one, two), RegistryClient(one.url, one.admin_key) as operator:
+            a_key = operator.add_participant("a", "http://127.0.0.1:9000")["api_key"]
+            b_key = RegistryClient(two.url, two.admin_key).add_participant("b", "http://127.0.0.3:9000")["api_key"]
+            a_one, a_two, b_two = RegistryClient(one.url, a_key), RegistryClient(two.url, a_key), RegistryClient(two.url, b_key)
+            contract = a_one.propose("b", 1.0, 2.0, 5.0)
+            b_two.contract_action(contract["id"], "accept")
+            task = a_two.register_task("t0", load=0.1)
+            offer = a_one.offer(contract["id"], [task["id"]], 1.5)
+            assert b_two.accept_offer(offer["id"])["state"] == "accepted"
+            for client in (a_one, a_two):
+                assert [(t["name"], t["host"], t["epoch"]) for t in client.tasks(involving="a")] == [("t0", "b", 1)]
+            # the change notices one registry wrote come with the heartbeat the other answers
+            beat = a_one.heartbeat("a", {"load": 0.1, "threshold": 0.5, "tasks": []})
+            assert {"task", "offer", "contract"} <= {n["kind"] for n in beat["changes"]}, beat["changes"]
+            token = b_two.call_token(task["id"], "stream", "a", 1)["token"]
+            keys = {k["kid"]: k["public_key"] for k in a_one.signing_keys()}
+            grant = tokens.verify(token, keys.get(tokens.key_id(token)), audience="a", purpose="stream", task="a.t0", epoch=1, now=time.time())
+            assert grant.caller == "b"
+        logs = one.log.read_text() + two.log.read_text()
+        assert "Traceback" not in logs, logs[-3000:]
+    finally:
+        upgrade(url)
