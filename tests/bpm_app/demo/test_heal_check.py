@@ -24,3 +24,33 @@ def test_a_lost_task_counts_as_moved_back_only_at_an_epoch_past_its_failover(tmp
     assert demo.fault.moved_back() == {"a.g010"}
     demo.state["tasks"][1]["epoch"] = 2  # at the failover's own epoch: no movement came after it
     assert demo.fault.moved_back() == set()
+
+
+def test_a_registry_cut_counts_every_poll_taken_while_it_lasted_however_late_its_step_resumes(tmp_path, monkeypatch):
+    demo = FailoverDemo(DemoSettings(workdir=tmp_path), say=lambda _: None, fault="registry")
+    fault = demo.fault
+    fault.victim, fault.hosted, fault.cut_s = "b", ["a.g001"], 27.0
+    demo.t0 = 1767268800.0
+    fault.at = demo.t0 + 100.0  # the cut, at 100 s
+    monkeypatch.setattr(demo, "_running", lambda: {"b": {"a.g001": {}}})
+    monkeypatch.setattr(demo, "_agent_status", lambda name, timeout_s=10.0: {"records": []})
+
+    def polled(t: float, status: str) -> dict:
+        return {"t": t, "participants": [{"name": "b", "status": status}], "failovers": []}
+
+    steps = fault.ride_out()
+    now = {"at": fault.at}
+    monkeypatch.setattr("time.time", lambda: now["at"])
+    demo.state = polled(99.0, "alive")  # the last poll before the cut
+    next(steps)
+    demo.state = polled(105.0, "suspected")
+    next(steps)
+    # The step resumes 30 s into the cut, past its end: the poll it reads was taken at 126 s.
+    now["at"] = fault.at + 30.0
+    demo.state = polled(126.0, "failed")
+    next(steps)
+    demo.state = polled(131.0, "alive")  # healed meanwhile: a poll after the cut is not the cut's
+    for _ in steps:
+        raise AssertionError("a poll taken after the cut ended counts for it")
+    assert fault.registry_cut["registry_counted_it_failed"] is True
+    assert fault.registry_cut["polls"] == 3 and fault.registry_cut["polls_running_every_task"] == 3
