@@ -10,7 +10,8 @@
 #                  DEMO_PASS_PERCENT (default 80) % of them end every phase as meant
 #                  (scripts/demo-series.py); demo-runs.md holds the table rows
 #   3. bench/      the benchmarks, each `bpm bench NAME --json` with its plot where it draws
-#                  one: fails when a goal its JSON reports is missed (scripts/check-goals.py)
+#                  one, and the registry under contention (registry-contend.json): fails when
+#                  a goal its JSON reports is missed (scripts/check-goals.py)
 #
 # Every part runs even when one before failed; the script exits non-zero if any failed, and
 # lists the artifacts at the end.
@@ -48,6 +49,9 @@ run_bench() {  # NAME ARGS...: bpm bench NAME ARGS --json > bench/NAME.json
 }
 run_bench simulate
 run_bench registry --clients 20 --rounds 10
+stamp "   bpm bench registry --contend --clients 50 --rounds 10"
+$bpm bench registry --contend --clients 50 --rounds 10 --json > "$bench/registry-contend.json" 2> "$bench/registry-contend.log" \
+    || failed+=("bpm bench registry --contend (exit $?, see $bench/registry-contend.log)")
 run_bench control-plane --agents 50 --seconds 60
 run_bench move --plot "$bench/move.png"
 run_bench ha --plot "$bench/ha.png"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bpm_app.commands.bench_registry import local_database_pid
+from bpm_app.commands.bench_registry import local_database_pid, registry_goals
 from tests.conftest import free_port, require_postgres
 
 pytestmark = pytest.mark.slow
@@ -28,6 +28,8 @@ def test_the_registry_benchmark_reports_round_trips_latency_and_server_cpu():
     assert result["server_cpu_s"] > 0, "the server did the work of twelve round trips"
     assert result["server_cpu_ms_per_round_trip"] == pytest.approx(1000 * result["server_cpu_s"] / 12, rel=0.05, abs=0.01)
     assert result["server_cpu_counts"] == ["registry"], "SQLite's work is the registry's own"
+    assert result["goals"] == dict.fromkeys(["round_trips_per_s_at_least_1000", "p99_under_50_ms", "server_cpu_at_most_2_ms_per_round_trip"]), \
+        "the goals are set for 100 clients on PostgreSQL"
 
 
 def test_the_server_s_cpu_counts_a_postgresql_server_on_this_machine_too():
@@ -44,6 +46,16 @@ def test_clients_that_race_for_the_same_participants_are_refused_and_the_registr
     result = json.loads(out.stdout)
     assert result["mode"] == "contend" and result["participants"] == 4
     assert result["errors"] == 0, result["first_errors"]
-    assert result["crowd_violations"] == []
+    assert result["crowd_violations"] == [] and result["goals"] == {"invariants_kept": True}
     assert sum(result["refused"].values()) > 0, "twelve clients acting as four participants raced"
     assert result["round_trips"] > 0, result
+
+
+def test_the_goals_are_judged_at_their_own_setting_only():
+    run = {"clients": 100, "database": "postgresql", "server_cpu_counts": ["registry", "postgresql"], "round_trips_per_s": 38.4,
+           "p99_ms": 7447.7, "server_cpu_ms_per_round_trip": 19.7}
+    assert registry_goals(run) == {"round_trips_per_s_at_least_1000": False, "p99_under_50_ms": False, "server_cpu_at_most_2_ms_per_round_trip": False}
+    fast = {**run, "round_trips_per_s": 1200.0, "p99_ms": 41.0, "server_cpu_ms_per_round_trip": 1.9}
+    assert set(registry_goals(fast).values()) == {True}
+    assert set(registry_goals({**fast, "server_cpu_counts": ["registry"]}).values()) == {None}, "PostgreSQL's CPU must be counted"
+    assert registry_goals({"mode": "contend", "crowd_violations": ["task #1 runs at a, but ..."]}) == {"invariants_kept": False}
