@@ -54,21 +54,18 @@ def task_changed(session: Session, task_ids: Iterable[int], *also: int | None) -
         session.execute(_TASK_CHANGED, {"ids": ids, "also": sorted({i for i in also if i is not None})})
 
 
-def _task_concerned():
-    ids = bindparam("ids", expanding=True)
-    return union(
-        select(Task.origin_id).where(Task.id.in_(ids)),
-        select(Task.host_id).where(Task.id.in_(ids)),
-        select(Replica.participant_id).where(Replica.task_id.in_(ids)),
-        select(Movement.from_id).where(Movement.task_id.in_(ids), Movement.state == MovementState.ACTIVE),
-        select(Movement.to_id).where(Movement.task_id.in_(ids), Movement.state == MovementState.ACTIVE),
-        select(Participant.id).where(Participant.id.in_(bindparam("also", expanding=True))),
-    ).subquery()
-
-
 # `task_changed` in one statement, built once: the notices are written from the union of
 # those concerned, which also makes them one per participant.
-_TASK_CHANGED = insert(_changes).from_select(["participant_id", "kind"], select(_task_concerned().c[0], literal("task")))
+_ids = bindparam("ids", expanding=True)
+_task_concerned = union(
+    select(Task.origin_id).where(Task.id.in_(_ids)),
+    select(Task.host_id).where(Task.id.in_(_ids)),
+    select(Replica.participant_id).where(Replica.task_id.in_(_ids)),
+    select(Movement.from_id).where(Movement.task_id.in_(_ids), Movement.state == MovementState.ACTIVE),
+    select(Movement.to_id).where(Movement.task_id.in_(_ids), Movement.state == MovementState.ACTIVE),
+    select(Participant.id).where(Participant.id.in_(bindparam("also", expanding=True))),
+).subquery()
+_TASK_CHANGED = insert(_changes).from_select(["participant_id", "kind"], select(_task_concerned.c[0], literal("task")))
 
 
 def keys_changed(session: Session) -> None:

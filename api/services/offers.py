@@ -78,22 +78,21 @@ def billed_load(measured: float, declared: float | None, total: float | None = N
 # lookup, an offer takes six statements and an accept eight, the notices and the event included.
 _offers, _tasks, _contracts, _participants = Offer.__table__, Task.__table__, Contract.__table__, Participant.__table__
 _movements = Movement.__table__
-_offerer, _receiver = _participants.alias("offerer"), _participants.alias("receiver")
-# An offer with its two parties' names.
-_OFFER = (
-    select(_offers, _offerer.c.name.label("from_name"), _receiver.c.name.label("to_name"))
-    .join(_offerer, _offerer.c.id == _offers.c.from_id)
-    .join(_receiver, _receiver.c.id == _offers.c.to_id)
-    .where(_offers.c.id == bindparam("offer_id"))
-)
-_proposer, _counterparty = _participants.alias("proposer"), _participants.alias("counterparty")
-# A contract with its two parties' names.
-_CONTRACT = (
-    select(_contracts, _proposer.c.name.label("proposer_name"), _counterparty.c.name.label("counterparty_name"))
-    .join(_proposer, _proposer.c.id == _contracts.c.proposer_id)
-    .join(_counterparty, _counterparty.c.id == _contracts.c.counterparty_id)
-    .where(_contracts.c.id == bindparam("contract_id"))
-)
+
+
+def _with_parties(table, key: str, **parties: str):
+    """The row of `table` whose id is the bind parameter `key`, with the name of the
+    participant each of its columns `parties` names (label -> column), one statement."""
+    query = select(table)
+    for label, column in parties.items():
+        party = _participants.alias(label)
+        query = query.add_columns(party.c.name.label(label)).join(party, party.c.id == table.c[column])
+    return query.where(table.c.id == bindparam(key))
+
+
+_OFFER = _with_parties(_offers, "offer_id", from_name="from_id", to_name="to_id")
+_CONTRACT = _with_parties(_contracts, "contract_id", proposer_name="proposer_id", counterparty_name="counterparty_id")
+
 _origin = _participants.alias("origin")
 # What an offer needs to know of each task it names (`_check_offerable`, `ha.mode_of`).
 _OFFERED = (
