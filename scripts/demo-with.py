@@ -4,7 +4,7 @@ the experiments of docs/benchmarks.md, "Demo runs".
     usage: scripts/demo-with.py NAME=VALUE ... -- DEMO-OPTIONS
     e.g.   scripts/demo-with.py fill=1.0 -- --headless --json --workdir W --report R
 
-NAME is a numeric field of DemoSettings (min_duration_s, fill, warmup_s, ...); the options
+NAME is a numeric field of DemoSettings (min_duration_s, fill, warmup_spare_s, ...); the options
 after `--` are those of `bpm demo`.
 """
 

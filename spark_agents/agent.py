@@ -88,7 +88,7 @@ from spark_agents.broker.source import JetStreamInput
 from spark_agents.correlation import Correlation, Endpoint, ask_alerts_credentials
 from spark_agents.credentials import Credentials, write_private
 from spark_agents.ha_agent import HADuties
-from spark_agents.metrics import default_warmup_s
+from bpm.load import default_warmup_s
 from spark_agents.regrain import Regrain
 from spark_agents.settings import default
 from spark_agents.tls import Peers
@@ -196,7 +196,7 @@ class AgentConfig:
         contracts: terms agreed offline with partners; the agent brings them into the
             registry (`bpm.federation.views.contract_steps`).
         warmup_s: how long after start the agent neither offers nor takes load
-            (`bpm.agent.machine.Mechanism`; `spark_agents.metrics.default_warmup_s` for its trigger).
+            (`bpm.agent.machine.Mechanism`; `bpm.load.default_warmup_s` for its trigger).
         pass_on: whether the agent offers tasks it hosts for others on to its own partners
             (a movement of its own; see docs/mechanism.md, "Passing load on"): never a task
             with an HA mode, nor under a contract that replicates moved tasks

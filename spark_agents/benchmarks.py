@@ -26,7 +26,7 @@ from bpm.zeek.generator import TrafficProfile, generate
 from examples.network_monitoring import query as MONITORING
 from examples.network_monitoring import records as monitoring_records
 from spark_agents.host import TaskHost
-from spark_agents.metrics import IntervalSample
+from bpm.load import IntervalSample
 from spark_agents.query import start_query
 from spark_agents.status import StatusServer
 
@@ -224,7 +224,7 @@ def predicted_batch_s(model: Any, utilisation: float) -> float:
 
 def _prediction(levels: list[dict[str, Any]], samples: list[list[IntervalSample]], held_out: int) -> dict[str, Any]:
     from bpm.costs import CostFitError, fit_cost_function
-    from spark_agents.metrics import cost_samples
+    from bpm.load import cost_samples
 
     training = [i for n, level in enumerate(samples) if n != held_out for i in level]
     loads, durations = cost_samples(training)

@@ -33,15 +33,8 @@ from spark_agents.checkpoint import committed_watermark_ms, processed_seq
 from spark_agents.exporter import batch_durations
 from spark_agents.hosts import cpu_capacity
 from spark_agents.listener import BatchRecorder, TaskCpuMeter
-from spark_agents.metrics import (
-    BatchSample,
-    IntervalSample,
-    SparkCpu,
-    cost_samples,
-    interval_sample,
-    overhead_factor,
-    task_loads,
-)
+from bpm.load import BatchSample, IntervalSample, cost_samples, interval_sample, overhead_factor, task_loads
+from spark_agents.metrics import SparkCpu
 from spark_agents.query import Sink, staggered_trigger_s, start_query, stop_between_batches
 
 log = logging.getLogger(__name__)
@@ -126,7 +119,7 @@ class TaskHost:
         intervals: recent measuring intervals (bounded).
         batch_durations: the wall time of each task's batches since it started here, a
             Prometheus histogram by task (`spark_agents.exporter`).
-        factor: process CPU per unit of task CPU over the recorded intervals (see `spark_agents.metrics`).
+        factor: process CPU per unit of task CPU over the recorded intervals (see `bpm.load.overhead_factor`).
     """
 
     def __init__(

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from spark_agents.metrics import BatchSample
+from bpm.load import BatchSample
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

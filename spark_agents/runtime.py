@@ -21,7 +21,7 @@ from bpm.query import Params, Query, QueryError
 from spark_agents.agent import KEY_FILE, Agent, AgentConfig, write_key
 from spark_agents.query import bind_task
 from spark_agents.tls import OwnCertificate
-from spark_agents.metrics import default_load_window_s, default_startup_s, demand, scaled_to_process, steady_window_start
+from bpm.load import default_load_window_s, default_startup_s, demand, scaled_to_process, steady_window_start, still_rising
 
 if TYPE_CHECKING:
     from spark_agents.broker.access import OwnBroker
@@ -152,7 +152,7 @@ class SparkTasks:
 
     def loads(self) -> dict[str, float]:
         """What each running task needs: its share of the process CPU over the load window,
-        scaled up by how far its batches fall behind their trigger (`spark_agents.metrics.demand`).
+        scaled up by how far its batches fall behind their trigger (`bpm.load.demand`).
 
         The window starts after the last change of the tasks running here and after every
         task's start-up (`steady_window_start`). While that leaves less than half a window,
@@ -174,19 +174,14 @@ class SparkTasks:
         return {task: load for task, load in self._steady.items() if task in running}
 
     def rising(self) -> set[str]:
-        """The running tasks whose load, as `loads` last measured it, is still rising: tasks
-        whose input began after their start-up here (a task over a share not fed yet runs no
-        micro-batch) less than a start-up before their load window. Their first batches with
-        input are a start-up of their own, and a window that began before them reads a part
-        of what they need: in the demo A offered the shares fed a few seconds before, smallest
-        first, at 0.08 to 0.13, and they measured 0.15 to 0.23 at the partner that took them
-        (docs/benchmarks.md, "Runs at 1a426e8"). The agent does not offer them."""
+        """The running tasks whose load, as `loads` last measured it, is still rising
+        (`bpm.load.still_rising`). The agent does not offer them: they would be priced at a
+        part of what they need (docs/benchmarks.md, "Runs at 1a426e8")."""
         return self._rising & self.running()
 
     def _input_within(self, tasks: list, running: set[str], start_s: float) -> set[str]:
-        """Of `running`, the tasks whose input began after their start-up and less than a
-        start-up before `start_s`; remembers each task's first batch with input since it
-        started here (a task with none yet has no load to offer it at)."""
+        """Of `running`, the tasks still rising over a window from `start_s`; remembers each
+        task's first batch with input since it started here."""
         started = {t.task_id: t.started_s for t in tasks if t.task_id in running}
         self._input_from = {k: v for k, v in self._input_from.items() if started.get(k[0]) == k[1]}
         unknown = {task: s for task, s in started.items() if (task, s) not in self._input_from}
@@ -200,12 +195,7 @@ class SparkTasks:
                 if s is not None and sample.rows > 0 and sample.start_s >= s:
                     key = (sample.task_id, s)
                     self._input_from[key] = min(sample.start_s, self._input_from.get(key, sample.start_s))
-        out = set()
-        for task, s in started.items():
-            first = self._input_from.get((task, s))
-            if first is not None and first > s + self.startup_s and first + self.startup_s > start_s:
-                out.add(task)
-        return out
+        return {task for task, s in started.items() if still_rising(s, self._input_from.get((task, s)), start_s, self.startup_s)}
 
     def cost_function(self) -> CostFunction:
         # A fixed model stands in for the fitted one when the operator chose it (--cost-model mm1).

@@ -154,7 +154,7 @@ def _run(s) -> None:
     from bpm.keygroups import shares as key_shares
     from spark_agents.agent import AgentConfig, OwnTask
     from spark_agents.broker.access import OwnBroker
-    from spark_agents.metrics import default_warmup_s
+    from bpm.load import default_warmup_s
     from spark_agents.runtime import participant_key, run_agent
     from spark_agents.session import driver_addresses
     from spark_agents.tls import own_certificate

@@ -54,7 +54,7 @@ from bpm.records import Records, end_watermark_ms
 from bpm.results import Result
 from bpm_app.demo.queries import MONITORING, DemoQuery
 from spark_agents.hosts import CpuMeter, Hosts
-from spark_agents.metrics import default_load_window_s
+from bpm.load import default_load_window_s, default_warmup_s
 
 
 @dataclass(frozen=True)
@@ -139,12 +139,12 @@ class DemoSettings:
             busier participant), and the idle agent and JVM about 0.1. A lower threshold
             (0.5) was tried: the federation then holds about 1.85 once D has joined against
             1.5 for the first three, a margin of three tasks, and phase 3 passed it.
-        warmup_s: how long an agent that starts with tasks of its own neither offers nor takes
-            load, after its start and after the last of its tasks that started meanwhile
-            (their first batches, JIT-compiled, cost several times the later ones). A load
-            window (30 s) past a task's start-up (two triggers) fits in it, as in the agent's
-            default (`spark_agents.metrics.default_warmup_s`, 50 s), with 10 s to spare; with
-            30 s, A shed before phase 1 on a machine slow to start its tasks (docs/demo.md).
+        warmup_spare_s: how much longer than the agent's own warm-up for its trigger
+            (`bpm.load.default_warmup_s`: a load window past a task's start-up) an agent that
+            starts with tasks of its own neither offers nor takes load, after its start and after
+            the last of its tasks that started meanwhile (their first batches, JIT-compiled,
+            cost several times the later ones); with a shorter warm-up, A shed before phase 1
+            on a machine slow to start its tasks (docs/demo.md).
         join_warmup_s: the same for an agent that joins without tasks (D): nothing to wait out
             but its own start.
         join_prime_s: how long such an agent first runs its queries over made-up records
@@ -213,7 +213,7 @@ class DemoSettings:
     margin: float = 0.1
     min_duration_s: float = 1200.0
     mm1_scale: float = 0.14
-    warmup_s: float = 60.0
+    warmup_spare_s: float = 10.0
     join_warmup_s: float = 15.0
     join_prime_s: float = 10.0
     agent_settle_s: float = 15.0
@@ -556,7 +556,7 @@ class Demo:
         return {task_key(t): t["host"] for t in self._tasks_of(names)}
 
     def _warmup_s(self, member: Member) -> float:
-        return self.s.warmup_s if member.initial else self.s.join_warmup_s
+        return default_warmup_s(self.s.trigger_s) + self.s.warmup_spare_s if member.initial else self.s.join_warmup_s
 
     def _past_warm_up(self, names: Collection[str]) -> bool:
         """Whether every one of `names` is past its warm-up and may offer or take load, as its
@@ -842,7 +842,7 @@ class Feeding:
     joined), and steps waiting for fresh readings took a minute each. A share at a time,
     counting what is on its way, stops within a task or two of the target and feeds more if
     the loads later fall short of it. The lag is the task's next trigger and two of its
-    agent's load windows (`spark_agents.metrics.default_load_window_s`: 70 s in all with a
+    agent's load windows (`bpm.load.default_load_window_s`: 70 s in all with a
     10 s trigger): a participant that sheds and takes tasks meanwhile begins its window
     again at each change. With 25 s phase 2 fed seven shares where four were enough; with
     one window (40 s) phase 3 fed all twelve of B's spare shares in one run, as B's

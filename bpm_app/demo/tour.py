@@ -80,12 +80,12 @@ SPLITS_AMPLIFY = 10  # E's replayer feeds each generated connection ten times: g
 
 
 def tour_settings(settings: DemoSettings) -> DemoSettings:
-    """The phases scenario's settings with shorter waits: the agents' own warm-up (a load
-    window past two triggers, `spark_agents.metrics.default_warmup_s`) and phases that hold
+    """The phases scenario's settings with shorter waits: the agents' own warm-up
+    (`bpm.load.default_warmup_s`, no spare) and phases that hold
     their goal for `Demo._steady_s` and no longer. (A 5 s
     trigger would shorten the load windows too, but it doubles what a task costs, and with
     tasks of a third of a participant the allocations were too lumpy to end acceptable.)"""
-    return dataclasses.replace(settings, warmup_s=50.0, settle_s=10.0)
+    return dataclasses.replace(settings, warmup_spare_s=0.0, settle_s=10.0)
 
 
 class Tour(Demo):

@@ -18,7 +18,7 @@ from examples.network_monitoring import query as MONITORING
 from spark_agents.checkpoint import committed_watermark_ms, owes_watermark_batch
 from spark_agents.handover import pack, unpack
 from spark_agents.host import TaskError, TaskHost
-from spark_agents.metrics import IntervalSample
+from bpm.load import IntervalSample
 from spark_agents.query import staggered_trigger_s
 from spark_agents.status import StatusServer
 

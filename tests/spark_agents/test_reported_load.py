@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from bpm.load import BatchSample, interval_sample, task_loads
 from spark_agents import runtime
-from spark_agents.metrics import BatchSample, interval_sample, task_loads
 
 
 @dataclass

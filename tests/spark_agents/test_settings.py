@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from bpm.load import default_warmup_s
 from bpm_app.cli import app
 from spark_agents.agent import AgentConfig
-from spark_agents.metrics import default_load_window_s, default_startup_s, default_warmup_s
 from spark_agents.settings import AgentSettings, SettingsError, default
 
 
@@ -93,16 +93,6 @@ def test_the_agent_and_its_command_share_one_set_of_defaults():
         assert getattr(config, attribute) == default(setting), attribute
     assert default("warmup") is None and config.warmup_s == default_warmup_s(default("trigger"))
     assert (config.warmup_s, config.settle_s) == (30.0, 15.0)
-
-
-def test_the_warm_up_outlasts_a_load_window_past_the_last_task_start_up():
-    """An agent's first load it trades on is measured on a whole load window of tasks past
-    their start-up: at a 10 s trigger 20 s of start-up and a 30 s window; never less than the
-    JVM's own warm-up."""
-    for trigger in (0.5, 1.0, 5.0, 10.0, 30.0):
-        warm = default_warmup_s(trigger)
-        assert warm >= default_startup_s(trigger) + default_load_window_s(trigger) and warm >= 30.0
-    assert (default_warmup_s(1.0), default_warmup_s(10.0)) == (30.0, 50.0)
 
 
 @pytest.mark.parametrize("given, trigger, expected", [([], 10.0, 50.0), ([], 1.0, 30.0), (["--warmup", "12"], 10.0, 12.0)])
