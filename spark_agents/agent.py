@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
-from bpm_http.client import RegistryClient, RegistryError
+from bpm_http.client import RegistryClient
 from bpm.costs.base import CostFunction
 from bpm.federation.views import (
     AgreedTerms,
@@ -90,6 +90,7 @@ from spark_agents.credentials import Credentials, write_private
 from spark_agents.ha_agent import HADuties
 from bpm.load import default_warmup_s
 from spark_agents.regrain import Regrain
+from spark_agents.races import Races
 from spark_agents.settings import default
 from spark_agents.tls import Peers
 
@@ -146,7 +147,7 @@ CORRELATE_S = 2.0  # how often the agent shares newly closed windows and checks 
 KEY_FILE = "participant.key"  # in the agent's work folder: the key it registered with, or rotated to
 SPLITS_FILE = "splits.json"  # in the agent's work folder: its state machine's memory of splits on refusals
 END_READ_WAIT_S = 1.0  # how long a period waits for the reads of whether inputs have ended (`Agent._inputs_ended`)
-STOP_WAIT_S = 1.0  # how long a sync waits for the stops of tasks that left (`Agent._release_all`)
+STOP_WAIT_S = 1.0  # how long a sync waits for the stops of tasks that left (`Agent.release_all`)
 
 
 def send_stream_ack(endpoint: str, key: str, epoch: int, seq: int, token: str, *, verify: ssl.SSLContext | bool = True) -> None:
@@ -301,7 +302,6 @@ class Agent:
         self.clock = clock
         self.records: deque[Record] = deque(maxlen=500)
         self.errors = 0
-        self.races = 0  # steps that lost a race with a partner's change (`_race`)
         self.steps = 0
         # What it did, counted as it is done (`_execute`); the keys: `spark_agents.exporter.AGENT_COUNTS`.
         self.counts: Counter[str] = Counter()
@@ -329,6 +329,7 @@ class Agent:
         self._contracts: list = []
         self.seen = Seen()
         self._stale: set[str] = set(KINDS)  # kinds to read again before acting on them
+        self.races = Races(lambda kind, message: self.note(kind, f"{config.name}: {message}"), self.read_again)
         self._notices: dict[int, str] = {}  # change notices not read yet: id -> kind
         self._acknowledge: set[int] = set()  # read: acknowledged with the next heartbeat
         self._read_all_at = clock()
@@ -386,26 +387,16 @@ class Agent:
             except Exception:  # the registry may be the thing that failed; the log keeps it
                 log.debug("could not report %s to the registry", kind)
 
-    def _race(self, what: str, exc: Exception) -> None:
-        """A step that lost a race with a change it had not read yet (the registry or the
-        partner refused it, 409: the task moved on, its epoch changed). Not an error: the
-        agent reads its tasks and offers again, and the next tick acts on what is now true."""
-        self.races += 1
-        self._stale |= {"task", "offer"}
-        self.note("agent.race", f"{self.config.name}: {what}: {exc}; reading again")
+    def read_again(self, kinds: Iterable[str]) -> None:
+        """Read `kinds` (of `KINDS`) again before acting on them."""
+        self._stale.update(kinds)
 
     def _racing(self, what: str, step: Callable[[], None]) -> Callable[[], None]:
-        """`step`, with a lost race (a 409 from the registry, a partner's refusal) recorded by `_race`."""
+        """`step`, where a lost race is not an error (`spark_agents.races`)."""
 
         def run() -> None:
-            try:
+            with self.races.lost(what):
                 step()
-            except PermissionError as exc:
-                self._race(what, exc)
-            except RegistryError as exc:
-                if exc.status != 409:
-                    raise
-                self._race(what, exc)
 
         return run
 
@@ -588,7 +579,7 @@ class Agent:
         plan = reconcile(me, tasks, running, movements, failovers)
         by_key = {task_key(t): t for t in tasks}
         self._reported = {key: t["load"] for key, t in by_key.items() if t.get("load") is not None}
-        self._release_all([(key, by_key[key]["epoch"] if key in by_key else None) for key in plan.stop])
+        self.release_all([(key, by_key[key]["epoch"] if key in by_key else None) for key in plan.stop])
         if self.ha is not None:
             # Before the starts: a start may wait on a checkpoint fetch, detection must not.
             self.ha.act()
@@ -607,7 +598,7 @@ class Agent:
             self.guarded(what, self._racing(what, step))
         self.regrain.act(tasks)
 
-    def _release_all(self, stops: list[tuple[str, int | None]], *, leaving: bool = True) -> None:
+    def release_all(self, stops: list[tuple[str, int | None]], *, leaving: bool = True) -> None:
         """Stop the tasks that left (key, epoch at which it was handed over), all at once: each
         waits for its own batch boundary, and one after another a saturated participant took
         a minute to let six go, each stop waiting for a batch the others slowed.
@@ -639,7 +630,7 @@ class Agent:
             with self._lock:
                 self._stopping.discard(key)
                 self.regrain.stopped(key)
-                self._changed()
+                self.tasks_changed()
                 if leaving and key not in self.hosting():
                     self._released[key] = epoch
                     if self.ha is not None:
@@ -651,7 +642,7 @@ class Agent:
         key = task_key(task)
         with self._lock:
             self.ha.take_over(task, record)
-            self._changed()
+            self.tasks_changed()
             self._released.pop(key, None)
             self._task_ids[key] = task["id"]
 
@@ -689,7 +680,7 @@ class Agent:
             self.host.start_task(key, source, checkpoint, task.get("params") or {}, epoch=epoch, query=task.get("query"))
             self._sources[key] = source
             self.regrain.started(key, task.get("until_s"))
-            self._changed()
+            self.tasks_changed()
             self._released.pop(key, None)
             self._task_ids[key] = task["id"]
         self.note("task.started", f"started {key} (epoch {epoch})")
@@ -1021,7 +1012,7 @@ class Agent:
                 self.note("agent.memory_unreadable", f"{path}: {exc}; splits on refusals are counted afresh")
         return self.machine.split_memory()
 
-    def _changed(self) -> None:
+    def tasks_changed(self) -> None:
         self.machine.handle(TasksChanged(self.clock()))
 
     def _execute(self, instruction: Instruction) -> list[Instruction]:
@@ -1037,37 +1028,29 @@ class Agent:
                 self._inputs_ended()
                 return self.machine.handle(Period(self._view()))
             case Accept(offer_id, partner, task_ids, _, price):
-                try:
+                with self.races.lost(f"offer #{offer_id} from {partner} could not be accepted", kind="offer.lost") as lost:
                     accepted = self.client.accept_offer(int(offer_id), [int(t) for t in task_ids], price=price)
-                except RegistryError as exc:
-                    self.note("offer.lost", f"offer #{offer_id} could not be accepted: {exc}")
-                else:
+                if not lost:
                     self.counts.update(offers_accepted=1, movements_started=len(accepted["accepted_task_ids"]))
                     self.note("offer.accepted", f"accepted tasks {accepted['accepted_task_ids']} from {partner} at {price:.3f}")
             case Refuse(offer_id, partner, reason):
-                try:
+                with self.races.lost(f"offer #{offer_id} from {partner} could not be refused", kind="offer.lost") as lost:
                     self.client.reject_offer(int(offer_id), reason)
+                if not lost:
                     self.counts["offers_refused"] += 1
                     self.note("offer.refused", f"refused offer #{offer_id} from {partner}: {reason}")
-                except RegistryError as exc:
-                    self.note("offer.lost", f"offer #{offer_id}: {exc}")
             case End(m):
-                try:
+                with self.races.lost(f"movement #{m.id} could not be ended", kind="movement.end_refused", reread=("task",)) as lost:
                     self.client.end_movement(int(m.id))
-                except RegistryError as exc:
-                    self.note("movement.end_refused", f"movement #{m.id}: {exc}")
-                else:
+                if not lost:
                     self.counts["movements_ended"] += 1
                     self.note("movement.ended", f"ended movement #{m.id}: task {m.task_ids[0]} returns to {m.origin}")
             case MakeOffer(offer):
-                try:
+                with self.races.lost(f"offer of tasks {list(offer.task_ids)} to {offer.partner}") as lost:
                     made = self.client.offer(int(offer.contract_id), [int(t) for t in offer.task_ids], offer.price_cap, caps=list(offer.caps),
                                              loads=[t.load for t in offer.tasks],
                                              ttl_s=self.config.offer_ttl_s)
-                except RegistryError as exc:
-                    if exc.status != 409:
-                        raise
-                    self._race(f"offer of tasks {list(offer.task_ids)} to {offer.partner}", exc)
+                if lost:
                     return []
                 self.seen.offers.append(made)  # pending as far as I know: its answer is read when it is no longer
                 self.counts["offers_made"] += 1
@@ -1239,7 +1222,7 @@ class Agent:
             "name": self.config.name,
             "steps": self.steps,
             "errors": self.errors,
-            "races": self.races,
+            "races": self.races.count,
             "running": sorted(self.host.running()),
             "warming_up": self.machine.warming(self.clock()),
             "released": dict(self._released),

@@ -110,6 +110,6 @@ class AgentCollector:
         if agent is not None:
             yield CounterMetricFamily("bpm_agent_steps", "Ticks of the agent's control loop.", value=agent.steps)
             yield CounterMetricFamily("bpm_agent_errors", "Steps of the control loop that failed.", value=agent.errors)
-            yield CounterMetricFamily("bpm_agent_races", "Steps that lost a race with a change not read yet, and read again.", value=agent.races)
+            yield CounterMetricFamily("bpm_agent_races", "Steps that lost a race with a change not read yet, and read again.", value=agent.races.count)
             for key, documentation in AGENT_COUNTS.items():
                 yield CounterMetricFamily(f"bpm_agent_{key}", documentation, value=agent.counts[key])

@@ -209,15 +209,12 @@ class HADuties:
         return [c["counterparty"] if c["proposer"] == self.me else c["proposer"] for c in active]
 
     def _execute(self, instruction: Instruction) -> None:
-        client = self.agent.client
+        client, lost = self.agent.client, self.agent.races.lost
         match instruction:
             case FailOver(task_id, key, to, epoch, mode, _, reason):
-                try:
+                with lost(f"{key}: failover to {to} refused, the registry moved on", kind="failover.lost", reread=("task",)) as refused:
                     record = client.failover(task_id, to, epoch, reason=reason)
-                except RegistryError as exc:
-                    if exc.status != 409:
-                        raise
-                    self.note("failover.lost", f"{key}: failover to {to} refused, the registry moved on: {exc}")
+                if refused:
                     return
                 self.note("failover.requested", f"{key}: {reason}; failed over to {to} ({mode}), epoch {record['from_epoch']} -> "
                           f"{record['to_epoch']} (failover #{record['id']})")
@@ -226,13 +223,10 @@ class HADuties:
             case NoFailover(key, message):
                 self.note("failover.impossible", message)
             case PlaceReplica(task_id, key, at, mode, repair_of):
-                try:
+                # The registry may have seen the task change meanwhile (it moved, or its movement ended).
+                with lost(f"{key}: no replica at {at}", kind="replica.refused", reread=("task",), also=(422,)) as refused:
                     made = client.create_replica(task_id, at, repair_of=repair_of)
-                except RegistryError as exc:
-                    if exc.status not in (409, 422):
-                        raise
-                    # The registry saw the task change meanwhile (it moved, or its movement ended): the next tick re-reads.
-                    self.note("replica.refused", f"{key}: no replica at {at}: {exc}")
+                if refused:
                     return
                 with self._lock:
                     self._view["replicas"].append(made)
@@ -242,11 +236,9 @@ class HADuties:
                     self.note("replica.repaired", f"{key}: replication restored at {at} (replica #{made['id']}, "
                               f"repair #{made.get('repair_id')} of failover #{repair_of})")
             case DropReplica(replica_id, key, at, why):
-                try:
+                with lost(f"{key}: replica #{replica_id} at {at} not dropped", kind="replica.drop_refused", reread=("task",)) as refused:
                     client.drop_replica(replica_id)
-                except RegistryError as exc:
-                    if exc.status != 409:
-                        raise
+                if refused:
                     return
                 self._mark(self._view["replicas"], replica_id, state="dropped")
                 self.note("replica.dropped", f"dropped replica #{replica_id} of {key} at {at}: {why}")
@@ -439,11 +431,8 @@ class HADuties:
                 continue
             details = {**p.details, "first_output": first is not None}
             recovery = None if first is None else round(max(0.0, first - p.detected_at), 3)
-            try:
+            with self.agent.races.lost(f"{p.key}: failover #{failover_id} not completed", kind="failover.moved_on", reread=("task",)):
                 self.agent.client.complete_failover(failover_id, recovery_s=recovery, details=details)
-            except RegistryError as exc:
-                if exc.status != 409:
-                    raise
             del self.pending[failover_id]
             self.note("failover.completed", f"{p.key}: failover #{failover_id} complete ({p.mode}), recovery "
                       + ("unmeasured: no output yet" if recovery is None else f"{recovery:.2f} s from detection to the first output"))

@@ -32,7 +32,6 @@ from bpm.keygroups import halves, merged, parse_location
 from bpm.names import task_key
 from bpm.negotiation import Task
 from bpm.negotiation.granularity import regrained_name
-from bpm_http.client import RegistryError
 from spark_agents.broker.results import closed_through
 from spark_agents.broker.source import InputEnded, hand_over
 
@@ -100,19 +99,16 @@ class Regrain:
             agent.host.end_output(task_key(r), at)
         made = []
         for source in new:
-            try:
+            with agent.races.lost(f"{how} of tasks {parents}") as lost:
                 made.append(self._register(records[0], source.location, source.prefix, parents, at))
-                self.start_after[task_key(made[-1])] = source.start_seq
-            except RegistryError as exc:
-                if exc.status != 409:
-                    raise
-                agent._race(f"{how} of tasks {parents}", exc)
+            if lost:
                 if not made:  # the registry ended nothing: the old tasks go on as they were
                     for r in records:
                         agent.host.end_output(task_key(r), r.get("until_s"))
                 return []
-        agent._stale.add("task")
-        agent._changed()
+            self.start_after[task_key(made[-1])] = source.start_seq
+        agent.read_again(["task"])
+        agent.tasks_changed()
         agent.counts[f"{how}s"] += 1
         names = ", ".join(f"#{t['id']} {t['name']} ({t['input_uri'].rsplit('/', 1)[-1] or 'all'})" for t in made)
         olds_named = ", ".join(f"#{r['id']} {r['name']}" for r in records)
@@ -160,18 +156,18 @@ class Regrain:
         location = parse_location(task["input_uri"])
         for prefix in sorted(set(halves(location.prefix)) - {key_groups(t) for t in children}):
             made = self._register(task, str(replace(location, prefix=prefix)), prefix, [task["id"]], task["until_s"])
-            self.agent._stale.add("task")
+            self.agent.read_again(["task"])
             self.agent.note("task.split", f"registered #{made['id']} {made['name']}, the missing half of the split of {task_key(task)}")
 
     def _restart(self, task: Mapping) -> None:
-        """Stop the task as a task that left stops (`Agent._release_all`: in the background once
+        """Stop the task as a task that left stops (`Agent.release_all`: in the background once
         the sync has waited a second, so that the loop goes on), but to stay: the sync starts it
         again once stopped, over its input ending at `until_s` (`started` records that end)."""
         agent, key = self.agent, task_key(task)
         if key not in self.restarts:
             agent.note("task.ending", f"restarting {key} over its input ending at {task['until_s']}: it completes its windows before that")
         self.restarts.add(key)
-        agent._release_all([(key, task["epoch"])], leaving=False)
+        agent.release_all([(key, task["epoch"])], leaving=False)
 
     def _retire(self, task: Mapping) -> None:
         agent, key = self.agent, task_key(task)
@@ -182,14 +178,11 @@ class Regrain:
         self.progress[key] = (seq, closed)
         if closed is None or closed < task["until_s"] * 1_000_000:
             return
-        try:
+        with agent.races.lost(f"retirement of {key}") as lost:
             agent.client.retire_task(task["id"])
-        except RegistryError as exc:
-            if exc.status != 409:
-                raise
-            agent._race(f"retirement of {key}", exc)
+        if lost:
             return
         self.progress.pop(key, None)
-        agent._stale.add("task")
+        agent.read_again(["task"])
         agent.counts["tasks_retired"] += 1
         agent.note("task.retired", f"retired {key}: its windows until {task['until_s']} are out")

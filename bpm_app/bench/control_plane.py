@@ -193,7 +193,7 @@ def run(url: str, admin_key: str, s: Settings, workdir: Path, progress: Callable
 
     if s.warmup_s > 0:
         _schedule(list(agents.values()), dataclasses.replace(s, seconds=s.warmup_s), lambda phase, done, total: progress("warm-up", done, total))
-    errors_before, races_before = sum(a.errors for a in agents.values()), sum(a.races for a in agents.values())
+    errors_before, races_before = sum(a.errors for a in agents.values()), sum(a.races.count for a in agents.values())
     counts_before = _counts(operator)
     requests_before, cpu_before, server_errors_before = transport.requests, server_cpu(), transport.server_errors
     routes_before = Counter(transport.by_route)
@@ -230,7 +230,7 @@ def run(url: str, admin_key: str, s: Settings, workdir: Path, progress: Callable
         "errors": sum(a.errors for a in agents.values()) - errors_before + transport.server_errors - server_errors_before,
         "server_errors": transport.server_errors - server_errors_before,
         # Steps that lost a race with a change not read yet (a 409): the agent reads again, not an error.
-        "races": sum(a.races for a in agents.values()) - races_before,
+        "races": sum(a.races.count for a in agents.values()) - races_before,
     }
 
 

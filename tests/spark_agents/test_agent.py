@@ -448,6 +448,6 @@ def test_tasks_that_left_stop_together_each_at_its_own_batch_boundary(federation
         return stop(key)
 
     a.host.stop_task = stop_at_boundary
-    a._release_all([(key, 1) for key in keys])
+    a.release_all([(key, 1) for key in keys])
     assert not a.hosting()
     assert {key: a._released[key] for key in keys} == {key: 1 for key in keys}
