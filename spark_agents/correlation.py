@@ -378,16 +378,16 @@ def ask_alerts_credentials(endpoint: str, token: str, me: str, *, timeout_s: flo
     checked before use (a `nats://` address on the host of the partner's agent, the user
     `me`, a plain password); LookupError when the partner shares none, RuntimeError for
     anything else."""
-    from spark_agents.broker.access import _PASSWORD, ask_agent
+    from spark_agents.broker.access import ask_agent
 
-    body = ask_agent(endpoint, "/alerts/credentials", token, "its alerts", refusals={404: LookupError}, timeout_s=timeout_s, verify=verify)
-    url, user, password = body.get("url"), body["user"], body["password"]
-    if not (isinstance(url, str) and _NATS_URL.match(url)) or user != me or not (isinstance(password, str) and _PASSWORD.match(password)):
+    body = ask_agent(endpoint, "/alerts/credentials", token, "its alerts", me, refusals={404: LookupError}, timeout_s=timeout_s, verify=verify)
+    url = body.get("url")
+    if not (isinstance(url, str) and _NATS_URL.match(url)):
         raise RuntimeError(f"{endpoint} answered with credentials that are not {me}'s on a NATS server")
     if urlsplit(url).hostname != urlsplit(endpoint).hostname:
         # where its agent is, as the registry lists it: a partner does not send me to connect elsewhere
         raise RuntimeError(f"{endpoint} points at a broker on another host ({url})")
-    return Endpoint(url, user, password)
+    return Endpoint(url, body["user"], body["password"])
 
 
 class Correlation:

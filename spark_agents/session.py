@@ -50,7 +50,7 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 """
 
 
-def _log_config() -> Path:
+def log_config() -> Path:
     """A log4j2 configuration that shows only errors (the JVM reads it before any SparkConf applies)."""
     path = Path(tempfile.gettempdir()) / "bpm-spark-log4j2.properties"
     if not path.exists() or path.read_text() != _LOG4J2:
@@ -122,7 +122,7 @@ def make_session(master: str = "local[*]", app_name: str = "bpm", conf: dict[str
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
         os.environ["PYSPARK_PYTHON"] = spark_python(Path(folder))
     builder = SparkSession.builder.master(master).appName(app_name)
-    java = f"-Dlog4j2.configurationFile=file:{_log_config()}" + (f" {LEAN_JVM_OPTIONS}" if lean else "")
+    java = f"-Dlog4j2.configurationFile=file:{log_config()}" + (f" {LEAN_JVM_OPTIONS}" if lean else "")
     defaults = {**DEFAULT_CONF, "spark.driver.extraJavaOptions": java, "spark.driver.host": driver_host, "spark.driver.bindAddress": bind_address}
     for key, value in {**defaults, **(conf or {})}.items():
         builder = builder.config(key, value)

@@ -16,3 +16,21 @@ def test_the_import_contracts_hold():
     result = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout, result.stdout
+
+
+PRODUCT = ("bpm", "bpm_app", "bpm_http", "api", "spark_agents", "migrations", "examples")
+
+
+def test_no_private_name_is_imported_from_another_module():
+    """A leading underscore says a name is its module's own: one that another module needs is
+    public under a name that says so."""
+    import ast
+
+    found = []
+    for package in PRODUCT:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in PRODUCT:
+                    found += [f"{path.relative_to(ROOT)}:{node.lineno}: {node.module}.{a.name}" for a in node.names
+                              if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not found, "\n".join(found)

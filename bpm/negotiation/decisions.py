@@ -33,7 +33,7 @@ from bpm.negotiation.models import DEFAULT_HYSTERESIS, DEFAULT_MARGIN, Acceptanc
 _EPS = 1e-12
 
 
-def _factor(margin: float) -> float:
+def margin_factor(margin: float) -> float:
     if not (margin >= 0 and math.isfinite(margin)):
         raise ValueError(f"a margin must be a finite number >= 0, got {margin!r}")
     return 1.0 + margin
@@ -133,7 +133,7 @@ def choose_offer(
     """
     if outstanding or not tasks or not contracts:
         return None
-    f = _factor(margin)
+    f = margin_factor(margin)
     ordered = _smallest_first(tasks)
     d_load = cost.cost(load)
     for contract in contract_order(contracts, refused_last=refused_last, unreachable=unreachable):
@@ -184,7 +184,7 @@ def why_no_offer(
         return "no_contract", "no contract in force"
     if not tasks:
         return "no_task", "no task to offer: none measured yet (a task that has just arrived or whose input has just begun), or none may move"
-    lowest = min(c.price_min for c in contracts) * _factor(margin)
+    lowest = min(c.price_min for c in contracts) * margin_factor(margin)
     marginal = cost.marginal(load)
     if marginal <= lowest:
         return "below_price", f"marginal cost {marginal:.3f} at load {load:.3f} is below every contract's lowest price with margin ({lowest:.3f})"
@@ -201,7 +201,7 @@ def why_refused(*, load: float, cost: CostFunction, offer: Offer, margin: float 
     first, cap = offer.tasks[0], offer.caps[0]
     unit = cost.marginal_take(load, first.load)
     return (f"taking task {first.id} ({first.load:.3f} load) at load {load:.3f} costs {unit:.3f} per unit, "
-            f"{unit * _factor(margin):.3f} with margin: not below the offered {cap:.3f}")
+            f"{unit * margin_factor(margin):.3f} with margin: not below the offered {cap:.3f}")
 
 
 def evaluate_offer(*, load: float, cost: CostFunction, offer: Offer, margin: float = DEFAULT_MARGIN) -> Acceptance:
@@ -217,7 +217,7 @@ def evaluate_offer(*, load: float, cost: CostFunction, offer: Offer, margin: flo
     its per-unit cost of the whole part, `max(price_min, MC_take * (1 + margin))`,
     always below the offerer's cap for it.
     """
-    f = _factor(margin)
+    f = margin_factor(margin)
     amount = 0.0
     count = 0
     for task, cap in zip(offer.tasks, offer.caps):
@@ -280,7 +280,7 @@ def movements_to_end(
     them itself costs less than paying for them: `MC_take * (1 + h) < price`. Each
     decision accounts for the ones before it.
     """
-    f = _factor(hysteresis)
+    f = margin_factor(hysteresis)
     ready = [m for m in movements if now_s >= m.earliest_end_s and me in (m.origin, m.host) and m.origin != m.host]
     ended: list[str] = []
     current = load

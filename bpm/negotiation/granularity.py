@@ -23,7 +23,7 @@ from collections.abc import Collection, Sequence
 
 from bpm.costs.base import CostFunction
 from bpm.keygroups import BITS
-from bpm.negotiation.decisions import _factor
+from bpm.negotiation.decisions import margin_factor
 from bpm.negotiation.models import DEFAULT_HYSTERESIS, DEFAULT_MARGIN, Contract, Task
 from bpm.records import grain_end
 
@@ -113,7 +113,7 @@ def choose_split(
     """
     if not contracts:
         return None
-    need = min(c.price_min for c in contracts) * _factor(margin)
+    need = min(c.price_min for c in contracts) * margin_factor(margin)
     marginal = cost.marginal(load)
     if marginal <= need or marginal <= min(reference_price(c) for c in contracts):
         return None
@@ -148,8 +148,8 @@ def choose_merge(
     split the task again. The deepest pair merges first.
     """
     if contracts:
-        lowest = min(c.price_min for c in contracts) * _factor(margin)
-        if cost.marginal(load) * _factor(hysteresis) > lowest:
+        lowest = min(c.price_min for c in contracts) * margin_factor(margin)
+        if cost.marginal(load) * margin_factor(hysteresis) > lowest:
             return None
     mine = {t.groups: t for t in tasks if t.origin == me and t.groups}
     for groups in sorted(mine, key=lambda g: (-len(g), g)):

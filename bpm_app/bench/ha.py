@@ -189,10 +189,10 @@ class HASettings:
     def spark_conf(self) -> dict[str, str]:
         conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
         if self.lean and self.master.startswith("local"):
-            from spark_agents.session import LEAN_JVM_OPTIONS, _log_config
+            from spark_agents.session import LEAN_JVM_OPTIONS, log_config
 
             # The whole option string: a conf entry replaces make_session's default (the log configuration).
-            conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{_log_config()} {LEAN_JVM_OPTIONS}"
+            conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log_config()} {LEAN_JVM_OPTIONS}"
         return {**conf, **dict(self.extra_conf)}
 
 

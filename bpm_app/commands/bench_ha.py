@@ -51,14 +51,14 @@ def bench_ha_command(
 
     from bpm_app.bench.ha import BENCH_WORKLOAD, HABenchError, HASettings, plot_delays, run_ha_bench, without_delays
     from bpm_app.bench.move import MoveBenchError
-    from bpm_app.commands.bench_move import _setting, workload
+    from bpm_app.commands.bench_move import conf_setting, workload
 
     try:
         settings = HASettings(
             modes=tuple(m.strip() for m in modes.split(",") if m.strip()), master=spark_master, trigger_s=trigger, rate=rate,
             speedup=speedup, seed=seed, copy_interval_s=copy_interval, ack_interval_s=ack_interval, heartbeat_s=heartbeat,
             detect_timeout_s=detect_timeout, warmup_s=warmup, measure_s=measure, slices=slices, after_s=after, timeout_s=timeout,
-            lean=lean, extra_conf=tuple(_setting(item) for item in conf or ()), hosts=hosts,
+            lean=lean, extra_conf=tuple(conf_setting(item) for item in conf or ()), hosts=hosts,
             fault=fault.value, cut_s=cut_for, workload=workload(query, param, BENCH_WORKLOAD), tls=not insecure,
         )
     except ValueError as exc:

@@ -40,7 +40,7 @@ def bench_move_command(
     from bpm_app.bench.move import MoveBenchError, MoveSettings, plot_rounds, run_move_bench
 
     try:
-        extra = tuple(_setting(item) for item in conf or ())
+        extra = tuple(conf_setting(item) for item in conf or ())
         settings = MoveSettings(moves=moves, warmup=warmup, age_batches=age, master=spark_master, retain_batches=retain,
                                 extra_conf=extra, trigger_s=trigger, flush_s=flush, rate=rate, speedup=speedup,
                                 seed=seed, timeout_s=timeout, workload=workload(query, param), tls=not insecure)
@@ -92,7 +92,7 @@ def workload(query: str | None, params: list[str] | None, default=None):
     return Workload(query, tuple(parse_values(params).items()))
 
 
-def _setting(item: str) -> tuple[str, str]:
+def conf_setting(item: str) -> tuple[str, str]:
     key, sep, value = item.partition("=")
     if not sep or not key.strip():
         raise ValueError(f"--conf takes KEY=VALUE, not {item!r}")

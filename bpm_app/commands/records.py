@@ -13,7 +13,7 @@ import typer
 
 from bpm.negotiation import MovementState, OfferState
 from bpm_app.commands import app, choice
-from bpm_app.commands.registry import DEFAULT_URL, AsJson, Key, RegistryUrl, _client, _read, _run, _show, _table, operator_key
+from bpm_app.commands.registry import DEFAULT_URL, AsJson, Key, RegistryUrl, registry_client, read_registry, run_call, show_rows, print_table, operator_key
 
 tasks_app = typer.Typer(help="Read the tasks the registry knows (any key).", no_args_is_help=True)
 offers_app = typer.Typer(help="Read offers (a participant's key: those it made or received; the operator's: all).", no_args_is_help=True)
@@ -76,8 +76,8 @@ def tasks_list(
     as_json: AsJson = False,
 ) -> None:
     """List tasks with their origin, current host, load, HA mode, epoch, the tasks a split or merge made them from and their span of event time."""
-    rows = _read(registry, key, lambda c: c.tasks(host=host, origin=origin, involving=involving))
-    _show(rows, as_json, ["id", "name", "origin", "host", "load", "ha_mode", "epoch", "from", "span"], "tasks",
+    rows = read_registry(registry, key, lambda c: c.tasks(host=host, origin=origin, involving=involving))
+    show_rows(rows, as_json, ["id", "name", "origin", "host", "load", "ha_mode", "epoch", "from", "span"], "tasks",
           lambda t: {**t, "load": _num(t["load"]), "from": ", ".join(f"#{i}" for i in t.get("from_tasks", [])), "span": _span(t)})
 
 
@@ -112,9 +112,9 @@ def offers_list(
     as_json: AsJson = False,
 ) -> None:
     """List offers: who offered which tasks to whom, the offerer's cap, the settled price, the state, how long ago it was made."""
-    rows = _read(registry, key, lambda c: c.offers(state.value if state else None))
+    rows = read_registry(registry, key, lambda c: c.offers(state.value if state else None))
     columns = ["id", "contract", "from", "to", "tasks", "cap", "settled", "state", "made", "movements"]
-    _show(rows, as_json, columns, "offers", _offer_cells)
+    show_rows(rows, as_json, columns, "offers", _offer_cells)
 
 
 def _movement_cells(movement: dict) -> dict:
@@ -141,9 +141,9 @@ def movements_list(
     as_json: AsJson = False,
 ) -> None:
     """List movements: which task went from whom to whom, at what price and load, since when, and what it has accrued."""
-    rows = _read(registry, key, lambda c: c.movements(participant, state.value if state else None))
+    rows = read_registry(registry, key, lambda c: c.movements(participant, state.value if state else None))
     columns = ["id", "task", "from", "to", "price", "load", "state", "started", "ended", "accrued"]
-    _show(rows, as_json, columns, "movements", _movement_cells)
+    show_rows(rows, as_json, columns, "movements", _movement_cells)
 
 
 @app.command("ledger")
@@ -156,19 +156,19 @@ def ledger(
     as_json: AsJson = False,
 ) -> None:
     """Show what each movement has accrued (price x load x seconds away) and every participant's paid, earned and balance."""
-    book = _read(registry, key, lambda c: c.ledger(participant))
+    book = read_registry(registry, key, lambda c: c.ledger(participant))
     if as_json:
         typer.echo(json.dumps(book))
         return
     money = lambda value: _num(value, ".4f")  # noqa: E731
     balances = [{**b, "paid": money(b["paid"]), "earned": money(b["earned"]), "balance": money(b["balance"])} for b in book["balances"]]
-    _table(balances, ["participant", "paid", "earned", "balance"], f"balances as of {_when(book['as_of'])}")
+    print_table(balances, ["participant", "paid", "earned", "balance"], f"balances as of {_when(book['as_of'])}")
     entries = [
         {**e, "movement": e["movement_id"], "task": e["task_id"], "price": _num(e["price"]), "load": _num(e["load"]),
          "seconds": _num(e["seconds"], ".1f"), "amount": money(e["amount"])}
         for e in book["entries"]
     ]
-    _table(entries, ["movement", "task", "from", "to", "price", "load", "seconds", "amount", "state"], "ledger entries")
+    print_table(entries, ["movement", "task", "from", "to", "price", "load", "seconds", "amount", "state"], "ledger entries")
 
 
 EVENT_COLUMNS = ["id", "at", "kind", "actor", "subject", "message"]
@@ -199,10 +199,10 @@ def events(
     """Show the registry's record of offers, refusals, movements, failovers and errors, oldest first (times in UTC).
 
     With --follow each event is printed once, in the order recorded; --json then prints one JSON object per line."""
-    with _client(registry, key or operator_key(None)) as client:
-        read = lambda after: _run(lambda: client.events(participant, after, kind, limit))  # noqa: E731
+    with registry_client(registry, key or operator_key(None)) as client:
+        read = lambda after: run_call(lambda: client.events(participant, after, kind, limit))  # noqa: E731
         if not follow:
-            _show(read(after_id), as_json, EVENT_COLUMNS, "events", lambda e: {**e, "at": _when(e["at"])})
+            show_rows(read(after_id), as_json, EVENT_COLUMNS, "events", lambda e: {**e, "at": _when(e["at"])})
             return
         show = (lambda e: typer.echo(json.dumps(e))) if as_json else (lambda e: typer.echo(_event_line(e)))
         deadline = None if seconds is None else time.monotonic() + seconds

@@ -94,8 +94,8 @@ def rotate_signing_key(
     as_json: AsJson = False,
 ) -> None:
     """Operator: the registry signs new call tokens with a new key; tokens signed with the old one verify until they lapse (or, with --revoke, no longer). Agents read the keys again at their next heartbeat."""
-    with _client(registry, operator_key(key)) as client:
-        rotated = _run(lambda: client.rotate_signing_key(revoke))
+    with registry_client(registry, operator_key(key)) as client:
+        rotated = run_call(lambda: client.rotate_signing_key(revoke))
     after = "tokens signed before no longer verify" if revoke else "tokens signed before verify until they lapse"
     typer.echo(json.dumps(rotated) if as_json else f"the registry now signs with key {rotated['kid']}; {after}")
 
@@ -136,7 +136,7 @@ def operator_key(explicit: str | None) -> str | None:
     return path.read_text().strip() if path.exists() else None
 
 
-def _client(url: str, key: str | None):
+def registry_client(url: str, key: str | None):
     import httpx
 
     from bpm_http.client import RegistryClient
@@ -161,7 +161,7 @@ def _refusal(exc) -> str:
     return text if len(text) <= 300 else text[:299] + "…"
 
 
-def _run(call):
+def run_call(call):
     """Run a client call; print the registry's refusal clearly and exit 1 instead of a traceback."""
     import httpx
 
@@ -181,21 +181,21 @@ def _run(call):
         fail("the answer is not the registry's JSON: does --registry (or BPM_REGISTRY_URL) name the registry?", 1)
 
 
-def _read(registry: str, key: str | None, call):
+def read_registry(registry: str, key: str | None, call):
     """One read with the caller's key, or else the operator's."""
-    with _client(registry, key or operator_key(None)) as client:
-        return _run(lambda: call(client))
+    with registry_client(registry, key or operator_key(None)) as client:
+        return run_call(lambda: call(client))
 
 
-def _show(rows, as_json: bool, columns: list[str], title: str, cells=lambda row: row) -> None:
+def show_rows(rows, as_json: bool, columns: list[str], title: str, cells=lambda row: row) -> None:
     """The API's objects as JSON, or a table of `cells(row)` (a dict of formatted columns)."""
     if as_json:
         typer.echo(json.dumps(rows))
     else:
-        _table([cells(row) for row in rows], columns, title)
+        print_table([cells(row) for row in rows], columns, title)
 
 
-def _table(rows: list[dict], columns: list[str], title: str) -> None:
+def print_table(rows: list[dict], columns: list[str], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -216,8 +216,8 @@ def participants_add(
     as_json: AsJson = False,
 ) -> None:
     """Operator: register a participant and print its API key (shown once)."""
-    with _client(registry, operator_key(key)) as client:
-        created = _run(lambda: client.add_participant(name, endpoint))
+    with registry_client(registry, operator_key(key)) as client:
+        created = run_call(lambda: client.add_participant(name, endpoint))
     if as_json:
         typer.echo(json.dumps(created))
     else:
@@ -227,16 +227,16 @@ def participants_add(
 @participants_app.command("list")
 def participants_list(registry: RegistryUrl = DEFAULT_URL, key: Key = None, as_json: AsJson = False) -> None:
     """List participants with liveness and load."""
-    rows = _read(registry, key, lambda c: c.participants())
-    _show(rows, as_json, ["name", "endpoint", "status", "load", "threshold", "heartbeat_age_s"], "participants")
+    rows = read_registry(registry, key, lambda c: c.participants())
+    show_rows(rows, as_json, ["name", "endpoint", "status", "load", "threshold", "heartbeat_age_s"], "participants")
 
 
 @participants_app.command("rotate-key")
 def participants_rotate_key(name: str, registry: RegistryUrl = DEFAULT_URL, key: Key = None, as_json: AsJson = False) -> None:
     """Give NAME a new key (acting with NAME's current key, or the operator's) and print it, shown once;
     the old key stops working. A running agent rotates its own with `POST /key/rotate` instead."""
-    with _client(registry, key or operator_key(None)) as client:
-        rotated = _run(lambda: client.rotate_key(name))
+    with registry_client(registry, key or operator_key(None)) as client:
+        rotated = run_call(lambda: client.rotate_key(name))
     typer.echo(json.dumps(rotated) if as_json else f"{name}'s new key (shown once; the old one no longer works): {rotated['api_key']}")
 
 
@@ -247,8 +247,8 @@ def participants_revoke_key(
     key: OperatorKey = None,
 ) -> None:
     """Operator: withdraw NAME's key (lost or stolen); NAME can do nothing until `rotate-key` gives it a new one."""
-    with _client(registry, operator_key(key)) as client:
-        _run(lambda: client.revoke_key(name))
+    with registry_client(registry, operator_key(key)) as client:
+        run_call(lambda: client.revoke_key(name))
     typer.echo(f"revoked {name}'s key; `bpm participants rotate-key {name}` (as the operator) hands out a new one")
 
 
@@ -259,7 +259,7 @@ def _show_contract(contract: dict, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps(contract))
     else:
-        _table([contract], CONTRACT_COLUMNS, f"contract #{contract['id']}")
+        print_table([contract], CONTRACT_COLUMNS, f"contract #{contract['id']}")
 
 
 @contracts_app.command("propose")
@@ -275,8 +275,8 @@ def contracts_propose(
     as_json: AsJson = False,
 ) -> None:
     """Propose a contract to COUNTERPARTY, acting with your key."""
-    with _client(registry, key) as client:
-        contract = _run(lambda: client.propose(counterparty, price_min, price_max, min_duration, valid_until=valid_until, ha_mode=ha_mode.value))
+    with registry_client(registry, key) as client:
+        contract = run_call(lambda: client.propose(counterparty, price_min, price_max, min_duration, valid_until=valid_until, ha_mode=ha_mode.value))
     _show_contract(contract, as_json)
 
 
@@ -291,15 +291,15 @@ def contracts_counter(
     as_json: AsJson = False,
 ) -> None:
     """Answer the last proposal of CONTRACT_ID with other terms."""
-    with _client(registry, key) as client:
-        contract = _run(lambda: client.counter(contract_id, price_min, price_max, min_duration))
+    with registry_client(registry, key) as client:
+        contract = run_call(lambda: client.counter(contract_id, price_min, price_max, min_duration))
     _show_contract(contract, as_json)
 
 
 def _action_command(action: str, doc: str) -> None:
     def command(contract_id: int, registry: RegistryUrl = DEFAULT_URL, key: Key = None, as_json: AsJson = False) -> None:
-        with _client(registry, key) as client:
-            contract = _run(lambda: client.contract_action(contract_id, action))
+        with registry_client(registry, key) as client:
+            contract = run_call(lambda: client.contract_action(contract_id, action))
         _show_contract(contract, as_json)
 
     command.__doc__ = doc
@@ -320,5 +320,5 @@ def contracts_list(
     as_json: AsJson = False,
 ) -> None:
     """List the contracts your key may read."""
-    rows = _read(registry, key, lambda c: c.contracts(participant, state.value if state else None))
-    _show(rows, as_json, CONTRACT_COLUMNS, "contracts")
+    rows = read_registry(registry, key, lambda c: c.contracts(participant, state.value if state else None))
+    show_rows(rows, as_json, CONTRACT_COLUMNS, "contracts")

@@ -218,13 +218,13 @@ class OwnBroker:
 _PASSWORD = re.compile(r"^[A-Za-z0-9_-]{8,200}$")
 
 
-def ask_agent(endpoint: str, path: str, token: str, what: str, *, params: Mapping[str, object] | None = None,
+def ask_agent(endpoint: str, path: str, token: str, what: str, me: str, *, params: Mapping[str, object] | None = None,
               refusals: Mapping[int, type[Exception]] | None = None, timeout_s: float = 30.0, verify: ssl.SSLContext | bool = True) -> dict:
     """The JSON object another agent at `endpoint` answers to GET `path`, asked with the
     registry's `token` for the call (over TLS that shows what `verify` checks,
-    `spark_agents.tls.Peers.verify`), checked to hold a user and a password. A status in
-    `refusals` raises its exception; anything else that goes wrong a RuntimeError (`what`
-    says what was asked, in the message)."""
+    `spark_agents.tls.Peers.verify`), checked to hold credentials for this participant, `me`:
+    the user `me` and a plain token as password. A status in `refusals` raises its exception;
+    anything else that goes wrong a RuntimeError (`what` says what was asked, in the message)."""
     import httpx
 
     try:
@@ -240,6 +240,8 @@ def ask_agent(endpoint: str, path: str, token: str, what: str, *, params: Mappin
         body["user"], body["password"]
     except (ValueError, KeyError, TypeError):
         raise RuntimeError(f"{endpoint} answered {what} with something else than credentials") from None
+    if body["user"] != me or not isinstance(body["password"], str) or not _PASSWORD.match(body["password"]):
+        raise RuntimeError(f"{endpoint} answered {what} with credentials that are not {me}'s")
     return body
 
 
@@ -251,9 +253,6 @@ def ask_credentials(endpoint: str, key: str, epoch: int, token: str, me: str, *,
     must be `me`, the password a plain token. A refusal because the registry places the
     task elsewhere now is a PermissionError (a lost race); anything else a RuntimeError."""
     what = f"the stream of {key} at epoch {epoch}"
-    body = ask_agent(endpoint, f"/broker/{key}", token, what, params={"epoch": epoch}, refusals={409: PermissionError}, timeout_s=timeout_s,
-                     verify=verify)
-    user, password = body["user"], body["password"]
-    if user != me or not isinstance(password, str) or not _PASSWORD.match(password):
-        raise RuntimeError(f"{endpoint} answered {what} with credentials that are not {me}'s")
-    return user, password
+    body = ask_agent(endpoint, f"/broker/{key}", token, what, me, params={"epoch": epoch}, refusals={409: PermissionError},
+                     timeout_s=timeout_s, verify=verify)
+    return body["user"], body["password"]
