@@ -10,7 +10,7 @@ import collections
 import json
 import sys
 
-from bpm.federation.views import seconds
+from bpm.clock import seconds
 from bpm_app.demo.outcomes import verdict
 
 try:

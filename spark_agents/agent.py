@@ -95,7 +95,7 @@ from spark_agents.settings import default
 from spark_agents.tls import Peers
 
 if TYPE_CHECKING:
-    from spark_agents.ha.inputs import TaskInput
+    from spark_agents.broker.inputs import TaskInput
 
 log = logging.getLogger("bpm.agent")
 
@@ -776,7 +776,7 @@ class Agent:
                 retention.release(consumer)
 
     def ack_from_caller(self, token: str | None, key: str, epoch: int, seq: int) -> None:
-        """A partner's acknowledgement of my stream for task `key` (`spark_agents.ha.inputs.SentAcks`):
+        """A partner's acknowledgement of my stream for task `key` (`spark_agents.broker.inputs.SentAcks`):
         taken from whoever the registry's token says hosts the task at `epoch`, if my last read
         of the registry agrees (PermissionError otherwise), for a sequence my stream has (ValueError otherwise)."""
         from spark_agents.ha.roles import consumer_name
@@ -800,8 +800,8 @@ class Agent:
         self.send_ack_to(self.endpoint(task["origin"]), task_key(task), task["epoch"], seq, token)
 
     def task_input(self, task: Mapping) -> TaskInput | None:
-        """The task's input as the HA roles use it (`spark_agents.ha.inputs`; None: it names none)."""
-        from spark_agents.ha.inputs import OwnAcks, SentAcks, TaskInput
+        """The task's input as the HA roles use it (`spark_agents.broker.inputs`; None: it names none)."""
+        from spark_agents.broker.inputs import OwnAcks, SentAcks, TaskInput
 
         source = self.stream_input(task)
         if source is None:

@@ -42,13 +42,12 @@ from nats.js.api import StorageType, StreamConfig
 from bpm.dpc import Alert, Alerts, CorrelatedRow, Correlator, Ignored, Members, Publish, Tick
 from bpm.keygroups import token
 from bpm.names import check_name
-from spark_agents.broker.server import User, partner_user
+from spark_agents.broker.server import User
+from spark_agents.broker.subjects import ALERTS, CORRELATED, partner_user
 from spark_agents.broker.stream import Broker, connect
 
 log = logging.getLogger(__name__)
 
-ALERTS = "ALERTS"
-CORRELATED = "CORRELATED"
 MAX_WINDOW_S = 86_400
 MAX_SOURCES = 100_000
 

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from bpm_http.client import RegistryError
-from bpm.federation.views import seconds, task_ha_mode
+from bpm.clock import seconds
+from bpm.federation.views import task_ha_mode
 from bpm.names import inside, task_key
 from bpm.ha import is_failed, recovery
 from bpm.ha.machine import (

@@ -30,15 +30,14 @@ from __future__ import annotations
 import logging
 import os
 import re
-import signal
 import time
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_agents.metrics import machine_cpu, process_cpu_seconds
+from spark_agents.network import kill_all
 
 if TYPE_CHECKING:
     from spark_agents.network import HostNetwork
@@ -320,18 +319,6 @@ def remove_stale(layout: CgroupLayout, older_than_s: float = 60.0) -> list[Path]
         hosts.close()
         removed.append(parent)
     return removed
-
-
-def kill_all(pids: Iterable[int]) -> int:
-    """SIGKILL to each of `pids` (those already gone are skipped); how many there were."""
-    count = 0
-    for pid in pids:
-        count += 1
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return count
 
 
 def _pids(folder: Path) -> list[int]:

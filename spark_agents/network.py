@@ -28,8 +28,10 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -217,9 +219,19 @@ def free_subnet(used: str, pool: ipaddress.IPv4Network = POOL) -> ipaddress.IPv4
     raise NetworkError(f"no free /24 left in {pool}")
 
 
-def _remove_namespace(namespace: str, timeout_s: float = 10.0) -> None:
-    from spark_agents.hosts import kill_all
+def kill_all(pids: Iterable[int]) -> int:
+    """SIGKILL to each of `pids` (those already gone are skipped); how many there were."""
+    count = 0
+    for pid in pids:
+        count += 1
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return count
 
+
+def _remove_namespace(namespace: str, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         if time.monotonic() > deadline or not kill_all(int(p) for p in ip("netns", "pids", namespace, check=False).split()):

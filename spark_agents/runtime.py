@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from spark_agents.broker.access import OwnBroker
     from spark_agents.broker.results import RegistryEpoch
     from spark_agents.broker.source import JetStreamInput
-    from spark_agents.ha.inputs import TaskInput
+    from spark_agents.broker.inputs import TaskInput
 
 log = logging.getLogger("bpm.agent")
 

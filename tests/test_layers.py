@@ -1,6 +1,7 @@
 """The packages keep their layers (the contracts are in pyproject.toml, `[tool.importlinter]`):
 the domain `bpm` imports no service package and no I/O library, so its decisions run in a
-unit test and in the simulator exactly as in the live agent."""
+unit test and in the simulator exactly as in the live agent; inside a package no modules
+import each other around a loop; no module imports another's private names."""
 
 from __future__ import annotations
 

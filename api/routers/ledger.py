@@ -6,6 +6,7 @@ from api import schemas
 from api.deps import Caller, DbSession, Now, Quota
 from api.services import events as event_service
 from api.services import ledger as service
+from api.services import participants as participant_service
 
 router = APIRouter(tags=["ledger and events"])
 
@@ -35,5 +36,5 @@ def report_event(body: schemas.EventCreate, session: DbSession, caller: Caller, 
     """Record something a participant's agent did or suffered, in its own name (at most
     `api.quotas.RATES["events"]` a second: 429 past it)."""
     quotas.take("events", caller.name)
-    event = event_service.report(session, caller, body.kind, body.message, body.subject, body.data, now)
+    event = participant_service.report_event(session, caller, body.kind, body.message, body.subject, body.data, now)
     return schemas.EventOut.model_validate(event, from_attributes=True)

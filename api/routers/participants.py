@@ -11,6 +11,7 @@ from api.errors import Forbidden
 from api.models import Participant
 from api.pages import Page
 from api.services import ha as ha_service
+from api.services import heartbeats
 from api.services import offers as offer_service
 from api.services import participants as service
 from api.services import tasks as task_service
@@ -95,8 +96,8 @@ def heartbeat(name: schemas.NamePath, body: schemas.Heartbeat, request: Request,
     not acknowledged yet (`acknowledged` in the body deletes those acted on), and the
     liveness of the participants that concern it (`api.services.changes`)."""
     timeout_s = request.app.state.settings.heartbeat_timeout_s
-    participant = service.heartbeat(session, caller, name, body, now, timeout_s)
-    notices, partners = service.feed(session, participant, body.acknowledged)
+    participant = heartbeats.heartbeat(session, caller, name, body, now, timeout_s)
+    notices, partners = heartbeats.feed(session, participant, body.acknowledged)
     return _out(
         request, participant, service.hosted_by(session, participant.id), now, schemas.HeartbeatOut,
         changes=[schemas.ChangeOut(id=c.id, kind=c.kind) for c in notices],

@@ -86,12 +86,16 @@ _ACKNOWLEDGE = delete(_changes).where(_changes.c.participant_id == bindparam("me
 _PENDING = select(_changes.c.id, _changes.c.kind).where(_changes.c.participant_id == bindparam("me")).order_by(_changes.c.id).limit(PAGE)
 
 
+def involved_tasks(participant_id: int):
+    """Ids of tasks a participant originates, hosts or holds a replica of: what concerns it."""
+    held = select(Replica.task_id).where(Replica.participant_id == participant_id)
+    return select(Task.id).where(or_(Task.origin_id == participant_id, Task.host_id == participant_id, Task.id.in_(held)))
+
+
 def _partners_of(me):
     """The ids of the participants whose liveness concerns participant `me` (itself among
     them): its contract partners, the origins and hosts of the tasks it is involved in, and
     the holders of their replicas."""
-    from api.services.tasks import involved_tasks
-
     involved = involved_tasks(me)
     return union(
         select(Contract.proposer_id).where(Contract.counterparty_id == me, Contract.state == "active"),

@@ -8,7 +8,6 @@ from sqlalchemy import insert, or_, select
 from sqlalchemy.orm import Session
 
 from api.auth import Principal
-from api.errors import Forbidden
 from api.db import utcnow
 from api.models import Event
 
@@ -31,19 +30,6 @@ def record(
 
 _events = Event.__table__
 _RECORD = insert(_events).returning(_events.c.id)  # built once: building a statement costs more CPU than running it
-
-
-def report(session: Session, caller: Principal, kind: str, message: str, subject: str | None, data: dict, now: datetime) -> Event:
-    """An event a participant's agent reports, in its own name; its subject (whose feed it
-    shows in) is the reporter itself or a participant it has dealt with."""
-    from api.services import participants
-
-    me = caller.require_participant()
-    if subject is not None and subject != me.name:
-        other = participants.get(session, subject)
-        if not participants.related(session, me.id, other.id):
-            raise Forbidden(f"{me.name} has no contract and no task with {subject}; it reports events only about itself or a participant it deals with")
-    return session.get(Event, record(session, kind, message, actor=me.name, subject=subject, data=data, at=now))
 
 
 def concerning(names: list[str]):

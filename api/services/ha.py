@@ -26,7 +26,6 @@ from api.auth import Principal
 from api.errors import Conflict, Forbidden, Invalid, NotFound
 from api.models import Contract, Failover, Movement, Participant, Replica, Task
 from api.services import changes, contracts, events, participants
-from api.services.tasks import involved_tasks
 from bpm.ha import REPLICATED_MODES, is_failed, task_mode
 from bpm.negotiation import MovementState
 
@@ -402,12 +401,12 @@ def complete(session: Session, caller: Principal, failover_id: int, body: schema
 
 def failovers_concerning(me: int):
     """The failovers participant `me` may read: of tasks it is involved in, or with it failed, left or taken to."""
-    return or_(Failover.task_id.in_(involved_tasks(me)), Failover.failed_id == me, Failover.from_host_id == me, Failover.to_host_id == me)
+    return or_(Failover.task_id.in_(changes.involved_tasks(me)), Failover.failed_id == me, Failover.from_host_id == me, Failover.to_host_id == me)
 
 
 def replicas_concerning(me: int):
     """The replicas participant `me` may read: of the tasks it is involved in."""
-    return Replica.task_id.in_(involved_tasks(me))
+    return Replica.task_id.in_(changes.involved_tasks(me))
 
 
 def list_failovers(session: Session, caller: Principal, task_id: int | None) -> list[Failover]:

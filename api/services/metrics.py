@@ -15,7 +15,7 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from api.models import Contract, Failover, Movement, Offer, Participant, Replica, Task
+from api.models import Contract, Failover, Movement, Participant, Replica, Task
 from api.services import offers, participants
 
 

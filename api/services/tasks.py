@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, joinedload, selectinload
 from api import schemas
 from api.auth import Principal
 from api.errors import Conflict, Forbidden, Invalid, NotFound
-from api.models import Participant, Replica, Task, TaskLineage
+from api.models import Participant, Task, TaskLineage
 from api.pages import PageQuery
 from api.services import changes, events, participants
 from bpm.keygroups import KeyGroupError, StreamLocation, halves, merged, parse_location
@@ -163,18 +163,12 @@ def get(session: Session, task_id: int) -> Task:
     return task
 
 
-def involved_tasks(participant_id: int):
-    """Ids of tasks a participant originates, hosts or holds a replica of: what concerns it."""
-    held = select(Replica.task_id).where(Replica.participant_id == participant_id)
-    return select(Task.id).where(or_(Task.origin_id == participant_id, Task.host_id == participant_id, Task.id.in_(held)))
-
-
 def list_tasks(session: Session, host: str | None, origin: str | None, involving: str | None = None, page: PageQuery | None = None) -> list[Task]:
     """Tasks (with their origin and host loaded in the same statement, their lineage in one
-    more), filtered by host, origin, or the participant they concern (`involved_tasks`)."""
+    more), filtered by host, origin, or the participant they concern (`changes.involved_tasks`)."""
     query = select(Task).options(joinedload(Task.origin), joinedload(Task.host), selectinload(Task.lineage))
     if involving:
-        query = query.where(Task.id.in_(involved_tasks(participants.get(session, involving).id)))
+        query = query.where(Task.id.in_(changes.involved_tasks(participants.get(session, involving).id)))
     if host:
         query = query.where(Task.host_id == participants.get(session, host).id)
     if origin:

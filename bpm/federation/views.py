@@ -1,6 +1,6 @@
 """From registry records (JSON dicts) to the views of `bpm.negotiation`, and back. Pure.
 
-Times become seconds on one clock (the registry's UTC timestamps as POSIX seconds), so
+Times become seconds on one clock (`bpm.clock.seconds`: the registry's UTC timestamps as POSIX seconds), so
 `movements_to_end` compares them with `now_s` from the same clock.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 
+from bpm.clock import seconds
 from bpm.ha.decisions import HA_MODES, task_mode
 from bpm.keygroups import is_location, parse_location
 from bpm.names import task_key
@@ -18,11 +18,6 @@ from bpm.negotiation.models import Contract, Movement, Offer, Task
 # A task measured at no load cannot be offered (it would cost nothing to keep); tiny
 # loads are floored so that a just-started task still counts as a small one.
 MIN_TASK_LOAD = 1e-4
-
-
-def seconds(timestamp: str | datetime) -> float:
-    moment = datetime.fromisoformat(timestamp.replace("Z", "+00:00")) if isinstance(timestamp, str) else timestamp
-    return moment.timestamp()
 
 
 def active_contracts(me: str, contracts: Iterable[Mapping], now: float | None = None) -> list[Contract]:

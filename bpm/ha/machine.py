@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from bpm.federation.views import seconds
+from bpm.clock import seconds
 from bpm.ha.decisions import REPLICATED_MODES, failover_target, is_failed, repair_target
 from bpm.names import task_key
 

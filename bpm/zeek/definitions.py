@@ -19,7 +19,6 @@ import ipaddress
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 
 from bpm.records import Admission, grain_end, iso_utc, parse_iso_utc
 from bpm.results import Result

@@ -10,7 +10,7 @@ into the task's origin's
 stream on a NATS server the command runs on the machine (the origin `o`, which neither
 worker is: it outlives the crash; both hosts reach it on the machine's address on their
 bridge), and both workers read it and acknowledge it over the network
-(`spark_agents.ha.inputs`; as the stream's owner user: who may read what is the agents'
+(`spark_agents.broker.inputs`; as the stream's owner user: who may read what is the agents'
 business, tested on its own). `a` runs the task at epoch 1 through the output fence on the
 origin's broker and does its mode's duties (`spark_agents.ha.roles`);
 `b` is a warm participant that, per mode, does nothing (none, upstream backup), applies the
@@ -284,7 +284,7 @@ class HASide(Side):
     def _stream(source: JetStreamInput):
         """The task's key groups of the origin's stream, acknowledged on the origin's `Retention`."""
         from spark_agents.broker.retention import Retention
-        from spark_agents.ha.inputs import OwnAcks, TaskInput
+        from spark_agents.broker.inputs import OwnAcks, TaskInput
 
         return TaskInput(source, OwnAcks(Retention(source.connection(), source.participant), source.prefix))
 

@@ -588,7 +588,8 @@ def run_move_bench(settings: MoveSettings, work_dir: str | Path, progress: Calla
     rounds, warm-up included (`2 * (warmup + moves)` in all).
     """
     from spark_agents.broker.results import broker_outputs
-    from spark_agents.broker.server import NatsServer, User, partner_user
+    from spark_agents.broker.server import NatsServer, User
+    from spark_agents.broker.subjects import partner_user
     from spark_agents.broker.source import JetStreamInput
     from spark_agents.broker.stream import Broker, BrokerStream
     from spark_agents.tls import own_certificate

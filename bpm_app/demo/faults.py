@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from bpm.federation.views import seconds
+from bpm.clock import seconds
 from bpm.names import task_key
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from bpm.federation.views import seconds
+from bpm.clock import seconds
 from bpm.negotiation import is_acceptable
 
 POSTER = ("a", "b", "c")

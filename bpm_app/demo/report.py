@@ -74,7 +74,7 @@ def plot_timeline(report: dict, path: Path, t0_epoch: float | None = None) -> No
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from bpm.federation.views import seconds
+    from bpm.clock import seconds
 
     names = sorted({row["participant"] for row in report["timeline"]})
     cpu = report.get("cpu") or []

@@ -25,7 +25,8 @@ import nats
 
 from bpm.keygroups import StreamLocation
 from bpm.names import check_participant
-from spark_agents.broker.server import NatsServer, User, consumer_tag, partner_user
+from spark_agents.broker.server import NatsServer, User
+from spark_agents.broker.subjects import consumer_tag, partner_user
 from spark_agents.broker.source import JetStreamInput
 from spark_agents.credentials import write_private
 from spark_agents.tls import OwnCertificate
@@ -144,7 +145,7 @@ class OwnBroker:
         The owner's own consumers stay."""
         from bpm.keygroups import subject_filter
         from spark_agents.broker.source import READER_IDLE_S
-        from spark_agents.broker.stream import STREAM as INPUT
+        from spark_agents.broker.subjects import INPUT
 
         broker = self.connection()
 

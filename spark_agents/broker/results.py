@@ -37,20 +37,12 @@ from dataclasses import dataclass
 import nats
 from nats.js.api import StorageType, StreamConfig
 
-from bpm.keygroups import token
-from bpm.names import check_name
 from bpm.results import OutputSet, Result
 from spark_agents.broker.stream import Broker
+from spark_agents.broker.subjects import RESULTS, results_subject
 from spark_agents.ha.fence import FencedError, FencedSink, FenceState, unwritten
 
-STREAM = "RESULTS"
 _WRONG_LAST_SEQUENCE = 10071
-
-
-def results_subject(task_id: str) -> str:
-    """The subject of task `origin.name`'s results on its origin's server."""
-    origin, _, name = check_name(task_id, "task key").partition(".")
-    return f"out.{token(origin)}.{token(name)}"
 
 
 def ensure_results(broker: Broker) -> None:
@@ -58,11 +50,11 @@ def ensure_results(broker: Broker) -> None:
 
     async def ensure() -> None:
         try:
-            await broker.js.stream_info(STREAM)
+            await broker.js.stream_info(RESULTS)
         except nats.js.errors.NotFoundError:
-            await broker.js.add_stream(StreamConfig(name=STREAM, subjects=["out.>"], storage=StorageType.FILE, allow_direct=True))
+            await broker.js.add_stream(StreamConfig(name=RESULTS, subjects=["out.>"], storage=StorageType.FILE, allow_direct=True))
             return
-        info = await broker.js.stream_info(STREAM)
+        info = await broker.js.stream_info(RESULTS)
         if not info.config.allow_direct:  # made before partners read their fence by direct get
             info.config.allow_direct = True
             await broker.js.update_stream(info.config)
@@ -95,7 +87,7 @@ class BrokerFence:
 
         async def last():
             try:
-                return await self.broker.js.get_last_msg(STREAM, self.subject, direct=True)
+                return await self.broker.js.get_last_msg(RESULTS, self.subject, direct=True)
             except nats.js.errors.NotFoundError:
                 return None
 
@@ -124,7 +116,7 @@ class BrokerFence:
         """Publish `body` if the subject's last message is still `after`; its sequence, or None if something came first."""
         headers = {"Nats-Expected-Last-Subject-Sequence": str(after)}
         try:
-            return self.broker.call(self.broker.js.publish(self.subject, json.dumps(body).encode(), stream=STREAM, headers=headers)).seq
+            return self.broker.call(self.broker.js.publish(self.subject, json.dumps(body).encode(), stream=RESULTS, headers=headers)).seq
         except nats.js.errors.APIError as exc:
             if exc.err_code == _WRONG_LAST_SEQUENCE:
                 return None
@@ -207,20 +199,20 @@ def read_messages(broker: Broker, task_id: str, after: int = 0) -> list[tuple[in
     async def fetch_all() -> list[tuple[int, bytes, float]]:
         js = broker.js
         try:
-            info = await js.add_consumer(STREAM, ConsumerConfig(filter_subject=subject, ack_policy=AckPolicy.NONE, inactive_threshold=30.0,
+            info = await js.add_consumer(RESULTS, ConsumerConfig(filter_subject=subject, ack_policy=AckPolicy.NONE, inactive_threshold=30.0,
                                                                 mem_storage=True, **start))
         except nats.js.errors.NotFoundError:
             return []
         out: list[tuple[int, bytes, float]] = []
         pending = info.num_pending
         if pending:
-            sub = await js.pull_subscribe_bind(info.name, stream=STREAM)
+            sub = await js.pull_subscribe_bind(info.name, stream=RESULTS)
             while pending:
                 for msg in await sub.fetch(min(256, pending), timeout=10):
                     out.append((msg.metadata.sequence.stream, msg.data, msg.metadata.timestamp.timestamp()))
                     pending = msg.metadata.num_pending
             await sub.unsubscribe()
-        await js.delete_consumer(STREAM, info.name)
+        await js.delete_consumer(RESULTS, info.name)
         return out
 
     return [(seq, json.loads(data), at) for seq, data, at in broker.read(fetch_all)]

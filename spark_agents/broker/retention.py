@@ -18,7 +18,8 @@ import nats
 
 from bpm.keygroups import KEY_GROUPS, check_prefix, groups, subject
 from bpm.names import check_name
-from spark_agents.broker.stream import STREAM, Broker
+from spark_agents.broker.stream import Broker
+from spark_agents.broker.subjects import INPUT
 
 BUCKET = "ACKS"
 
@@ -117,5 +118,5 @@ class Retention:
         floors = {g: seq for g, seq in self.floors().items() if seq > 0}
         for g in range(KEY_GROUPS):
             if g in floors:
-                self.broker.call(self.broker.js.purge_stream(STREAM, seq=floors[g] + 1, subject=subject(self.participant, g)))
+                self.broker.call(self.broker.js.purge_stream(INPUT, seq=floors[g] + 1, subject=subject(self.participant, g)))
         return floors

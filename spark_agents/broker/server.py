@@ -15,7 +15,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -93,54 +93,6 @@ class User:
         check_password(self.password)
         return (f'{{user: "{self.name}", password: "{self.password}", permissions: '
                 f"{{publish: {{allow: {_subjects(self.publish)}}}, subscribe: {{allow: {_subjects(self.subscribe)}}}}}}}")
-
-
-def partner_user(name: str, password: str, granted: Iterable[tuple[str, str, bool]], *, alerts: bool = False) -> User:
-    """The user a contract partner connects as: it reads only the key groups of the tasks it
-    hosts or replicates and writes only the results of those it hosts. `granted` holds
-    (task key, key-group prefix, whether it writes the results) triples. With `alerts` it
-    also reads the alerts this participant shares (`spark_agents.correlation`): the state
-    and the messages of the stream `ALERTS`, nothing it could write.
-
-    Reading is creating a consumer on the input stream, which JetStream's API subject names
-    with its filter (`$JS.API.CONSUMER.CREATE.INPUT.<consumer>.<filter>`), so a filter
-    outside the hosted key groups is refused by the server; then pulling from a consumer and
-    deleting it. Writing results is publishing on the task's results subject and reading
-    that subject's last message (the fence), by a direct get whose request subject names the
-    results subject: no other message of the results stream, by sequence or subject, can be
-    read. Replies come to the user's own inboxes only.
-    """
-    from bpm.keygroups import subject_filter
-    from spark_agents.broker.results import STREAM as RESULTS, results_subject
-    from spark_agents.broker.stream import STREAM as INPUT
-
-    publish = [f"$JS.API.STREAM.INFO.{INPUT}", f"$JS.API.CONSUMER.MSG.NEXT.{INPUT}.*", f"$JS.API.CONSUMER.DELETE.{INPUT}.*",
-               f"$JS.API.CONSUMER.INFO.{INPUT}.*"]
-    for task, prefix, writes in granted:
-        origin = task.partition(".")[0]
-        publish += [f"$JS.API.CONSUMER.CREATE.{INPUT}.*.{subject_filter(origin, prefix)}"]
-        if writes:
-            publish += [results_subject(task), f"$JS.API.DIRECT.GET.{RESULTS}.{results_subject(task)}"]
-    if alerts:
-        from spark_agents.correlation import ALERTS
-
-        publish += [f"$JS.API.STREAM.INFO.{ALERTS}", f"$JS.API.STREAM.MSG.GET.{ALERTS}"]
-    return User(name, password, publish=tuple(publish), subscribe=(f"{inbox_prefix(name)}.>",))
-
-
-def consumer_tag(user: str, password: str) -> str:
-    """What begins the name of every consumer `user` makes (`spark_agents.broker.source`): a
-    digest of its name and password, so that the origin, which knows its partners'
-    passwords, tells whose each consumer is, and no partner can make one in another's name
-    (`spark_agents.broker.access.OwnBroker.sweep`)."""
-    import hashlib
-
-    return hashlib.sha256(f"{user}\0{password}".encode()).hexdigest()[:20]
-
-
-def inbox_prefix(user: str) -> str:
-    """Where `user`'s replies arrive: its own inboxes, so that no user can listen to another's."""
-    return f"_INBOX.{check_name(user, 'user name').replace('.', '~')}"
 
 
 class _PortTaken(BrokerError):

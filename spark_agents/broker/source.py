@@ -31,7 +31,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from bpm.keygroups import StreamLocation, check_prefix, subject_filter
 from bpm.negotiation.granularity import split_time
 from bpm.records import MARK_END, mark_and_time
-from spark_agents.broker.stream import STREAM as INPUT, Broker
+from spark_agents.broker.stream import Broker
+from spark_agents.broker.subjects import INPUT
 
 NAME = "bpm_jetstream"
 FETCH = 256  # messages per pull request

@@ -23,9 +23,9 @@ import nats
 from nats.js.api import StorageType, StreamConfig
 
 from bpm.keygroups import KEY_GROUPS, stream_subjects, subject
-from spark_agents.broker.server import BrokerError, consumer_tag, inbox_prefix
+from spark_agents.broker.server import BrokerError
+from spark_agents.broker.subjects import INPUT, consumer_tag, inbox_prefix
 
-STREAM = "INPUT"
 T = TypeVar("T")
 
 
@@ -140,21 +140,21 @@ class Broker:
 
     def ensure_stream(self, participant: str, max_bytes: int = 1 << 30) -> None:
         """Create the participant's input stream if it does not exist (its server's storage, files)."""
-        config = StreamConfig(name=STREAM, subjects=[stream_subjects(participant)], storage=StorageType.FILE, max_bytes=max_bytes)
+        config = StreamConfig(name=INPUT, subjects=[stream_subjects(participant)], storage=StorageType.FILE, max_bytes=max_bytes)
 
         async def ensure() -> None:
             try:
-                await self.js.stream_info(STREAM)
+                await self.js.stream_info(INPUT)
             except nats.js.errors.NotFoundError:
                 await self.js.add_stream(config)
 
         self.call(ensure())
 
-    def last_seq(self, stream: str = STREAM) -> int:
+    def last_seq(self, stream: str = INPUT) -> int:
         """The sequence of the newest message of the stream (0 when empty)."""
         return self.call(self.js.stream_info(stream)).state.last_seq
 
-    def message(self, seq: int, stream: str = STREAM) -> bytes | None:
+    def message(self, seq: int, stream: str = INPUT) -> bytes | None:
         """The payload of the stream's message `seq` (None when it holds none there)."""
         try:
             return self.call(self.js.get_msg(stream, seq)).data
@@ -163,7 +163,7 @@ class Broker:
 
     def publish(self, subject_: str, payload: bytes) -> int:
         """Publish and wait for the stream's acknowledgement; returns the message's sequence."""
-        return self.call(self.js.publish(subject_, payload, stream=STREAM)).seq
+        return self.call(self.js.publish(subject_, payload, stream=INPUT)).seq
 
     def close(self) -> None:
         try:

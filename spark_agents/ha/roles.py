@@ -14,7 +14,7 @@ The stream's acknowledgements are per consumer (a task at a participant,
 `consumer_name`): the new host first acknowledges where it starts, then releases the failed
 host's consumer, so nothing it needs is trimmed in between.
 
-The stream is a `TaskInput` (`spark_agents.ha.inputs`): a task's key groups of its origin's
+The stream is a `TaskInput` (`spark_agents.broker.inputs`): a task's key groups of its origin's
 broker stream; a position is a stream sequence, read after.
 
 These are building blocks: who fails over, to whom and at which epoch is the registry's
@@ -31,13 +31,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bpm.ha.decisions import HA_MODES
 from bpm.query import Params, Query
 from spark_agents.ha.delta import Applied, DeltaRefused, DeltaShipper, applied_copy, apply_delta
 from spark_agents.ha.fence import FencedSink
-from spark_agents.ha.inputs import TaskInput
+
+if TYPE_CHECKING:
+    from spark_agents.broker.inputs import TaskInput
 
 log = logging.getLogger("bpm.ha")
 

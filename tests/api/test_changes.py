@@ -135,14 +135,14 @@ def test_a_transaction_the_database_aborts_for_a_concurrent_one_is_a_409_to_retr
     import psycopg
     from sqlalchemy.exc import OperationalError
 
-    from api.services import participants
+    from api.services import heartbeats
 
     key = registry.participant("a")
 
     def deadlocked(*args, **kwargs):
         raise OperationalError("UPDATE tasks ...", {}, psycopg.errors.DeadlockDetected("deadlock detected"))
 
-    monkeypatch.setattr(participants, "heartbeat", deadlocked)
+    monkeypatch.setattr(heartbeats, "heartbeat", deadlocked)
     response = registry.call("POST", "/participants/a/heartbeat", key, json={"load": 0.1})
     assert response.status_code == 409 and "retry" in response.json()["detail"]
 

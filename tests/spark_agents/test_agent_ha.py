@@ -95,7 +95,7 @@ class SteppedHAHost:
         self.starts: list[tuple[str, int | None, int]] = []
         self.takeovers: list[dict] = []
         self.duties: dict[str, tuple] = {}
-        self.streams: dict[str, object] = {}  # the input each duty acknowledges (`spark_agents.ha.inputs`)
+        self.streams: dict[str, object] = {}  # the input each duty acknowledges (`spark_agents.broker.inputs`)
         self.replicas: dict[str, Path] = {}
         self.batch_times: dict[str, list[float]] = {}
 

@@ -21,7 +21,8 @@ from spark_agents.broker.access import OwnBroker
 from spark_agents.broker.results import broker_outputs
 from spark_agents.broker.server import BrokerError, free_port
 from spark_agents.broker.source import JetStreamInput, _fetch
-from spark_agents.broker.stream import STREAM, Broker, BrokerStream
+from spark_agents.broker.stream import Broker, BrokerStream
+from spark_agents.broker.subjects import INPUT
 from spark_agents.server import create_agent_app
 from tests.spark_agents.conns import Feeder
 from tests.spark_agents.stepped import stepped_federation
@@ -60,7 +61,7 @@ def _clients(operator, a, names):
 def _reads(broker: OwnBroker, user: str, password: str, filter_: str = "in.a.>") -> int:
     """How many messages `user` reads of a's stream through `filter_` (BrokerError when refused)."""
     with Broker(broker.url, user, password, timeout_s=2) as theirs:
-        return len(theirs.call(_fetch(theirs, STREAM, filter_, 0, theirs.last_seq())))
+        return len(theirs.call(_fetch(theirs, INPUT, filter_, 0, theirs.last_seq())))
 
 
 def test_the_origin_lets_in_only_its_task_s_host_and_only_for_that_task(tmp_path, own_brokers):

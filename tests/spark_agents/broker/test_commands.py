@@ -13,7 +13,8 @@ from bpm.zeek.conn import read_logs
 from bpm.zeek.definitions import ResultRow
 from spark_agents.broker.results import BrokerFence
 from spark_agents.broker.source import _fetch
-from spark_agents.broker.stream import STREAM, Broker
+from spark_agents.broker.stream import Broker
+from spark_agents.broker.subjects import INPUT
 from bpm.zeek.stream import MARK_DATA, MARK_END, StreamRecord
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "zeek"
@@ -22,7 +23,7 @@ FIXTURES = Path(__file__).parents[2] / "fixtures" / "zeek"
 def _records(server, owner):
     """Every record of participant a's stream, in order."""
     with Broker(server.url, owner.name, owner.password) as broker:
-        chunks = broker.call(_fetch(broker, STREAM, "in.a.>", 0, broker.last_seq()))
+        chunks = broker.call(_fetch(broker, INPUT, "in.a.>", 0, broker.last_seq()))
     return [StreamRecord.from_line(line) for chunk in chunks for line in chunk.decode().splitlines()]
 
 

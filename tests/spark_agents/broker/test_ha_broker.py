@@ -17,7 +17,7 @@ from spark_agents.broker.source import JetStreamInput
 from spark_agents.broker.stream import Broker, BrokerStream
 from spark_agents.ha.delta import DeltaShipper
 from spark_agents.ha.fence import FencedError
-from spark_agents.ha.inputs import OwnAcks, TaskInput
+from spark_agents.broker.inputs import OwnAcks, TaskInput
 from spark_agents.ha.roles import PassiveBackup, take_over
 from spark_agents.host import TaskHost
 from spark_agents.query import start_query

@@ -9,10 +9,11 @@ import pytest
 
 from bpm.keygroups import groups, key_group
 from bpm.zeek.definitions import QueryParams, ResultRow
-from spark_agents.broker.results import STREAM as RESULTS, BrokerFence, ensure_results, read_results
-from spark_agents.broker.server import BrokerError, User, partner_user
+from spark_agents.broker.results import BrokerFence, ensure_results, read_results
+from spark_agents.broker.server import BrokerError, User
 from spark_agents.broker.source import _fetch
-from spark_agents.broker.stream import STREAM, Broker, BrokerStream
+from spark_agents.broker.stream import Broker, BrokerStream
+from spark_agents.broker.subjects import INPUT, RESULTS, partner_user
 from spark_agents.ha.fence import FencedError
 from tests.spark_agents.conns import Feeder
 from bpm.zeek.stream import MARK_DATA, StreamRecord
@@ -31,12 +32,12 @@ def test_a_partner_reads_its_share_and_writes_its_results_only(nats_server):
     server.reload([owner, b])
     with Broker(server.url, b.name, b.password, timeout_s=2) as theirs:
         assert theirs.last_seq() == last
-        share = theirs.call(_fetch(theirs, STREAM, "in.a.0.>", 0, last))
+        share = theirs.call(_fetch(theirs, INPUT, "in.a.0.>", 0, last))
         prefixes = [r.prefix for chunk in share for r in map(StreamRecord.from_line, chunk.decode().splitlines()) if r.mark == MARK_DATA]
         assert prefixes and all(key_group(p) in groups("0") for p in prefixes)
         for outside in ("in.a.1.>", "in.a.>"):
             with pytest.raises(BrokerError, match="(?i)refused by .*permissions violation"):
-                theirs.call(_fetch(theirs, STREAM, outside, 0, last))
+                theirs.call(_fetch(theirs, INPUT, outside, 0, last))
         BrokerFence(theirs, "a.t0").write(1, 0, [ResultRow("ports", 0, 10, "10.0.0.9", 31).as_result()], "b")
         with pytest.raises(BrokerError, match="(?i)refused by .*permissions violation for publish to \"?[^\"]*out.a.t1"):
             BrokerFence(theirs, "a.t1").write(1, 0, [ResultRow("ports", 0, 10, "10.0.0.9", 31).as_result()], "b")
@@ -129,18 +130,18 @@ def test_a_partner_s_consumers_outlive_neither_its_grant_nor_the_origin_s_limits
     try:
         with Broker(origin.url, "a", origin.password) as mine:
             Feeder(BrokerStream(mine, "a"), QueryParams()).feed(_conns(300))
-            own = mine.call(mine.js.add_consumer(STREAM, ConsumerConfig(name=f"{mine.tag}-mine", filter_subject="in.a.>",
+            own = mine.call(mine.js.add_consumer(INPUT, ConsumerConfig(name=f"{mine.tag}-mine", filter_subject="in.a.>",
                                                                         ack_policy=AckPolicy.NONE, inactive_threshold=30.0)))
         origin.grant({"b": [("a.t0", "0", True), ("a.t1", "1", True)]})
         password = origin.credentials("b")["password"]
         with Broker(origin.url, "b", password, timeout_s=2) as theirs:
             def make(name, filter_, **config):
                 config.setdefault("inactive_threshold", 30.0)
-                return theirs.call(theirs.js.add_consumer(STREAM, ConsumerConfig(name=name, filter_subject=filter_, ack_policy=AckPolicy.NONE, **config))).name
+                return theirs.call(theirs.js.add_consumer(INPUT, ConsumerConfig(name=name, filter_subject=filter_, ack_policy=AckPolicy.NONE, **config))).name
 
             def pull(name):
                 async def one():
-                    sub = await theirs.js.pull_subscribe_bind(name, stream=STREAM)
+                    sub = await theirs.js.pull_subscribe_bind(name, stream=INPUT)
                     try:
                         return len(await sub.fetch(1, timeout=2))
                     finally:
@@ -163,7 +164,7 @@ def test_a_partner_s_consumers_outlive_neither_its_grant_nor_the_origin_s_limits
             with pytest.raises(BrokerError, match="(?i)permissions violation"):
                 make(f"{theirs.tag}-again", "in.a.0.>")
         with Broker(origin.url, "a", origin.password) as mine:
-            names = {i.name for i in mine.call(mine.js.consumers_info(STREAM))}
+            names = {i.name for i in mine.call(mine.js.consumers_info(INPUT))}
             assert own.name in names, "the owner's consumers stay"
             assert kept not in names and not names & swept
     finally:

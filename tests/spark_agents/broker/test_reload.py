@@ -14,9 +14,9 @@ import pytest
 
 from bpm.zeek.definitions import QueryParams, ResultRow
 from spark_agents.broker.results import BrokerFence, ensure_results, read_results
-from spark_agents.broker.server import partner_user
 from spark_agents.broker.source import _pending
-from spark_agents.broker.stream import STREAM, BrokerStream, through_reload
+from spark_agents.broker.stream import BrokerStream, through_reload
+from spark_agents.broker.subjects import INPUT, partner_user
 from tests.spark_agents.conns import Feeder
 from tests.spark_agents.broker.test_source import _conns
 
@@ -82,7 +82,7 @@ def test_reads_go_on_while_the_server_reloads_its_accounts(nats_server, broker):
     try:
         while thread.is_alive():
             assert len(read_results(broker, "a.t0")) == 1
-            assert broker.read(lambda: _pending(broker, STREAM, "in.a.>", 0)) > 0
+            assert broker.read(lambda: _pending(broker, INPUT, "in.a.>", 0)) > 0
             reads += 1
     finally:
         stop.set()

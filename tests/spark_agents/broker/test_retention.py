@@ -8,7 +8,8 @@ from bpm.keygroups import groups, key_group
 from bpm.zeek.definitions import QueryParams
 from spark_agents.broker.retention import Ack, Retention
 from spark_agents.broker.source import _fetch
-from spark_agents.broker.stream import STREAM, Broker, BrokerStream
+from spark_agents.broker.stream import Broker, BrokerStream
+from spark_agents.broker.subjects import INPUT
 from tests.spark_agents.conns import Feeder
 from bpm.zeek.stream import MARK_DATA, StreamRecord
 from tests.spark_agents.broker.test_source import _conns
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 
 def _prefixes(broker, filter_, after=0) -> list[str]:
-    chunks = broker.call(_fetch(broker, STREAM, filter_, after, broker.last_seq()))
+    chunks = broker.call(_fetch(broker, INPUT, filter_, after, broker.last_seq()))
     return [r.prefix for chunk in chunks for r in map(StreamRecord.from_line, chunk.decode().splitlines()) if r.mark == MARK_DATA]
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bpm.query import Params, Query
+from spark_agents.broker.results import broker_sink
 from spark_agents.ha.fence import FencedSink
 from spark_agents.ha.upstream import processed_ack_seq, replay_seq
 
@@ -126,8 +127,6 @@ class TaskInput:
 
     def sink(self, task_id: str, epoch: int | None) -> FencedSink:
         """The task's sink through the fence on its origin's broker (None: a standby's, held back)."""
-        from spark_agents.broker.results import broker_sink
-
         return broker_sink(self.source.connection(), task_id, epoch, self.registry_epoch)
 
     def start(self, host: Any, task_id: str, checkpoint_dir: Path | None, query: Query, params: Params, trigger_s: float | None,
