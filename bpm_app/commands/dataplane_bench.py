@@ -26,7 +26,7 @@ def _task(query: str | None, params: list[str] | None):
     from bpm.query import QueryError
     from bpm_app.bench.workload import Workload, generator
     from bpm_app.commands.bench_move import workload
-    from spark_agents.benchmarks import RATE, BenchTask
+    from bpm_app.bench.dataplane import RATE, BenchTask
 
     try:
         chosen: Workload = workload(query, params)
@@ -67,7 +67,7 @@ def overhead_command(
     as_json: AsJson = False,
 ) -> None:
     """Rows per second of the query over a broker stream with the host's instrumentation against bare Spark (goal: ratio >= 0.98)."""
-    from spark_agents import benchmarks
+    from bpm_app.bench import dataplane as benchmarks
 
     task = _task(query, param)
     _with_spark("overhead", spark_master, as_json,
@@ -86,7 +86,7 @@ def source_command(
     as_json: AsJson = False,
 ) -> None:
     """Rows per second of the query reading a participant's JetStream input against Spark's file source over the same rows (goal: ratio >= 1.0)."""
-    from spark_agents import benchmarks
+    from bpm_app.bench import dataplane as benchmarks
 
     task = _task(query, param)
     _with_spark("source", spark_master, as_json,
@@ -108,7 +108,7 @@ def load_model_command(
     """Do task loads measured alone add up to the utilisation measured together, and does the fitted
     cost model predict batch duration at a new load level? (goal: both within 15%)"""
     from bpm.keygroups import KeyGroupError, shares
-    from spark_agents import benchmarks
+    from bpm_app.bench import dataplane as benchmarks
 
     try:
         shares(tasks)
@@ -133,7 +133,7 @@ def fixed_cost_command(
     as_json: AsJson = False,
 ) -> None:
     """What a running task costs whatever its input: the same rows read by 1, 2, 4 .. tasks (a task split again and again); the slope of the CPU against the tasks."""
-    from spark_agents import benchmarks
+    from bpm_app.bench import dataplane as benchmarks
 
     _with_spark("fixed-cost", spark_master, as_json,
                 lambda spark, tmp, progress: benchmarks.fixed_cost(spark, tmp, depth, level_seconds, interval, trigger, rows_per_batch,
@@ -153,7 +153,7 @@ def first_queries_command(
 ) -> None:
     """What a fresh driver's first query costs against its later ones, primed (--prime) or not,
     with the JVM options of an agent's local driver (goal, primed: the first query's first trigger interval costs at most 1.5 times a later one's)."""
-    from spark_agents import benchmarks
+    from bpm_app.bench import dataplane as benchmarks
 
     if not spark_master.startswith("local"):
         raise typer.BadParameter("the driver's CPU is measured on a local master", param_hint="--spark-master")

@@ -4,7 +4,7 @@ import pytest
 
 from spark_agents.broker.server import NatsServer, User
 from spark_agents.broker.stream import Broker
-from spark_agents.testing import shared_test_session
+from tests.spark_session import shared_test_session
 
 
 @pytest.fixture(scope="session")

@@ -43,7 +43,7 @@ def test_priming_runs_the_query_batch_after_batch_emits_results_and_leaves_nothi
 
 @pytest.mark.serial
 def test_the_first_queries_benchmark_measures_each_query_s_cpu_after_priming(spark, tmp_path):
-    from spark_agents.benchmarks import first_queries
+    from bpm_app.bench.dataplane import first_queries
 
     result = first_queries(spark, tmp_path, prime_s=0.5, queries=2, seconds=2.0, trigger_s=1.0)
     assert result["query"] == MONITORING.name
