@@ -34,7 +34,7 @@ from concurrent import futures
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import httpx
 
@@ -101,7 +101,8 @@ log = logging.getLogger("bpm.agent")
 
 
 class TaskHost(Protocol):
-    """What the agent needs of the Spark side (`spark_agents.host.TaskHost`)."""
+    """What the agent needs of the side that runs its tasks: on Spark, `spark_agents.runtime.SparkTasks`
+    over a `spark_agents.host.SparkHost`; in the tests and the control-plane benchmark, simulated hosts."""
 
     def start_task(self, task_id: str, source: JetStreamInput | None, checkpoint_dir: Path, params: Mapping[str, Any], epoch: int, *,
                    query: str | None = None) -> None:
@@ -116,6 +117,10 @@ class TaskHost(Protocol):
 
     def running(self) -> set[str]: ...
 
+    def starting(self) -> set[str]:
+        """The running tasks whose query is still starting: the agent starts one query over a
+        broker stream at a time."""
+
     def loads(self) -> dict[str, float]:
         """Each running task's load; a task may be missing while it has not been measured here yet."""
 
@@ -126,6 +131,29 @@ class TaskHost(Protocol):
     def cost_function(self) -> CostFunction: ...
 
     def status(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class HATaskHost(TaskHost, Protocol):
+    """A task host that also carries out the HA roles (`spark_agents.ha_agent.HADuties`,
+    `spark_agents.runtime.SparkTasks`'s `ha_*` methods)."""
+
+    def ha_start_duties(self, task_id: str, mode: str, stream: TaskInput, consumer: str, *,
+                        query: str | None, params: dict[str, Any], interval_s: float, ship: Callable) -> None: ...
+
+    def ha_stop_duties(self, task_id: str, release: bool) -> None: ...
+
+    def ha_duties_status(self, task_id: str) -> dict[str, Any]: ...
+
+    def ha_start_replica(self, task_id: str, stream: TaskInput, checkpoint_dir: Path, params: dict[str, Any], *,
+                         query: str | None = None) -> None: ...
+
+    def ha_stop_replica(self, task_id: str) -> None: ...
+
+    def ha_take_over(self, task_id: str, mode: str, *, epoch: int, stream: TaskInput, consumer: str, failed_consumer: str | None,
+                     query: str | None, params: dict[str, Any], checkpoint_dir: Path, backup: Any) -> dict[str, Any]: ...
+
+    def ha_first_output(self, task_id: str, since: float) -> float | None: ...
 
 
 @dataclass(frozen=True)
@@ -350,7 +378,9 @@ class Agent:
         self._alert_readers: set[str] = set()  # partners that asked for my alerts on the registry's token
         self._beat_lock = threading.Lock()
         self._last_beat = 0.0
-        self.ha = HADuties(self, interval_s=config.ha_interval_s) if config.ha and hasattr(host, "ha_take_over") else None
+        self.ha = HADuties(self, interval_s=config.ha_interval_s) if config.ha and isinstance(host, HATaskHost) else None
+        if config.ha and self.ha is None:
+            self.note("agent.ha_off", f"{config.name}: no high availability: its task host ({type(host).__name__}) carries out no HA role")
         self.regrain = Regrain(self)
 
     # Records
@@ -583,9 +613,8 @@ class Agent:
         if self.ha is not None:
             # Before the starts: a start may wait on a checkpoint fetch, detection must not.
             self.ha.act()
-        starting = getattr(self.host, "starting", set)
         for start in plan.start:
-            if is_location(start.task.get("input_uri") or "") and starting():
+            if is_location(start.task.get("input_uri") or "") and self.host.starting():
                 continue  # one query over a broker stream starts at a time (`TaskHost.starting`); the rest at later ticks
             # Each start on its own: one that cannot fetch its checkpoint yet holds up no other.
             key = task_key(start.task)

@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 if TYPE_CHECKING:
     from spark_agents.agent import Agent
-    from spark_agents.host import TaskHost
+    from spark_agents.host import SparkHost
 
 # From a batch of a lightly loaded task (tenths of a second) to one far behind its trigger.
 BATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
@@ -38,7 +38,7 @@ AGENT_COUNTS = {
 
 def batch_durations() -> Histogram:
     """The histogram of a task host's batch durations by task, observed as each batch
-    finishes (`TaskHost`): in no registry of its own, exported by `AgentCollector`."""
+    finishes (`SparkHost`): in no registry of its own, exported by `AgentCollector`."""
     return Histogram("bpm_task_batch_duration_seconds", "Wall time of the task's micro-batches here (Spark's triggerExecution).",
                      ["task"], buckets=BATCH_BUCKETS, registry=None)
 
@@ -50,7 +50,7 @@ class AgentCollector:
     for what the agent reports: its load and marginal cost, its tasks' loads; there is no
     threshold, which needs the agent's reference price."""
 
-    def __init__(self, host: TaskHost | None = None, agent: Agent | None = None) -> None:
+    def __init__(self, host: SparkHost | None = None, agent: Agent | None = None) -> None:
         self.host = host
         self.agent = agent
 

@@ -4,7 +4,7 @@ checkpoint folders, and measures them.
 
 Typical use::
 
-    host = TaskHost(spark, work_dir)
+    host = SparkHost(spark, work_dir)
     host.start_task("a.g0", source, query=query, params=query.bind({"window_s": 30}), sink=broker_sink(broker, "a.g0", epoch))
     ...
     checkpoint = host.stop_task("a.g0")       # after the current batch
@@ -81,7 +81,7 @@ class HostedTask:
     batches: int = 0
     rows: int = 0
     last_batch: BatchSample | None = field(default=None, repr=False)
-    planned: bool = False  # its query has asked its source for offsets: its Python planner is up (`TaskHost.starting`)
+    planned: bool = False  # its query has asked its source for offsets: its Python planner is up (`SparkHost.starting`)
     # Set when a batch's output function has returned (Spark then only writes its commit).
     output_done: threading.Event = field(default_factory=threading.Event, repr=False)
 
@@ -108,7 +108,7 @@ class HostedTask:
         return "running"
 
 
-class TaskHost:
+class SparkHost:
     """Hosts tasks on one SparkSession and measures their load.
 
     Attributes:

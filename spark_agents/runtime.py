@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("bpm.agent")
 
 class SparkTasks:
-    """The agent's view of a `TaskHost`: a task names its query (`queries`, by name) and its
+    """The agent's view of a `SparkHost`: a task names its query (`queries`, by name) and its
     parameters travel as the registry's JSON (the query's own, and `trigger_s`).
 
     The `ha_*` methods carry out the agent's HA duties (`spark_agents.ha_agent`) with the
@@ -126,7 +126,7 @@ class SparkTasks:
         times = [s.end_s for s in self.host.recorder.samples(since_s=since) if s.task_id == task_id and s.end_s >= since]
         return min(times, default=None)
 
-    # How long a stop waits for the running batch to finish (see TaskHost.stop_task); after
+    # How long a stop waits for the running batch to finish (see SparkHost.stop_task); after
     # that the batch is abandoned uncommitted, and its new host runs it again from the
     # checkpoint (same batch id, same output file: nothing twice).
     STOP_WAIT_S = 60.0
@@ -309,7 +309,7 @@ def run_agent(
     long in all (`spark_agents.warmup`), before the agent answers or trades."""
     import uvicorn
 
-    from spark_agents.host import TaskHost
+    from spark_agents.host import SparkHost
     from spark_agents.hosts import lower_priority, python_first
     from bpm_http.web import KEEP_ALIVE_S
     from spark_agents.server import create_agent_app
@@ -342,7 +342,7 @@ def run_agent(
                 log.info("%s: Spark primed with %s: %d batches of made-up records in %g s", config.name, definition.name, ran["batches"], ran["seconds"])
             except Exception as exc:  # Spark's own errors included: its first tasks then pay the warm-up, as unprimed
                 log.warning("%s: priming Spark with %s failed, its first tasks will measure its warm-up: %s", config.name, definition.name, exc)
-        host = TaskHost(spark, config.workdir, cpus=cpus, interval_s=sample_s)
+        host = SparkHost(spark, config.workdir, cpus=cpus, interval_s=sample_s)
         host.start_sampling()
         client = cleanup.enter_context(RegistryClient(registry_url, key))
         if tls is not None:

@@ -28,7 +28,7 @@ from spark_agents.handover import MAX_ARCHIVE_BYTES, HandoverNotReady
 
 if TYPE_CHECKING:
     from spark_agents.agent import Agent
-    from spark_agents.host import TaskHost
+    from spark_agents.host import SparkHost
 
 
 TaskKey = Annotated[str, Path(min_length=1, max_length=KEY_MAX, pattern=NAME_PATTERN)]
@@ -57,7 +57,7 @@ def _refusals(*statuses: tuple[type[Exception], int]) -> Iterator[None]:
         raise HTTPException(next(status for kind, status in statuses if isinstance(exc, kind)), str(exc)) from exc
 
 
-def create_agent_app(agent: Agent, host: TaskHost | None = None) -> FastAPI:
+def create_agent_app(agent: Agent, host: SparkHost | None = None) -> FastAPI:
     """The agent's endpoint; `host` is the Spark task host its tasks run on, whose
     measurements its `/metrics` exports beside the agent's (`spark_agents.exporter`)."""
     app = FastAPI(title=f"BPM agent {agent.config.name}")

@@ -18,10 +18,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from spark_agents.exporter import AgentCollector
 
 if TYPE_CHECKING:
-    from spark_agents.host import TaskHost
+    from spark_agents.host import SparkHost
 
 
-def status_router(host: TaskHost) -> APIRouter:
+def status_router(host: SparkHost) -> APIRouter:
     """GET /metrics and GET /status for one host."""
     registry = CollectorRegistry()
     registry.register(AgentCollector(host))  # type: ignore[arg-type]
@@ -40,7 +40,7 @@ def status_router(host: TaskHost) -> APIRouter:
     return router
 
 
-def status_app(host: TaskHost) -> FastAPI:
+def status_app(host: SparkHost) -> FastAPI:
     app = FastAPI(title="bpm task host")
     app.include_router(status_router(host))
     return app
@@ -53,7 +53,7 @@ class StatusServer:
         url: base URL once started (port 0 picks a free port).
     """
 
-    def __init__(self, host: TaskHost, address: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, host: SparkHost, address: str = "127.0.0.1", port: int = 0) -> None:
         import uvicorn
 
         self._server = uvicorn.Server(uvicorn.Config(status_app(host), host=address, port=port, log_level="warning"))

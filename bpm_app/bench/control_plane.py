@@ -92,6 +92,9 @@ class SimulatedHost:
         with self._lock:
             return set(self._running)
 
+    def starting(self) -> set[str]:
+        return set()
+
     def loads(self) -> dict[str, float]:
         factor = 1.0 + self.amplitude * math.sin(2 * math.pi * self.clock() / self.wave_s + self.phase)
         return {key: self.base.get(key, 0.05) * factor for key in self.running()}

@@ -25,7 +25,7 @@ from bpm.query import Params, Query
 from bpm.zeek.generator import TrafficProfile, generate
 from examples.network_monitoring import query as MONITORING
 from examples.network_monitoring import records as monitoring_records
-from spark_agents.host import TaskHost
+from spark_agents.host import SparkHost
 from bpm.load import IntervalSample
 from spark_agents.query import start_query
 from spark_agents.status import StatusServer
@@ -157,7 +157,7 @@ def _overhead(spark: SparkSession, work_dir: Path, source: JetStreamInput, rows:
         # The host, its sampler, its HTTP server and a scraper are up before the clock starts,
         # as on a running agent; the clock covers the same span as for the bare query.
         n = next(counter)
-        host = TaskHost(spark, work_dir / f"host-{n}", interval_s=1.0)
+        host = SparkHost(spark, work_dir / f"host-{n}", interval_s=1.0)
         host.start_sampling()
         server = StatusServer(host)
         url = server.start()
@@ -243,7 +243,7 @@ def _prediction(levels: list[dict[str, Any]], samples: list[list[IntervalSample]
     }
 
 
-def _load_levels(host: TaskHost, sources: list[JetStreamInput], level_s: float, interval_s: float, trigger_s: float,
+def _load_levels(host: SparkHost, sources: list[JetStreamInput], level_s: float, interval_s: float, trigger_s: float,
                  warmup_s: float, progress: Progress) -> tuple[list[list[IntervalSample]], list[float]]:
     """The intervals of each level (1..N tasks together), and each task's task-CPU utilisation alone."""
     tasks, settle = len(sources), interval_s
@@ -300,7 +300,7 @@ def load_model(
         # A batch is bounded in stream sequences, every key group's: a bound of one flush
         # (64 messages) gives each task its share of a flush per batch.
         sources = [replace(source, prefix=p, max_messages=KEY_GROUPS) for p in prefixes]
-        host = TaskHost(spark, work_dir / "host", interval_s=interval_s)
+        host = SparkHost(spark, work_dir / "host", interval_s=interval_s)
         try:
             samples, alone = _load_levels(host, sources, level_s, interval_s, trigger_s, warmup_s, progress)
         finally:
@@ -360,7 +360,7 @@ def fixed_cost(
     progress("writing input")
     measured: dict[int, list[IntervalSample]] = {n: [] for n in counts}
     with broker_input(work_dir, flushes, rows_per_batch, 1) as (source, _, rows):
-        host = TaskHost(spark, work_dir / "host", interval_s=interval_s)
+        host = SparkHost(spark, work_dir / "host", interval_s=interval_s)
         try:
             for step, n in enumerate(["warm-up", *order]):
                 tasks = counts[-1] if n == "warm-up" else n

@@ -2,7 +2,7 @@
 
 For each mode in turn (one after another, so two Spark processes at a time fit two cores):
 the command starts two worker processes, each with its own SparkSession (`local[1]`) and
-`TaskHost`: the host `a` and the second participant `b` (`python -m bpm_app.bench.ha --worker`,
+`SparkHost`: the host `a` and the second participant `b` (`python -m bpm_app.bench.ha --worker`,
 orders over an authenticated socket as in `bpm_app.bench.move`), each in a host of its own
 (a network namespace, `spark_agents.hosts`) where the machine allows it, else on loopback.
 A paced feeder in the command publishes the query's generated records (`bpm_app.bench.workload`)

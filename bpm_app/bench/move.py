@@ -1,6 +1,6 @@
 """The pause of a task movement between two processes, beside the restart floor in one process.
 
-Two processes each keep a warm SparkSession and a `TaskHost`: the caller (one side) and a
+Two processes each keep a warm SparkSession and a `SparkHost`: the caller (one side) and a
 child started as `python -m bpm_app.bench.move --worker` (the other side), which takes orders
 over a loopback socket (`multiprocessing.connection`, authenticated with a random key). A
 paced feeder keeps publishing the query's generated records (`bpm_app.bench.workload`; the
@@ -245,7 +245,7 @@ def summarize(rounds: list[Round], lost: int, duplicates: int, extra: int, expec
 
 
 class Side:
-    """A process's SparkSession and TaskHost, with the steps a movement is made of.
+    """A process's SparkSession and SparkHost, with the steps a movement is made of.
 
     Every method takes and returns plain data, so a `RemoteSide` can call the same methods
     in another process.
@@ -253,11 +253,11 @@ class Side:
     Attributes:
         name: how the benchmark calls this side.
         root: its own folder (checkpoints live under `root/checkpoints`).
-        host: the TaskHost.
+        host: the SparkHost.
     """
 
     def __init__(self, name: str, root: str | Path, master: str, conf: dict[str, str]) -> None:
-        from spark_agents.host import TaskHost
+        from spark_agents.host import SparkHost
         from spark_agents.session import make_session
 
         self.name = name
@@ -268,7 +268,7 @@ class Side:
         # A caller that already has a session (a test process) keeps it: it is reused, never stopped here.
         self._owns_session = SparkContext._active_spark_context is None
         self.spark = make_session(master, f"bpm-bench-move-{name}", conf)
-        self.host = TaskHost(self.spark, self.root)
+        self.host = SparkHost(self.spark, self.root)
 
     def checkpoint_dir(self, task_id: str) -> Path:
         return self.root / "checkpoints" / task_id

@@ -16,7 +16,7 @@ from examples.network_monitoring import bind
 from examples.network_monitoring import query as MONITORING
 from spark_agents.broker.results import broker_sink
 from spark_agents.broker.source import JetStreamInput
-from spark_agents.host import TaskHost
+from spark_agents.host import SparkHost
 from spark_agents.session import make_session
 
 PARAMS = QueryParams(window_s=30, min_connections=30, min_ports=10, lateness_s=10)
@@ -24,7 +24,7 @@ PARAMS = QueryParams(window_s=30, min_connections=30, min_ports=10, lateness_s=1
 
 def main(master: str, url: str, user: str, work_dir: str, driver_host: str) -> None:
     spark = make_session(master, "bpm-cluster-test", {"spark.cores.max": "2", "spark.executor.memory": "512m"}, driver_host=driver_host)
-    host = TaskHost(spark, Path(work_dir), cpus=2, interval_s=1.0)
+    host = SparkHost(spark, Path(work_dir), cpus=2, interval_s=1.0)
     try:
         for prefix in shares(2):
             source = JetStreamInput(url, user, os.environ["BPM_NATS_PASSWORD"], user, prefix)

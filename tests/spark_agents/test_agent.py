@@ -47,6 +47,9 @@ class SteppedHost:
     def running(self):
         return set(self._running)
 
+    def starting(self):
+        return set()
+
     def loads(self):
         return {key: self.task_load.get(key, TASK_LOAD) for key in self._running}
 
@@ -451,3 +454,16 @@ def test_tasks_that_left_stop_together_each_at_its_own_batch_boundary(federation
     a.release_all([(key, 1) for key in keys])
     assert not a.hosting()
     assert {key: a._released[key] for key in keys} == {key: 1 for key in keys}
+
+
+def test_an_agent_whose_host_carries_out_no_ha_role_says_it_runs_without_ha(federation):
+    """HA on (the default) with a host that has no `ha_*` methods: the agent runs without
+    HA, and says so, instead of turning it off unseen."""
+    from spark_agents.agent import HATaskHost
+
+    _, agents, add, _ = federation
+    add("a", 1)
+    assert not isinstance(SteppedHost(MM1Cost(a=0.25, c=1.0)), HATaskHost)
+    assert agents["a"].config.ha and agents["a"].ha is None
+    assert [r.message for r in agents["a"].records if r.kind == "agent.ha_off"] == [
+        "a: no high availability: its task host (SteppedHost) carries out no HA role"]

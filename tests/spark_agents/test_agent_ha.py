@@ -132,6 +132,9 @@ class SteppedHAHost:
     def running(self):
         return set(self._running) | set(self.replicas)
 
+    def starting(self):
+        return set()
+
     def loads(self):
         return {key: TASK_LOAD for key in self._running}
 

@@ -1,7 +1,7 @@
 """The agent's Prometheus metrics (`spark_agents.exporter`): every name with its type on its
 `GET /metrics`, read from the agent and from its task host; the same collector on a
 `StatusServer`'s app. No Spark: the agents are stepped against the registry app over hosts
-that run nothing (`SteppedHost`), and the task host is the real `TaskHost` over a stand-in
+that run nothing (`SteppedHost`), and the task host is the real `SparkHost` over a stand-in
 session whose queries are stand-ins, its batches fed through its own listener."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bpm.costs import MM1Cost
 from spark_agents.broker.source import JetStreamInput
 from spark_agents.exporter import AGENT_COUNTS, BATCH_BUCKETS
-from spark_agents.host import TaskHost
+from spark_agents.host import SparkHost
 from spark_agents.server import create_agent_app
 from spark_agents.status import status_app
 from examples.network_monitoring import query as MONITORING
@@ -71,12 +71,12 @@ def value(family) -> float:
 def task_host(tmp_path):
     spark = mock.MagicMock()
     spark.sparkContext._gateway = None  # no driver process of its own to measure
-    host = TaskHost(spark, tmp_path / "host", cpus=2)
+    host = SparkHost(spark, tmp_path / "host", cpus=2)
     host.recorder.cpu = None  # no JVM to ask a batch's CPU of
     return host
 
 
-def start(host: TaskHost, key: str) -> SimpleNamespace:
+def start(host: SparkHost, key: str) -> SimpleNamespace:
     """Start `key` on `host` as a stand-in query over its share of a's stream."""
     query = SimpleNamespace(isActive=True, status={"message": "Waiting for data"}, runId=f"run-{key}-{time.monotonic_ns()}",
                             exception=lambda: None)
@@ -86,7 +86,7 @@ def start(host: TaskHost, key: str) -> SimpleNamespace:
     return query
 
 
-def batch(host: TaskHost, query: SimpleNamespace, key: str, batch_id: int, seconds: float, rows: int, seq: int) -> None:
+def batch(host: SparkHost, query: SimpleNamespace, key: str, batch_id: int, seconds: float, rows: int, seq: int) -> None:
     """A batch of `key` finished just now, as Spark's listener reports it."""
     began = datetime.fromtimestamp(time.time() - seconds, timezone.utc).isoformat().replace("+00:00", "Z")
     host.recorder.record({"name": key, "runId": query.runId, "batchId": batch_id, "timestamp": began,

@@ -196,7 +196,7 @@ def test_agents_that_correlate_share_their_alerts_and_publish_the_plain_correlat
     from spark_agents.broker.server import free_port
     from spark_agents.broker.stream import BrokerStream
     from spark_agents.correlation import read_correlated
-    from spark_agents.host import TaskHost
+    from spark_agents.host import SparkHost
     from spark_agents.runtime import SparkTasks
     from tests.spark_agents.conns import feed_all
     from tests.spark_agents.stepped import stepped_federation
@@ -212,7 +212,7 @@ def test_agents_that_correlate_share_their_alerts_and_publish_the_plain_correlat
 
     def make_host(now):
         name = "ab"[len(hosts)]
-        hosts[name] = SparkTasks(TaskHost(spark, tmp_path / name, interval_s=60), trigger_s=0.2, queries={MONITORING.name: MONITORING})
+        hosts[name] = SparkTasks(SparkHost(spark, tmp_path / name, interval_s=60), trigger_s=0.2, queries={MONITORING.name: MONITORING})
         return hosts[name]
 
     try:

@@ -17,7 +17,7 @@ from examples.network_monitoring import bind, expected
 from examples.network_monitoring import query as MONITORING
 from spark_agents.checkpoint import committed_watermark_ms, owes_watermark_batch
 from spark_agents.handover import pack, unpack
-from spark_agents.host import TaskError, TaskHost
+from spark_agents.host import TaskError, SparkHost
 from bpm.load import IntervalSample
 from spark_agents.query import staggered_trigger_s
 from spark_agents.status import StatusServer
@@ -34,7 +34,7 @@ def wait_for(condition, timeout_s=120.0):
 
 @pytest.fixture
 def host(spark, tmp_path):
-    h = TaskHost(spark, tmp_path / "work", interval_s=1.0)
+    h = SparkHost(spark, tmp_path / "work", interval_s=1.0)
     yield h
     h.close()
 
@@ -67,7 +67,7 @@ def test_a_task_moved_at_a_batch_boundary_loses_and_duplicates_nothing(spark, ho
 
     feeder.feed(conns[half:], 2000)
     feeder.close()
-    other = TaskHost(spark, tmp_path / "other", interval_s=1.0)
+    other = SparkHost(spark, tmp_path / "other", interval_s=1.0)
     try:
         resumed = other.start_task("a.p0", source(), tmp_path / "elsewhere", query=MONITORING, params=bind(PARAMS), trigger_s=0.2, sink=sink(broker, "a.p0", 2))
         assert resumed.position == last, "resumes after the sequence the first host read up to"
@@ -112,7 +112,7 @@ def test_a_checkpoint_packed_for_a_handover_resumes_without_its_history(spark, h
 
     feeder.feed(conns[half:], 2000)
     feeder.close()
-    other = TaskHost(spark, tmp_path / "other", interval_s=1.0)
+    other = SparkHost(spark, tmp_path / "other", interval_s=1.0)
     try:
         resumed = other.start_task("a.p0", source(), tmp_path / "elsewhere", query=MONITORING, params=bind(PARAMS), trigger_s=0.2, sink=sink(broker, "a.p0", 1))
         assert resumed.position == last
@@ -147,7 +147,7 @@ def test_a_task_stopped_before_its_last_windows_emits_them_where_it_resumes(spar
     assert (committed_watermark_ms(checkpoint) or 0) < end_ms
     unpack(pack(checkpoint), tmp_path / "elsewhere", epoch=2)
 
-    other = TaskHost(spark, tmp_path / "other", interval_s=1.0)
+    other = SparkHost(spark, tmp_path / "other", interval_s=1.0)
     try:
         resumed = other.start_task("a.p0", source(), tmp_path / "elsewhere", query=MONITORING, params=bind(PARAMS), trigger_s=0.2, sink=sink(broker, "a.p0", 2))
         wait_for(lambda: committed_watermark_ms(tmp_path / "elsewhere") == end_ms and resumed.batches, timeout_s=60)

@@ -25,7 +25,7 @@ class FakeTask:
 
 class FakeHost:
     """Tasks with a batch every 5 s using `cpu` seconds each, on one core, in a process that uses
-    `idle` of a core besides: what `TaskHost` measures, without Spark."""
+    `idle` of a core besides: what `SparkHost` measures, without Spark."""
 
     def __init__(self, cpu: dict[str, float], idle: float = 0.1) -> None:
         self.cpu, self.idle = cpu, idle

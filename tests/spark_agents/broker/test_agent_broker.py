@@ -121,14 +121,14 @@ def test_the_origin_lets_in_only_its_task_s_host_and_only_for_that_task(tmp_path
 def spark_hosts(spark, tmp_path):
     """(hosts, make_host): `stepped_federation`'s hosts on Spark, one per participant in the
     order added (a, then b), each in its own folder, in `hosts` by name; closed at the end."""
-    from spark_agents.host import TaskHost
+    from spark_agents.host import SparkHost
     from spark_agents.runtime import SparkTasks
 
     hosts = {}
 
     def make_host(now):
         name = "ab"[len(hosts)]
-        hosts[name] = SparkTasks(TaskHost(spark, tmp_path / name, interval_s=60), trigger_s=0.2, queries={MONITORING.name: MONITORING})
+        hosts[name] = SparkTasks(SparkHost(spark, tmp_path / name, interval_s=60), trigger_s=0.2, queries={MONITORING.name: MONITORING})
         return hosts[name]
 
     try:

@@ -19,7 +19,7 @@ from spark_agents.ha.delta import DeltaShipper
 from spark_agents.ha.fence import FencedError
 from spark_agents.broker.inputs import OwnAcks, TaskInput
 from spark_agents.ha.roles import PassiveBackup, take_over
-from spark_agents.host import TaskHost
+from spark_agents.host import SparkHost
 from spark_agents.query import start_query
 from tests.spark_agents.conns import Feeder
 
@@ -69,7 +69,7 @@ def test_a_takeover_from_what_the_mode_keeps_is_exact_on_the_broker(spark, tmp_p
         assert primary.written > 0
         assert set(retention.trim().values()) == {ack}, "every key group trimmed to the acknowledgement"
 
-        host = TaskHost(spark, tmp_path / "work-b", interval_s=60)
+        host = SparkHost(spark, tmp_path / "work-b", interval_s=60)
         try:
             took = take_over(host, TASK, mode, epoch=2, stream=stream, consumer="a.t.b", failed_consumer="a.t.a",
                              query=MONITORING, params=bind(PARAMS), trigger_s=None, backup=backup if mode == "passive_standby" else None)
@@ -96,7 +96,7 @@ def test_a_fresh_start_after_a_sequence_reads_nothing_before_it(spark, tmp_path,
         stream = TaskInput(JetStreamInput(server.url, owner.name, owner.password, "a", ""), OwnAcks(Retention(mine, "a"), ""))
         newest = stream.newest()
         assert newest == mine.last_seq() > 0
-        host = TaskHost(spark, tmp_path / "work", interval_s=60)
+        host = SparkHost(spark, tmp_path / "work", interval_s=60)
         try:
             took = take_over(host, TASK, "none", epoch=1, stream=stream, consumer="a.t.a", failed_consumer=None,
                              query=MONITORING, params=bind(PARAMS), trigger_s=None, checkpoint_dir=tmp_path / "ck")

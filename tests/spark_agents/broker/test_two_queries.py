@@ -21,7 +21,7 @@ from spark_agents.broker.access import OwnBroker
 from spark_agents.broker.results import broker_outputs
 from spark_agents.broker.stream import Broker, BrokerStream
 from spark_agents.check import plain_results
-from spark_agents.host import TaskHost
+from spark_agents.host import SparkHost
 from spark_agents.runtime import SparkTasks
 from spark_agents.streams.feed import RecordFeeder
 from tests.spark_agents.conns import Feeder
@@ -51,7 +51,7 @@ def test_tasks_of_two_queries_move_between_agents_and_each_origin_gets_its_query
 
     def make_host(now):
         name = "ab"[len(hosts)]
-        hosts[name] = SparkTasks(TaskHost(spark, tmp_path / name, interval_s=60), trigger_s=0.2, queries=QUERIES)
+        hosts[name] = SparkTasks(SparkHost(spark, tmp_path / name, interval_s=60), trigger_s=0.2, queries=QUERIES)
         return hosts[name]
 
     readings = sensors.query

@@ -33,7 +33,7 @@ from spark_agents.broker.results import read_results
 from spark_agents.broker.stream import Broker, BrokerStream
 from spark_agents.check import plain_results
 from spark_agents.ha_agent import HADuties
-from spark_agents.host import TaskHost
+from spark_agents.host import SparkHost
 from spark_agents.runtime import SparkTasks
 from spark_agents.streams.feed import RecordFeeder
 from tests.spark_agents.broker.test_agent_broker import _drain
@@ -88,7 +88,7 @@ def _hosts(spark, tmp_path, hosts: dict[str, SparkTasks], sessions: bool = False
     def make_host(now):
         name = "abc"[len(hosts)]
         session = spark.newSession() if sessions else spark
-        hosts[name] = SparkTasks(TaskHost(session, tmp_path / name, interval_s=60), trigger_s=0.2, queries=QUERIES)
+        hosts[name] = SparkTasks(SparkHost(session, tmp_path / name, interval_s=60), trigger_s=0.2, queries=QUERIES)
         return hosts[name]
 
     return make_host

@@ -20,7 +20,7 @@ from spark_agents.broker.server import NatsServer, User
 from spark_agents.broker.source import JetStreamInput
 from spark_agents.broker.stream import Broker
 from spark_agents.ha.fence import FencedSink
-from spark_agents.host import TaskHost
+from spark_agents.host import SparkHost
 from spark_agents.network import HostNetwork
 from spark_agents.pipeline import run_pipeline
 from tests.conftest import requires
@@ -125,7 +125,7 @@ def test_the_failed_host_coming_back_at_its_old_epoch_is_refused(failovers, spar
     root, result = failovers("passive_standby")
     with origin_broker(root / "passive_standby") as (source, broker):
         before = [b.seq for b in read_results(broker, TASK_ID)]
-        host = TaskHost(spark, tmp_path, interval_s=60)
+        host = SparkHost(spark, tmp_path, interval_s=60)
         try:
             # The old host restarts its task from its own checkpoint, still at epoch 1.
             task = host.start_task(TASK_ID, source, root / "passive_standby" / "a" / "checkpoints" / TASK_ID, *SETTINGS.workload.load(),
