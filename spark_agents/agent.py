@@ -72,6 +72,7 @@ from bpm.agent.machine import (
     Period,
     Refuse,
     Split,
+    SplitsRemembered,
     TasksChanged,
     Tick,
     View,
@@ -176,6 +177,9 @@ KEY_FILE = "participant.key"  # in the agent's work folder: the key it registere
 SPLITS_FILE = "splits.json"  # in the agent's work folder: its state machine's memory of splits on refusals
 END_READ_WAIT_S = 1.0  # how long a period waits for the reads of whether inputs have ended (`Agent._inputs_ended`)
 STOP_WAIT_S = 1.0  # how long a sync waits for the stops of tasks that left (`Agent.release_all`)
+# How many events the state machine keeps with the instructions they gave (`bpm.agent.machine.Journal`):
+# about an hour of ticks, each a second, with the periods between them.
+JOURNAL_LENGTH = 5000
 
 
 def send_stream_ack(endpoint: str, key: str, epoch: int, seq: int, token: str, *, verify: ssl.SSLContext | bool = True) -> None:
@@ -347,7 +351,7 @@ class Agent:
         self._view_read_at = float("-inf")
         self.machine = Mechanism(config.name, started_s=clock(), period_s=config.period_s, warmup_s=config.warmup_s,
                                  settle_s=config.settle_s, margin=config.margin, hysteresis=config.hysteresis,
-                                 fixed_cost=config.fixed_cost,
+                                 fixed_cost=config.fixed_cost, journal_length=JOURNAL_LENGTH,
                                  queries=None if config.queries is None else frozenset((n, q.digest) for n, q in config.queries.items()))
         self._split_memory = self._remembered_splits()
         self._answered: set[int] = set()  # my offers whose answer the machine has seen
@@ -1036,7 +1040,7 @@ class Agent:
         path = self.config.workdir / SPLITS_FILE
         if path.exists():
             try:
-                self.machine.remember_splits(json.loads(path.read_text()))
+                self.machine.handle(SplitsRemembered(json.loads(path.read_text())))
             except ValueError as exc:  # includes a file that is not JSON
                 self.note("agent.memory_unreadable", f"{path}: {exc}; splits on refusals are counted afresh")
         return self.machine.split_memory()

@@ -34,7 +34,9 @@ Instructions: `Contracts`, `Gather`, `Accept`, `Refuse`, `End`, `MakeOffer`, `Sp
 
 from __future__ import annotations
 
+import copy
 import math
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -159,7 +161,15 @@ class InputEnded:
     origin: str | None = None  # whose input: None for the participant's own
 
 
-Event = Tick | Period | OfferReceived | EndsDue | OfferDue | Answered | TasksChanged | InputEnded
+@dataclass(frozen=True, slots=True)
+class SplitsRemembered:
+    """A restarted participant takes back what `Mechanism.split_memory` gave before (a JSON
+    object); ValueError, nothing taken, when it is not that."""
+
+    memory: Mapping
+
+
+Event = Tick | Period | OfferReceived | EndsDue | OfferDue | Answered | TasksChanged | InputEnded | SplitsRemembered
 
 # ---- instructions ------------------------------------------------------------------------------
 
@@ -274,6 +284,10 @@ class Mechanism:
             (a simulated participant's tasks run no query).
         waiting: the cause of the last decision not taken (recorded once per change).
         next_period_s: when the next period is due (`Tick`).
+        journal_length: how many events, each with the instructions it gave, `journal` keeps
+            (0: no journal).
+        journal: the events handled so far and what the machine answered, with the machine as
+            it was before the first (`Journal`, `replay`).
     """
 
     name: str
@@ -295,8 +309,19 @@ class Mechanism:
     queries: frozenset[tuple[str, str]] | None = None
     waiting: str | None = None
     next_period_s: float = -math.inf
+    journal_length: int = 0
+    journal: Journal | None = field(default=None, repr=False, compare=False)
 
     def handle(self, event: Event) -> list[Instruction]:
+        """The one entry point: `event` in, the instructions it calls for out."""
+        if self.journal_length and self.journal is None:
+            self.journal = Journal(start=copy.deepcopy(self), length=self.journal_length)
+        out = self._handle(event)
+        if self.journal is not None:
+            self.journal.add(event, out)
+        return out
+
+    def _handle(self, event: Event) -> list[Instruction]:
         match event:
             case Tick(now_s):
                 return self._tick(now_s)
@@ -332,18 +357,20 @@ class Mechanism:
                 self.waiting = "input_ended"
                 what = "split, merge or move of its own tasks" if origin == self.name else f"move of the tasks it hosts for {origin}"
                 return [Wait("input_ended", f"no {what} from now on: {reason}")]
+            case SplitsRemembered(memory):
+                self._remember_splits(memory)
+                return []
         raise TypeError(f"not an event: {event!r}")
 
     def split_memory(self) -> dict:
         """What the machine knows of its splits on refusals, as a JSON object: a restarted
-        agent takes it back (`remember_splits`) so that it does not split on refusals again
+        agent takes it back (`SplitsRemembered`) so that it does not split on refusals again
         what it had bounded (the answers it reads again, `Answered`, are older than its last
         split and reset no count)."""
         return {"refused_splits": self.refused_splits, "refusal_split": sorted(self.refusal_split),
                 "split_s": None if self.split_s == -math.inf else self.split_s}
 
-    def remember_splits(self, memory: Mapping) -> None:
-        """Take back what `split_memory` gave; ValueError (nothing taken) when it is not that."""
+    def _remember_splits(self, memory: Mapping) -> None:
         if not isinstance(memory, Mapping):
             raise ValueError("the split memory is a JSON object")
         count, prefixes = memory.get("refused_splits"), memory.get("refusal_split")
@@ -510,3 +537,55 @@ class Mechanism:
 def _within(groups: str | None, prefixes: frozenset[str]) -> bool:
     """Whether key groups `groups` lie within one of `prefixes` (a task a split of them made)."""
     return groups is not None and any(groups.startswith(p) for p in prefixes)
+
+
+# ---- the journal -------------------------------------------------------------------------------
+
+
+@dataclass
+class Journal:
+    """What a machine was given and what it answered: `start`, the machine before its first
+    event (a copy), then each event with the instructions it gave, the newest `length` at
+    most (`dropped` counts those that went). A journal that dropped none replays
+    (`replay`): the machine reads no clock and does no I/O, so the same events give the same
+    instructions, on any machine, in a test."""
+
+    start: Mechanism
+    length: int
+    entries: deque[tuple[Event, tuple[Instruction, ...]]] = field(default_factory=deque)
+    dropped: int = 0
+
+    def add(self, event: Event, instructions: Sequence[Instruction]) -> None:
+        if len(self.entries) >= self.length:
+            self.entries.popleft()
+            self.dropped += 1
+        self.entries.append((event, tuple(instructions)))
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first event at which a replay answered otherwise than the journal says."""
+
+    index: int
+    event: Event
+    journaled: tuple[Instruction, ...]
+    replayed: tuple[Instruction, ...]
+
+
+def replay(journal: Journal, **changes: object) -> Divergence | None:
+    """Feed a copy of the journal's first machine (with `changes` to its settings, if any:
+    another warm-up, margin or settling time) the journaled events; the first event it
+    answers otherwise, or None. ValueError when the journal dropped its first events (the
+    machine's state before the ones it kept is unknown)."""
+    if journal.dropped:
+        raise ValueError(f"the journal dropped its first {journal.dropped} events: it replays only whole")
+    machine = copy.deepcopy(journal.start)
+    for name, value in changes.items():
+        if name not in Mechanism.__dataclass_fields__ or name in ("journal", "journal_length"):
+            raise ValueError(f"{name!r} is not a setting of the machine")
+        setattr(machine, name, value)
+    for i, (event, journaled) in enumerate(journal.entries):
+        replayed = tuple(machine.handle(event))
+        if replayed != journaled:
+            return Divergence(i, event, journaled, replayed)
+    return None

@@ -467,3 +467,20 @@ def test_an_agent_whose_host_carries_out_no_ha_role_says_it_runs_without_ha(fede
     assert agents["a"].config.ha and agents["a"].ha is None
     assert [r.message for r in agents["a"].records if r.kind == "agent.ha_off"] == [
         "a: no high availability: its task host (SteppedHost) carries out no HA role"]
+
+
+def test_an_agent_s_decisions_replay_from_its_state_machine_s_journal(federation):
+    """What a live agent decided follows from the events its state machine was given alone:
+    replayed into a copy of the machine as it started, they give the same instructions; with
+    another setting (a warm-up that had not ended), the first decision that differs shows."""
+    from bpm.agent.machine import Gather, MakeOffer, Wait, replay
+
+    _, agents, _, _ = federation
+    shed_to_b_and_c(federation, 9)
+    journal = agents["a"].machine.journal
+    made = [i for _, out in journal.entries for i in out if isinstance(i, MakeOffer)]
+    assert made and journal.dropped == 0
+    assert replay(journal) is None
+    held = replay(journal, warmup_s=1e6)  # the first period it gathered for, it would have waited
+    assert held is not None and Gather() in held.journaled
+    assert [i.cause for i in held.replayed if isinstance(i, Wait)] == ["warming_up"]

@@ -21,6 +21,7 @@ from bpm.agent.machine import (
     Period,
     Refuse,
     Split,
+    SplitsRemembered,
     TasksChanged,
     Tick,
     View,
@@ -319,7 +320,7 @@ def test_halves_split_again_merge_back_deepest_first_into_the_first_task():
 def test_the_memory_of_splits_on_refusals_goes_out_and_comes_back_whole_or_not_at_all():
     m = Mechanism("a", fixed_cost=0.01, refused_splits=REFUSED_SPLITS, refusal_split=frozenset({"01", "1"}), split_s=100.0)
     again = Mechanism("a", fixed_cost=0.01)
-    again.remember_splits(json.loads(json.dumps(m.split_memory())))
+    again.handle(SplitsRemembered(json.loads(json.dumps(m.split_memory()))))
     assert (again.refused_splits, again.refusal_split, again.split_s) == (REFUSED_SPLITS, frozenset({"01", "1"}), 100.0)
     # A restarted agent reads its offers' answers again: one decided before its last split resets no count.
     again.handle(Answered("b", True, 90.0))
@@ -327,14 +328,14 @@ def test_the_memory_of_splits_on_refusals_goes_out_and_comes_back_whole_or_not_a
     again.handle(Answered("b", True, 110.0))
     assert again.refused_splits == 0
     never = Mechanism("a", fixed_cost=0.01)
-    never.remember_splits(json.loads(json.dumps(never.split_memory())))
+    never.handle(SplitsRemembered(json.loads(json.dumps(never.split_memory()))))
     assert never.split_memory() == {"refused_splits": 0, "refusal_split": [], "split_s": None}
     for bad in ({"refused_splits": REFUSED_SPLITS + 1, "refusal_split": []}, {"refused_splits": True, "refusal_split": []},
                 {"refused_splits": 1, "refusal_split": ["2"]}, {"refused_splits": 1, "refusal_split": "01"}, {"refused_splits": 1}, ["01"],
                 {"refused_splits": 1, "refusal_split": [], "split_s": "soon"}, {"refused_splits": 1, "refusal_split": [], "split_s": float("nan")}):
         fresh = Mechanism("a", fixed_cost=0.01)
         with pytest.raises(ValueError):
-            fresh.remember_splits(bad)
+            fresh.handle(SplitsRemembered(bad))
         assert fresh.split_memory() == never.split_memory(), bad
 
 
@@ -374,3 +375,21 @@ def test_the_offer_view_carries_why_a_task_could_not_run_here():
     view = offer_view(offer, {"price_min": 1.0, "price_max": 1.2}, {7: 0.1, 8: 0.1}, {7: "a", 8: "a"},
                       {7: ("q", "d"), 8: ("q", "d")}, {8: "bad parameters"})
     assert [(t.id, t.unrunnable) for t in view.tasks] == [("7", None), ("8", "bad parameters")]
+
+
+def test_a_journal_replays_only_whole_and_only_the_machine_s_settings_change():
+    from bpm.agent.machine import replay
+
+    m = Mechanism("a", period_s=1.0, journal_length=3)
+    for t in range(3):
+        m.handle(Tick(float(t)))
+    assert replay(m.journal) is None
+    with pytest.raises(ValueError, match="not a setting"):
+        replay(m.journal, journal_length=0)
+    with pytest.raises(ValueError, match="not a setting"):
+        replay(m.journal, speed=2.0)
+    m.handle(Tick(3.0))
+    assert (len(m.journal.entries), m.journal.dropped) == (3, 1)
+    with pytest.raises(ValueError, match="dropped its first 1"):
+        replay(m.journal)
+    assert Mechanism("b").journal is None, "no journal unless asked for"
