@@ -45,25 +45,16 @@ from bpm.federation.views import (
     active_contracts,
     contract_steps,
     key_groups,
-    movement_views,
-    offer_view,
-    offerable_tasks,
-    passing_load,
     reconcile,
-    seconds,
-    split_groups,
-    task_query,
 )
-from bpm.ha import failed_partners, with_live_partners
 from bpm.keygroups import is_location, parse_location
 from bpm.names import inside, task_key
+from bpm.agent.view import Read, offers_to_answer, see
 from bpm.agent.machine import (
     Accept,
-    Answered,
     Contracts,
     End,
     Gather,
-    Incoming,
     InputEnded,
     Instruction,
     MakeOffer,
@@ -1180,73 +1171,29 @@ class Agent:
         return activated
 
     def _view(self) -> View:
-        """What I see at a period, for the state machine: my load, the offers made to me, the
-        movements I may end, the tasks I may offer, and the answers to my offers so far."""
+        """What I see at a period, for the state machine (`bpm.agent.view.see`): my load, the
+        offers made to me, the movements I may end, the tasks I may offer; the answers to my
+        offers since the last period go to the machine first."""
         me = self.config.name
         now = self.clock()
         here = self.host.loads()
         load, loads, cost, _ = self.measure(here)
         self.read()
-        in_force = {int(c.id) for c in self._contracts}
-        contracts = {c["id"]: c for c in self.seen.contracts if c["id"] in in_force}
-        # Those made by me and to me; one still pending as read but past its expiry has expired.
-        offers = [{**o, "state": "expired"} if o["state"] == "pending" and seconds(o["expires_at"]) <= now else o for o in self.seen.offers]
-        incoming = []
-        for offer in offers:
-            if offer["to"] != me or offer["state"] != "pending":
-                continue
-            contract = contracts.get(offer["contract_id"])
-            view = None
-            if contract is not None:
-                offered = [t for t in self.client.tasks(host=offer["from"]) if t["id"] in offer["task_ids"]]
-                view = offer_view(offer, contract, {t["id"]: t["load"] for t in offered}, {t["id"]: t["origin"] for t in offered},
-                                  {t["id"]: task_query(t) for t in offered}, self._unrunnable(offered))
-            incoming.append(Incoming(str(offer["id"]), offer["from"], view))
-        movements = [m for m in self.seen.movements if m["state"] == "active"]
-        # Where each task runs: the host of the newest of its movements I see (the end of its
-        # chain, as far as I am in it). As host I can return only tasks that still run here.
-        runs_at = {m["task_id"]: m["to"] for m in sorted(movements, key=lambda m: m["id"])}
-        endable = movement_views(m for m in movements if m["to"] != me or runs_at[m["task_id"]] == me)
-        if self.ha is not None:
-            # A movement whose task would go back to a failed participant, or would have to come
-            # from one, ends by failover, not here: the task would wait for a checkpoint that no
-            # one can release. (The task runs at the movement's host unless that host passed it on.)
-            endable = [v for v in endable if not (self.ha.failed(v.origin) or self.ha.failed(runs_at[int(v.task_ids[0])]))]
-        tasks = self.seen.tasks
-        load -= passing_load(me, tasks, loads, self.config.fixed_cost or 0.0)
-        rising = self.host.rising()
-        steady = {key: value for key, value in here.items() if key not in rising}
-        mine = [o for o in offers if o["from"] == me]
-        # The answers to my offers, in the order they came; an offer that expired unanswered
-        # counts from its expiry (the partner goes after the others until it answers one).
-        def answered_at(o: dict) -> float:
-            return seconds(o["expires_at"] if o["state"] == "expired" else o["decided_at"])
-
-        for o in sorted((o for o in mine if (o["state"] == "expired" or o["state"] in ("accepted", "rejected") and o["decided_at"])
-                         and o["id"] not in self._answered), key=lambda o: (answered_at(o), o["id"])):
-            self._answered.add(o["id"])
-            self.machine.handle(Answered(o["to"], o["state"] == "accepted", answered_at(o), expired=o["state"] == "expired"))
-            if o["state"] == "expired":
-                self.note("offer.expired", f"my offer #{o['id']} to {o['to']} expired unanswered: my next offers try my other partners first, until {o['to']} answers one")
-        return View(
-            now_s=now,
-            load=load,
-            cost=cost,
-            contracts=with_live_partners(self._contracts, self.seen.partners),
-            unreachable=failed_partners(self._contracts, self.seen.partners),
-            incoming=tuple(incoming),
-            movements=tuple(endable),
-            # Only tasks measured here (`offerable_tasks`: a task not measured has no price): one
-            # that has just arrived counts in my load with what its previous host measured, and
-            # from the end of my settling time (15 s) to its first steady window here (about 35 s)
-            # it was offered at that load. Nor one whose load is still rising (`TaskHost.rising`).
-            offerable=tuple(offerable_tasks(me, tasks, steady, self.host.running(), pass_on=self.config.pass_on,
-                                            modes=self.ha.modes if self.ha is not None else None)),
-            outstanding=any(o["state"] == "pending" for o in mine),
-            # An offer of mine was just accepted: its tasks still run here, and my load still counts them.
-            handing_over=bool(self.hosting() - {task_key(t) for t in tasks if t["host"] == me}),
-            split=split_groups(me, tasks),
-        )
+        offered = {o["id"]: self.client.tasks(host=o["from"]) for o in offers_to_answer(me, self.seen.offers, now, self._contracts)}
+        view, answers = see(Read(
+            me=me, now_s=now, load=load, loads=loads, measured=here, cost=cost, contracts=self._contracts, records=self.seen.contracts,
+            offers=self.seen.offers, movements=self.seen.movements, tasks=self.seen.tasks, partners=self.seen.partners, offered=offered,
+            unrunnable=self._unrunnable(t for tasks in offered.values() for t in tasks), rising=self.host.rising(), running=self.host.running(),
+            hosting=self.hosting(), ha=self.ha is not None, modes=self.ha.modes if self.ha is not None else None, pass_on=self.config.pass_on,
+            fixed_cost=self.config.fixed_cost or 0.0, answered=self._answered,
+        ))
+        for offer_id, answer in answers:
+            self._answered.add(offer_id)
+            self.machine.handle(answer)
+            if answer.expired:
+                self.note("offer.expired", f"my offer #{offer_id} to {answer.partner} expired unanswered: my next offers try my other partners first, "
+                          f"until {answer.partner} answers one")
+        return view
 
     # Status
 
