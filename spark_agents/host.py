@@ -39,6 +39,10 @@ from spark_agents.query import Sink, staggered_trigger_s, start_query, stop_betw
 
 log = logging.getLogger(__name__)
 
+# How old the backlog a status shows may be: it is read through a consumer per task, and the
+# status at every heartbeat.
+BACKLOG_MAX_AGE_S = 5.0
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -82,6 +86,7 @@ class HostedTask:
     rows: int = 0
     last_batch: BatchSample | None = field(default=None, repr=False)
     planned: bool = False  # its query has asked its source for offsets: its Python planner is up (`SparkHost.starting`)
+    backlog_read: tuple[float, int | None] | None = field(default=None, repr=False)  # (when, messages): `SparkHost.backlog`
     # Set when a batch's output function has returned (Spark then only writes its commit).
     output_done: threading.Event = field(default_factory=threading.Event, repr=False)
 
@@ -324,24 +329,21 @@ class SparkHost:
         own = task_loads(self.recorder.samples(now - window), now - window, now, self.cpus, self.running())
         return {task: load * self.factor for task, load in own.items()}
 
-    def backlog(self, task: HostedTask, newest: dict[tuple[str, str], int | None] | None = None) -> dict[str, float | str | None]:
-        """What the task has not taken yet: messages of its broker stream (any key group's: an
-        upper bound; no age). `newest` keeps each stream's last sequence across the calls of
-        one status, so that tasks over one stream ask its broker once."""
+    def backlog(self, task: HostedTask, max_age_s: float = BACKLOG_MAX_AGE_S) -> dict[str, float | str | None]:
+        """What the task has not taken yet: the messages of its key groups after its position.
+        Read as a partner reads, through a consumer on its key groups (no partner may read the
+        stream's own state), and at most every `max_age_s`: the status is read at every heartbeat."""
         unknown = {"pending": None, "unit": "messages"}
         if task.state != "running":  # its host may no longer be let in to read the stream
             return unknown
-        newest = {} if newest is None else newest
-        stream = (task.source.url, task.source.participant)
-        if stream not in newest:
+        now = time.monotonic()
+        if task.backlog_read is None or now - task.backlog_read[0] >= max_age_s:
             try:
-                newest[stream] = task.source.last_seq()
+                pending = task.source.pending(task.position or task.source.start_seq)
             except Exception:  # the broker unreachable: the status says so rather than failing
-                newest[stream] = None
-        last = newest[stream]
-        if last is None:
-            return unknown
-        return {"pending": max(0, last - (task.position or task.source.start_seq)), "unit": "messages"}
+                pending = None
+            task.backlog_read = (now, pending)
+        return unknown if task.backlog_read[1] is None else {"pending": task.backlog_read[1], "unit": "messages"}
 
     def cost_function(self) -> CostFunction:
         """The convex cost model fitted to (utilisation, mean batch duration) of the recorded
@@ -375,7 +377,6 @@ class SparkHost:
         last = self.intervals[-1] if self.intervals else None
         model = self.cost_function()
         tasks = []
-        newest: dict[tuple[str, str], int | None] = {}  # per broker stream, for `backlog`
         for task in self.tasks():
             batch = task.last_batch
             tasks.append({
@@ -385,7 +386,7 @@ class SparkHost:
                 "watermark_ms": committed_watermark_ms(task.checkpoint_dir),
                 "last_batch_id": batch.batch_id if batch else None,
                 "last_batch_duration_s": batch.duration_s if batch else None,
-                "load": loads.get(task.task_id, 0.0), "backlog": self.backlog(task, newest), "error": task.error,
+                "load": loads.get(task.task_id, 0.0), "backlog": self.backlog(task), "error": task.error,
             })
         return {
             "master": self.spark.sparkContext.master, "cpus": self.cpus, "interval_s": self.interval_s,

@@ -401,7 +401,7 @@ class HASide(Side):
     def backlog_messages(self, task_id: str) -> int:
         """Messages of the stream the task has not taken yet."""
         task = next(t for t in self.host.tasks() if t.task_id == task_id)
-        return int(self.host.backlog(task)["pending"])
+        return int(self.host.backlog(task, max_age_s=0.0)["pending"])
 
     def measure(self, task_id: str) -> dict[str, float]:
         """This process's CPU seconds so far (Python and its Spark JVM) and the input rows the task processed here."""

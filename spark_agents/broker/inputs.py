@@ -113,7 +113,7 @@ class TaskInput:
         self.acks.trim()
 
     def newest(self) -> int:
-        return self.source.last_seq()
+        return self.source.newest_seq()
 
     def processed(self, checkpoint_dir: Path) -> int | None:
         return processed_ack_seq(checkpoint_dir)

@@ -137,8 +137,10 @@ async def _pending(broker: Broker, stream: str, filter_subject: str, after: int)
     return info.num_pending
 
 
-async def _newest(broker: Broker, stream: str, filter_subject: str) -> bytes | None:
-    """The payload of the newest message that `filter_subject` selects (None: none)."""
+async def _newest(broker: Broker, stream: str, filter_subject: str) -> tuple[int, bytes] | None:
+    """(sequence, payload) of the newest message that `filter_subject` selects (None: none).
+    Read through a consumer, as a partner reads: the stream's own state (its newest sequence
+    over every key group, its size) is the origin's, and no partner may ask for it."""
     js, config = broker.js, _reader(broker, filter_subject, None)
     info = await js.add_consumer(stream, config)
     try:
@@ -147,7 +149,7 @@ async def _newest(broker: Broker, stream: str, filter_subject: str) -> bytes | N
         sub = await js.pull_subscribe_bind(config.name, stream=stream)
         try:
             [msg] = await sub.fetch(1, timeout=10)
-            return msg.data
+            return msg.metadata.sequence.stream, msg.data
         finally:
             await sub.unsubscribe()
     finally:
@@ -199,8 +201,8 @@ class JetStreamReader(DataSourceStreamReader):
         return {"seq": self.start}
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
-        """The stream's newest sequence, or `start` itself when nothing new is in this task's
-        key groups: then Spark runs no micro-batch, and a task over key groups that receive
+        """The sequence of the newest message in this task's key groups, or `start` itself when
+        nothing is newer: then Spark runs no micro-batch, and a task over key groups that receive
         nothing costs its participant next to nothing.
 
         Except when the query resumes from a checkpoint that owes a batch (`owedBatch`) with
@@ -214,9 +216,10 @@ class JetStreamReader(DataSourceStreamReader):
         restored from the commit log, and emits those windows."""
         broker = connection(self.url, self.user, self.password, self.tls)
         owed, self._owed = self._owed, False
-        if start is not None and not broker.read(lambda: _pending(broker, self.stream, self.filter, int(start["seq"]))):
+        last = broker.read(lambda: _newest(broker, self.stream, self.filter))
+        newest = self.start if last is None else last[0]
+        if start is not None and newest <= int(start["seq"]):
             return {**start, "resumed": int(start.get("resumed", 0)) + 1} if owed else start
-        newest = broker.last_seq(self.stream)
         if self.max_messages is not None and start is not None:
             newest = min(newest, int(start["seq"]) + self.max_messages)
         return {"seq": newest}
@@ -283,17 +286,19 @@ class JetStreamInput:
         """This process's connection to the server as the input's user."""
         return connection(self.url, self.user, self.password, self.tls)
 
-    def last_seq(self) -> int:
-        """The newest sequence of the whole stream."""
-        return self.connection().last_seq()
+    def newest_seq(self) -> int:
+        """The sequence of the newest message in its key groups (0: none yet)."""
+        broker = self.connection()
+        last = broker.read(lambda: _newest(broker, INPUT, subject_filter(self.participant, self.prefix)))
+        return 0 if last is None else last[0]
 
     def has_ended(self) -> bool:
         """Whether the newest message of its key groups is an end-of-input mark (the feeder ends
         each key group's input with one). Read as a partner reads, through a consumer on its key
         groups: a host asks it of the stream of a task it hosts for another."""
         broker = self.connection()
-        data = broker.read(lambda: _newest(broker, INPUT, subject_filter(self.participant, self.prefix)))
-        return data is not None and _is_end(data)
+        last = broker.read(lambda: _newest(broker, INPUT, subject_filter(self.participant, self.prefix)))
+        return last is not None and _is_end(last[1])
 
     def pending(self, after: int) -> int:
         """How many messages of its key groups the stream holds after sequence `after`."""

@@ -40,8 +40,7 @@ def partner_user(name: str, password: str, granted: Iterable[tuple[str, str, boo
     results subject: no other message of the results stream, by sequence or subject, can be
     read. Replies come to the user's own inboxes only.
     """
-    publish = [f"$JS.API.STREAM.INFO.{INPUT}", f"$JS.API.CONSUMER.MSG.NEXT.{INPUT}.*", f"$JS.API.CONSUMER.DELETE.{INPUT}.*",
-               f"$JS.API.CONSUMER.INFO.{INPUT}.*"]
+    publish = [f"$JS.API.CONSUMER.MSG.NEXT.{INPUT}.*", f"$JS.API.CONSUMER.DELETE.{INPUT}.*", f"$JS.API.CONSUMER.INFO.{INPUT}.*"]
     for task, prefix, writes in granted:
         origin = task.partition(".")[0]
         publish += [f"$JS.API.CONSUMER.CREATE.{INPUT}.*.{subject_filter(origin, prefix)}"]

@@ -11,7 +11,7 @@ from bpm.keygroups import groups, key_group
 from bpm.zeek.definitions import QueryParams, ResultRow
 from spark_agents.broker.results import BrokerFence, ensure_results, read_results
 from spark_agents.broker.server import BrokerError, User
-from spark_agents.broker.source import _fetch
+from spark_agents.broker.source import JetStreamInput, _fetch, _newest
 from spark_agents.broker.stream import Broker, BrokerStream
 from spark_agents.broker.subjects import INPUT, RESULTS, partner_user
 from spark_agents.ha.fence import FencedError
@@ -28,10 +28,14 @@ def test_a_partner_reads_its_share_and_writes_its_results_only(nats_server):
         Feeder(BrokerStream(mine, "a"), QueryParams()).feed(_conns(300))
         ensure_results(mine)
         last = mine.last_seq()
+        newest_in_share = mine.call(_newest(mine, INPUT, "in.a.0.>"))[0]
     b = partner_user("b", secrets.token_urlsafe(12), [("a.t0", "0", True)])
     server.reload([owner, b])
     with Broker(server.url, b.name, b.password, timeout_s=2) as theirs:
-        assert theirs.last_seq() == last
+        with pytest.raises(BrokerError, match="(?i)refused by .*permissions violation"):
+            theirs.last_seq()  # the stream's own state (its size, its newest sequence over every key group) is a's
+        assert 0 < newest_in_share < last
+        assert JetStreamInput(server.url, b.name, b.password, "a", "0").newest_seq() == newest_in_share
         share = theirs.call(_fetch(theirs, INPUT, "in.a.0.>", 0, last))
         prefixes = [r.prefix for chunk in share for r in map(StreamRecord.from_line, chunk.decode().splitlines()) if r.mark == MARK_DATA]
         assert prefixes and all(key_group(p) in groups("0") for p in prefixes)
