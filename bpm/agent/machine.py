@@ -16,7 +16,8 @@ Events:
         offers made to it, end the movements that no longer pay, make its next offer.
     `OfferReceived` — one offer to answer now (the simulator answers at once).
     `EndsDue` / `OfferDue` — one step of a period on its own (the simulator ends every
-        participant's movements before anyone offers).
+        participant's movements before anyone offers), behind the same warm-up and settling
+        gates as a whole period.
     `Answered` — a partner answered an offer of mine (the refusal memory).
     `TasksChanged` — a task started or stopped here: the load window is mixed until
         `settle_s` has passed.
@@ -332,9 +333,11 @@ class Mechanism:
                     return []  # the offer waits, or expires
                 return [self._answer(now_s, load, cost, incoming)]
             case EndsDue(now_s, load, cost, movements):
-                return self._ends(now_s, load, cost, movements)
+                gate = self._gate(now_s)
+                return self._ends(now_s, load, cost, movements) if gate is None else self._wait(*gate)
             case OfferDue(view):
-                return self._offer(view, view.load, ())
+                gate = self._gate(view.now_s)
+                return self._offer(view, view.load, ()) if gate is None else self._wait(*gate)
             case Answered(partner, _, at_s, True):
                 self.unanswered[partner] = max(at_s, self.unanswered.get(partner, -math.inf))
                 return []

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bpm.agent.machine import Accept, Answered, End, EndsDue, Incoming, MakeOffer, Mechanism, Merge, OfferDue, OfferReceived, Split, View
+from bpm.agent.machine import Accept, Answered, End, EndsDue, Incoming, MakeOffer, Mechanism, Merge, OfferDue, OfferReceived, Split, TasksChanged, View
 from bpm.costs.base import CostFunction
 from bpm.ha import failed_partners, task_mode, with_live_partners
 from bpm.ha.machine import FailOver, HAMachine, Here, Observed
@@ -110,6 +110,9 @@ class Federation:
             origin). When the origin takes its tasks back, the chain unwinds.
         fixed_cost: what a running task costs whatever its input; with it, own tasks split
             and merge over their key groups. None: tasks keep their size.
+        warmup_s, settle_s: how long a participant neither offers nor takes load after it
+            joins, and after the tasks running at it change (`bpm.agent.machine.Mechanism`,
+            as in the live agent); 0: no wait, the rounds then only space the offers.
         now_s: the simulated clock.
         rounds: rounds stepped so far.
         events: every movement, refusal and ending, when `record` is True.
@@ -125,8 +128,13 @@ class Federation:
         seed: int = 0,
         record: bool = False,
         fixed_cost: float | None = None,
+        warmup_s: float = 0.0,
+        settle_s: float = 0.0,
     ) -> None:
         self.period_s = period_s
+        self.warmup_s = warmup_s
+        self.settle_s = settle_s
+        self.waiting = 0  # participants that, in the last round, waited out a warm-up or a change
         self.fixed_cost = fixed_cost
         self.streams: dict[str, np.ndarray] = {}  # participant -> the load of each key group of its stream
         self.split_count = 0
@@ -168,7 +176,8 @@ class Federation:
                 raise ValueError("give a threshold or a reference price")
             threshold = cost.threshold(reference_price)
         p = Participant(name=name, cost=cost, threshold=threshold,
-                        machine=Mechanism(name, period_s=self.period_s, margin=self.margin, hysteresis=self.hysteresis, fixed_cost=self.fixed_cost),
+                        machine=Mechanism(name, started_s=self.now_s, period_s=self.period_s, warmup_s=self.warmup_s, settle_s=self.settle_s,
+                                          margin=self.margin, hysteresis=self.hysteresis, fixed_cost=self.fixed_cost),
                         ha=HAMachine(name))
         self.index[name] = len(self.participants)
         self.participants.append(p)
@@ -253,6 +262,7 @@ class Federation:
         """Play one round; returns the number of movements started or ended in it."""
         self.rounds += 1
         self.now_s += self.period_s
+        self.waiting = 0
         changes = self._end_movements()
         order = self.rng.permutation(len(self.participants))
         for i in order:
@@ -270,7 +280,7 @@ class Federation:
             changed = self.step()
             if on_round is not None:
                 on_round(self)
-            quiet = 0 if changed else quiet + 1
+            quiet = 0 if changed or self.waiting else quiet + 1
             if quiet >= quiet_rounds and not self._pending and not self._recheck:
                 return True
         return False
@@ -293,6 +303,8 @@ class Federation:
                                               unreachable=failed_partners(p.contracts, self._status))))
         if made and isinstance(made[0], Split | Merge):
             return self._regrain(p, made[0])
+        if self._held(p):
+            self.waiting += 1
         if not made or not isinstance(made[0], MakeOffer):
             return 0
         offer = made[0].offer
@@ -320,6 +332,7 @@ class Federation:
             self._carriers.setdefault(t.id, []).append(m.id)
         p.load = max(p.load - answer.load, 0.0)
         q.load += answer.load
+        p.machine.handle(TasksChanged(self.now_s))  # its tasks left (the host's machine counts the change when it accepts)
         p.movements_out[m.id] = m
         q.movements_in[m.id] = m
         self.movements[m.id] = m
@@ -331,6 +344,10 @@ class Federation:
             passed_on = sum(1 for t in moved if t.origin != p.name)
             self.events.append(Event(self.rounds, self.now_s, "move", p.name, q.name, m.load, price, len(m.task_ids), passed_on=passed_on))
         return 1
+
+    def _held(self, p: Participant) -> bool:
+        """Whether `p` waits out its warm-up or a change of its tasks (it decides nothing now)."""
+        return p.machine.warming(self.now_s) or p.machine.settling(self.now_s)
 
     def _regrain(self, p: Participant, instruction: Split | Merge) -> int:
         """Carry out a split or a merge of `p`'s own tasks at home; returns 1."""
@@ -352,6 +369,7 @@ class Federation:
         change = math.fsum(t.load for t in new) - math.fsum(t.load for t in old)
         p.load = max(p.load + change, 0.0)
         p.own_load = max(p.own_load + change, 0.0)
+        p.machine.handle(TasksChanged(self.now_s))
         self._touch(self.index[p.name])
         if self.record:
             kind = "split" if isinstance(instruction, Split) else "merge"
@@ -380,6 +398,9 @@ class Federation:
             mine = [m for m in p.movements_out.values() if m.id in self._eligible]
             mine += [m for m in p.movements_in.values() if m.id in self._eligible and all(t in p.hosted for t in m.task_ids)]
             ends = p.machine.handle(EndsDue(self.now_s, p.load, p.cost, tuple(mine)))
+            if self._held(p):
+                self.waiting += 1
+                self._recheck.add(i)  # its movements wait for it
             for mid in (e.movement.id for e in ends if isinstance(e, End)):
                 if mid in self.movements:  # not already unwound by an earlier ending
                     changes += self._end(self.movements[mid], by=p.name)
@@ -419,6 +440,8 @@ class Federation:
                 o.hosted[t.id] = t
         o.load += m.load
         h.load = max(h.load - m.load, 0.0)
+        for p in (o, h):
+            p.machine.handle(TasksChanged(self.now_s))
         self._touch(self.index[m.origin])
         self._touch(self.index[m.host])
         self.ending_count += 1

@@ -13,6 +13,10 @@ With `split`, each participant's tasks cover shares of its stream's key groups
 (`task_shares`), every task costs `fixed_cost` whatever its input, and the rest of its
 load is spread unevenly over its key groups (`group_loads`); participants split and merge
 their tasks (`bpm.negotiation.granularity`).
+
+With `warmup_s` and `settle_s`, participants wait as the live agents do: neither offering
+nor taking load for `warmup_s` after the start, nor for `settle_s` after the tasks running
+at them change (0, the default: the thesis's setup, in which a round only spaces offers).
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ class SimConfig:
     max_rounds: int = 500
     split: bool = False
     fixed_cost: float = 0.005
+    warmup_s: float = 0.0
+    settle_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.participants < 2:
@@ -71,6 +77,8 @@ class SimConfig:
             raise ValueError("need 0 < threshold_min <= threshold_max < 0.95")
         if not 0 <= self.fixed_cost < 0.05:
             raise ValueError("fixed_cost must be in [0, 0.05)")
+        if self.warmup_s < 0 or self.settle_s < 0:
+            raise ValueError("warmup_s and settle_s must not be negative")
         if self.split and self.tasks_per_participant > 16:
             raise ValueError(f"with split, at most 16 tasks per participant on average (a stream has {KEY_GROUPS} key groups)")
 
@@ -122,7 +130,7 @@ def build_federation(config: SimConfig, seed: int, run: int = 0, *, record: bool
     p = config.reference_price
     fed = Federation(period_s=config.period_s, hysteresis=config.hysteresis, margin=config.margin, forward=config.forward,
                      seed=int(np.random.default_rng([seed, run, 3]).integers(2**63)), record=record,
-                     fixed_cost=config.fixed_cost if config.split else None)
+                     fixed_cost=config.fixed_cost if config.split else None, warmup_s=config.warmup_s, settle_s=config.settle_s)
     thresholds = load_rng.uniform(config.threshold_min, config.threshold_max, n)
     for i in range(n):
         fed.add_participant(f"p{i}", make_cost(config.cost_model, float(thresholds[i]), p, load_rng), float(thresholds[i]))

@@ -69,6 +69,8 @@ def simulate(
     forward: Annotated[bool, typer.Option("--forward/--no-forward", help="Whether hosts may pass hosted tasks on.")] = True,
     split: Annotated[bool, typer.Option("--split/--no-split", help="Whether tasks split and merge over their key groups.")] = False,
     fixed_cost: Annotated[float, typer.Option(help="With --split: what a running task costs whatever its input (share of a participant's capacity).")] = 0.005,
+    warmup: Annotated[float, typer.Option(help="Seconds a participant neither offers nor takes load after the start, as a live agent warms up (0: none).")] = 0.0,
+    settle: Annotated[float, typer.Option(help="Seconds a participant neither offers nor takes load after its tasks change, as a live agent settles (0: none).")] = 0.0,
     runs: Annotated[int, typer.Option(help="Runs (random federations) per setting.")] = 20,
     seed: Annotated[int, typer.Option(help="Seed: the same seed gives the same results.")] = 0,
     jobs: Annotated[int, typer.Option(help="Processes to spread runs over (0: one per CPU).")] = 1,
@@ -93,6 +95,7 @@ def simulate(
             participants=participants, contracts_per_participant=contracts_per_participant, price_range=price_range,
             load_factor=load_factor, skew=skew, tasks_per_participant=tasks_per_participant, cost_model=cost_model.value,
             hysteresis=hysteresis, margin=margin, forward=forward, max_rounds=max_rounds, split=split, fixed_cost=fixed_cost,
+            warmup_s=warmup, settle_s=settle,
         )
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
