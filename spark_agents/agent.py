@@ -54,6 +54,7 @@ from bpm.agent.machine import (
     Accept,
     Contracts,
     End,
+    Event,
     Gather,
     InputEnded,
     Instruction,
@@ -1017,9 +1018,7 @@ class Agent:
 
     def mechanism(self) -> None:
         """One turn of the participant's state machine (`bpm.agent.machine`): what it asks for, done."""
-        todo = deque(self.machine.handle(Tick(self.clock())))
-        while todo:
-            todo.extend(self._execute(todo.popleft()))
+        self.decide(Tick(self.clock()))
         memory = self.machine.split_memory()
         if memory != self._split_memory:
             write_private(self.config.workdir / SPLITS_FILE, json.dumps(memory))
@@ -1031,13 +1030,20 @@ class Agent:
         path = self.config.workdir / SPLITS_FILE
         if path.exists():
             try:
-                self.machine.handle(SplitsRemembered(json.loads(path.read_text())))
+                self.decide(SplitsRemembered(json.loads(path.read_text())))
             except ValueError as exc:  # includes a file that is not JSON
                 self.note("agent.memory_unreadable", f"{path}: {exc}; splits on refusals are counted afresh")
         return self.machine.split_memory()
 
     def tasks_changed(self) -> None:
-        self.machine.handle(TasksChanged(self.clock()))
+        self.decide(TasksChanged(self.clock()))
+
+    def decide(self, event: Event) -> None:
+        """Give the state machine `event` and carry out what it answers, and what that calls
+        for in turn: the one way events reach the mechanism's machine."""
+        todo = deque(self.machine.handle(event))
+        while todo:
+            todo.extend(self._execute(todo.popleft()))
 
     def _execute(self, instruction: Instruction) -> list[Instruction]:
         """Carry out one instruction of the state machine; returns what it asks for next.
@@ -1050,7 +1056,7 @@ class Agent:
                 self._refresh_contracts()
             case Gather():
                 self._inputs_ended()
-                return self.machine.handle(Period(self._view()))
+                self.decide(Period(self._view()))
             case Accept(offer_id, partner, task_ids, _, price):
                 with self.races.lost(f"offer #{offer_id} from {partner} could not be accepted", kind="offer.lost") as lost:
                     accepted = self.client.accept_offer(int(offer_id), [int(t) for t in task_ids], price=price)
@@ -1111,8 +1117,7 @@ class Agent:
             try:
                 read.result()
             except StreamEnded as exc:
-                for instruction in self.machine.handle(InputEnded(self.clock(), str(exc), origin)):
-                    self._execute(instruction)
+                self.decide(InputEnded(self.clock(), str(exc), origin))
             except (BrokerError, nats.errors.Error, OSError, ValueError, TimeoutError) as exc:
                 self.note("input.unread", f"whether {origin}'s input has ended could not be read: {type(exc).__name__}: {exc}")
 
@@ -1189,7 +1194,7 @@ class Agent:
         ))
         for offer_id, answer in answers:
             self._answered.add(offer_id)
-            self.machine.handle(answer)
+            self.decide(answer)
             if answer.expired:
                 self.note("offer.expired", f"my offer #{offer_id} to {answer.partner} expired unanswered: my next offers try my other partners first, "
                           f"until {answer.partner} answers one")

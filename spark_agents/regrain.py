@@ -88,7 +88,8 @@ class Regrain:
         try:
             ended, new = hand_over(olds, prefixes, align)
         except InputEnded as exc:  # not an error: the tasks drain as they are
-            return agent.machine.handle(machine.InputEnded(agent.clock(), f"no {how} of tasks {[r['id'] for r in records]}: {exc}"))
+            agent.decide(machine.InputEnded(agent.clock(), f"no {how} of tasks {[r['id'] for r in records]}: {exc}"))
+            return []
         at = ended[0].until_s
         parents = [r["id"] for r in records]
         # The old tasks' queries run on until their restart over the ended input, a tick or

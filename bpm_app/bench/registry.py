@@ -75,29 +75,44 @@ async def _client_loop(http: httpx.AsyncClient, pair: Pair, latencies: list[floa
         latencies.append(time.perf_counter() - started)
 
 
-async def _run(url: str, admin_key: str, clients: int, rounds: int, progress, server_cpu: Callable[[], float | None]) -> dict:
+async def _measured(url: str, clients: int, rounds: int, server_cpu: Callable[[], float | None], setup, play, after=None) -> dict:
+    """One run: `setup(http)` makes what the clients need (timed apart), `play(http, made,
+    latencies, errors)` runs them, timed with the server's CPU; `after(http, made)` adds its
+    figures once they are done."""
     limits = httpx.Limits(max_connections=clients + 10, max_keepalive_connections=clients + 10)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60.0) as http:
-        run = uuid.uuid4().hex[:8]
         setup_started = time.perf_counter()
-        semaphore = asyncio.Semaphore(20)
+        made = await setup(http)
+        setup_s = time.perf_counter() - setup_started
+        latencies: list[float] = []
+        errors: list[str] = []
+        cpu_before = server_cpu()
+        started = time.perf_counter()
+        await play(http, made, latencies, errors)
+        elapsed = time.perf_counter() - started
+        cpu_after = server_cpu()
+        extra = {} if after is None else await after(http, made)
+    return {**_figures(clients, rounds, latencies, errors, elapsed, setup_s, cpu_before, cpu_after), **extra}
 
+
+async def _run(url: str, admin_key: str, clients: int, rounds: int, progress, server_cpu: Callable[[], float | None]) -> dict:
+    """Each client offers to a partner of its own, which accepts, `rounds` times: nothing contends."""
+    run = uuid.uuid4().hex[:8]
+    semaphore = asyncio.Semaphore(20)
+
+    async def setup(http: httpx.AsyncClient) -> list[Pair]:
         async def make(i: int) -> Pair:
             async with semaphore:
                 pair = await _make_pair(http, admin_key, run, i, rounds)
                 progress("setup", 1)
                 return pair
 
-        pairs = await asyncio.gather(*(make(i) for i in range(clients)))
-        setup_s = time.perf_counter() - setup_started
-        latencies: list[float] = []
-        errors: list[str] = []
-        cpu_before = server_cpu()
-        started = time.perf_counter()
+        return await asyncio.gather(*(make(i) for i in range(clients)))
+
+    async def play(http: httpx.AsyncClient, pairs: list[Pair], latencies: list[float], errors: list[str]) -> None:
         await asyncio.gather(*(_client_loop(http, pair, latencies, errors) for pair in pairs))
-        elapsed = time.perf_counter() - started
-        cpu_after = server_cpu()
-    return {**_figures(clients, rounds, latencies, errors, elapsed, setup_s, cpu_before, cpu_after), "mode": "pairs"}
+
+    return {**await _measured(url, clients, rounds, server_cpu, setup, play), "mode": "pairs"}
 
 
 def _figures(clients: int, rounds: int, latencies: list[float], errors: list[str], elapsed: float, setup_s: float,
@@ -241,28 +256,22 @@ async def crowd_violations(http: httpx.AsyncClient, admin_key: str, crowd: Crowd
 
 
 async def _run_crowd(url: str, admin_key: str, clients: int, rounds: int, progress, server_cpu: Callable[[], float | None]) -> dict:
-    limits = httpx.Limits(max_connections=clients + 10, max_keepalive_connections=clients + 10)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60.0) as http:
-        run = uuid.uuid4().hex[:8]
-        setup_started = time.perf_counter()
-        crowd = await _make_crowd(http, admin_key, run, crowd_size(clients), 5, progress)
-        setup_s = time.perf_counter() - setup_started
-        latencies: list[float] = []
-        refused: collections.Counter = collections.Counter()
-        errors: list[str] = []
-        cpu_before = server_cpu()
-        started = time.perf_counter()
+    """The clients offer among a crowd of participants they share (`_contend`); the registry's
+    invariants are checked after (`crowd_violations`)."""
+    run = uuid.uuid4().hex[:8]
+    refused: collections.Counter = collections.Counter()
+
+    async def setup(http: httpx.AsyncClient) -> Crowd:
+        return await _make_crowd(http, admin_key, run, crowd_size(clients), 5, progress)
+
+    async def play(http: httpx.AsyncClient, crowd: Crowd, latencies: list[float], errors: list[str]) -> None:
         await asyncio.gather(*(_contend(http, crowd, random.Random(i), rounds, latencies, refused, errors) for i in range(clients)))
-        elapsed = time.perf_counter() - started
-        cpu_after = server_cpu()
-        violations = await crowd_violations(http, admin_key, crowd)
-    return {
-        **_figures(clients, rounds, latencies, errors, elapsed, setup_s, cpu_before, cpu_after),
-        "mode": "contend",
-        "participants": len(crowd.keys),
-        "refused": dict(sorted(refused.items())),
-        "crowd_violations": violations,
-    }
+
+    async def after(http: httpx.AsyncClient, crowd: Crowd) -> dict:
+        return {"mode": "contend", "participants": len(crowd.keys), "refused": dict(sorted(refused.items())),
+                "crowd_violations": await crowd_violations(http, admin_key, crowd)}
+
+    return await _measured(url, clients, rounds, server_cpu, setup, play, after)
 
 
 def bench_registry(url: str, admin_key: str, clients: int, rounds: int, progress=lambda phase, n: None,
