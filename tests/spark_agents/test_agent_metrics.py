@@ -52,6 +52,11 @@ AGENT_METRICS = {
 LAST_SEQ = 50  # the end of the stand-in broker stream
 
 
+def _pending(source, after: int) -> int:
+    """The stand-in broker stream's messages after `after` in any task's key groups."""
+    return max(0, LAST_SEQ - after)
+
+
 def families(text: str) -> dict[str, object]:
     """Scraped families by the name Prometheus stores: a counter's with its `_total`."""
     return {family.name + ("_total" if family.type == "counter" else ""): family for family in text_string_to_metric_families(text)}
@@ -112,7 +117,7 @@ def test_an_agent_s_metrics_name_every_quantity_with_its_type(tmp_path, task_hos
             query = start(task_host, key)
             batch(task_host, query, key, 0, 0.3, 10, 20)
             batch(task_host, query, key, 1, 4.0 if n == 0 else 0.2, 15, LAST_SEQ - 10 * (n == 0))
-        with mock.patch.object(JetStreamInput, "last_seq", return_value=LAST_SEQ):
+        with mock.patch.object(JetStreamInput, "pending", new=_pending):
             with TestClient(create_agent_app(a, task_host)) as http:
                 response = http.get("/metrics")
         with TestClient(create_agent_app(b)) as http:
@@ -163,7 +168,7 @@ def test_batch_durations_count_from_a_task_s_start_here_as_its_batches_do(task_h
     batch(task_host, query, "a.p0", 0, 0.3, 10, 10)
     batch(task_host, query, "a.p0", 1, 0.7, 10, 20)
     count = "bpm_task_batch_duration_seconds_count"
-    with mock.patch.object(JetStreamInput, "last_seq", return_value=LAST_SEQ), TestClient(status_app(task_host)) as http:
+    with mock.patch.object(JetStreamInput, "pending", new=_pending), TestClient(status_app(task_host)) as http:
         before = families(http.get("/metrics").text)
         query.isActive = False  # it stopped (it left, say); it comes back and starts again
         after_stop = families(http.get("/metrics").text)

@@ -174,8 +174,9 @@ def test_measurements_status_and_http(host, broker, source):
         host.start_task("../x", source("0"), sink=sink(broker, "a.p0"))
     with pytest.raises(TaskError, match="not a share of a broker stream"):
         host.start_task("p9", "/streams/a/partition=0", sink=sink(broker, "a.p9"))
-    last = broker.last_seq()
-    wait_for(lambda: all(t.position == last for t in host.tasks()))
+    newest = {t.task_id: t.source.newest_seq() for t in host.tasks()}  # of each task's key groups: where its reading ends
+    assert len(set(newest.values())) == 2 and all(0 < seq <= broker.last_seq() for seq in newest.values())
+    wait_for(lambda: all(t.position == newest[t.task_id] for t in host.tasks()))
     interval = host.sample()
     loads = host.loads(window_s=60)
     assert set(loads) == {"p0", "p1"} and all(0 < v <= 1.5 for v in loads.values())

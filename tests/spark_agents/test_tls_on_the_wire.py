@@ -103,7 +103,7 @@ def test_a_partner_s_read_of_the_stream_and_write_of_results_cross_the_path_unre
             where = StreamLocation(f"nats://127.0.0.1:{port}", "a", "0")
             partner = JetStreamInput(where.url, "b", password, "a", "0", tls=pinned)
             broker = partner.connection()
-            last = broker.last_seq()
+            last = partner.newest_seq()
             read = broker.read(lambda: _fetch(broker, "INPUT", subject_filter("a", "0"), 0, last))
             BrokerFence(broker, "a.t0").write(1, 0, [Result(1600000060000000, ("10.77.66.55",), (("count", 42), ("secret", "secret-result")))], "b")
             broker.close()
