@@ -48,6 +48,7 @@ from bpm.federation.views import (
     reconcile,
 )
 from bpm.keygroups import is_location, parse_location
+from bpm.load import default_warmup_s
 from bpm.names import inside, task_key
 from bpm.agent.view import Read, offers_to_answer, see
 from bpm.agent.machine import (
@@ -81,9 +82,8 @@ from spark_agents.broker.source import JetStreamInput
 from spark_agents.correlation import Correlation, Endpoint, ask_alerts_credentials
 from spark_agents.credentials import Credentials, write_private
 from spark_agents.ha_agent import HADuties
-from bpm.load import default_warmup_s
-from spark_agents.regrain import Regrain
 from spark_agents.races import Races
+from spark_agents.regrain import Regrain
 from spark_agents.settings import default
 from spark_agents.tls import Peers
 

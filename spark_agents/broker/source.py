@@ -216,12 +216,15 @@ class JetStreamReader(DataSourceStreamReader):
         restored from the commit log, and emits those windows."""
         broker = connection(self.url, self.user, self.password, self.tls)
         owed, self._owed = self._owed, False
+        # Whether anything is new first (a consumer's count, the cheaper read), then where it ends.
+        if start is not None and not broker.read(lambda: _pending(broker, self.stream, self.filter, int(start["seq"]))):
+            return {**start, "resumed": int(start.get("resumed", 0)) + 1} if owed else start
         last = broker.read(lambda: _newest(broker, self.stream, self.filter))
         newest = self.start if last is None else last[0]
-        if start is not None and newest <= int(start["seq"]):
-            return {**start, "resumed": int(start.get("resumed", 0)) + 1} if owed else start
-        if self.max_messages is not None and start is not None:
-            newest = min(newest, int(start["seq"]) + self.max_messages)
+        if start is not None:  # never back (what was new may be trimmed by the time its end is read)
+            newest = max(newest, int(start["seq"]))
+            if self.max_messages is not None:
+                newest = min(newest, int(start["seq"]) + self.max_messages)
         return {"seq": newest}
 
     def partitions(self, start: dict, end: dict) -> list[SeqRange]:
