@@ -310,7 +310,12 @@ class Federation:
         offer = made[0].offer
         j = self.index[offer.partner]
         q = self.participants[j]
-        answer = q.machine.handle(OfferReceived(self.now_s, q.load, q.cost, Incoming(f"o{self.rounds}.{i}", p.name, offer)))[0]
+        answers = q.machine.handle(OfferReceived(self.now_s, q.load, q.cost, Incoming(f"o{self.rounds}.{i}", p.name, offer)))
+        if not answers:  # the partner waits out its warm-up or a change: the offer expires unanswered
+            p.machine.handle(Answered(q.name, False, self.now_s, expired=True))
+            self.waiting += 1
+            return 0
+        answer = answers[0]
         p.machine.handle(Answered(q.name, isinstance(answer, Accept), self.now_s))
         if not isinstance(answer, Accept):
             self.refusal_count += 1

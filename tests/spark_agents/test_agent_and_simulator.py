@@ -21,14 +21,15 @@ TASKS = {"a": 12, "b": 1, "c": 3, "d": 0}
 CONTRACTS = [("a", "b", 1.0, 1.3), ("a", "c", 1.0, 1.3), ("c", "d", 0.6, 0.9)]
 
 
-def _live(tmp_path) -> tuple[list[tuple], dict[str, float]]:
-    with stepped_federation(tmp_path, lambda now: SteppedHost(MM1Cost(**COST))) as (operator, agents, add, clock):
+def _live(tmp_path, settle_s: float = 0.0, rounds: int = 20) -> tuple[list[tuple], dict[str, float]]:
+    settings = {name: {"settle_s": settle_s} for name in TASKS}
+    with stepped_federation(tmp_path, lambda now: SteppedHost(MM1Cost(**COST)), settings=settings) as (operator, agents, add, clock):
         for name, count in TASKS.items():
             add(name, count)
         for a, b, low, high in CONTRACTS:
             proposed = agents[a].client.propose(b, low, high, 30.0)
             agents[b].client.contract_action(proposed["id"], "accept")
-        for _ in range(20):
+        for _ in range(rounds):
             _round(agents, clock)
         moves: dict[int, list] = {}
         for m in sorted(operator.movements(), key=lambda m: m["id"]):
@@ -37,14 +38,14 @@ def _live(tmp_path) -> tuple[list[tuple], dict[str, float]]:
     return [tuple(v) for _, v in sorted(moves.items())], loads
 
 
-def _simulated() -> tuple[list[tuple], dict[str, float]]:
-    sim = Federation(period_s=1.0, record=True)
+def _simulated(settle_s: float = 0.0, rounds: int = 20) -> tuple[list[tuple], dict[str, float]]:
+    sim = Federation(period_s=1.0, record=True, settle_s=settle_s)
     for name, count in TASKS.items():
         sim.add_participant(name, MM1Cost(**COST), reference_price=1.0)
         sim.add_tasks(name, [Task(f"{name}.p{i}", TASK_LOAD, name) for i in range(count)])
     for a, b, low, high in CONTRACTS:
         sim.add_contract(a, b, low, high, min_duration_s=30.0)
-    sim.run(max_rounds=20)
+    sim.run(max_rounds=rounds)
     moves = [(e.origin, e.host, e.tasks, e.price) for e in sim.events if e.kind == "move"]
     return moves, {p.name: p.load for p in sim.participants}
 
@@ -53,6 +54,17 @@ def test_live_agents_and_the_simulator_make_the_same_movements(tmp_path):
     live_moves, live_loads = _live(tmp_path)
     sim_moves, sim_loads = _simulated()
     assert len(live_moves) >= 2, "the scenario moves load more than once"
+    assert [m[:3] for m in live_moves] == [m[:3] for m in sim_moves]
+    assert [m[3] for m in live_moves] == pytest.approx([m[3] for m in sim_moves])
+    assert live_loads == pytest.approx(sim_loads)
+
+
+def test_with_settling_on_both_sides_live_agents_and_the_simulator_still_make_the_same_movements(tmp_path):
+    """Each waits after its tasks change (3 s), behind the same gate of the same machine; the
+    live agents begin later (their own tasks' starts are changes too), the decisions are alike."""
+    live_moves, live_loads = _live(tmp_path, settle_s=3.0, rounds=30)
+    sim_moves, sim_loads = _simulated(settle_s=3.0, rounds=30)
+    assert len(live_moves) >= 4, "the scenario moves load more than once"
     assert [m[:3] for m in live_moves] == [m[:3] for m in sim_moves]
     assert [m[3] for m in live_moves] == pytest.approx([m[3] for m in sim_moves])
     assert live_loads == pytest.approx(sim_loads)

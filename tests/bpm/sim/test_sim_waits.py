@@ -72,3 +72,19 @@ def test_waits_slow_a_random_federation_down_but_it_still_settles():
     slow = simulate_once(SimConfig(participants=40, warmup_s=30.0, settle_s=14.0), 3)
     assert slow.rounds_run > quick.rounds_run
     assert slow.stable
+
+
+def test_an_offer_to_a_partner_still_warming_up_expires_unanswered():
+    fed = Federation(period_s=5.0, record=True, warmup_s=10.0)
+    fed.add_participant("A", MM1Cost.with_threshold(0.5, 1.0), 0.5)
+    fed.add_tasks("A", [Task(f"a{i}", 0.1, "A") for i in range(10)])
+    for _ in range(3):
+        fed.step()  # A is warm at 15 s, with no partner yet
+    fed.add_participant("B", MM1Cost.with_threshold(0.5, 1.0), 0.5)  # joins at 15 s: warm at 25 s
+    fed.add_contract("A", "B", 0.95, 1.05, min_duration_s=1e6)
+    fed.step()
+    assert fed.waiting == 1 and _moves(fed) == [], "at 20 s B waits: A's offer expires unanswered"
+    assert fed.participants[0].machine.unanswered == {"B": 20.0}
+    for _ in range(3):
+        fed.step()
+    assert _moves(fed) and min(_moves(fed)) >= 25.0
