@@ -50,6 +50,7 @@ from bpm.federation.views import (
 from bpm.keygroups import is_location, parse_location
 from bpm.load import default_warmup_s
 from bpm.names import inside, task_key
+from bpm.agent.reads import KEYS, Reads
 from bpm.agent.view import Read, offers_to_answer, see
 from bpm.agent.machine import (
     Accept,
@@ -279,11 +280,6 @@ class Record:
     message: str
 
 
-# The kinds of change notice (`api.services.changes.KINDS`), in the order the agent reads them
-# again: an offer newly accepted means tasks moved, so tasks come after offers.
-KINDS = ("contract", "offer", "task")
-
-
 @dataclass
 class Seen:
     """What the agent last read of the registry, each part read again when a notice of its kind arrives.
@@ -352,11 +348,8 @@ class Agent:
         self._reported: dict[str, float] = {}  # task key -> the load its host last reported to the registry
         self._contracts: list = []
         self.seen = Seen()
-        self._stale: set[str] = set(KINDS)  # kinds to read again before acting on them
+        self.reads = Reads(resync_s=config.resync_s, read_all_at=clock())  # what to read again (`bpm.agent.reads`)
         self.races = Races(lambda kind, message: self.note(kind, f"{config.name}: {message}"), self.read_again)
-        self._notices: dict[int, str] = {}  # change notices not read yet: id -> kind
-        self._acknowledge: set[int] = set()  # read: acknowledged with the next heartbeat
-        self._read_all_at = clock()
         self._swept_at = float("-inf")  # when the consumers of my stream were last swept (`_sweep_consumers`)
         self._beat_at: float | None = None  # when (on `clock`) the loop last sent its heartbeat
         # A fetch gives up after a while and is retried next tick, so that the loop goes on
@@ -414,8 +407,8 @@ class Agent:
                 log.debug("could not report %s to the registry", kind)
 
     def read_again(self, kinds: Iterable[str]) -> None:
-        """Read `kinds` (of `KINDS`) again before acting on them."""
-        self._stale.update(kinds)
+        """Read `kinds` (of `bpm.agent.reads.KINDS`) again before acting on them."""
+        self.reads.mark(kinds)
 
     def _racing(self, what: str, step: Callable[[], None]) -> Callable[[], None]:
         """`step`, where a lost race is not an error (`spark_agents.races`)."""
@@ -535,14 +528,14 @@ class Agent:
         self.guarded("sync", self.sync)
         if self.ha is not None and self.ha.resync:
             self.ha.resync = False  # a failover to me: take the task over in this tick
-            self._stale.add("task")
+            self.reads.mark(["task"])
             self.guarded("sync", self.sync)
         # After the sync, so that the report counts the tasks it started; a change of tasks it
         # brings notice of is acted on in this tick still.
         # Due at the tick nearest its time: ticks that come a little early do not stretch it by a tick.
         if self._beat_at is None or self.clock() - self._beat_at >= self.config.heartbeat_s - self.config.tick_s / 2:
             self.guarded("heartbeat", self.heartbeat)
-            if "task" in self._stale:
+            if "task" in self.reads.stale:
                 self.guarded("sync", self.sync)
         self.guarded("mechanism", self.mechanism)
         if self.config.correlate:
@@ -551,18 +544,11 @@ class Agent:
     def read(self) -> None:
         """Read again the kinds of record that changed (`Seen`); each kind's notices are
         acknowledged with the next heartbeat once it is read."""
-        now = self.clock()
-        if now - self._read_all_at >= self.config.resync_s:
-            self._stale |= set(KINDS)
-            self._read_all_at = now
         me, seen = self.config.name, self.seen
-        if "keys" in self._stale:  # the registry rotated its signing keys: the ones that verify my callers' tokens
-            self.credentials.read_keys_now()
-            self._read_again("keys")
-        for kind in KINDS:
-            if kind not in self._stale:
-                continue
-            if kind == "task":
+        for kind in self.reads.due(self.clock()):
+            if kind == KEYS:  # the registry rotated its signing keys: the ones that verify my callers' tokens
+                self.credentials.read_keys_now()
+            elif kind == "task":
                 self._view_read_at = self.clock()
                 view = self.client.view(me)  # what concerns me, not the whole federation, in one read
                 seen.tasks, seen.movements, seen.failovers, seen.replicas = view["tasks"], view["movements"], view["failovers"], view["replicas"]
@@ -576,18 +562,10 @@ class Agent:
                 unseen = [o for o in seen.offers if o["state"] in ("accepted", "rejected") and o["id"] not in self._answered]  # until the machine hears
                 seen.offers = pending + unseen + decided
                 if any(o["state"] == "accepted" for o in decided):
-                    self._stale.add("task")  # my tasks moved
+                    self.reads.mark(["task"])  # my tasks moved
             else:
                 seen.contracts = self.client.contracts(participant=me)
-            self._read_again(kind)
-
-    def _read_again(self, kind: str) -> None:
-        """`kind` is read again: it is no longer stale, and its notices are acknowledged with the next heartbeat."""
-        self._stale.discard(kind)
-        read = {i for i, k in self._notices.items() if k == kind}
-        for i in read:
-            del self._notices[i]
-        self._acknowledge |= read
+            self.reads.read(kind)
 
     def sync(self) -> None:
         """Run exactly the tasks the registry says I host."""
@@ -1006,14 +984,12 @@ class Agent:
             "tasks": [{"task_id": self._task_ids[k], "load": v} for k, v in loads.items() if k in self._task_ids],
             "details": {"cost_model": cost.to_dict(), "fallback": cost.fallback_used, "host": self.host.status()},
         }
-        acknowledged = sorted(self._acknowledge)
+        acknowledged = sorted(self.reads.acknowledge)
         self._beat_at = self.clock()
         answer = self._send_heartbeat({**report, "acknowledged": acknowledged})
         self.last_report, self.last_loads = report, loads
-        self._acknowledge -= set(acknowledged)
-        for notice in answer.get("changes", []):
-            self._notices[notice["id"]] = notice["kind"]
-            self._stale.add(notice["kind"])
+        self.reads.sent(acknowledged)
+        self.reads.noticed(answer.get("changes", []))
         self.seen.partners = answer.get("partners", {})
 
     def mechanism(self) -> None:
@@ -1050,7 +1026,7 @@ class Agent:
 
         What the agent writes it reads again before its next period, without waiting for
         the notice of its own change."""
-        self._stale |= {Accept: {"offer", "task"}, Refuse: {"offer"}, End: {"task"}, MakeOffer: {"offer"}}.get(type(instruction), set())
+        self.reads.mark({Accept: {"offer", "task"}, Refuse: {"offer"}, End: {"task"}, MakeOffer: {"offer"}}.get(type(instruction), set()))
         match instruction:
             case Contracts():
                 self._refresh_contracts()
@@ -1151,7 +1127,7 @@ class Agent:
         me = self.config.name
         self.read()
         if self._agree_contracts(self.seen.contracts):
-            self._stale.add("contract")
+            self.reads.mark(["contract"])
             self.read()
         self._contracts = active_contracts(me, self.seen.contracts, now=self.clock())
 
@@ -1213,7 +1189,7 @@ class Agent:
             "released": dict(self._released),
             "last_report": self.last_report,
             "partners": dict(self.seen.partners),
-            "unread_changes": sorted(set(self._notices.values()) | self._stale),
+            "unread_changes": self.reads.unread(),
             "ha": self.ha.status() if self.ha is not None else None,
             "correlation": self.correlation.status() if self.correlation is not None else None,
             "records": [r.__dict__ for r in list(self.records)[-50:]],

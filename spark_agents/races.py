@@ -39,7 +39,7 @@ class Races:
 
     Attributes:
         note: records what happened (kind, message), as the agent records everything.
-        read_again: marks kinds of what the agent reads (`spark_agents.agent.KINDS`) to read
+        read_again: marks kinds of what the agent reads (`bpm.agent.reads.KINDS`) to read
             again before acting on them.
         count: how many steps lost a race so far (`bpm_agent_races_total`).
     """

@@ -256,9 +256,9 @@ def test_a_signing_key_the_operator_revokes_stops_verifying_at_an_agent_at_its_n
     assert [k["kid"] for k in operator.signing_keys()] == [rotated["kid"]], "the old key is no longer listed"
     a = http.agent
     a.heartbeat()
-    assert "keys" in a._stale
+    assert "keys" in a.reads.stale
     a.sync()
-    assert "keys" not in a._stale
+    assert "keys" not in a.reads.stale
     refused = _fetch(http, stolen["token"])
     assert refused.status_code == 401 and "not signed by a key the registry lists" in refused.json()["detail"]
     assert _fetch(http, clients["b"].call_token(task["id"], "handover", "a", 1)["token"]).status_code == 200
