@@ -349,7 +349,7 @@ class Agent:
         self._contracts: list = []
         self.seen = Seen()
         self.reads = Reads(resync_s=config.resync_s, read_all_at=clock())  # what to read again (`bpm.agent.reads`)
-        self.races = Races(lambda kind, message: self.note(kind, f"{config.name}: {message}"), self.read_again)
+        self.races = Races(lambda kind, message: self.note(kind, f"{config.name}: {message}"), self.reads.mark)
         self._swept_at = float("-inf")  # when the consumers of my stream were last swept (`_sweep_consumers`)
         self._beat_at: float | None = None  # when (on `clock`) the loop last sent its heartbeat
         # A fetch gives up after a while and is retried next tick, so that the loop goes on
@@ -405,10 +405,6 @@ class Agent:
                 self.client.report_event(kind, message, subject=subject, data=data)
             except Exception:  # the registry may be the thing that failed; the log keeps it
                 log.debug("could not report %s to the registry", kind)
-
-    def read_again(self, kinds: Iterable[str]) -> None:
-        """Read `kinds` (of `bpm.agent.reads.KINDS`) again before acting on them."""
-        self.reads.mark(kinds)
 
     def _racing(self, what: str, step: Callable[[], None]) -> Callable[[], None]:
         """`step`, where a lost race is not an error (`spark_agents.races`)."""

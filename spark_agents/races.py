@@ -39,8 +39,8 @@ class Races:
 
     Attributes:
         note: records what happened (kind, message), as the agent records everything.
-        read_again: marks kinds of what the agent reads (`bpm.agent.reads.KINDS`) to read
-            again before acting on them.
+        read_again: marks kinds of what the agent reads to read again before acting on them
+            (`bpm.agent.reads.Reads.mark`).
         count: how many steps lost a race so far (`bpm_agent_races_total`).
     """
 

@@ -108,7 +108,7 @@ class Regrain:
                         agent.host.end_output(task_key(r), r.get("until_s"))
                 return []
             self.start_after[task_key(made[-1])] = source.start_seq
-        agent.read_again(["task"])
+        agent.reads.mark(["task"])
         agent.tasks_changed()
         agent.counts[f"{how}s"] += 1
         names = ", ".join(f"#{t['id']} {t['name']} ({t['input_uri'].rsplit('/', 1)[-1] or 'all'})" for t in made)
@@ -157,7 +157,7 @@ class Regrain:
         location = parse_location(task["input_uri"])
         for prefix in sorted(set(halves(location.prefix)) - {key_groups(t) for t in children}):
             made = self._register(task, str(replace(location, prefix=prefix)), prefix, [task["id"]], task["until_s"])
-            self.agent.read_again(["task"])
+            self.agent.reads.mark(["task"])
             self.agent.note("task.split", f"registered #{made['id']} {made['name']}, the missing half of the split of {task_key(task)}")
 
     def _restart(self, task: Mapping) -> None:
@@ -184,6 +184,6 @@ class Regrain:
         if lost:
             return
         self.progress.pop(key, None)
-        agent.read_again(["task"])
+        agent.reads.mark(["task"])
         agent.counts["tasks_retired"] += 1
         agent.note("task.retired", f"retired {key}: its windows until {task['until_s']} are out")

@@ -555,13 +555,14 @@ class Journal:
 
     start: Mechanism
     length: int
-    entries: deque[tuple[Event, tuple[Instruction, ...]]] = field(default_factory=deque)
+    entries: deque[tuple[Event, tuple[Instruction, ...]]] = field(init=False)
     dropped: int = 0
 
+    def __post_init__(self) -> None:
+        self.entries = deque(maxlen=self.length)
+
     def add(self, event: Event, instructions: Sequence[Instruction]) -> None:
-        if len(self.entries) >= self.length:
-            self.entries.popleft()
-            self.dropped += 1
+        self.dropped += len(self.entries) == self.length
         self.entries.append((event, tuple(instructions)))
 
 

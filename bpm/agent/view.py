@@ -87,8 +87,12 @@ def current(offers: Sequence[Mapping], now_s: float) -> list[Mapping]:
 def offers_to_answer(me: str, offers: Sequence[Mapping], now_s: float, contracts: Sequence[Contract]) -> list[Mapping]:
     """The offers made to `me` still pending at `now_s` under a contract of mine in force: those
     whose tasks the agent reads at the offerer before it answers."""
+    return _answerable(me, current(offers, now_s), contracts)
+
+
+def _answerable(me: str, offers: Sequence[Mapping], contracts: Sequence[Contract]) -> list[Mapping]:
     in_force = {int(c.id) for c in contracts}
-    return [o for o in current(offers, now_s) if o["to"] == me and o["state"] == "pending" and o["contract_id"] in in_force]
+    return [o for o in offers if o["to"] == me and o["state"] == "pending" and o["contract_id"] in in_force]
 
 
 def see(read: Read) -> tuple[View, list[tuple[int, Answered]]]:
@@ -98,7 +102,7 @@ def see(read: Read) -> tuple[View, list[tuple[int, Answered]]]:
     me, now = read.me, read.now_s
     offers = current(read.offers, now)
     records = {c["id"]: c for c in read.records}
-    answerable = {o["id"] for o in offers_to_answer(me, read.offers, now, read.contracts)}
+    answerable = {o["id"] for o in _answerable(me, offers, read.contracts)}
     incoming = []
     for offer in offers:
         if offer["to"] != me or offer["state"] != "pending":

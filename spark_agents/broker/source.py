@@ -289,18 +289,21 @@ class JetStreamInput:
         """This process's connection to the server as the input's user."""
         return connection(self.url, self.user, self.password, self.tls)
 
+    def _newest(self) -> tuple[int, bytes] | None:
+        """(sequence, payload) of the newest message in its key groups, read as a partner reads,
+        through a consumer on them (None: none yet)."""
+        broker = self.connection()
+        return broker.read(lambda: _newest(broker, INPUT, subject_filter(self.participant, self.prefix)))
+
     def newest_seq(self) -> int:
         """The sequence of the newest message in its key groups (0: none yet)."""
-        broker = self.connection()
-        last = broker.read(lambda: _newest(broker, INPUT, subject_filter(self.participant, self.prefix)))
+        last = self._newest()
         return 0 if last is None else last[0]
 
     def has_ended(self) -> bool:
         """Whether the newest message of its key groups is an end-of-input mark (the feeder ends
-        each key group's input with one). Read as a partner reads, through a consumer on its key
-        groups: a host asks it of the stream of a task it hosts for another."""
-        broker = self.connection()
-        last = broker.read(lambda: _newest(broker, INPUT, subject_filter(self.participant, self.prefix)))
+        each key group's input with one): a host asks it of the stream of a task it hosts for another."""
+        last = self._newest()
         return last is not None and _is_end(last[1])
 
     def pending(self, after: int) -> int:

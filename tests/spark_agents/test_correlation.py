@@ -224,7 +224,7 @@ def test_agents_that_correlate_share_their_alerts_and_publish_the_plain_correlat
                 with Broker(brokers[name].url, name, brokers[name].password) as owner:
                     feed_all(BrokerStream(owner, name), traffic[name], params, rows_per_flush=500)
                 agent.sync()
-                agent.read_again(["contract"])
+                agent.reads.mark(["contract"])
                 agent._refresh_contracts()
                 hosts[name].host._task(f"{name}.g").query.processAllAvailable()
             deadline = time.monotonic() + 120

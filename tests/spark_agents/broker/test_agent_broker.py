@@ -92,7 +92,7 @@ def test_the_origin_lets_in_only_its_task_s_host_and_only_for_that_task(tmp_path
             assert body["user"] == "b" and body["url"] == broker.url
 
             # The host acknowledges a's stream at a's agent, with the same kind of token.
-            a.read_again(["task"])
+            a.reads.mark(["task"])
             a.sync()
             stream_token = clients["b"].call_token(task["id"], "stream", "a", 1)["token"]
 
@@ -111,7 +111,7 @@ def test_the_origin_lets_in_only_its_task_s_host_and_only_for_that_task(tmp_path
         # The task comes back to a: a's next read of its tasks lets b in no more.
         clock.advance(6.0)  # past the contract's minimum duration
         clients["a"].end_movement(clients["a"].movements(state="active")[0]["id"])
-        a.read_again(["task"])
+        a.reads.mark(["task"])
         a.sync()
         assert broker.granted() == {}
         with pytest.raises(BrokerError):
@@ -156,9 +156,9 @@ def test_a_task_over_the_broker_moves_between_agents_that_share_no_folder_and_wr
             assert a.host.running() == {"a.g"}
             _drain(hosts["a"], "a.g")
             task = _move(clients, clients["a"].tasks(origin="a")[0])
-            a.read_again(["task"])
+            a.reads.mark(["task"])
             a.sync()  # releases the task at a batch boundary
-            b.read_again(["task"])
+            b.reads.mark(["task"])
             b.sync()  # fetches the checkpoint from a, asks a for the stream, starts
             assert b.host.running() == {"a.g"} and a.host.running() == set()
             running = hosts["b"].host._task("a.g").source
@@ -220,7 +220,7 @@ def test_the_origin_keeps_its_stream_for_the_host_of_a_replicated_task_and_takes
         assert task["host"] == "b"
         b.sync()  # b starts the task,
         b.sync()  # then its duties: its acknowledgements go to a's agent
-        a.read_again(["task"])
+        a.reads.mark(["task"])
         a.sync()
         retention = broker.retention()
         assert {c: ack.seq for c, ack in retention.acks().items()} == {"a.g.b": 0}, "the host's consumer holds everything until it acknowledges"
@@ -230,6 +230,6 @@ def test_the_origin_keeps_its_stream_for_the_host_of_a_replicated_task_and_takes
         # The task comes home, where its own mode is none: a's next read releases b's consumer.
         clock.advance(6.0)
         a.client.end_movement(a.client.movements(state="active")[0]["id"])
-        a.read_again(["task"])
+        a.reads.mark(["task"])
         a.sync()
         assert retention.acks() == {}

@@ -191,7 +191,7 @@ def test_an_agent_that_stopped_between_the_two_halves_of_a_split_registers_the_m
                                query=first["query"], query_digest=first["query_digest"])
         a = add("a", 2)  # restarted: it only finds the split half done in the registry
         a.sync()
-        a.read_again(["task"])
+        a.reads.mark(["task"])
         a.sync()
         tasks = {t["name"]: t for t in a.client.tasks(origin="a")}
         assert tasks[f"g01-{first['id']}"]["since_s"] == 600 and tasks[f"g01-{first['id']}"]["from_tasks"] == [first["id"]]

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 def _until_running(agent, keys: set[str], rounds: int = 60) -> None:
     """Sync `agent` until it runs exactly `keys` (one query over a broker stream starts at a time)."""
     for _ in range(rounds):
-        agent.read_again(["task"])
+        agent.reads.mark(["task"])
         agent.sync()
         if agent.host.running() == keys and not agent.host.starting():
             return

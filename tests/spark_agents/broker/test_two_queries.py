@@ -84,7 +84,7 @@ def test_tasks_of_two_queries_move_between_agents_and_each_origin_gets_its_query
                 partner.client.accept_offer(origin.client.offer(contract["id"], [task["id"]], 1.5)["id"])
             for _ in range(3):  # releases at batch boundaries, then fetches the checkpoints and starts them
                 for agent in (a, b):
-                    agent.read_again(["task"])
+                    agent.reads.mark(["task"])
                     agent.sync()
             assert (a.host.running(), b.host.running()) == ({"b.g"}, {"a.g"})
             assert hosts["a"].host._task("b.g").definition is readings and hosts["b"].host._task("a.g").definition is MONITORING
