@@ -163,6 +163,10 @@ class Tour(Demo):
                 self.say(f"the split and faults stopped short: {self.side_error}")
         return state
 
+    def _faults_underway(self) -> bool:
+        """From the first fault's strike until the faults' steps and E's recovery are over."""
+        return bool(self.faults) and bool({"side", "recovery"} & set(self._steps))
+
     def split_moved(self) -> bool:
         """Whether a piece of a task E split runs at D, as the last poll read the registry."""
         pieces = {name for r in self.state.get("regrains", []) if r["kind"] == "split" and r["origin"] == SPLITS for name in r["made"]}
