@@ -99,6 +99,9 @@ class _PortTaken(BrokerError):
     """The server could not listen: another process holds its port."""
 
 
+MONITOR_HOST = "127.0.0.1"
+
+
 @dataclass
 class NatsServer:
     """One participant's broker.
@@ -106,7 +109,9 @@ class NatsServer:
     Attributes:
         name: the server's name (the participant's).
         store_dir: where JetStream keeps the streams; the server's log and configuration go beside it.
-        host, port: where clients connect; `http_port` serves the health check.
+        host, port: where clients connect; `http_port` serves the health check on the
+            loopback address only (`MONITOR_HOST`): its pages (`/varz`, `/connz`) describe
+            the server's clients and configuration to whoever asks, so no partner may reach it.
         users: who may connect, and to what.
         max_store_bytes: the file storage JetStream may use.
         free_ports: the ports were chosen free (`on_free_ports`): when another process binds
@@ -130,11 +135,16 @@ class NatsServer:
     def on_free_ports(cls, name: str, store_dir: Path, users: Sequence[User], host: str = "127.0.0.1",
                       tls: OwnCertificate | None = None) -> NatsServer:
         """A server on two ports that nothing listens on now (benchmarks, tests)."""
-        return cls(name, store_dir, port=free_port(host), http_port=free_port(host), users=users, host=host, free_ports=True, tls=tls)
+        return cls(name, store_dir, port=free_port(host), http_port=free_port(MONITOR_HOST), users=users, host=host, free_ports=True, tls=tls)
 
     @property
     def url(self) -> str:
         return f"nats://{self.host}:{self.port}"
+
+    @property
+    def monitor_url(self) -> str:
+        """The health check's base URL, reachable from this machine (or host) only."""
+        return f"http://{MONITOR_HOST}:{self.http_port}"
 
     @property
     def config_path(self) -> Path:
@@ -152,7 +162,7 @@ class NatsServer:
             tls = f'tls {{\n  cert_file: "{cert}"\n  key_file: "{key}"\n  timeout: 5\n}}\n'
         return tls + f"""server_name: "{check_name(self.name, 'server name')}"
 listen: "{self.host}:{self.port}"
-http: "{self.host}:{self.http_port}"
+http: "{MONITOR_HOST}:{self.http_port}"
 jetstream {{
   store_dir: "{self.store_dir}"
   max_memory_store: 64MB
@@ -173,7 +183,7 @@ accounts {{
             try:
                 return self._start(timeout_s)
             except _PortTaken:
-                self.port, self.http_port = free_port(self.host), free_port(self.host)
+                self.port, self.http_port = free_port(self.host), free_port(MONITOR_HOST)
         return self._start(timeout_s)
 
     def _start(self, timeout_s: float) -> NatsServer:
@@ -192,7 +202,7 @@ accounts {{
                 error = _PortTaken if "address already in use" in said else BrokerError
                 raise error(f"nats-server {self.name} exited with {self.process.returncode}: {said[-2000:]}")
             try:
-                if httpx.get(f"http://{self.host}:{self.http_port}/healthz", timeout=1.0).status_code == 200:
+                if httpx.get(f"{self.monitor_url}/healthz", timeout=1.0).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
@@ -220,7 +230,7 @@ accounts {{
         import httpx
 
         try:
-            return httpx.get(f"http://{self.host}:{self.http_port}/varz", timeout=1.0).json().get("config_load_time")
+            return httpx.get(f"{self.monitor_url}/varz", timeout=1.0).json().get("config_load_time")
         except (httpx.HTTPError, ValueError):
             return None
 

@@ -32,3 +32,18 @@ def test_a_server_on_given_ports_fails_naming_the_port(tmp_path, taken):
     server = NatsServer("a", tmp_path / "store", port=taken, http_port=taken, users=[User("a", secrets.token_urlsafe(16))])
     with pytest.raises(BrokerError, match=f"127.0.0.1:{taken}.*address already in use"):
         server.start()
+
+
+def test_the_health_check_answers_on_the_loopback_address_only_not_where_clients_connect(tmp_path):
+    # Clients connect at 127.0.0.2 (a loopback address of its own, as a host's address would
+    # be); the monitoring pages (`/varz`, `/connz`: the server's clients and configuration)
+    # answer on 127.0.0.1 only.
+    import httpx
+
+    with NatsServer.on_free_ports("a", tmp_path / "store", [User("a", secrets.token_urlsafe(16))], host="127.0.0.2") as server:
+        assert server.url.startswith("nats://127.0.0.2:")
+        assert httpx.get(f"http://127.0.0.1:{server.http_port}/healthz", timeout=5).status_code == 200
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"http://127.0.0.2:{server.http_port}/varz", timeout=5)
+        with socket.create_connection(("127.0.0.2", server.port), timeout=5):
+            pass  # where clients connect
