@@ -10,17 +10,27 @@ by the difference. Every HTTP request an agent makes goes through one counting t
 With an HA mode (`ha_mode`), the contracts carry it and the agents run their HA duties:
 replicas are placed and dropped in the registry as tasks move, while the simulated host
 runs no replica and ships no delta (there is no data to copy).
+
+With several processes (`processes`), the agents are split into blocks, one per process, so
+that the agents' own CPU (the state machine, JSON, httpx) is not one interpreter's: each
+process registers its block's participants and their contracts, a ring within the block
+(handovers stay calls in its process), warms its agents up, and once every block is warm
+all tick at once; the figures add up over the processes. The registry's CPU and its counts
+of offers and movements are read around that common run.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import multiprocessing
+import queue
 import re
 import random
 import statistics
 import threading
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -143,7 +153,8 @@ class Settings:
     heartbeat_s: float = 1.0
     warmup_s: float = 10.0  # run before counting: agents read everything once, then only changes
     period_s: float = 7.0
-    threads: int = 32
+    threads: int = 32  # per process
+    processes: int = 1
     load_factor: float = 0.8  # mean load over threshold
     skew: float = 0.0  # even participants carry load_factor x (1 + skew), odd ones x (1 - skew)
     amplitude: float = 0.5
@@ -154,60 +165,68 @@ class Settings:
 
 def run(url: str, admin_key: str, s: Settings, workdir: Path, progress: Callable[[str, int, int], None] = lambda phase, done, total: None,
         server_cpu: Callable[[], float | None] = lambda: None) -> dict:
-    """Register the participants and their contracts, run the agents for `s.seconds`, and
-    report what the control plane cost."""
+    """Register the participants and their contracts, run the agents for `s.seconds` in
+    `s.processes` processes, and report what the control plane cost."""
     rng = random.Random(s.seed)
-    transport = CountingTransport(s.threads + 8)
-    operator = RegistryClient(url, admin_key, transport=transport, timeout=60.0)
     run_id = f"{rng.randrange(16**6):06x}"
     names = [f"cp{run_id}-{i}" for i in range(s.agents)]
-    cost = MM1Cost.with_threshold(0.63, 1.0)
-    agents: dict[str, Agent] = {}
+    count = min(s.processes, s.agents)
+    blocks = [names[k * s.agents // count:(k + 1) * s.agents // count] for k in range(count)]
+    context = multiprocessing.get_context("spawn")  # the parent holds threads and sockets: no fork
+    messages, go = context.Queue(), context.Event()
+    workers = [context.Process(target=_block, args=(url, admin_key, s, block, s.seed + k, workdir, messages, go), name=f"bpm-agents-{k}", daemon=True)
+               for k, block in enumerate(blocks)]
+    operator = RegistryClient(url, admin_key, timeout=60.0)
+    totals = {"participants": s.agents, "contracts": sum(len(_ring(len(block), s.partners)) for block in blocks), "agents": s.agents}
+    shown: dict[str, dict[int, int]] = {}  # per phase, per block: done
 
-    def fetch(endpoint: str, key: str, epoch: int, token: str) -> bytes:
-        return agents[endpoint.rsplit("/", 1)[-1]].release_to_caller(token, key, epoch)
+    def until(kind: str) -> list[dict]:
+        """Show the blocks' progress until each has sent a message of `kind`; their payloads."""
+        got: dict[int, dict] = {}
+        while len(got) < len(workers):
+            try:
+                k, what, payload = messages.get(timeout=1.0)
+            except queue.Empty:
+                dead = [w for w in workers if w.exitcode is not None]
+                if dead:
+                    raise RuntimeError(f"{dead[0].name} exited ({dead[0].exitcode}) before it sent its {kind}")
+                continue
+            if what == "error":
+                raise RuntimeError(f"block {k} of the agents failed:\n{payload}")
+            if what == "progress":
+                phase, done, total = payload
+                shown.setdefault(phase, {})[k] = done
+                if phase in totals:
+                    progress(phase, sum(shown[phase].values()), totals[phase])
+                else:  # seconds, the same for every block: as far as the slowest
+                    progress(phase, min(shown[phase].values()) if len(shown[phase]) == len(workers) else 0, total)
+            elif what == kind:
+                got[k] = payload
+        return [got[k] for k in sorted(got)]
 
-    keys = {}
-    for i, name in enumerate(names):
-        keys[name] = operator.add_participant(name, f"http://127.0.0.1:1/{name}")["api_key"]
-        progress("participants", i + 1, s.agents)
-    ring = {tuple(sorted((i, (i + k) % s.agents))) for i in range(s.agents) for k in range(1, s.partners + 1) if s.agents > k}
-    pairs = [(names[i], names[j]) for i, j in sorted(ring)]
-    for done, (a, b) in enumerate(pairs, 1):
-        proposed = RegistryClient(url, keys[a], transport=transport).propose(b, 1.0, 1.2, 30.0, ha_mode=s.ha_mode)
-        RegistryClient(url, keys[b], transport=transport).contract_action(proposed["id"], "accept")
-        progress("contracts", done, len(pairs))
-    t0 = time.monotonic()
-    for i, name in enumerate(names):
-        share = s.load_factor * (1 + s.skew if i % 2 == 0 else 1 - s.skew) * 0.63 / s.tasks
-        base = {f"{name}.t{k}": share * rng.uniform(0.5, 1.5) for k in range(s.tasks)}
-        host = SimulatedHost(cost, base, rng.uniform(0, 2 * math.pi), s.wave_s, s.amplitude, clock=lambda: time.monotonic() - t0)
-        config = AgentConfig(
-            name=name, workdir=workdir / name, endpoint=f"http://127.0.0.1:1/{name}",
-            tasks=[OwnTask(f"t{k}", "") for k in range(s.tasks)],  # no input: the hosts are simulated
-            period_s=s.period_s, tick_s=s.tick_s, heartbeat_s=s.heartbeat_s, reference_price=1.0, ha=s.ha_mode != "none",
-            warmup_s=0.0, settle_s=0.0,  # the benchmark warms up itself (--warmup); its hosts are simulated
-            insecure=True,  # its endpoint is no server: simulated hosts hand over in process (`fetch`)
-        )
-        agent = Agent(config, RegistryClient(url, keys[name], transport=transport, timeout=60.0), host, fetch=fetch)
-        agent.connect()
-        agents[name] = agent
-        progress("agents", i + 1, s.agents)
-
-    if s.warmup_s > 0:
-        _schedule(list(agents.values()), dataclasses.replace(s, seconds=s.warmup_s), lambda phase, done, total: progress("warm-up", done, total))
-    errors_before, races_before = sum(a.errors for a in agents.values()), sum(a.races.count for a in agents.values())
-    counts_before = _counts(operator)
-    requests_before, cpu_before, server_errors_before = transport.requests, server_cpu(), transport.server_errors
-    routes_before = Counter(transport.by_route)
-    lateness, durations = _schedule(list(agents.values()), s, progress)
-    requests, cpu_after = transport.requests - requests_before, server_cpu()
-    counts_after = _counts(operator)
-    operator.close()
-    transport.close()
+    try:
+        for worker in workers:
+            worker.start()
+        pairs = sum(until("warm"), [])
+        counts_before, cpu_before = _counts(operator), server_cpu()
+        go.set()
+        parts = until("result")
+        cpu_after = server_cpu()
+        counts_after = _counts(operator)
+    finally:
+        for worker in workers:
+            if not go.is_set():
+                worker.kill()  # set up but never to run: a block failed or the run was interrupted
+            worker.join(timeout=30)
+            if worker.is_alive():
+                worker.kill()
+        operator.close()
     agent_s = s.agents * s.seconds
     registry_cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
-    lateness.sort()
+    lateness = sorted(x for part in parts for x in part["lateness"])
+    durations = [x for part in parts for x in part["durations"]]
+    requests = sum(part["requests"] for part in parts)
+    routes = sum((Counter(part["routes"]) for part in parts), Counter())
     return {
         "agents": s.agents,
         "seconds": s.seconds,
@@ -220,21 +239,98 @@ def run(url: str, admin_key: str, s: Settings, workdir: Path, progress: Callable
         "warmup_s": s.warmup_s,
         "period_s": s.period_s,
         "threads": s.threads,
+        "processes": count,
         "ha_mode": s.ha_mode,
         "ticks": len(lateness),
         "tick_lateness_p50_s": round(statistics.median(lateness), 3) if lateness else None,
         "tick_lateness_p99_s": round(lateness[min(len(lateness) - 1, int(0.99 * len(lateness)))], 3) if lateness else None,
         "tick_duration_p50_s": round(statistics.median(durations), 4) if durations else None,
         "requests_per_agent_s": round(requests / agent_s, 2),
-        "requests_per_agent_s_by_route": {route: round(n / agent_s, 3) for route, n in (transport.by_route - routes_before).most_common()},
+        "requests_per_agent_s_by_route": {route: round(n / agent_s, 3) for route, n in routes.most_common()},
         "registry_cpu_s_per_agent_s": None if registry_cpu is None else round(registry_cpu / agent_s, 4),
         "offers_per_s": round((counts_after[0] - counts_before[0]) / s.seconds, 2),
         "movements_per_s": round((counts_after[1] - counts_before[1]) / s.seconds, 2),
-        "errors": sum(a.errors for a in agents.values()) - errors_before + transport.server_errors - server_errors_before,
-        "server_errors": transport.server_errors - server_errors_before,
+        "errors": sum(part["errors"] for part in parts),
+        "server_errors": sum(part["server_errors"] for part in parts),
         # Steps that lost a race with a change not read yet (a 409): the agent reads again, not an error.
-        "races": sum(a.races.count for a in agents.values()) - races_before,
+        "races": sum(part["races"] for part in parts),
     }
+
+
+def _block(url: str, admin_key: str, s: Settings, names: list[str], seed: int, workdir: Path, messages: Any, go: Any) -> None:
+    """One process's block of agents (see the module text): sends ("warm", its contracts)
+    once its agents are warm, runs them once `go` is set, and sends ("result", its figures)."""
+    k = seed - s.seed
+
+    def progress(phase: str, done: int, total: int) -> None:
+        messages.put((k, "progress", (phase, done, total)))
+
+    try:
+        transport = CountingTransport(s.threads + 8)
+        agents, pairs = _set_up(url, admin_key, s, names, random.Random(seed), workdir, transport, progress)
+        if s.warmup_s > 0:
+            _schedule(list(agents.values()), dataclasses.replace(s, seconds=s.warmup_s), lambda phase, done, total: progress("warm-up", done, total))
+        messages.put((k, "warm", pairs))
+        go.wait()
+        errors_before, races_before = sum(a.errors for a in agents.values()), sum(a.races.count for a in agents.values())
+        requests_before, server_errors_before, routes_before = transport.requests, transport.server_errors, Counter(transport.by_route)
+        lateness, durations = _schedule(list(agents.values()), s, progress)
+        messages.put((k, "result", {
+            "lateness": lateness, "durations": durations,
+            "requests": transport.requests - requests_before,
+            "routes": dict(transport.by_route - routes_before),
+            "errors": sum(a.errors for a in agents.values()) - errors_before + transport.server_errors - server_errors_before,
+            "server_errors": transport.server_errors - server_errors_before,
+            "races": sum(a.races.count for a in agents.values()) - races_before,
+        }))
+        transport.close()
+    except Exception:
+        messages.put((k, "error", traceback.format_exc()))
+
+
+def _set_up(url: str, admin_key: str, s: Settings, names: list[str], rng: random.Random, workdir: Path, transport: CountingTransport,
+            progress: Callable[[str, int, int], None]) -> tuple[dict[str, Agent], list[tuple[str, str]]]:
+    """Register `names` and their contracts (each with the next `s.partners` on a ring of
+    them) and connect their agents, over simulated hosts; the agents and the pairs."""
+    operator = RegistryClient(url, admin_key, transport=transport, timeout=60.0)
+    cost = MM1Cost.with_threshold(0.63, 1.0)
+    agents: dict[str, Agent] = {}
+
+    def fetch(endpoint: str, key: str, epoch: int, token: str) -> bytes:
+        return agents[endpoint.rsplit("/", 1)[-1]].release_to_caller(token, key, epoch)
+
+    keys = {}
+    for i, name in enumerate(names):
+        keys[name] = operator.add_participant(name, f"http://127.0.0.1:1/{name}")["api_key"]
+        progress("participants", i + 1, len(names))
+    pairs = [(names[i], names[j]) for i, j in _ring(len(names), s.partners)]
+    for done, (a, b) in enumerate(pairs, 1):
+        proposed = RegistryClient(url, keys[a], transport=transport).propose(b, 1.0, 1.2, 30.0, ha_mode=s.ha_mode)
+        RegistryClient(url, keys[b], transport=transport).contract_action(proposed["id"], "accept")
+        progress("contracts", done, len(pairs))
+    operator.close()
+    t0 = time.monotonic()
+    for i, name in enumerate(names):
+        share = s.load_factor * (1 + s.skew if int(name.rsplit("-", 1)[1]) % 2 == 0 else 1 - s.skew) * 0.63 / s.tasks
+        base = {f"{name}.t{k}": share * rng.uniform(0.5, 1.5) for k in range(s.tasks)}
+        host = SimulatedHost(cost, base, rng.uniform(0, 2 * math.pi), s.wave_s, s.amplitude, clock=lambda: time.monotonic() - t0)
+        config = AgentConfig(
+            name=name, workdir=workdir / name, endpoint=f"http://127.0.0.1:1/{name}",
+            tasks=[OwnTask(f"t{k}", "") for k in range(s.tasks)],  # no input: the hosts are simulated
+            period_s=s.period_s, tick_s=s.tick_s, heartbeat_s=s.heartbeat_s, reference_price=1.0, ha=s.ha_mode != "none",
+            warmup_s=0.0, settle_s=0.0,  # the benchmark warms up itself (--warmup); its hosts are simulated
+            insecure=True,  # its endpoint is no server: simulated hosts hand over in process (`fetch`)
+        )
+        agent = Agent(config, RegistryClient(url, keys[name], transport=transport, timeout=60.0), host, fetch=fetch)
+        agent.connect()
+        agents[name] = agent
+        progress("agents", i + 1, len(names))
+    return agents, pairs
+
+
+def _ring(n: int, partners: int) -> list[tuple[int, int]]:
+    """The contracts of `n` participants on a ring, each with the next `partners`: index pairs."""
+    return sorted({tuple(sorted((i, (i + k) % n))) for i in range(n) for k in range(1, partners + 1) if n > k})
 
 
 def _dues(first: float, end: float, every: float) -> list[float]:

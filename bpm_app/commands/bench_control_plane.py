@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 from typing import Annotated
@@ -22,7 +23,9 @@ def bench_control_plane_command(
     heartbeat: Annotated[float, typer.Option(min=0.1, help="Each agent's heartbeat, seconds: how often it hears of changes.")] = 1.0,
     warmup: Annotated[float, typer.Option(min=0.0, help="Seconds the agents run before anything is counted.")] = 10.0,
     period: Annotated[float, typer.Option(min=0.1, help="Each agent's mechanism period, seconds.")] = 7.0,
-    threads: Annotated[int, typer.Option(min=1, help="Threads that tick the agents.")] = 32,
+    threads: Annotated[int, typer.Option(min=1, help="Threads that tick the agents, in each process.")] = 32,
+    processes: Annotated[int | None, typer.Option(min=1, help="Processes the agents run in, each a block of them with contracts "
+                                                  "among themselves (default: one per CPU).")] = None,
     database_url: Annotated[str | None, typer.Option(help="Database of the registry started for the run (default: a temporary SQLite file).")] = None,
     workers: Annotated[int, typer.Option(min=1, help="Worker processes of the registry.")] = 1,
     port: Annotated[int, typer.Option(help="Port of the registry started for the run.")] = 8798,
@@ -42,6 +45,7 @@ def bench_control_plane_command(
     from bpm_app.progress import progress
 
     settings = Settings(agents=agents, seconds=seconds, tasks=tasks, tick_s=tick, heartbeat_s=heartbeat, warmup_s=warmup, period_s=period, threads=threads,
+                        processes=processes or os.cpu_count() or 1,
                         load_factor=load_factor, skew=skew, amplitude=amplitude, seed=seed, ha_mode=ha_mode.value)
     with tempfile.TemporaryDirectory(prefix="bpm-bench-") as tmp:
         database_url = database_url or f"sqlite:///{Path(tmp) / 'bench.db'}"

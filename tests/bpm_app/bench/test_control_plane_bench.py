@@ -17,7 +17,7 @@ BPM = str(Path(sys.executable).with_name("bpm"))
 
 
 def _bench(*options: str) -> dict:
-    out = subprocess.run([BPM, "bench", "control-plane", "--port", str(free_port()), "--json", *options], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([BPM, "bench", "control-plane", "--port", str(free_port()), "--json", "--processes", "1", *options], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
@@ -53,3 +53,14 @@ def test_in_steady_state_an_agent_makes_one_request_per_heartbeat():
     assert result["errors"] == 0 and result["offers_per_s"] == 0
     assert result["ticks"] >= 4 * 6 / 0.5 * 0.9
     assert 0.4 <= result["requests_per_agent_s"] <= 0.5 + 0.1, result
+
+
+def test_agents_in_several_processes_trade_within_their_blocks_and_every_block_is_counted():
+    # Two blocks of two agents, each block a contract between an overloaded participant (the
+    # even one) and one with room: load moves, and the ticks of every agent of both are counted.
+    result = _bench("--agents", "4", "--processes", "2", "--seconds", "5", "--warmup", "1", "--period", "0.5", "--load-factor", "0.9",
+                    "--skew", "0.5", "--amplitude", "0")
+    assert result["processes"] == 2 and result["contracts"] == 2 and result["errors"] == 0, result
+    assert 4 * 5 / 0.5 * 0.9 <= result["ticks"] <= 4 * 5 / 0.5 + 4, "each agent of both blocks ticks every 0.5 s"
+    assert result["movements_per_s"] > 0
+    assert result["requests_per_agent_s"] > 1 / 1.0 and result["registry_cpu_s_per_agent_s"] > 0
