@@ -83,7 +83,7 @@ from spark_agents.broker.source import JetStreamInput
 from spark_agents.correlation import Correlation, Endpoint, ask_alerts_credentials
 from spark_agents.credentials import Credentials, write_private
 from spark_agents.ha_agent import HADuties
-from spark_agents.races import Races
+from spark_agents.races import Races, Refused
 from spark_agents.regrain import Regrain
 from spark_agents.settings import default
 from spark_agents.tls import Peers
@@ -777,7 +777,7 @@ class Agent:
     def ack_from_caller(self, token: str | None, key: str, epoch: int, seq: int) -> None:
         """A partner's acknowledgement of my stream for task `key` (`spark_agents.broker.inputs.SentAcks`):
         taken from whoever the registry's token says hosts the task at `epoch`, if my last read
-        of the registry agrees (PermissionError otherwise), for a sequence my stream has (ValueError otherwise)."""
+        of the registry agrees (`Refused` otherwise), for a sequence my stream has (ValueError otherwise)."""
         from spark_agents.ha.roles import consumer_name
 
         if self.broker is None:
@@ -787,7 +787,7 @@ class Agent:
         if task is None or not is_location(task.get("input_uri") or ""):
             raise LookupError(f"{key} is not a task of {self.config.name}'s on its broker")
         if task["host"] != caller or task["epoch"] != epoch:
-            raise PermissionError(f"{key} runs at {task['host']} at epoch {task['epoch']}, not at {caller} at {epoch}")
+            raise Refused(f"{key} runs at {task['host']} at epoch {task['epoch']}, not at {caller} at {epoch}")
         retention = self.broker.retention()
         if seq > retention.broker.last_seq():
             raise ValueError(f"sequence {seq} is past the end of {self.config.name}'s stream")
@@ -820,7 +820,7 @@ class Agent:
         """The credentials of my broker for whoever the registry's token says hosts my task
         `key` at `epoch`, or holds an active-standby replica of it (TokenRefused if nobody it
         vouches for): its user, now allowed to read the task's key groups and, for the host,
-        write its results. PermissionError when the registry places the task elsewhere now
+        write its results. `Refused` when the registry places the task elsewhere now
         and the caller holds no replica; LookupError when I run no broker or the task is not mine."""
         if self.broker is None:
             raise LookupError(f"{self.config.name} runs no broker")
@@ -832,7 +832,7 @@ class Agent:
         hosts = current["host"] == caller and current["epoch"] == epoch
         if not hosts and not any(r["participant"] == caller and r["state"] == "active" and r["role"] == "active_standby"
                                  for r in self.client.replicas(task_id=task_id)):
-            raise PermissionError(f"the registry gives {key} to {current['host']} at epoch {current['epoch']}, not to {caller} at {epoch}, "
+            raise Refused(f"the registry gives {key} to {current['host']} at epoch {current['epoch']}, not to {caller} at {epoch}, "
                                   f"and {caller} holds no active-standby replica of it")
         if not is_location(current.get("input_uri") or ""):
             raise LookupError(f"{key} reads no broker stream")
@@ -893,12 +893,12 @@ class Agent:
     def alerts_credentials_to_caller(self, token: str | None) -> dict[str, str]:
         """The credentials of my broker with which a contract partner reads the alerts I share:
         the caller shows the registry's token (purpose `alerts`). LookupError when I share
-        none; PermissionError when my last read of my contracts has none in force with it."""
+        none; `Refused` when my last read of my contracts has none in force with it."""
         if not self.config.correlate or self.broker is None:
             raise LookupError(f"{self.config.name} shares no alerts")
         caller = self.credentials.verify(token, "alerts", None, None).caller
         if caller not in {c.partner for c in self._contracts}:
-            raise PermissionError(f"{self.config.name} has no contract in force with {caller}")
+            raise Refused(f"{self.config.name} has no contract in force with {caller}")
         with self._lock:
             self._alert_readers.add(caller)
             readers = set(self._alert_readers)
@@ -941,7 +941,7 @@ class Agent:
             task_id = self._task_ids[key] = found[0]["id"]
         current = self.client.request("GET", f"/tasks/{task_id}")
         if current["host"] != to or current["epoch"] != epoch:
-            raise PermissionError(f"the registry gives {key} to {current['host']} at epoch {current['epoch']}, not to {to} at {epoch}")
+            raise Refused(f"the registry gives {key} to {current['host']} at epoch {current['epoch']}, not to {to} at {epoch}")
         self._release_locally(key, epoch)
         with self._lock:
             if key in self.hosting() or key in self._stopping:

@@ -56,6 +56,7 @@ from bpm.ha.machine import (
 )
 from spark_agents import handover
 from spark_agents.ha.roles import PassiveBackup, consumer_name
+from spark_agents.races import Refused
 
 if TYPE_CHECKING:
     from spark_agents.agent import Agent, Seen
@@ -65,7 +66,7 @@ FIRST_OUTPUT_WAIT_S = 60.0
 PROBE_S = 1.0  # how long the origin waits for a silent host's own answer before it fails its tasks over
 
 
-class NotHolder(PermissionError):
+class NotHolder(Refused):
     """A delta for a task this participant holds no active passive replica of (at that epoch)."""
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 
 from spark_agents.checkpoint import restart_files
+from spark_agents.races import Refused
 
 EPOCH_FILE = ".bpm-epoch"
 
@@ -156,7 +157,7 @@ def fetch(endpoint: str, task_key: str, epoch: int, token: str, *, timeout_s: fl
                     return body
                 last = f"{response.status_code}: {body[:200].decode(errors='replace')}"
                 if response.status_code == 409:  # the registry, read by the previous host just now, places the task elsewhere
-                    raise PermissionError(f"{endpoint} refuses the checkpoint of {task_key} at epoch {epoch}: {last}")
+                    raise Refused(f"{endpoint} refuses the checkpoint of {task_key} at epoch {epoch}: {last}")
                 if response.status_code not in (404, 503):
                     break
             time.sleep(poll_s)

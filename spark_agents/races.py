@@ -4,8 +4,9 @@ such a step from an error, and handles it.
 A step is taken on what the agent last read; by the time it reaches the registry or a
 partner, that may no longer be true: the task moved on or its epoch changed, the offer was
 answered or withdrawn, the replica was dropped, another agent's failover won. The registry
-then refuses with 409, a partner with a `PermissionError`. That is not an error: the agent
-counts it, reads again what the step depended on, and its next tick acts on what is now true.
+then refuses with 409, a partner with `Refused`. That is not an error: the agent counts it,
+reads again what the step depended on, and its next tick acts on what is now true. Any other
+`PermissionError` (a file this agent may not write, say) is an error.
 """
 
 from __future__ import annotations
@@ -17,10 +18,15 @@ from dataclasses import dataclass, field
 from bpm_http.client import RegistryError
 
 
+class Refused(PermissionError):
+    """A partner refused a step, or this agent a partner's call (the server answers it with
+    409), because the registry, as last read, says something else is true now."""
+
+
 def lost_race(exc: BaseException, also: Collection[int] = ()) -> bool:
     """Whether `exc` says that a step lost a race: a partner refused it, or the registry did
     with 409 (or one of the statuses `also` that the step's caller reads the same way)."""
-    return isinstance(exc, PermissionError) or isinstance(exc, RegistryError) and (exc.status == 409 or exc.status in also)
+    return isinstance(exc, Refused) or isinstance(exc, RegistryError) and (exc.status == 409 or exc.status in also)
 
 
 @dataclass
@@ -57,7 +63,7 @@ class Races:
         lost = Lost()
         try:
             yield lost
-        except (PermissionError, RegistryError) as exc:
+        except (Refused, RegistryError) as exc:
             if not lost_race(exc, also):
                 raise
             lost.exc = exc

@@ -25,6 +25,7 @@ from bpm_http.web import harden
 from spark_agents.ha.delta import DeltaRefused
 from spark_agents.ha_agent import NotHolder
 from spark_agents.handover import MAX_ARCHIVE_BYTES, HandoverNotReady
+from spark_agents.races import Refused
 
 if TYPE_CHECKING:
     from spark_agents.agent import Agent
@@ -111,7 +112,7 @@ def create_agent_app(agent: Agent, host: SparkHost | None = None) -> FastAPI:
     def handover(task_key: TaskKey, epoch: int = Query(ge=0, le=2**63 - 1), authorization: Annotated[str | None, Header()] = None):
         """Stop the task here at a batch boundary and return its checkpoint (tar.gz) to its new
         host: the caller shows the registry's token for this handover (task, epoch, both parties)."""
-        with _refusals((PermissionError, 409), (HandoverNotReady, 503)):
+        with _refusals((Refused, 409), (HandoverNotReady, 503)):
             data = agent.release_to_caller(bearer(authorization), task_key, epoch)
         return Response(data, media_type="application/gzip")
 
@@ -120,7 +121,7 @@ def create_agent_app(agent: Agent, host: SparkHost | None = None) -> FastAPI:
         """The credentials with which the host of this participant's task reads the task's key
         groups of its broker stream and writes its results there: the caller shows the
         registry's token for this call (purpose `stream`, the task and its epoch)."""
-        with _refusals((PermissionError, 409), (LookupError, 404)):
+        with _refusals((Refused, 409), (LookupError, 404)):
             return agent.stream_credentials_to_caller(bearer(authorization), task_key, epoch)
 
     @app.get("/alerts/credentials", responses=_REFUSED)
@@ -128,7 +129,7 @@ def create_agent_app(agent: Agent, host: SparkHost | None = None) -> FastAPI:
         """The credentials with which a contract partner reads the alerts this participant
         shares (`bpm agent run --correlate`): the caller shows the registry's token for this
         call (purpose `alerts`, issued only between the parties of a contract in force)."""
-        with _refusals((PermissionError, 403), (LookupError, 404)):
+        with _refusals((Refused, 403), (LookupError, 404)):
             return agent.alerts_credentials_to_caller(bearer(authorization))
 
     @app.post("/broker/{task_key}/ack", status_code=204, responses=_REFUSED)
@@ -137,7 +138,7 @@ def create_agent_app(agent: Agent, host: SparkHost | None = None) -> FastAPI:
         """The task's host acknowledges this participant's stream up to sequence `seq` for the
         task (its input before that is no longer needed for the task's HA mode): the caller
         shows the registry's token for the task's stream (purpose `stream`, the task and its epoch)."""
-        with _refusals((PermissionError, 409), (LookupError, 404), (ValueError, 422)):
+        with _refusals((Refused, 409), (LookupError, 404), (ValueError, 422)):
             agent.ack_from_caller(bearer(authorization), task_key, epoch, seq)
         return Response(status_code=204)
 

@@ -29,6 +29,7 @@ from spark_agents.broker.server import NatsServer, User
 from spark_agents.broker.subjects import consumer_tag, partner_user
 from spark_agents.broker.source import JetStreamInput
 from spark_agents.credentials import write_private
+from spark_agents.races import Refused
 from spark_agents.tls import OwnCertificate
 
 # partner -> (task key, key-group prefix, whether it writes the task's results: it hosts it) it may read
@@ -252,8 +253,8 @@ def ask_credentials(endpoint: str, key: str, epoch: int, token: str, me: str, *,
     origin's stream: asked of the origin's agent at `endpoint` with the registry's token for
     the call (purpose `stream`). What the origin answers is checked before use: the user
     must be `me`, the password a plain token. A refusal because the registry places the
-    task elsewhere now is a PermissionError (a lost race); anything else a RuntimeError."""
+    task elsewhere now is `Refused` (a lost race); anything else a RuntimeError."""
     what = f"the stream of {key} at epoch {epoch}"
-    body = ask_agent(endpoint, f"/broker/{key}", token, what, me, params={"epoch": epoch}, refusals={409: PermissionError},
+    body = ask_agent(endpoint, f"/broker/{key}", token, what, me, params={"epoch": epoch}, refusals={409: Refused},
                      timeout_s=timeout_s, verify=verify)
     return body["user"], body["password"]

@@ -3,7 +3,7 @@
 import pytest
 
 from bpm_http.client import RegistryError
-from spark_agents.races import Races, lost_race
+from spark_agents.races import Races, Refused, lost_race
 
 
 def _races():
@@ -11,7 +11,7 @@ def _races():
     return Races(lambda kind, message: notes.append((kind, message)), reread.update), notes, reread
 
 
-@pytest.mark.parametrize("exc", [RegistryError(409, "offer #3 is already accepted"), PermissionError("b refuses the checkpoint")])
+@pytest.mark.parametrize("exc", [RegistryError(409, "offer #3 is already accepted"), Refused("b refuses the checkpoint")])
 def test_a_refusal_by_the_registry_or_a_partner_is_a_lost_race(exc):
     races, notes, reread = _races()
     with races.lost("offer of tasks ['1'] to b") as lost:
@@ -21,7 +21,8 @@ def test_a_refusal_by_the_registry_or_a_partner_is_a_lost_race(exc):
     assert notes == [("agent.race", f"offer of tasks ['1'] to b: {exc}; reading again")]
 
 
-@pytest.mark.parametrize("exc", [RegistryError(422, "caps leave the contract's range"), RegistryError(500, "boom"), ValueError("bad")])
+@pytest.mark.parametrize("exc", [RegistryError(422, "caps leave the contract's range"), RegistryError(500, "boom"), ValueError("bad"),
+                                 PermissionError(13, "Permission denied", "/var/lib/bpm/a/checkpoints")])
 def test_any_other_failure_passes_through_untouched(exc):
     races, notes, reread = _races()
     with pytest.raises(type(exc)):
