@@ -14,8 +14,9 @@ runs no replica and ships no delta (there is no data to copy).
 With several processes (`processes`), the agents are split into blocks, one per process, so
 that the agents' own CPU (the state machine, JSON, httpx) is not one interpreter's: each
 process registers its block's participants and their contracts, a ring within the block
-(handovers stay calls in its process), warms its agents up, and once every block is warm
-all tick at once; the figures add up over the processes. The registry's CPU and its counts
+(handovers stay calls in its process), warms its agents up and keeps them ticking, and once
+every block is warm the counted run begins in all at once; the figures add up over the
+processes. The registry's CPU and its counts
 of offers and movements are read around that common run.
 """
 
@@ -174,7 +175,7 @@ def run(url: str, admin_key: str, s: Settings, workdir: Path, progress: Callable
     blocks = [names[k * s.agents // count:(k + 1) * s.agents // count] for k in range(count)]
     context = multiprocessing.get_context("spawn")  # the parent holds threads and sockets: no fork
     messages, go = context.Queue(), context.Event()
-    workers = [context.Process(target=_block, args=(url, admin_key, s, block, s.seed + k, workdir, messages, go), name=f"bpm-agents-{k}", daemon=True)
+    workers = [context.Process(target=_block, args=(url, admin_key, s, k, block, workdir, messages, go), name=f"bpm-agents-{k}", daemon=True)
                for k, block in enumerate(blocks)]
     operator = RegistryClient(url, admin_key, timeout=60.0)
     totals = {"participants": s.agents, "contracts": sum(len(_ring(len(block), s.partners)) for block in blocks), "agents": s.agents}
@@ -257,21 +258,22 @@ def run(url: str, admin_key: str, s: Settings, workdir: Path, progress: Callable
     }
 
 
-def _block(url: str, admin_key: str, s: Settings, names: list[str], seed: int, workdir: Path, messages: Any, go: Any) -> None:
-    """One process's block of agents (see the module text): sends ("warm", its contracts)
-    once its agents are warm, runs them once `go` is set, and sends ("result", its figures)."""
-    k = seed - s.seed
+def _block(url: str, admin_key: str, s: Settings, k: int, names: list[str], workdir: Path, messages: Any, go: Any) -> None:
+    """Block `k` of the agents, in a process of its own (see the module text): sends ("warm",
+    its contracts) once its agents are warm and ticks them on until `go` is set (the other
+    blocks may still be setting up: an agent that stopped would miss its heartbeats and be
+    counted failed), then runs them for `s.seconds` and sends ("result", its figures)."""
 
     def progress(phase: str, done: int, total: int) -> None:
         messages.put((k, "progress", (phase, done, total)))
 
     try:
         transport = CountingTransport(s.threads + 8)
-        agents, pairs = _set_up(url, admin_key, s, names, random.Random(seed), workdir, transport, progress)
+        agents, pairs = _set_up(url, admin_key, s, names, random.Random(s.seed + k), workdir, transport, progress)
         if s.warmup_s > 0:
             _schedule(list(agents.values()), dataclasses.replace(s, seconds=s.warmup_s), lambda phase, done, total: progress("warm-up", done, total))
         messages.put((k, "warm", pairs))
-        go.wait()
+        _schedule(list(agents.values()), s, progress, stop=go)
         errors_before, races_before = sum(a.errors for a in agents.values()), sum(a.races.count for a in agents.values())
         requests_before, server_errors_before, routes_before = transport.requests, transport.server_errors, Counter(transport.by_route)
         lateness, durations = _schedule(list(agents.values()), s, progress)
@@ -342,18 +344,19 @@ def _counts(operator: RegistryClient) -> tuple[int, int]:
     return len(operator.offers()), len(operator.movements())
 
 
-def _schedule(agents: list[Agent], s: Settings, progress: Callable[[str, int, int], None]) -> tuple[list[float], list[float]]:
+def _schedule(agents: list[Agent], s: Settings, progress: Callable[[str, int, int], None], stop: Any = None) -> tuple[list[float], list[float]]:
     """Tick every agent every `tick_s` for `seconds` on a pool of threads, each thread taking
     its share of the agents in turn, their first ticks spread over one interval. A tick that
     starts after its due time is late by the difference, and its agent's next tick is due
     one interval after the one it missed: a control plane that cannot keep up shows as
     lateness that grows. The run ends on time; ticks still due then count as late by the
-    time left. Returns each tick's lateness and duration."""
+    time left. With `stop` (an event), the run ends once it is set instead, and counts
+    nothing of the ticks still due. Returns each tick's lateness and duration."""
     lateness: list[float] = []
     durations: list[float] = []
     lock = threading.Lock()
     start = time.monotonic() + 1.0
-    end = start + s.seconds
+    end = math.inf if stop is not None else start + s.seconds
 
     with ThreadPoolExecutor(max_workers=s.threads, thread_name_prefix="bpm-agent") as pool:
         step = s.tick_s / max(len(agents), 1)
@@ -361,7 +364,7 @@ def _schedule(agents: list[Agent], s: Settings, progress: Callable[[str, int, in
 
         def run_group(group: list[Agent], base: float) -> None:
             due = {id(a): start + base + k * step * s.threads for k, a in enumerate(group)}
-            while True:
+            while stop is None or not stop.is_set():
                 agent = min(group, key=lambda a: due[id(a)])
                 when = due[id(agent)]
                 if when >= end:
@@ -383,7 +386,8 @@ def _schedule(agents: list[Agent], s: Settings, progress: Callable[[str, int, in
 
         futures = [pool.submit(run_group, group, g * step) for g, group in enumerate(groups)]
         while not all(f.done() for f in futures):
-            progress("running", int(min(s.seconds, max(0.0, time.monotonic() - start))), int(s.seconds))
+            if stop is None:
+                progress("running", int(min(s.seconds, max(0.0, time.monotonic() - start))), int(s.seconds))
             time.sleep(0.5)
         for f in futures:
             f.result()
