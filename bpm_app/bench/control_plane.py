@@ -251,6 +251,7 @@ def run(url: str, admin_key: str, s: Settings, workdir: Path, progress: Callable
         "registry_cpu_s_per_agent_s": None if registry_cpu is None else round(registry_cpu / agent_s, 4),
         "offers_per_s": round((counts_after[0] - counts_before[0]) / s.seconds, 2),
         "movements_per_s": round((counts_after[1] - counts_before[1]) / s.seconds, 2),
+        "movements_before": counts_before[1],  # made in the warm-up, before anything was counted
         "errors": sum(part["errors"] for part in parts),
         "server_errors": sum(part["server_errors"] for part in parts),
         # Steps that lost a race with a change not read yet (a 409): the agent reads again, not an error.

@@ -57,10 +57,11 @@ def test_in_steady_state_an_agent_makes_one_request_per_heartbeat():
 
 def test_agents_in_several_processes_trade_within_their_blocks_and_every_block_is_counted():
     # Two blocks of two agents, each block a contract between an overloaded participant (the
-    # even one) and one with room: load moves, and the ticks of every agent of both are counted.
+    # even one) and one with room: load moves (in the warm-up, as the first block waits for the
+    # second, or later), and the ticks of every agent of both are counted.
     result = _bench("--agents", "4", "--processes", "2", "--seconds", "5", "--warmup", "1", "--period", "0.5", "--load-factor", "0.9",
                     "--skew", "0.5", "--amplitude", "0")
     assert result["processes"] == 2 and result["contracts"] == 2 and result["errors"] == 0, result
     assert 4 * 5 / 0.5 * 0.9 <= result["ticks"] <= 4 * 5 / 0.5 + 4, "each agent of both blocks ticks every 0.5 s"
-    assert result["movements_per_s"] > 0
-    assert result["requests_per_agent_s"] > 1 / 1.0 and result["registry_cpu_s_per_agent_s"] > 0
+    assert result["movements_before"] + result["movements_per_s"] * 5 >= 2, "a movement in each block at least"
+    assert result["requests_per_agent_s"] >= 0.9 and result["registry_cpu_s_per_agent_s"] > 0, "a heartbeat a second from each agent"
