@@ -49,8 +49,9 @@ class Contract(Base):
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    proposer_id: Mapped[int] = mapped_column(ForeignKey("participants.id"))
-    counterparty_id: Mapped[int] = mapped_column(ForeignKey("participants.id"))
+    # Indexed: a heartbeat reads its participant's partners by them.
+    proposer_id: Mapped[int] = mapped_column(ForeignKey("participants.id"), index=True)
+    counterparty_id: Mapped[int] = mapped_column(ForeignKey("participants.id"), index=True)
     last_proposed_by_id: Mapped[int] = mapped_column(ForeignKey("participants.id"))
     pair_lo: Mapped[int] = mapped_column(Integer)
     pair_hi: Mapped[int] = mapped_column(Integer)

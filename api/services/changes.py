@@ -87,9 +87,14 @@ _PENDING = select(_changes.c.id, _changes.c.kind).where(_changes.c.participant_i
 
 
 def involved_tasks(participant_id: int):
-    """Ids of tasks a participant originates, hosts or holds a replica of: what concerns it."""
-    held = select(Replica.task_id).where(Replica.participant_id == participant_id)
-    return select(Task.id).where(or_(Task.origin_id == participant_id, Task.host_id == participant_id, Task.id.in_(held)))
+    """Ids of tasks a participant originates, hosts or holds a replica of: what concerns it.
+    A union of three index lookups: one filter with OR over the three read the whole table
+    at every heartbeat, a cost that grew with the federation."""
+    return union(
+        select(Task.id).where(Task.origin_id == participant_id),
+        select(Task.id).where(Task.host_id == participant_id),
+        select(Replica.task_id).where(Replica.participant_id == participant_id),
+    )
 
 
 def _partners_of(me):
