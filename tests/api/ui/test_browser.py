@@ -361,6 +361,8 @@ def test_everything_works_from_the_keyboard(federation, page):
     tab_to("e.textContent === 'Contracts' && e.tagName === 'A'")
     page.keyboard.press("Enter")
     expect(page.locator("#view-contracts")).to_be_visible()
+    # The view lists its contracts once its request answers: tab through it once they are there.
+    expect(page.get_by_label(f"Accept contract #{cid}")).to_be_visible()
     tab_to(f"e.getAttribute('aria-label') === 'Accept contract #{cid}'")
     page.keyboard.press("Enter")
     expect(page.locator("#contract-message")).to_have_text(f"Contract #{cid} is now active.")
