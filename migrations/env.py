@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import pool, text
+from sqlalchemy import text
 
 from api import models  # noqa: F401  (registers the tables on Base.metadata)
 from api.db import Base, make_engine

@@ -246,8 +246,8 @@ def test_a_certificate_is_registered_only_by_its_participant_and_only_one_usable
         "a private key": weak.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode(),
         "too long": _pem() + "\n" * certificates.PEM_MAX,
     }
-    for why, text in refusals.items():
-        response = registry.call("PUT", "/participants/alpha/certificate", alpha, json={"certificate": text})
+    for why, pem in refusals.items():
+        response = registry.call("PUT", "/participants/alpha/certificate", alpha, json={"certificate": pem})
         assert response.status_code == 422, why
         assert response.json()["detail"], why
     assert registry.call("POST", "/participants", json={"name": "gamma", "endpoint": "https://x", "certificate": "hello"}).status_code == 422

@@ -116,7 +116,8 @@ def test_an_offer_left_to_expire_by_a_settling_partner_sends_the_next_to_the_oth
     """b settles after changes of its own and answers nothing: a's offer expires, and a turns to
     c, as after a refusal, instead of offering to b, its cheapest partner, again."""
     operator, agents, add, clock = federation
-    a, b, c = add("a", 9), add("b", 1), add("c", 1)
+    a, b = add("a", 9), add("b", 1)
+    add("c", 1)
     _contract(agents, "a", "b")
     _contract(agents, "a", "c")
     b.machine.settle_s, b.machine.changed_s = 1e6, clock.now.timestamp()  # b's tasks keep changing
@@ -169,7 +170,9 @@ def test_a_task_not_measured_here_yet_counts_in_the_load_but_is_not_offered(fede
     """A host counts a task that has just arrived with what its previous host measured, but
     offers it only once it has measured it itself."""
     operator, agents, add, clock = federation
-    a, b, c = add("a", 6), add("b", 1), add("c", 0)
+    add("a", 6)
+    b = add("b", 1)
+    add("c", 0)
     _contract(agents, "a", "b", duration=600.0)
     _contract(agents, "b", "c", duration=600.0)
     for _ in range(4):

@@ -253,8 +253,6 @@ def test_agents_that_correlate_share_their_alerts_and_publish_the_plain_correlat
 def test_a_restarted_correlator_goes_on_from_the_versions_it_published(tmp_path):
     """a's correlator publishes W tentative (b has not shared it), stops; b then shares W and a
     new correlator at a, reading every source's alerts again, publishes W's next version, stable."""
-    import time
-
     from spark_agents.correlation import LiveCorrelator, read_correlated
 
     w = (60, 120)

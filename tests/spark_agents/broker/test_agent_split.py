@@ -14,7 +14,6 @@ from bpm.negotiation import Task
 from bpm.zeek.definitions import QueryParams
 from bpm.zeek.generator import TrafficProfile, generate
 from examples.network_monitoring import expected
-from examples.network_monitoring import query as MONITORING
 from spark_agents.broker.results import broker_outputs, read_results
 from spark_agents.broker.stream import Broker, BrokerStream
 from tests.spark_agents.conns import Feeder
