@@ -300,28 +300,28 @@ def run_agent(
     broker: OwnBroker | None = None,
     prime_s: float = 0.0,
     tls: OwnCertificate | None = None,
+    spark_conf: dict[str, str] | None = None,
 ) -> None:
     """Run until SIGTERM or SIGINT; then stop every task at a batch boundary and exit.
     With `tls`, the agent serves HTTPS with that certificate, which it registers with the
     registry for its partners to pin (`spark_agents.tls`); without, plain HTTP (`--insecure`).
     With `broker`, the participant's own NATS server runs as long as the agent. With
     `prime_s`, its Spark first runs each query it can run over made-up records, for that
-    long in all (`spark_agents.warmup`), before the agent answers or trades."""
+    long in all (`spark_agents.warmup`), before the agent answers or trades. `spark_conf`:
+    Spark settings of the operator's (`bpm agent run --spark-conf`), over the agent's own."""
     import uvicorn
 
     from spark_agents.host import SparkHost
     from spark_agents.hosts import lower_priority, python_first
     from bpm_http.web import KEEP_ALIVE_S
     from spark_agents.server import create_agent_app
-    from spark_agents.session import make_session
+    from spark_agents.session import agent_conf, make_session
     from spark_agents.warmup import prime
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    # A participant may host many moved tasks at once, each with its state store versions
-    # cached in the driver; the default 1 GB heap leaves a local driver little room for that.
-    conf = {"spark.driver.memory": "2g"} if spark_master.startswith("local") else None
+    conf = agent_conf(spark_master, spark_conf)
     # Spark's Python processes first within the participant's CPU quota, importing the installed pyspark.
     os.environ["PYSPARK_PYTHON"] = python_first(config.workdir, sys.executable)
     with contextlib.ExitStack() as cleanup:  # undone in reverse, also when a start fails

@@ -105,6 +105,15 @@ def spark_python(folder: Path, python: str = sys.executable, *, cgroup_procs: Pa
     return str(wrapper)
 
 
+def agent_conf(master: str, given: dict[str, str] | None = None) -> dict[str, str]:
+    """The Spark settings of an agent's session on `master`, beyond `DEFAULT_CONF`: the
+    operator's (`given`, `bpm agent run --spark-conf`) over the agent's own."""
+    # A participant may host many moved tasks at once, each with its state store versions
+    # cached in the driver; the default 1 GB heap leaves a local driver little room for that.
+    own = {"spark.driver.memory": "2g"} if master.startswith("local") else {}
+    return {**own, **(given or {})}
+
+
 def make_session(master: str = "local[*]", app_name: str = "bpm", conf: dict[str, str] | None = None, *, lean: bool = False,
                  driver_host: str = LOOPBACK, bind_address: str | None = None) -> SparkSession:
     """A SparkSession on `master` (`local[*]`, `local[N]`, `spark://host:port`, ...) with the project's defaults;

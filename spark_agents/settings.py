@@ -19,11 +19,18 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettingsSource
 
 from bpm.negotiation import DEFAULT_MARGIN
 
+# Spark settings the agent sets from options of its own (`spark_conf` may not): why not.
+SPARK_OWN_SETTINGS = {
+    "spark.master": "set by --spark-master",
+    "spark.app.name": "the agent names its application after its participant",
+    "spark.driver.host": "set by --spark-driver-host",
+    "spark.driver.bindAddress": "set by --spark-bind-address",
+}
 # Settings that are secrets: never printed (`AgentSettings.toml(secrets=False)`).
 SECRETS = ("key", "admin_key")
 
@@ -63,6 +70,7 @@ class AgentSettings(BaseSettings):
                                           json_schema_extra=_env("BPM_SPARK_DRIVER_HOST"))
     spark_bind_address: str | None = Field(None, description="Address the Spark driver binds (default: --spark-driver-host).",
                                            json_schema_extra=_env("BPM_SPARK_BIND_ADDRESS"))
+    spark_conf: dict[str, str] | None = Field(None, description="A Spark setting of the agent's session, KEY=VALUE (repeatable; in the file a [spark-conf] table), e.g. spark.sql.shuffle.partitions=4, spark.driver.port=7078, spark.executor.memory=2g: what a cluster needs (memory, cores, the driver's ports). Only spark.* keys, and none that an option above sets (the master, the driver's address).")
     key: str | None = Field(None, description="This participant's API key (better in its environment variable than in a file).", json_schema_extra=_env("BPM_KEY"))
     admin_key: str | None = Field(None, description="Operator key, to register the participant on first run.", json_schema_extra=_env("BPM_ADMIN_KEY"))
     workdir: Path | None = Field(None, description="Checkpoints and key file (default ./bpm-agents/NAME).")
@@ -95,6 +103,33 @@ class AgentSettings(BaseSettings):
     correlate: bool = Field(False, description="With --broker-port: share this participant's alerts with its contract partners and correlate them with those they share (per window, sources alerting at two or more participants; tentative while a partner is unreachable).")
     availability_bound: float = Field(10.0, ge=0, description="With --correlate: seconds a window's correlated result waits for a partner's alerts before it is published tentative.")
     log_format: Literal["text", "json"] = Field("text", description="text, or json: one JSON object per line (time, level, logger, message, participant).")
+
+    @field_validator("spark_conf", mode="before")
+    @classmethod
+    def _spark_conf(cls, value: Any) -> Any:
+        """`KEY=VALUE` strings (the command line) or a table (the file), as a table of strings."""
+        if value is None:
+            return None
+        if isinstance(value, (list, tuple)):
+            pairs = []
+            for item in value:
+                key, sep, setting = str(item).partition("=")
+                if not sep or not key.strip():
+                    raise ValueError(f"{item!r} is not KEY=VALUE")
+                pairs.append((key.strip(), setting.strip()))
+        elif isinstance(value, dict):
+            pairs = list(value.items())
+        else:
+            raise ValueError("KEY=VALUE strings, or a table of Spark settings")
+        table = {}
+        for key, setting in pairs:
+            if not isinstance(setting, (str, int, float, bool)):
+                raise ValueError(f"{key}: a Spark setting's value is a string, a number or a boolean")
+            table[str(key)] = str(setting).lower() if isinstance(setting, bool) else str(setting)
+        for key in table:
+            if not key.startswith("spark.") or key in SPARK_OWN_SETTINGS:
+                raise ValueError(f"{key}: " + (SPARK_OWN_SETTINGS[key] if key in SPARK_OWN_SETTINGS else "not a Spark setting (spark.*)"))
+        return table
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
@@ -138,6 +173,8 @@ def _message(error: dict) -> str:
         return "not a setting of bpm agent run (see bpm agent run --help)"
     if error["type"] == "missing":
         return "required: set it in the file or on the command line"
+    if error["type"] == "value_error":  # a validator's own words, without pydantic's prefix
+        return str(error["ctx"]["error"])
     return error["msg"]
 
 

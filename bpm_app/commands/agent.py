@@ -63,7 +63,9 @@ def _options() -> list[inspect.Parameter]:
     params = []
     for name, field in AgentSettings.model_fields.items():
         annotation, default, required = field.annotation, field.default, field.is_required()
-        if get_origin(annotation) is Literal:
+        if dict in {get_origin(a) for a in (annotation, *get_args(annotation))}:
+            annotation = list[str] | None  # a table in the file, KEY=VALUE options here (the setting's validator reads both)
+        elif get_origin(annotation) is Literal:
             annotation = choice(f"Setting_{name}", get_args(annotation))
             default = annotation(default)
         flag = "--" + name.replace("_", "-")
@@ -228,4 +230,4 @@ def _run(s) -> None:
     driver_host, driver_bind = driver_addresses(s.spark_master, s.host, s.spark_driver_host, s.spark_bind_address)
     run_agent(config, registry_url=s.registry, key=api_key, bind_host=s.host, port=s.port, spark_master=s.spark_master,
               driver_host=driver_host, driver_bind=driver_bind, cpus=s.cpus, trigger_s=s.trigger,
-              sample_s=s.sample, cost_model=fixed, broker=broker, prime_s=s.prime, tls=tls)
+              sample_s=s.sample, cost_model=fixed, broker=broker, prime_s=s.prime, tls=tls, spark_conf=s.spark_conf)

@@ -74,7 +74,8 @@ def test_a_missing_file_is_refused(tmp_path):
 
 
 def test_printed_settings_are_a_file_that_runs_the_same_without_its_keys(tmp_path):
-    s = AgentSettings(name="a", key="secret-key", admin_key="operator-key", contract=["b:1:2:30"], correlate=True, cpus=0.4, workdir=Path("/x"))
+    s = AgentSettings(name="a", key="secret-key", admin_key="operator-key", contract=["b:1:2:30"], correlate=True, cpus=0.4, workdir=Path("/x"),
+                      spark_conf={"spark.driver.port": "7078"})
     config = tmp_path / "a.toml"
     config.write_text(s.toml())
     assert AgentSettings.load(config) == s
@@ -122,3 +123,43 @@ def test_every_setting_is_an_option_with_its_help_default_and_environment_variab
         if not field.is_required():
             value = option.default.value if hasattr(option.default, "value") else option.default
             assert value == field.default, name
+
+
+def test_spark_settings_come_from_a_table_in_the_file_or_key_value_options_and_reach_the_agent_s_session(tmp_path, monkeypatch):
+    import spark_agents.runtime as runtime
+    from spark_agents.session import agent_conf
+
+    config = tmp_path / "a.toml"
+    config.write_text('name = "a"\n\n[spark-conf]\n"spark.sql.shuffle.partitions" = 4\n"spark.driver.port" = 7078\n"spark.eventLog.enabled" = false\n')
+    s = _settings("--config", str(config))
+    assert s.spark_conf == {"spark.sql.shuffle.partitions": "4", "spark.driver.port": "7078", "spark.eventLog.enabled": "false"}
+    options = _settings("--config", str(config), "--spark-conf", "spark.executor.memory = 2g", "--spark-conf", "spark.driver.port=7079")
+    assert options.spark_conf == {"spark.executor.memory": "2g", "spark.driver.port": "7079"}, "options replace the file's table"
+
+    ran = {}
+    monkeypatch.setattr(runtime, "participant_key", lambda *args: "key")
+    monkeypatch.setattr(runtime, "run_agent", lambda config, **kw: ran.update(kw))
+    out = CliRunner().invoke(app, ["agent", "run", "--config", str(config), "--workdir", str(tmp_path), "--key", "k", "--spark-master", "local[1]"])
+    assert out.exit_code == 0, out.output
+    conf = agent_conf(ran["spark_master"], ran["spark_conf"])
+    assert conf["spark.sql.shuffle.partitions"] == "4" and conf["spark.driver.memory"] == "2g", conf
+    assert agent_conf("local[1]", {"spark.driver.memory": "4g"})["spark.driver.memory"] == "4g", "the operator's over the agent's own"
+    assert "spark.driver.memory" not in agent_conf("spark://m:7077"), "a cluster's driver keeps Spark's defaults"
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--spark-conf", "spark.master=local[4]"], "spark-conf: spark.master: set by --spark-master"),
+    (["--spark-conf", "spark.driver.host=10.0.0.1"], "spark.driver.host: set by --spark-driver-host"),
+    (["--spark-conf", "hadoop.fs.defaultFS=file:///"], "hadoop.fs.defaultFS: not a Spark setting (spark.*)"),
+    (["--spark-conf", "spark.driver.port"], "'spark.driver.port' is not KEY=VALUE"),
+])
+def test_a_spark_setting_the_agent_owns_or_not_spark_s_is_refused_naming_it(args, says):
+    code, printed = _effective("--name", "a", *args)
+    assert code == 2 and says in " ".join(printed.split()), printed
+
+
+def test_a_spark_table_in_the_file_with_a_nested_value_is_refused(tmp_path):
+    config = tmp_path / "a.toml"
+    config.write_text('name = "a"\n\n[spark-conf]\n"spark.driver.port" = [1, 2]\n')
+    code, printed = _effective("--config", str(config))
+    assert code == 2 and "spark.driver.port: a Spark setting's value is a string, a number or a boolean" in " ".join(printed.split()), printed
