@@ -89,9 +89,11 @@ MEMBERS = (
     # What a query costs varies from run to run (0.06 to 0.2 of a participant's capacity
     # measured here), so phases 2 and 3 feed as many more shares as it takes; shares never
     # fed are no task's input.
-    # Two shares fed keep A below where it sheds (about 0.5, `DemoSettings.spread`) until
-    # phase 2 feeds more; with three it shed before phase 1 in every recorded run.
-    Member("a", 16, 2, 11, spare=8),  # phase 2 feeds more of A's shares until A is overloaded
+    # One share fed keeps A below where it sheds (about 0.5, `DemoSettings.spread`) until
+    # phase 2 feeds more, also on a machine where a task costs a third of a participant: with
+    # two such tasks and its idle ones, A would start over its threshold with tasks too large
+    # for its partners' room (docs/benchmarks.md, "Test suite").
+    Member("a", 16, 1, 11, spare=9),  # phase 2 feeds more of A's shares until A is overloaded
     # Phase 3 feeds more of B's shares, as many as it takes: twelve spare ones fell short of an
     # overloaded federation (1.76 against 1.89) on a machine whose tasks cost less, in a run
     # at 6d96c69, and phase 3 fed fourteen in a run at 34854ae.
@@ -624,7 +626,7 @@ class Demo:
         if self.fed.hosts.cpu is not None:
             boot = f" ({self.s.boot_cpus:g} while its JVM and its tasks start, and while they drain)" if self.s.boot_cpus else ""
             quotas = {name: self._cpus(m) for name, m in self._members.items()}
-            quota = f"{self.s.cpus:g} CPU" if len(set(quotas.values())) == 1 else ", ".join(f"{n} {q:g}" for n, q in quotas.items()) + " CPU"
+            quota = f"{next(iter(quotas.values())):g} CPU" if len(set(quotas.values())) == 1 else ", ".join(f"{n} {q:g}" for n, q in quotas.items()) + " CPU"
             self.say(f"each participant runs under a CPU quota of its own: {quota}{boot} ({self.fed.hosts.cpu.parent})")
 
     def hosts_report(self) -> dict:

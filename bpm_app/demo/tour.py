@@ -28,7 +28,8 @@ load flows B to C and C to D. At the end every stream closes, every task drains,
 results of A's, B's, C's and E's tasks (the split's pieces wherever they ran, the pieces that
 failed over) are compared with the plain computation. The report adds `split` and `faults`.
 
-The participants' CPU quotas (0.4 CPU for A, B and C, 0.2 for E, and for D 0.2 and then 0.6)
+The participants' CPU quotas (0.4 CPU for A, B and C, 0.2 for E, and for D 0.2 and then 0.6;
+`--cpus` sets A's, B's and C's, and D's after its restart at 1.5 times theirs)
 add up to at most a 2-core machine's CPUs, though they are never all used at once; E's traffic
 is replayed from the registry's host (outside every quota).
 """
@@ -50,7 +51,7 @@ SPLITS = "e"
 TOUR_MEMBERS = (
     # The phases scenario's participants (`bpm_app.demo.run.MEMBERS`), B with fewer spare shares:
     # E's traffic and restarts keep the machine busier, and a task here costs more.
-    Member("a", 16, 2, 11, spare=8),
+    Member("a", 16, 1, 11, spare=9),
     Member("b", 32, 1, 12, spare=13),
     Member("c", 4, 1, 13),
     Member(JOINS, 0, 0, 14),
@@ -69,10 +70,13 @@ TOUR_CONTRACTS = {
     (JOINS, SPLITS): (1.0, SPLIT_SPREAD, "passive_standby"),
 }
 CUT_S = 20.0
-# D, once it has restarted and joins in phase 4, is larger than the others: room for the load phase 3 leaves,
-# which goes on rising after its last share is fed while E's traffic and D's restart keep the
-# machine busy (a federation of four 0.4-CPU participants ended phase 4 overloaded here).
-JOINS_CPUS = 0.6
+# D, once it has restarted and joins in phase 4, is larger than the others (0.6 CPU beside their
+# 0.4): room for the load phase 3 leaves, which goes on rising after its last share is fed while
+# E's traffic and D's restart keep the machine busy (a federation of four equal participants
+# ended phase 4 overloaded). A multiple of the others' quota, so that `--cpus` scales the
+# poster's four alike: with half their quotas, a task is as large a part of a participant as on
+# a machine half as fast.
+JOINS_SCALE = 1.5
 # E's traffic: longer than the split and the faults take, so that E's input is still open when
 # D's host crashes (an input that has ended moves no task, and E would not shed a piece again).
 SPLITS_TRAFFIC_S = 900.0
@@ -131,7 +135,7 @@ class Tour(Demo):
     def _cpus(self, member: Member) -> float | None:
         if not self.s.cpus:
             return None
-        return {SPLITS: SPLIT_CPUS, JOINS: SPLIT_CPUS if self.restarted_s is None else JOINS_CPUS}.get(member.name, self.s.cpus)
+        return {SPLITS: SPLIT_CPUS, JOINS: SPLIT_CPUS if self.restarted_s is None else JOINS_SCALE * self.s.cpus}.get(member.name, self.s.cpus)
 
     def _replay_host(self, member: Member) -> str:
         """E's heavy traffic from the registry's host, outside E's quota (`bpm_app.demo.split`)."""
