@@ -86,17 +86,15 @@ class Member:
 
 
 MEMBERS = (
-    # What a query costs varies from run to run (0.06 to 0.2 of a participant's capacity
-    # measured here), so phases 2 and 3 feed as many more shares as it takes; shares never
-    # fed are no task's input.
+    # What a query costs varies from run to run and from machine to machine, so phases 2 and 3
+    # feed as many more shares as it takes; shares never fed are no task's input.
     # One share fed keeps A below where it sheds (about 0.5, `DemoSettings.spread`) until
     # phase 2 feeds more, also on a machine where a task costs a third of a participant: with
     # two such tasks and its idle ones, A would start over its threshold with tasks too large
     # for its partners' room (docs/benchmarks.md, "Test suite").
     Member("a", 16, 1, 11, spare=9),  # phase 2 feeds more of A's shares until A is overloaded
-    # Phase 3 feeds more of B's shares, as many as it takes: twelve spare ones fell short of an
-    # overloaded federation (1.76 against 1.89) on a machine whose tasks cost less, in a run
-    # at 6d96c69, and phase 3 fed fourteen in a run at 34854ae.
+    # Phase 3 feeds more of B's shares, as many as it takes: on a machine whose tasks cost
+    # little, twelve fall short of an overloaded federation (docs/benchmarks.md, "Demo runs").
     Member("b", 32, 1, 12, spare=16),
     Member("c", 4, 1, 13),
     Member("d", 0, 0, 14),
@@ -176,12 +174,10 @@ class DemoSettings:
         fill: phase 3 feeds B's tasks until the loads of A's, B's and C's tasks add up to this
             multiple of the sum of their thresholds: an overloaded federation, and room for the
             whole load once D joins. The loads go on rising for a while after the last share
-            is fed (a saturated participant's most): with 1.05 they ended at 2.14 and 2.29 once
-            D had joined, against the about 2.4 the federation holds then, and phase 4 took
-            260 s to pack them; with 1.02 the participants' own loads, which the verdict
-            reads, stayed within 0.15 of their thresholds' total and overload did not hold
-            for 21 s in one run of five at 3125b9c. Since a saturated participant is fed
-            no more (`FEED_CEILING`), 1.05 again.
+            is fed (a saturated participant's most), so more leaves phase 4 too much to pack;
+            with less, the participants' own loads, which the verdict reads, may stay just
+            short of overloaded. With a saturated participant fed no more (`FEED_CEILING`),
+            1.05 (docs/benchmarks.md, "Demo runs").
         cpus: each participant's capacity, a CPU quota of its own (`spark_agents.hosts`; needs
             root, else the participants share the machine's CPUs): what one participant does
             then cannot raise the load another measures. Four quotas of 0.4 leave a 2-core
@@ -191,11 +187,10 @@ class DemoSettings:
             participant's agent measures its load against `cpus` throughout, and its host's
             quota is set to `cpus` once every one of its tasks runs, before its warm-up is over:
             from then on, through every phase, its quota is its capacity. Starting a query is
-            CPU-bound: under a 0.4-CPU quota A and B were held back by it all the time their
-            tasks started (B's thirteen starts took 105 s in a run at cd7e70c), while the
-            machine's two CPUs were half idle. So is the drain, where every task closes its
-            last windows at once: B, with most tasks, was held by its 0.4-CPU quota for 45 of
-            the drain's 60 s while the others were idle (docs/benchmarks.md). Once the input is
+            CPU-bound: under its capacity's quota a participant with many tasks would take
+            minutes to start them while the machine's CPUs are half idle. So is the drain,
+            where every task closes its last windows at once, and the participant with most
+            tasks would hold the others up (docs/benchmarks.md, "Demo runs"). Once the input is
             closed no task moves (`bpm.agent.machine.InputEnded`) and no phase is read.
         network: each participant a network namespace of its own (else loopback addresses).
         correlate: the agents share their alerts and correlate them with their partners'
@@ -836,10 +831,8 @@ class Demo:
                 session.stop()
 
 # The load above which a phase feeds a participant no more shares until it has shed some: a
-# saturated participant's tasks queue, and its readings understate what they need. In a run
-# at 3125b9c B read 0.87 to 0.94 for most of phase 3 while it was fed nine shares; its loads
-# and its partners' went on rising once D had joined (2.03 at the end of phase 3, 2.46 in
-# phase 4 against 2.52), and phase 4 ended not acceptable (docs/benchmarks.md, "Demo runs").
+# saturated participant's tasks queue, and its readings understate what they need; fed on
+# them, it is given more than the federation holds once D joins (docs/benchmarks.md, "Demo runs").
 FEED_CEILING = 0.8
 
 
@@ -853,31 +846,25 @@ class Feeding:
     within a lag and what the shares fed within it will add, at what a task measures now
     (the median of the tasks running), stay below the target. A task's load shows in full
     only after its next trigger and one load window, and what a task costs varies from run
-    to run (0.06 to 0.2 of a participant) and grows with its participant's load (a busier
-    JVM collects garbage and compiles more, a full quota delays every batch): steps sized on
-    readings of a lightly loaded federation overshot (one run fed nine shares at once and
-    left B saturated, 1.13 against a threshold of 0.5, with no room for the load once D
-    joined), and steps waiting for fresh readings took a minute each. A share at a time,
-    counting what is on its way, stops within a task or two of the target and feeds more if
-    the loads later fall short of it. The lag is the task's next trigger and two of its
-    agent's load windows (`bpm.load.default_load_window_s`: 70 s in all with a
+    to run and grows with its participant's load (a busier JVM collects garbage and compiles
+    more, a full quota delays every batch): steps sized on readings of a lightly loaded
+    federation overshoot, and steps that wait for fresh readings take a minute each. A share
+    at a time, counting what is on its way, stops within a task or two of the target and
+    feeds more if the loads later fall short of it. The lag is the task's next trigger and
+    two of its agent's load windows (`bpm.load.default_load_window_s`: 70 s in all with a
     10 s trigger): a participant that sheds and takes tasks meanwhile begins its window
-    again at each change. With 25 s phase 2 fed seven shares where four were enough; with
-    one window (40 s) phase 3 fed all twelve of B's spare shares in one run, as B's
-    readings stood still while it traded, and the loads went on to 2.31 against 1.89. A
-    share whose task reads no more load than when it was fed stays on its way past the lag
-    (`on_its_way`). `reached` says the target has been met once.
+    again at each change, and with a shorter lag its readings stand still while it trades
+    and the phase feeds on them. A share whose task reads no more load than when it was fed
+    stays on its way past the lag (`on_its_way`). `reached` says the target has been met
+    once. docs/benchmarks.md, "Demo runs", has the runs behind each of these rules.
 
     With `until_held` (phase 3: the tasks of `names` run only at `names`, and the phase's
     verdict reads the participants' own loads), a lag after the target was reached, while the
     phase's goal does not hold, one more share a lag: the highest of the tasks' loads within
-    the lag can pass the target while the participants' own loads stay short of it (in two
-    runs at 7da2aed, docs/benchmarks.md, "Demo runs", the tasks' loads reached 1.92 while
-    the participants' stayed between 1.5 and 1.9 against 1.89 until the phase's limit). The
+    the lag can pass the target while the participants' own loads stay short of it. The
     participants' own loads do not size the steps: they show a share's load later than its
-    task does (`on_its_way` reads the tasks'), and feeding until they reached the target too
-    (8c50e45) fed all twelve of B's spare shares in the CI run at dee7225 (phase 3 ended at
-    2.39 against 1.89, and phase 4 overloaded).
+    task does (`on_its_way` reads the tasks'), and feeding until they reach the target too
+    feeds every spare share.
 
     Attributes:
         reached: whether the loads have reached the target at least once.
@@ -902,8 +889,7 @@ class Feeding:
         loads = self.estimated(read, on_its_way)
         self.totals = [x for x in self.totals if now - x[0] < lag_s] + [(now, sum(loads.values()))]
         # Only feeding raises the total, so the highest reading within the lag stands for it:
-        # readings dip while participants trade (1.76 to 1.47 in one run, with no share fed
-        # less), and a dip is no reason to feed more.
+        # readings dip while participants trade, and a dip is no reason to feed more.
         total = max(v for _, v in self.totals)
         if len(thresholds) < len(self.names):
             return
@@ -911,16 +897,15 @@ class Feeding:
         if not self.reached and total >= target:
             self.reached_at = now
         # What a task measures now, of the tasks whose load shows in full: a share on its way
-        # reads part of its load, and counted in the median it made each share on its way
-        # count for less (0.39 on its way for four shares, then 0.25 for five, in one run).
+        # reads part of its load, and counted in the median it would make each share on its
+        # way count for less the more of them there are.
         measured = [load for key, load in loads.items() if load and key not in on_its_way]
         coming = len(on_its_way) * (statistics.median(measured) if measured else 0.0)
         spare = demo._spare_tasks(self.name)
         count = min(self.step, queries_to_add(target, [total + coming], measured, len(spare)))
         # The highest reading within the lag can pass the target while the participants' loads
         # stay below it most of the time, and the phase's verdict, which wants its goal to hold,
-        # then never comes: in one run at 15b38a2 phase 3 ended at 1.83 against 1.89 after its
-        # limit. A lag after the target was first reached, with nothing on its way (a share is
+        # then never comes. A lag after the target was first reached, with nothing on its way (a share is
         # for a lag at least), the goal not held feeds one more share (`until_held`).
         if not count and self.until_held and now - self.reached_at >= lag_s and not held and spare and not on_its_way:
             count = 1
@@ -943,11 +928,9 @@ class Feeding:
         """The tasks' `loads`, each task at a saturated participant (its own load above
         `FEED_CEILING`) counted at least at what a task measures at a participant with room
         (the median of those whose load shows): a full quota delays every batch, and the
-        tasks' readings there understate what they need. In a run at a206f56 B read 0.64 to
-        0.99 through phase 3, above 0.8 most of it, while its tasks' loads, with A's and C's, stayed at 1.78 to 1.81
-        against a target of 1.97; four more shares were fed on them, and the loads rose to
-        2.5 to 2.7 once B's tasks ran elsewhere in phase 4 (docs/benchmarks.md, "Demo runs").
-        A task that reads no load is left at none: its share is not fed (it runs no batch), or
+        tasks' readings there understate what they need: fed on those readings, the loads
+        rise far past the target once the tasks run elsewhere (docs/benchmarks.md, "Demo
+        runs", a206f56). A task that reads no load is left at none: its share is not fed (it runs no batch), or
         its first batches are still to come. Unchanged where no participant is saturated or
         none with room measures a task."""
         demo = self.demo
@@ -963,9 +946,9 @@ class Feeding:
 
     def on_its_way(self, loads: dict[str, float], now: float, lag_s: float) -> list[str]:
         """The tasks fed whose load may not show yet: fed within the lag, or, for up to three
-        lags, whose task's load reads no more than when it was fed (readings lag the lag when
-        a participant's quota is full: in one run at 7da2aed, six shares' load showed only
-        after their 70 s had run out, and phase 3 fed all twelve of B's spare shares)."""
+        lags, whose task's load reads no more than when it was fed: readings lag the lag when
+        a participant's quota is full, and a share counted before its load shows calls for
+        more shares than the target needs."""
         return [key for key, (at, before) in self.fed.items()
                 if now - at < lag_s or (now - at < 3 * lag_s and loads.get(key, 0.0) <= before)]
 
