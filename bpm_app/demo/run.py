@@ -169,6 +169,11 @@ class DemoSettings:
             is a chain (C passes load on to D, then takes the partner's), about 30 s a step
             (an offer period, a handover, a settling time on each side), so a phase allows
             several steps.
+        uneven: phase 1 feeds more of A's shares while A's tasks stay below this multiple of
+            A's threshold (`Feeding` with `below`): an uneven load that A holds without
+            shedding (it sheds from about 0.5 of its capacity, `spread`), whatever a task costs
+            on the machine: on a fast one, a few tasks; where a task costs a third of a
+            participant, its first alone.
         overload: phase 2 feeds more of A's tasks until A's tasks add up to this multiple of
             A's threshold (`Feeding`): what a task costs depends on the machine.
         fill: phase 3 feeds B's tasks until the loads of A's, B's and C's tasks add up to this
@@ -223,6 +228,7 @@ class DemoSettings:
     settle_s: float = 20.0
     phase_timeout_s: float = 240.0
     poll_s: float = 2.0
+    uneven: float = 0.5
     overload: float = 1.15
     fill: float = 1.05
     cpus: float | None = 0.4
@@ -600,7 +606,7 @@ class Demo:
             self._start_registry()
             self._setup_first(list(MEMBERS), measured=["a", "b", "c"], unsigned={JOINS_LATER})
             self._phase("1 uneven load: A carries most tasks, every load below its threshold", ["a", "b", "c"],
-                        hold_s=s.settle_s, warm=["a", "b", "c"])
+                        hold_s=s.settle_s, warm=["a", "b", "c"], feeding=Feeding(self, "a", ["a"], s.uneven, below=True))
             self._phase("2 A's load rises over its threshold: it sheds load to B and C", ["a", "b", "c"],
                         hold_s=s.settle_s, feeding=Feeding(self, "a", ["a"], s.overload))
             self._phase("3 load rises at B until the federation is overloaded", ["a", "b", "c"], until="overloaded", hold_s=s.settle_s,
@@ -866,12 +872,21 @@ class Feeding:
     task does (`on_its_way` reads the tasks'), and feeding until they reach the target too
     feeds every spare share.
 
+    With `below` (phase 1: a load that `name` holds without shedding), it feeds only the
+    shares that keep the loads below the target (rounded down, where the others round up),
+    once `name` is past its warm-up and then a step a lag, and is `reached` once nothing more
+    fits and nothing fed is on its way: on a machine where a task costs a large part of a
+    participant, at once.
+
     Attributes:
-        reached: whether the loads have reached the target at least once.
+        reached: whether the loads have reached the target at least once (with `below`: as
+            near it as a share allows).
     """
 
-    def __init__(self, demo: Demo, name: str, names: list[str], share: float, until_held: bool = False, step: int = 2) -> None:
+    def __init__(self, demo: Demo, name: str, names: list[str], share: float, until_held: bool = False, step: int = 2,
+                 below: bool = False) -> None:
         self.demo, self.name, self.names, self.share, self.until_held, self.step = demo, name, names, share, until_held, step
+        self.below = below
         # per task fed: when (monotonic) and the load its task read then (0 before its first batch)
         self.fed: dict[str, tuple[float, float]] = {}
         # (when, the tasks' loads) of the polls within the lag
@@ -894,7 +909,7 @@ class Feeding:
         if len(thresholds) < len(self.names):
             return
         target = self.share * sum(thresholds.values())
-        if not self.reached and total >= target:
+        if not self.reached and total >= target and not self.below:
             self.reached_at = now
         # What a task measures now, of the tasks whose load shows in full: a share on its way
         # reads part of its load, and counted in the median it would make each share on its
@@ -902,7 +917,15 @@ class Feeding:
         measured = [load for key, load in loads.items() if load and key not in on_its_way]
         coming = len(on_its_way) * (statistics.median(measured) if measured else 0.0)
         spare = demo._spare_tasks(self.name)
-        count = min(self.step, queries_to_add(target, [total + coming], measured, len(spare)))
+        if self.below:
+            # A step a lag, on readings past the participant's warm-up: a share's first
+            # readings are partial, and on them it would feed past the target.
+            settled = bool(measured) and not on_its_way and demo._past_warm_up([self.name])
+            count = min(self.step, queries_below(target, total, measured, len(spare))) if settled else 0
+            if settled and not count and not self.reached:
+                self.reached_at = now
+        else:
+            count = min(self.step, queries_to_add(target, [total + coming], measured, len(spare)))
         # The highest reading within the lag can pass the target while the participants' loads
         # stay below it most of the time, and the phase's verdict, which wants its goal to hold,
         # then never comes. A lag after the target was first reached, with nothing on its way (a share is
@@ -966,6 +989,14 @@ def queries_to_add(target: float | None, loads: list[float], query_loads: list[f
     if not query_loads:
         return 1
     return min(most, math.ceil(missing / statistics.median(query_loads)))
+
+
+def queries_below(target: float, load: float, query_loads: list[float], most: int) -> int:
+    """How many more queries keep `load` below `target`, a query bringing the median of
+    `query_loads`: rounded down, at most `most`; none while no query is measured."""
+    if not query_loads or load >= target:
+        return 0
+    return min(most, math.floor((target - load) / statistics.median(query_loads)))
 
 
 def _connections(log: Path) -> int:

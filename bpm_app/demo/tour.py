@@ -223,7 +223,8 @@ class Tour(Demo):
             self._setup_first(list(self.members), measured=[*POSTER, SPLITS], unsigned={JOINS})
             self._steps["side"] = self.side()
             names = list(POSTER)
-            self._phase("1 uneven load, every load below its threshold", names, hold_s=s.settle_s, warm=names)
+            self._phase("1 uneven load, every load below its threshold", names, hold_s=s.settle_s, warm=names,
+                        feeding=Feeding(self, "a", ["a"], s.uneven, below=True))
             self._phase("2 A's load rises over its threshold: it sheds load to B and C", names,
                         hold_s=s.settle_s, feeding=Feeding(self, "a", ["a"], s.overload))
             self._phase("3 load rises at B until the federation is overloaded", names, until="overloaded", hold_s=s.settle_s,

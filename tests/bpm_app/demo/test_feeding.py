@@ -23,6 +23,7 @@ class _Demo:
         self.hosts: dict[str, str] = {}  # where B's tasks run, by key (none said: nowhere saturated)
         self.fed = SimpleNamespace(feed_more=lambda name, shares: None)
         self.said: list[str] = []
+        self.warm = True  # every agent past its warm-up
 
     def _task_loads(self, names):
         return {f"b.t{i}": load for i, load in enumerate(self.tasks)} | self.fed_loads
@@ -35,6 +36,9 @@ class _Demo:
 
     def say(self, message):
         self.said.append(message)
+
+    def _past_warm_up(self, names):
+        return self.warm
 
 
 def _feed(participants, tasks, until_held):
@@ -133,3 +137,28 @@ def test_the_tasks_at_a_saturated_participant_count_at_what_a_task_measures_wher
         feeding = Feeding(demo, "b", ["a", "b", "c"], 1.02, until_held=True)
         feeding.poll(0.0)
         assert (demo.fed_tasks["b"], feeding.reached) == (fed, reached), f"C at {c} with {at_c}"
+
+
+def test_phase_1_feeds_what_keeps_the_loads_below_its_target_a_step_a_lag_and_none_where_a_task_is_large():
+    """Phase 1 feeds A while its tasks stay below half its threshold (0.315): rounded down,
+    where the other phases round up; on readings past the warm-up, a step a lag; reached
+    once nothing more fits with nothing on its way."""
+    demo = _Demo({"a": 0.2, "b": 0.2, "c": 0.2}, [0.08])  # one task of 0.08: three of them fit below 0.315
+    feeding = Feeding(demo, "b", ["b"], 0.5, below=True)
+    demo.warm = False
+    feeding.poll(0.0)
+    assert demo.fed_tasks["b"] == [] and not feeding.reached, "nothing before the warm-up is over"
+    demo.warm = True
+    feeding.poll(2.0)
+    assert demo.fed_tasks["b"] == ["g00110", "g00111"] and not feeding.reached, "two more: 0.24, a third would pass 0.315"
+    demo.fed_loads = {"b.g00110": 0.02, "b.g00111": 0.02}  # their first readings, partial
+    feeding.poll(4.0)
+    assert demo.fed_tasks["b"] == ["g00110", "g00111"] and not feeding.reached, "not while they are on their way"
+    demo.fed_loads = {"b.g00110": 0.08, "b.g00111": 0.08}
+    feeding.poll(80.0)
+    assert demo.fed_tasks["b"] == ["g00110", "g00111"] and feeding.reached, "0.24 of 0.315: no share fits, reached"
+
+    demo = _Demo({"a": 0.4, "b": 0.4, "c": 0.4}, [0.3])  # a machine where one task is a third of a participant
+    feeding = Feeding(demo, "b", ["b"], 0.5, below=True)
+    feeding.poll(0.0)
+    assert demo.fed_tasks["b"] == [] and feeding.reached, "its first task alone: nothing fed, reached at once"
