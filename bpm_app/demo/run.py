@@ -874,13 +874,13 @@ class Feeding:
 
     With `below` (phase 1: a load that `name` holds without shedding), it feeds only the
     shares that keep the loads below the target (rounded down, where the others round up),
-    once `name` is past its warm-up and then a step a lag, and is `reached` once nothing more
-    fits and nothing fed is on its way: on a machine where a task costs a large part of a
-    participant, at once.
+    once `name` is past its warm-up and then a step a lag, and is `reached` while nothing
+    more fits and nothing fed is on its way: on a machine where a task costs a large part of
+    a participant, at once.
 
     Attributes:
-        reached: whether the loads have reached the target at least once (with `below`: as
-            near it as a share allows).
+        reached: whether the loads have reached the target at least once (with `below`:
+            whether, at the last poll, they were as near it as a share allows).
     """
 
     def __init__(self, demo: Demo, name: str, names: list[str], share: float, until_held: bool = False, step: int = 2,
@@ -918,12 +918,14 @@ class Feeding:
         coming = len(on_its_way) * (statistics.median(measured) if measured else 0.0)
         spare = demo._spare_tasks(self.name)
         if self.below:
-            # A step a lag, on readings past the participant's warm-up: a share's first
-            # readings are partial, and on them it would feed past the target.
-            settled = bool(measured) and not on_its_way and demo._past_warm_up([self.name])
-            count = min(self.step, queries_below(target, total, measured, len(spare))) if settled else 0
-            if settled and not count and not self.reached:
-                self.reached_at = now
+            # A step a lag, on readings past the participant's warm-up (a share's first
+            # readings are partial, and on them it would feed past the target), a share at
+            # what a task whose share is fed measures (an idle task's reading is next to none).
+            fed = {f"{self.name}.{task}" for task in demo.fed_tasks[self.name]}
+            per_share = [load for key, load in loads.items() if key in fed and load and key not in on_its_way]
+            settled = bool(per_share) and not on_its_way and demo._past_warm_up([self.name])
+            count = min(self.step, queries_below(target, total, per_share, len(spare))) if settled else 0
+            self.reached_at = now if settled and not count else math.inf  # while nothing more fits
         else:
             count = min(self.step, queries_to_add(target, [total + coming], measured, len(spare)))
         # The highest reading within the lag can pass the target while the participants' loads

@@ -135,7 +135,7 @@ class Tour(Demo):
     def _cpus(self, member: Member) -> float | None:
         if not self.s.cpus:
             return None
-        return {SPLITS: SPLIT_CPUS, JOINS: SPLIT_CPUS if self.restarted_s is None else JOINS_SCALE * self.s.cpus}.get(member.name, self.s.cpus)
+        return {SPLITS: SPLIT_CPUS, JOINS: SPLIT_CPUS if self.restarted_s is None else round(JOINS_SCALE * self.s.cpus, 3)}.get(member.name, self.s.cpus)
 
     def _replay_host(self, member: Member) -> str:
         """E's heavy traffic from the registry's host, outside E's quota (`bpm_app.demo.split`)."""

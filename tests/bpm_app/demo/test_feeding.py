@@ -143,22 +143,28 @@ def test_phase_1_feeds_what_keeps_the_loads_below_its_target_a_step_a_lag_and_no
     """Phase 1 feeds A while its tasks stay below half its threshold (0.315): rounded down,
     where the other phases round up; on readings past the warm-up, a step a lag; reached
     once nothing more fits with nothing on its way."""
-    demo = _Demo({"a": 0.2, "b": 0.2, "c": 0.2}, [0.08])  # one task of 0.08: three of them fit below 0.315
+    demo = _Demo({"a": 0.2, "b": 0.2, "c": 0.2}, [0.08, 0.01, 0.01])  # one task of 0.08, two idle: three fit below 0.315
+    demo.fed_tasks["b"] = ["t0"]
     feeding = Feeding(demo, "b", ["b"], 0.5, below=True)
     demo.warm = False
     feeding.poll(0.0)
-    assert demo.fed_tasks["b"] == [] and not feeding.reached, "nothing before the warm-up is over"
+    assert demo.fed_tasks["b"] == ["t0"] and not feeding.reached, "nothing before the warm-up is over"
     demo.warm = True
     feeding.poll(2.0)
-    assert demo.fed_tasks["b"] == ["g00110", "g00111"] and not feeding.reached, "two more: 0.24, a third would pass 0.315"
+    assert demo.fed_tasks["b"] == ["t0", "g00110", "g00111"] and not feeding.reached, \
+        "two more at what the fed task measures (the idle ones' readings count for no share): a third would pass 0.315"
     demo.fed_loads = {"b.g00110": 0.02, "b.g00111": 0.02}  # their first readings, partial
     feeding.poll(4.0)
-    assert demo.fed_tasks["b"] == ["g00110", "g00111"] and not feeding.reached, "not while they are on their way"
+    assert demo.fed_tasks["b"] == ["t0", "g00110", "g00111"] and not feeding.reached, "not while they are on their way"
     demo.fed_loads = {"b.g00110": 0.08, "b.g00111": 0.08}
     feeding.poll(80.0)
-    assert demo.fed_tasks["b"] == ["g00110", "g00111"] and feeding.reached, "0.24 of 0.315: no share fits, reached"
+    assert demo.fed_tasks["b"] == ["t0", "g00110", "g00111"] and feeding.reached, "0.26 of 0.315: no share fits, reached"
+    demo.fed_loads = {"b.g00110": 0.04, "b.g00111": 0.04}  # readings fall: a share fits again
+    feeding.poll(90.0)
+    assert demo.fed_tasks["b"] == ["t0", "g00110", "g00111", "g01000"] and not feeding.reached, "reached only while nothing more fits"
 
     demo = _Demo({"a": 0.4, "b": 0.4, "c": 0.4}, [0.3])  # a machine where one task is a third of a participant
+    demo.fed_tasks["b"] = ["t0"]
     feeding = Feeding(demo, "b", ["b"], 0.5, below=True)
     feeding.poll(0.0)
-    assert demo.fed_tasks["b"] == [] and feeding.reached, "its first task alone: nothing fed, reached at once"
+    assert demo.fed_tasks["b"] == ["t0"] and feeding.reached, "its first task alone: nothing fed, reached at once"
