@@ -88,9 +88,9 @@ class Member:
 MEMBERS = (
     # What a query costs varies from run to run and from machine to machine, so phases 2 and 3
     # feed as many more shares as it takes; shares never fed are no task's input.
-    # One share fed keeps A below where it sheds (about 0.5, `DemoSettings.spread`) until
-    # phase 2 feeds more, also on a machine where a task costs a third of a participant: with
-    # two such tasks and its idle ones, A would start over its threshold with tasks too large
+    # A starts with one share fed, and phase 1 feeds as many more as keep it below where it
+    # sheds (`DemoSettings.uneven`): on a machine where a task costs a third of a participant,
+    # two such tasks and its idle ones would start A over its threshold, with tasks too large
     # for its partners' room (docs/benchmarks.md, "Test suite").
     Member("a", 16, 1, 11, spare=9),  # phase 2 feeds more of A's shares until A is overloaded
     # Phase 3 feeds more of B's shares, as many as it takes: on a machine whose tasks cost
