@@ -1,0 +1,37 @@
+"""`bpm bench view-reads`: a participant's view read in a registry filled with history, each
+statement measured in PostgreSQL, the database dropped after."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from bpm_app.cli import app
+from tests.conftest import require_postgres
+
+
+def test_the_view_reads_a_participant_s_movements_and_each_statement_is_measured_in_a_database_dropped_after():
+    from sqlalchemy import create_engine, text
+
+    server = require_postgres()
+    out = CliRunner().invoke(app, ["bench", "view-reads", "--server", server, "--participants", "20", "--movements", "500",
+                                   "--repeat", "2", "--json"])
+    assert out.exit_code == 0, out.output
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    # Each participant moved its first task 25 times and took its neighbour's 25 times: the view
+    # has both, the ones it originates among them.
+    assert (result["view_movements"], result["view_tasks"]) == (50, 5), result
+    movements = [r for r in result["reads"] if r["statement"].startswith("SELECT movements.")]
+    assert len(movements) == 1 and movements[0]["rows"] == 50 and movements[0]["plan"], result["reads"]
+    assert all(r["median_ms"] >= 0 and r["plan"] for r in result["reads"])
+    engine = create_engine(server)
+    with engine.connect() as connection:
+        left = connection.execute(text("SELECT count(*) FROM pg_database WHERE datname LIKE 'bpm_bench_reads_%'")).scalar()
+    engine.dispose()
+    assert left == 0, "the bench's database is dropped"
+
+
+def test_a_database_that_is_not_postgresql_is_refused():
+    out = CliRunner().invoke(app, ["bench", "view-reads", "--server", "sqlite:///x.db"], env={"COLUMNS": "200"})
+    assert out.exit_code == 2 and "give a postgresql URL" in " ".join(out.output.split()), out.output
