@@ -53,6 +53,7 @@ stamp "   bpm bench registry --contend --clients 50 --rounds 10"
 $bpm bench registry --contend --clients 50 --rounds 10 --json > "$bench/registry-contend.json" 2> "$bench/registry-contend.log" \
     || failed+=("bpm bench registry --contend (exit $?, see $bench/registry-contend.log)")
 run_bench control-plane --agents 50 --seconds 60
+run_bench view-reads
 run_bench move --plot "$bench/move.png"
 run_bench ha --plot "$bench/ha.png"
 run_bench partition --plot "$bench/partition.png"
