@@ -914,7 +914,8 @@ class Feeding:
         # What a task measures now, of the tasks whose load shows in full: a share on its way
         # reads part of its load, and counted in the median it would make each share on its
         # way count for less the more of them there are.
-        measured = [load for key, load in loads.items() if load and key not in on_its_way]
+        shown = {key: load for key, load in loads.items() if load and key not in on_its_way}
+        measured = list(shown.values())
         coming = len(on_its_way) * (statistics.median(measured) if measured else 0.0)
         spare = demo._spare_tasks(self.name)
         if self.below:
@@ -922,7 +923,7 @@ class Feeding:
             # readings are partial, and on them it would feed past the target), a share at
             # what a task whose share is fed measures (an idle task's reading is next to none).
             fed = {f"{self.name}.{task}" for task in demo.fed_tasks[self.name]}
-            per_share = [load for key, load in loads.items() if key in fed and load and key not in on_its_way]
+            per_share = [load for key, load in shown.items() if key in fed]
             settled = bool(per_share) and not on_its_way and demo._past_warm_up([self.name])
             count = min(self.step, queries_below(target, total, per_share, len(spare))) if settled else 0
             self.reached_at = now if settled and not count else math.inf  # while nothing more fits
