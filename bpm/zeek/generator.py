@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import ipaddress
+import itertools
 import random
 import string
 from collections.abc import Iterable, Iterator
@@ -20,7 +21,7 @@ from bpm.zeek.conn import Conn
 
 _SERVICES = ((443, "tcp", "ssl"), (80, "tcp", "http"), (53, "udp", "dns"), (22, "tcp", "ssh"),
              (123, "udp", "ntp"), (25, "tcp", "smtp"), (3389, "tcp", "-"), (8080, "tcp", "http"))
-_SERVICE_WEIGHTS = (50, 20, 20, 3, 3, 2, 1, 1)
+_SERVICE_CUM_WEIGHTS = tuple(itertools.accumulate((50, 20, 20, 3, 3, 2, 1, 1)))
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,8 @@ def _extra(rng: random.Random, service: str, duration: float, scan: bool) -> tup
 def _connections(profile: TrafficProfile, rng: random.Random) -> Iterator[tuple[float, Conn]]:
     """Connections with their end time (when Zeek logs them), in start order per generator stream."""
     ordinary = [f"10.{rng.randrange(1, 40)}.{rng.randrange(256)}.{rng.randrange(1, 255)}" for _ in range(profile.sources)]
-    weights = [rng.paretovariate(profile.tail) for _ in ordinary]
+    # Cumulative weights once: `choices` with plain weights would add them up at every connection.
+    weights = list(itertools.accumulate(rng.paretovariate(profile.tail) for _ in ordinary))
     servers = [f"{rng.randrange(11, 223)}.{rng.randrange(256)}.{rng.randrange(256)}.{rng.randrange(1, 255)}" for _ in range(60)]
     busy = [f"172.16.{rng.randrange(256)}" for _ in range(max(1, profile.busy_prefixes))]
     scanners = [f"{busy[i % len(busy)]}.{rng.randrange(1, 255)}" for i in range(profile.scanners)]
@@ -90,10 +92,10 @@ def _connections(profile: TrafficProfile, rng: random.Random) -> Iterator[tuple[
         ts += rng.expovariate(profile.rate)
         if ts >= end:
             break
-        port, proto, service = rng.choices(_SERVICES, _SERVICE_WEIGHTS)[0]
+        port, proto, service = rng.choices(_SERVICES, cum_weights=_SERVICE_CUM_WEIGHTS)[0]
         late = rng.random() < profile.late_fraction
         duration = rng.uniform(300, 900) if late else rng.expovariate(2.0)
-        src = rng.choices(ordinary, weights)[0]
+        src = rng.choices(ordinary, cum_weights=weights)[0]
         conn = Conn(ts, src, rng.randrange(1024, 65536), rng.choice(servers), port, proto,
                     _extra(rng, service, duration, scan=False))
         yield ts + duration, conn
