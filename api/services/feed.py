@@ -70,7 +70,7 @@ def marks(session: Session, participant_id: int | None, now: datetime, heartbeat
         "events": session.scalar(_events(session, participant_id)),
         "replicas": _row(session, func.count(Replica.id), func.max(Replica.updated_at), where=None if participant_id is None else replicas_concerning(participant_id)),
         "failovers": _row(session, func.count(Failover.id), func.max(Failover.id), func.count(Failover.completed_at),
-                          where=None if participant_id is None else failovers_concerning(participant_id)),
+                          where=None if participant_id is None else Failover.id.in_(failovers_concerning(participant_id))),
     }
 
 

@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, bindparam, case, insert, or_, select, text, union, update
+from sqlalchemy import and_, bindparam, case, func, insert, or_, select, text, union, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -359,16 +359,31 @@ def get_movement(session: Session, caller: Principal, movement_id: int) -> Movem
     return get_private(session, caller, Movement, movement_id, "movement", _concerned)
 
 
-def movements_concerning(participant_id: int):
-    """Ids of the movements a participant sees: those it made or hosts, and those of the tasks
-    it originates (a chain's later links). A union of three index lookups: one filter with OR
-    over them read the whole movements table, which keeps every movement ever made, at each
-    agent's read of its view."""
+def movements_concerning(participant_id: int, *columns):
+    """The movements a participant sees (their ids, or `columns` of them): those it made or
+    hosts, and those of the tasks it originates (a chain's later links). A union of three
+    index lookups: one filter with OR over them read the whole movements table, which keeps
+    every movement ever made, at each agent's read of its view."""
+    columns = columns or (Movement.id,)
     return union(
-        select(Movement.id).where(Movement.from_id == participant_id),
-        select(Movement.id).where(Movement.to_id == participant_id),
-        select(Movement.id).join(Task, Task.id == Movement.task_id).where(Task.origin_id == participant_id),
+        select(*columns).where(Movement.from_id == participant_id),
+        select(*columns).where(Movement.to_id == participant_id),
+        select(*columns).join(Task, Task.id == Movement.task_id).where(Task.origin_id == participant_id),
     )
+
+
+def movements_in_view(session: Session, participant_id: int) -> list[Movement]:
+    """The movements in a participant's view: of those it sees (`movements_concerning`), the
+    active ones and the newest of each task. That is all its agent decides on (where a task
+    runs, where it comes back from, its HA mode: `bpm.federation.views`), and it stays this
+    size however long the federation trades; the whole history is `list_movements`'.
+    The ids first, then the records by id: in one statement PostgreSQL planned the records'
+    joins for a whole table's rows."""
+    seen = movements_concerning(participant_id, Movement.id, Movement.task_id, Movement.state).subquery()
+    newest = func.row_number().over(partition_by=seen.c.task_id, order_by=seen.c.id.desc())
+    ranked = select(seen.c.id, seen.c.state, newest.label("newest")).subquery()
+    ids = session.scalars(select(ranked.c.id).where(or_(ranked.c.newest == 1, ranked.c.state == MovementState.ACTIVE))).all()
+    return list(session.scalars(select(Movement).where(Movement.id.in_(ids)).order_by(Movement.id)))
 
 
 def list_movements(session: Session, caller: Principal, participant: str | None, state: str | None, page: PageQuery | None = None) -> list[Movement]:

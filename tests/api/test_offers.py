@@ -361,3 +361,24 @@ def test_a_failover_of_a_passed_on_task_ends_its_whole_chain(registry, chain):
     registry.ok("POST", f"/tasks/{task_id}/failover", a, status=201, json={"to": "a", "expected_epoch": 2})
     assert {m["id"]: m["state"] for m in registry.ok("GET", "/movements")} == {first: "failed", second: "failed"}
     assert registry.ok("GET", f"/tasks/{task_id}")["host"] == "a"
+
+
+def test_a_participant_s_view_holds_the_active_movements_and_the_newest_of_each_task_the_list_the_history(registry, pair):
+    from bpm.federation.views import reconcile, task_ha_mode
+
+    a, b, contract, tasks = pair
+    made = []
+    for task_id in (tasks[0], tasks[1], tasks[0]):
+        made.append(registry.ok("POST", f"/offers/{_offer(registry, a, contract['id'], [task_id]).json()['id']}/accept", b)["movements"][0])
+        registry.clock.advance(10)
+        if len(made) < 3:
+            registry.ok("POST", f"/movements/{made[-1]}/end", a)
+    history = {name: registry.ok("GET", "/movements", key) for name, key in (("a", a), ("b", b))}
+    for name, key in (("a", a), ("b", b)):
+        view = registry.ok("GET", f"/participants/{name}/view", key)
+        assert [m["id"] for m in history[name]] == made
+        assert [(m["id"], m["state"]) for m in view["movements"]] == [(made[1], "ended"), (made[2], "active")], name
+        # What the agent decides from its view is what it would decide from the whole history.
+        for running in (set(), {"a.t0"}, {"a.t1"}):
+            assert reconcile(name, view["tasks"], running, view["movements"]) == reconcile(name, view["tasks"], running, history[name])
+        assert [task_ha_mode(t, view["movements"], []) for t in view["tasks"]] == [task_ha_mode(t, history[name], []) for t in view["tasks"]]

@@ -11,19 +11,20 @@ from bpm_app.cli import app
 from tests.conftest import require_postgres
 
 
-def test_the_view_reads_a_participant_s_movements_and_each_statement_is_measured_in_a_database_dropped_after():
+def test_the_view_reads_a_participant_s_newest_movements_and_its_failovers_each_statement_measured_in_a_database_dropped_after():
     from sqlalchemy import create_engine, text
 
     server = require_postgres()
     out = CliRunner().invoke(app, ["bench", "view-reads", "--server", server, "--participants", "20", "--movements", "500",
-                                   "--repeat", "2", "--json"])
+                                   "--failovers", "100", "--repeat", "2", "--json"])
     assert out.exit_code == 0, out.output
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    # Each participant moved its first task 25 times and took its neighbour's 25 times: the view
-    # has both, the ones it originates among them.
-    assert (result["view_movements"], result["view_tasks"]) == (50, 5), result
-    movements = [r for r in result["reads"] if r["statement"].startswith("SELECT movements.")]
-    assert len(movements) == 1 and movements[0]["rows"] == 50 and movements[0]["plan"], result["reads"]
+    # Each participant moved each of its 5 tasks 5 times and took each of its neighbour's 5 times
+    # (50 movements it sees, the last of each side active): the view has the newest of each of
+    # those 10 tasks, ended or not. Of the 100 failovers, 5 are of its second task and in 5 it failed.
+    assert (result["view_movements"], result["view_tasks"], result["view_failovers"]) == (10, 5, 10), result
+    movements = [r for r in result["reads"] if "FROM movements" in r["statement"] or r["statement"].startswith("SELECT movements.")]
+    assert len(movements) == 1 and movements[0]["rows"] == 10 and movements[0]["plan"], result["reads"]
     assert all(r["median_ms"] >= 0 and r["plan"] for r in result["reads"])
     engine = create_engine(server)
     with engine.connect() as connection:
