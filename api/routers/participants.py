@@ -75,17 +75,17 @@ def get_participant(name: schemas.NamePath, request: Request, session: DbSession
 @router.get("/{name}/view", response_model=schemas.ParticipantView)
 def participant_view(name: schemas.NamePath, session: DbSession, caller: Caller, now: Now):
     """What concerns the participant, in one read (that participant only): the tasks it
-    originates, hosts or keeps a replica of, of the movements it sees its active ones and the
-    newest of each task, and the replicas and failovers of its tasks; the same records as
-    `GET /tasks?involving=`, `/replicas` and `/failovers`, and the part of
-    `/movements?participant=` its agent decides on (that list keeps the whole history)."""
+    originates, hosts or keeps a replica of, and their replicas (the same records as
+    `GET /tasks?involving=` and `/replicas`); of the movements and failovers it sees, the
+    part its agent decides on (`offers.movements_in_view`, `ha.failovers_in_view`), while
+    `/movements?participant=` and `/failovers` keep the whole history."""
     if caller.participant is None or caller.participant.name != name:
         raise Forbidden(f"only {name} may read its view")
     return schemas.ParticipantView(
         tasks=[task_service.to_out(t) for t in task_service.list_tasks(session, None, None, name)],
         movements=[offer_service.movement_out(m, now) for m in offer_service.movements_in_view(session, caller.participant.id)],
         replicas=[ha_service.replica_out(r) for r in ha_service.list_replicas(session, caller, None, None)],
-        failovers=[ha_service.failover_out(f) for f in ha_service.list_failovers(session, caller, None)],
+        failovers=[ha_service.failover_out(f) for f in ha_service.failovers_in_view(session, caller.participant.id)],
     )
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import select, union, update
+from sqlalchemy import case, func, or_, select, union, update
 from sqlalchemy.orm import Session
 
 from api import schemas
@@ -399,21 +399,37 @@ def complete(session: Session, caller: Principal, failover_id: int, body: schema
     return record
 
 
-def failovers_concerning(me: int):
-    """The ids of the failovers participant `me` may read: of tasks it is involved in, or with
-    it failed, left or taken to. A union of index lookups, for the reason
-    `changes.involved_tasks` gives."""
+def failovers_concerning(me: int, *columns):
+    """The failovers participant `me` may read (their ids, or `columns` of them): of tasks it
+    is involved in, or with it failed, left or taken to. A union of index lookups, for the
+    reason `changes.involved_tasks` gives."""
+    columns = columns or (Failover.id,)
     return union(
-        select(Failover.id).where(Failover.task_id.in_(changes.involved_tasks(me))),
-        select(Failover.id).where(Failover.failed_id == me),
-        select(Failover.id).where(Failover.from_host_id == me),
-        select(Failover.id).where(Failover.to_host_id == me),
+        select(*columns).where(Failover.task_id.in_(changes.involved_tasks(me))),
+        select(*columns).where(Failover.failed_id == me),
+        select(*columns).where(Failover.from_host_id == me),
+        select(*columns).where(Failover.to_host_id == me),
     )
 
 
 def replicas_concerning(me: int):
     """The replicas participant `me` may read: of the tasks it is involved in."""
     return Replica.task_id.in_(changes.involved_tasks(me))
+
+
+def failovers_in_view(session: Session, participant_id: int) -> list[Failover]:
+    """The failovers in a participant's view: of those it may read (`failovers_concerning`),
+    each task's newest failover and the records after it (the repairs of it), and any not
+    complete. That is all its agent decides on (where a failover put a task:
+    `bpm.federation.views.current_failover`; whether the copy it lost was made again:
+    `bpm.ha.machine.unrepaired_failover`; the repairs and failovers underway), however many
+    the task has had; the whole history is `list_failovers`'. The ids first, then the
+    records by id, for the reason `list_failovers` gives."""
+    seen = failovers_concerning(participant_id, Failover.id, Failover.task_id, Failover.kind, Failover.completed_at).subquery()
+    newest = func.max(case((seen.c.kind == "failover", seen.c.id))).over(partition_by=seen.c.task_id)
+    ranked = select(seen.c.id, seen.c.completed_at, newest.label("newest")).subquery()
+    ids = session.scalars(select(ranked.c.id).where(or_(ranked.c.id >= ranked.c.newest, ranked.c.completed_at.is_(None)))).all()
+    return list(session.scalars(select(Failover).where(Failover.id.in_(ids)).order_by(Failover.id)))
 
 
 def list_failovers(session: Session, caller: Principal, task_id: int | None) -> list[Failover]:

@@ -304,3 +304,37 @@ def test_an_alerts_token_goes_only_between_contract_partners_and_names_no_task(r
     assert refused.status_code == 403 and "no contract in force" in refused.json()["detail"]
     assert token("c", "a", task_id=task["id"], epoch=1).status_code == 422
     assert registry.call("POST", "/tokens", keys["b"], json={"purpose": "stream", "audience": "a"}).status_code == 422
+
+
+def test_a_participant_s_view_holds_each_task_s_newest_failover_what_came_after_and_what_is_open(registry, moved):
+    from bpm.federation.views import current_failover
+    from bpm.ha.machine import unrepaired_failover
+
+    keys, task, _ = moved
+    tid = task["id"]
+
+    def view_matches_the_history(expected_ids):
+        for name in "acd":
+            view = registry.ok("GET", f"/participants/{name}/view", keys[name])
+            history = registry.ok("GET", "/failovers", keys[name])
+            assert [f["id"] for f in view["failovers"]] == [f["id"] for f in history if f["id"] in expected_ids], name
+            # What the agent decides from its view is what it would decide from the whole history.
+            for t in view["tasks"]:
+                assert current_failover(t, view["failovers"]) == current_failover(t, history), name
+                assert unrepaired_failover(t, view["failovers"]) == unrepaired_failover(t, history), name
+            assert [f for f in view["failovers"] if f["completed_at"] is None] == [f for f in history if f["completed_at"] is None], name
+
+    add_replica(registry, keys["a"], tid, "c")
+    silence(registry, keys, "b")
+    first = registry.ok("POST", f"/tasks/{tid}/failover", keys["c"], status=201, json={"to": "c", "expected_epoch": 1})
+    view_matches_the_history({first["id"]})
+    registry.ok("POST", f"/failovers/{first['id']}/complete", keys["c"])
+    repair = add_replica(registry, keys["c"], tid, "d", repair_of=first["id"])["repair_id"]
+    view_matches_the_history({first["id"], repair})
+    registry.clock.advance(1.5)
+    beat(registry, keys, *"abcd")
+    registry.ok("POST", f"/failovers/{repair}/complete", keys["d"])
+    silence(registry, keys, "c")
+    second = registry.ok("POST", f"/tasks/{tid}/failover", keys["d"], status=201, json={"to": "d", "expected_epoch": 2})
+    view_matches_the_history({second["id"]})
+    assert len(registry.ok("GET", "/failovers", keys["a"])) == 3, "the list keeps the whole history"
