@@ -254,9 +254,9 @@ class Mechanism:
         warmup_s: how long after the start, and after each task that starts while it warms
             up, it neither offers nor takes load: a JVM compiling its code, and a task's first
             batches, measure far more CPU than its tasks will need. Tasks that start one after
-            another (ten take a 0.4-CPU participant about 100 s) keep it warming up until
-            `warmup_s` after the last (the demo's A, warm 30 s after its start, read 0.91 with
-            its last tasks' first batches in its load window, and shed on that reading).
+            another keep it warming up until `warmup_s` after the last: a participant warm
+            from its own start alone reads its last tasks' first batches in its load window,
+            and sheds on that reading.
         settle_s: how long after the tasks running here change (or it accepts an offer or
             ends a movement) it neither answers, ends nor offers: until its load window has
             seen only the tasks it runs now.

@@ -34,17 +34,16 @@ SPLIT_MEMBERS = (
     Member("b", 0, 0, 12),
 )
 SPLIT_CONTRACTS = {("a", "b"): 1.0}
-# Participants of 0.2 CPU, and traffic that takes A's one task over A's threshold: at 3,600
-# connections a second A measured 0.81 with the halves running and its batches took 25 s at
-# a 10 s trigger; at 2,400 a half measured 0.34 at B once it had caught up, the whole task
-# about 0.5 by that (docs/benchmarks.md, "Split scenario").
+# Participants of 0.2 CPU, and traffic that takes A's one task over A's threshold while a
+# half of it fits at B, and that A's batches keep up with at a 10 s trigger: the rates tried
+# are in docs/benchmarks.md, "Split scenario".
 SPLIT_CPUS = 0.2
 SPLIT_RATE = 2400.0
 SPLIT_SPREAD = 0.1
 # A threshold of 0.41 at the reference price (1 - sqrt(0.35)). With the fixed cost below, A's
-# task (0.46 to 0.55 measured) splits from about 0.41 to 0.63 of A's capacity: above the
-# price, its own saving below 0.9 p (above it, B refuses it whole, and A splits on the
-# refusal), and a half small enough to leave A and B below their thresholds.
+# task splits where it measures from about 0.41 to 0.63 of A's capacity: above the price,
+# its own saving below 0.9 p (above it, B refuses it whole, and A splits on the refusal),
+# and a half small enough to leave A and B below their thresholds.
 SPLIT_MM1_SCALE = 0.35
 # What a running task costs per micro-batch whatever its input, in CPU seconds
 # (`bpm bench fixed-cost`, docs/benchmarks.md): at a 10 s trigger 0.037 CPU, 0.185 of a
@@ -65,8 +64,8 @@ class SplitDemo(Demo):
         self._members = {m.name: m for m in self.members}
 
     def _replay_host(self, member: Member) -> str:
-        """The registry's host, outside A's quota: replaying 1,200 connections a second took
-        about 0.15 CPU, and in A's host left A's quota throttled in three periods of four."""
+        """The registry's host, outside A's quota: the replayer's own CPU, counted in A's
+        quota, would throttle A's task and raise the load A measures."""
         return self.fed.REGISTRY
 
     def _agent_settings(self, member: Member, contracts: bool = True) -> dict[str, object]:
