@@ -641,9 +641,11 @@ class Demo:
         for m in members:
             self._join(m, sign=m.name not in unsigned)
         traffic = {m.name: self._generate_input(m) for m in members if m.shares}
-        for m in members:
-            self.fed.wait_agent(m.name, on_wait=self.poll)  # the view and the timeline go on while the JVMs start
-        for m in members:
+        # A participant's input starts once its agent answers and its traffic is written, those
+        # with input first: one that joins without (the tour's D, which primes its JVM first)
+        # holds nobody's input up. The view and the timeline go on while the JVMs start.
+        for m in sorted(members, key=lambda m: not m.shares):
+            self.fed.wait_agent(m.name, on_wait=self.poll)
             if m.shares:
                 self._start_input(m, traffic[m.name])
         self.say("agents up; input flowing")
