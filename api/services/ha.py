@@ -424,7 +424,8 @@ def failovers_in_view(session: Session, participant_id: int) -> list[Failover]:
     `bpm.federation.views.current_failover`; whether the copy it lost was made again:
     `bpm.ha.machine.unrepaired_failover`; the repairs and failovers underway), however many
     the task has had; the whole history is `list_failovers`'. The ids first, then the
-    records by id, for the reason `list_failovers` gives."""
+    records by id: in one statement PostgreSQL planned the records' joins for a whole
+    table's rows."""
     seen = failovers_concerning(participant_id, Failover.id, Failover.task_id, Failover.kind, Failover.completed_at).subquery()
     newest = func.max(case((seen.c.kind == "failover", seen.c.id))).over(partition_by=seen.c.task_id)
     ranked = select(seen.c.id, seen.c.completed_at, newest.label("newest")).subquery()
@@ -435,9 +436,7 @@ def failovers_in_view(session: Session, participant_id: int) -> list[Failover]:
 def list_failovers(session: Session, caller: Principal, task_id: int | None) -> list[Failover]:
     query = select(Failover).order_by(Failover.id)
     if not caller.is_operator:
-        # The ids first, then the records by id: in one statement PostgreSQL planned the
-        # records' joins for a whole table's rows.
-        query = query.where(Failover.id.in_(session.scalars(failovers_concerning(caller.participant.id)).all()))
+        query = query.where(Failover.id.in_(failovers_concerning(caller.participant.id)))
     if task_id is not None:
         query = query.where(Failover.task_id == task_id)
     return list(session.scalars(query))

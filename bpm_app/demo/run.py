@@ -48,7 +48,7 @@ from bpm.federation.views import AgreedTerms, ending, key_groups, regrains
 from bpm.names import task_key
 from bpm.negotiation import is_acceptable
 from bpm_app.demo.inputs import BrokerInputs
-from bpm_app.demo.outcomes import to_joiner, verdict
+from bpm_app.demo.outcomes import JOINS, POSTER, to_joiner, verdict
 from spark_agents.streams.feed import write_end
 from bpm.records import Records, end_watermark_ms
 from bpm.results import Result
@@ -103,7 +103,6 @@ MEMBERS = (
 # identical contracts; D with C only, cheaper (0.8 p). Each contract's range reaches down
 # from its price (`DemoSettings.spread`).
 CONTRACTS = {("a", "b"): 1.0, ("a", "c"): 1.0, ("b", "c"): 1.0, ("c", "d"): 0.8}
-JOINS_LATER = "d"  # signs its contract in phase 4
 SHARED_SEED = 1  # of the addresses of the scanners that probe every participant (`DemoSettings.shared_scanners`)
 
 
@@ -600,22 +599,41 @@ class Demo:
 
     # The run
 
+    fill_step = 2  # phase 3's feeding: at most so many shares a poll (`Feeding`)
+    join_partners: Collection[str] | None = None  # D's contracts it signs in phase 4 (None: all it agreed)
+
     def run(self) -> dict:
-        s = self.s
         try:
             self._start_registry()
-            self._setup_first(list(MEMBERS), measured=["a", "b", "c"], unsigned={JOINS_LATER})
-            self._phase("1 uneven load: A carries most tasks, every load below its threshold", ["a", "b", "c"],
-                        hold_s=s.settle_s, warm=["a", "b", "c"], feeding=Feeding(self, "a", ["a"], s.uneven, below=True))
-            self._phase("2 A's load rises over its threshold: it sheds load to B and C", ["a", "b", "c"],
-                        hold_s=s.settle_s, feeding=Feeding(self, "a", ["a"], s.overload))
-            self._phase("3 load rises at B until the federation is overloaded", ["a", "b", "c"], until="overloaded", hold_s=s.settle_s,
-                        feeding=Feeding(self, "b", ["a", "b", "c"], s.fill, until_held=True))
-            self._phase("4 D joins (contract with C at 0.8 p): load flows B to C and C to D", ["a", "b", "c", "d"],
-                        hold_s=s.settle_s, action=lambda: self._sign(self._members[JOINS_LATER]), after=self._reached_joiner)
-            return self._finish()
+            self._set_up()
+            self._poster()
+            return self._report(self._finish())
         finally:
             self.fed.close()
+
+    def _set_up(self) -> None:
+        """The participants, their agents and their input (D without its contracts)."""
+        self._setup_first(list(MEMBERS), measured=list(POSTER), unsigned={JOINS})
+
+    def _poster(self) -> None:
+        """The poster's four phases over A, B and C, D joining in the fourth (the module text)."""
+        s, names = self.s, list(POSTER)
+        self._phase("1 uneven load, every load below its threshold", names, hold_s=s.settle_s, warm=names,
+                    feeding=Feeding(self, "a", ["a"], s.uneven, below=True))
+        self._phase("2 A's load rises over its threshold: it sheds load to B and C", names,
+                    hold_s=s.settle_s, feeding=Feeding(self, "a", ["a"], s.overload))
+        self._phase("3 load rises at B until the federation is overloaded", names, until="overloaded", hold_s=s.settle_s,
+                    feeding=Feeding(self, "b", names, s.fill, until_held=True, step=self.fill_step))
+        self._before_join()
+        self._phase("4 D joins (contract with C at 0.8 p): load flows B to C and C to D", [*names, JOINS], hold_s=s.settle_s,
+                    action=lambda: self._sign(self._members[JOINS], partners=self.join_partners), after=self._reached_joiner)
+
+    def _before_join(self) -> None:
+        """What must be over before D joins the poster: nothing, in the phases scenario."""
+
+    def _report(self, report: dict) -> dict:
+        """The scenario's report from the drain's."""
+        return report
 
     def _open_hosts(self) -> None:
         """A host for each participant and the registry, with a network namespace and a CPU

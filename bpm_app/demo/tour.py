@@ -42,12 +42,11 @@ from collections.abc import Callable, Iterator
 
 from bpm.federation.views import AgreedTerms
 from bpm_app.demo.faults import Fault
-from bpm_app.demo.run import Demo, DemoSettings, Feeding, Member
+from bpm_app.demo.outcomes import JOINS, POSTER
+from bpm_app.demo.run import Demo, DemoSettings, Member
 from bpm_app.demo.split import FIXED_COST_CPU_S, SPLIT_CPUS, SPLIT_MM1_SCALE, SPLIT_RATE, SPLIT_SPREAD
 
-POSTER = ("a", "b", "c")
-JOINS = "d"  # joins the poster in phase 4; E's partner, and the faults' victim, before that
-SPLITS = "e"
+SPLITS = "e"  # D (`JOINS`) is E's partner, and the faults' victim, before it joins the poster in phase 4
 TOUR_MEMBERS = (
     # The phases scenario's participants (`bpm_app.demo.run.MEMBERS`), B with fewer spare shares:
     # E's traffic and restarts keep the machine busier, and a task here costs more.
@@ -214,30 +213,16 @@ class Tour(Demo):
         while not self._agent_status(JOINS, timeout_s=2.0):
             yield
 
-    # The run
+    # The run: the phases scenario's, with the side steps and D's restart before D joins
 
-    def run(self) -> dict:
-        s = self.s
-        try:
-            self._start_registry()
-            self._setup_first(list(self.members), measured=[*POSTER, SPLITS], unsigned={JOINS})
-            self._steps["side"] = self.side()
-            names = list(POSTER)
-            self._phase("1 uneven load, every load below its threshold", names, hold_s=s.settle_s, warm=names,
-                        feeding=Feeding(self, "a", ["a"], s.uneven, below=True))
-            self._phase("2 A's load rises over its threshold: it sheds load to B and C", names,
-                        hold_s=s.settle_s, feeding=Feeding(self, "a", ["a"], s.overload))
-            self._phase("3 load rises at B until the federation is overloaded", names, until="overloaded", hold_s=s.settle_s,
-                        feeding=Feeding(self, "b", names, s.fill, until_held=True, step=1))
-            self._wait_side()
-            self._phase("4 D joins (contract with C at 0.8 p): load flows B to C and C to D", [*names, JOINS],
-                        hold_s=s.settle_s, action=lambda: self._sign(self._members[JOINS], partners=["c"]), after=self._reached_joiner)
-            report = self._finish()
-            return self._tour_report(report)
-        finally:
-            self.fed.close()
+    fill_step = 1
+    join_partners = ("c",)
 
-    def _wait_side(self, timeout_s: float = 600.0) -> None:
+    def _set_up(self) -> None:
+        self._setup_first(list(self.members), measured=[*POSTER, SPLITS], unsigned={JOINS})
+        self._steps["side"] = self.side()
+
+    def _before_join(self, timeout_s: float = 600.0) -> None:
         """Before D joins the poster: the split and the faults are over and D's agent runs again."""
         self._wait_steps({"side"}, timeout_s, "before D joins")
         if self._agent_status(JOINS, timeout_s=2.0) is None:
@@ -258,7 +243,7 @@ class Tour(Demo):
         self._wait_steps(set(self._steps), 300.0, "before the input closes")  # E's recovery: its tasks drain where they run
         return super()._finish()
 
-    def _tour_report(self, report: dict) -> dict:
+    def _report(self, report: dict) -> dict:
         records = self.state.get("failovers", [])
         report["scenario"] = "tour"
         report["split"] = {"origin": SPLITS, "to": JOINS,
