@@ -95,11 +95,10 @@ class FailoverDemo(Demo):
         if fault not in FAULTS:
             raise ValueError(f"fault is one of {', '.join(FAULTS)}")
         cut = fault == "cut"
+        self.members = PARTITION_MEMBERS if cut else FAILOVER_MEMBERS
         super().__init__(dataclasses.replace(settings, trigger_s=FAILOVER_TRIGGER_S, mm1_scale=FAILOVER_MM1_SCALE,
                                              spread=FAILOVER_SPREAD, cpus=None, correlate=cut,
                                              shared_scanners=SHARED_SCANNERS if cut else 0), view, say)
-        self.members = PARTITION_MEMBERS if cut else FAILOVER_MEMBERS
-        self._members = {m.name: m for m in self.members}
         self.ha_mode = ha_mode
         self.recover_timeout_s = recover_timeout_s
         self.fault = Fault(self, VICTIM, fault, ha_mode=ha_mode, cut_s=cut_s)

@@ -274,6 +274,7 @@ class Demo:
     """
 
     pairs = CONTRACTS
+    members = MEMBERS  # a scenario's participants: its own, in each scenario
 
     def __init__(self, settings: DemoSettings, view: Callable[[dict], None] | None = None, say: Callable[[str], None] = print) -> None:
         self.s = settings
@@ -289,7 +290,7 @@ class Demo:
         self._meter: CpuMeter | None = None
         self.t0 = time.time()
         self.state: dict = {}
-        self._members = {m.name: m for m in MEMBERS}
+        self._members = {m.name: m for m in self.members}
         self._warm: set[str] = set()  # the agents past their warm-up, as their /status last said (`_running`)
         self.inputs = BrokerInputs(settings.workdir, self.fed.broker_certificate_file, lambda name: self.fed.peers.broker_tls(name))
         self.fed_tasks: dict[str, list[str]] = {}  # per participant, its tasks whose shares are fed, in the order fed
@@ -613,7 +614,7 @@ class Demo:
 
     def _set_up(self) -> None:
         """The participants, their agents and their input (D without its contracts)."""
-        self._setup_first(list(MEMBERS), measured=list(POSTER), unsigned={JOINS})
+        self._setup_first(list(self.members), measured=list(POSTER), unsigned={JOINS})
 
     def _poster(self) -> None:
         """The poster's four phases over A, B and C, D joining in the fourth (the module text)."""

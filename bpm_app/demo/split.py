@@ -56,12 +56,11 @@ class SplitDemo(Demo):
     """The split scenario (see the module text) on the phases scenario's federation."""
 
     pairs = SPLIT_CONTRACTS
+    members = SPLIT_MEMBERS
 
     def __init__(self, settings: DemoSettings, view: Callable[[dict], None] | None = None, say: Callable[[str], None] = print) -> None:
         super().__init__(dataclasses.replace(settings, rate=SPLIT_RATE, spread=SPLIT_SPREAD, mm1_scale=SPLIT_MM1_SCALE,
                                              traffic_s=SPLIT_TRAFFIC_S, cpus=settings.cpus and SPLIT_CPUS), view, say)
-        self.members = SPLIT_MEMBERS
-        self._members = {m.name: m for m in self.members}
 
     def _replay_host(self, member: Member) -> str:
         """The registry's host, outside A's quota: the replayer's own CPU, counted in A's

@@ -96,11 +96,10 @@ class Tour(Demo):
     says why the split or the faults' steps stopped short, if they did."""
 
     pairs = {pair: factor for pair, (factor, _, _) in TOUR_CONTRACTS.items()}
+    members = TOUR_MEMBERS
 
     def __init__(self, settings: DemoSettings, view: Callable[[dict], None] | None = None, say: Callable[[str], None] = print) -> None:
         super().__init__(tour_settings(settings), view, say)
-        self.members = TOUR_MEMBERS
-        self._members = {m.name: m for m in self.members}
         self.faults: list[Fault] = []
         self.side_error: str | None = None
         self.side_done_s: float | None = None
