@@ -709,9 +709,9 @@ class Agent:
             return replace(self.broker.own_input(where), start_seq=self.regrain.start_after.get(key, 0))
         token = self.credentials.token(task["id"], "stream", origin, task["epoch"])
         user, password = self.ask_stream(self.endpoint(origin), key, task["epoch"], token)
-        return JetStreamInput(where.url, user, password, origin, where.prefix, tls=self.peers.broker_tls(origin))
+        return JetStreamInput.at(where, user, password, tls=self.peers.broker_tls(origin))
 
-    def broker_grants(self) -> dict[str, set[tuple[str, str, bool]]]:
+    def broker_grants(self) -> dict[str, set[tuple[str, tuple[str, str], bool]]]:
         """Who may read what of my broker: each partner the tasks of mine the registry says it
         hosts (reading their key groups and writing their results) or holds an active-standby
         replica of (reading only), and those it showed a token for since my last read of my tasks."""
@@ -719,18 +719,18 @@ class Agent:
         mine = {t["id"]: t for t in self.seen.tasks if t["origin"] == me and is_location(t.get("input_uri") or "")}
         for t in mine.values():
             if t["host"] != me:
-                grants.setdefault(t["host"], set()).add((task_key(t), parse_location(t["input_uri"]).prefix, True))
+                grants.setdefault(t["host"], set()).add((task_key(t), parse_location(t["input_uri"]).share, True))
         for r in self.seen.replicas:
             t = mine.get(r["task_id"])
             if t is not None and r["state"] == "active" and r["role"] == "active_standby" and r["participant"] not in (me, t["host"]):
-                grants.setdefault(r["participant"], set()).add((task_key(t), parse_location(t["input_uri"]).prefix, False))
+                grants.setdefault(r["participant"], set()).add((task_key(t), parse_location(t["input_uri"]).share, False))
         with self._lock:
             self._stream_grants = {g: at for g, at in self._stream_grants.items() if at >= self._view_read_at}
-            for partner, key, prefix, writes in self._stream_grants:
-                grants.setdefault(partner, set()).add((key, prefix, writes))
+            for partner, key, share, writes in self._stream_grants:
+                grants.setdefault(partner, set()).add((key, share, writes))
         return grants
 
-    def retained(self) -> dict[str, str]:
+    def retained(self) -> dict[str, tuple[str, str]]:
         """The consumers my broker stream keeps input for (`spark_agents.broker.retention`), by
         name (`consumer_name`): for each task of mine under an HA mode, its host's and each
         active-standby replica holder's (a replica acknowledges nothing: what it reads stays)."""
@@ -741,11 +741,11 @@ class Agent:
         mine = {t["id"]: t for t in self.seen.tasks
                 if t["origin"] == me and is_location(t.get("input_uri") or "") and modes.get(task_key(t), "none") != "none"}
         for t in mine.values():
-            wanted[consumer_name(task_key(t), t["host"])] = parse_location(t["input_uri"]).prefix
+            wanted[consumer_name(task_key(t), t["host"])] = parse_location(t["input_uri"]).share
         for r in self.seen.replicas:
             t = mine.get(r["task_id"])
             if t is not None and r["state"] == "active" and r["role"] == "active_standby":
-                wanted[consumer_name(task_key(t), r["participant"])] = parse_location(t["input_uri"]).prefix
+                wanted[consumer_name(task_key(t), r["participant"])] = parse_location(t["input_uri"]).share
         return wanted
 
     def _sweep_consumers(self) -> None:
@@ -766,9 +766,9 @@ class Agent:
         held = retention.acks()
         mine = {task_key(t) for t in self.seen.tasks if t["origin"] == self.config.name}
         open_failovers = {f["task"] for f in self.seen.failovers if f.get("completed_at") is None}
-        for consumer, prefix in wanted.items():
+        for consumer, (input, prefix) in wanted.items():
             if consumer not in held:
-                retention.register(consumer, prefix)
+                retention.register(consumer, prefix, input)
         for consumer in held:
             key = consumer.rpartition(".")[0]
             if consumer not in wanted and key in mine and key not in open_failovers:
@@ -791,7 +791,8 @@ class Agent:
         retention = self.broker.retention()
         if seq > retention.broker.last_seq():
             raise ValueError(f"sequence {seq} is past the end of {self.config.name}'s stream")
-        retention.ack(consumer_name(key, caller), parse_location(task["input_uri"]).prefix, seq)
+        where = parse_location(task["input_uri"])
+        retention.ack(consumer_name(key, caller), where.prefix, seq, where.input)
 
     def send_ack(self, task: Mapping, seq: int) -> None:
         """Acknowledge task `task`'s share of its origin's stream up to `seq`, at the origin's agent."""
@@ -807,7 +808,7 @@ class Agent:
             return None
         if task["origin"] == self.config.name:
             assert self.broker is not None
-            return TaskInput(source, OwnAcks(self.broker.retention(), source.prefix), self.registry_epoch)
+            return TaskInput(source, OwnAcks(self.broker.retention(), source.prefix, source.input), self.registry_epoch)
         return TaskInput(source, SentAcks(functools.partial(self.send_ack, dict(task))), self.registry_epoch)
 
     def registry_epoch(self, key: str) -> int | None:
@@ -837,7 +838,7 @@ class Agent:
         if not is_location(current.get("input_uri") or ""):
             raise LookupError(f"{key} reads no broker stream")
         with self._lock:
-            self._stream_grants[(caller, key, parse_location(current["input_uri"]).prefix, hosts)] = self.clock()
+            self._stream_grants[(caller, key, parse_location(current["input_uri"]).share, hosts)] = self.clock()
         self.broker.grant(self.broker_grants())
         self.note("broker.granted", f"let {caller} read {key}'s key groups of {self.config.name}'s stream (epoch {epoch}"
                   f"{'' if hosts else ', as its replica'})")

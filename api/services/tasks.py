@@ -96,8 +96,8 @@ def _parents(session: Session, me: Participant, ids: list[int], where: StreamLoc
         if parent.origin_id != me.id:
             raise Forbidden(f"task #{parent.id} is {parent.origin.name}'s: a task comes only from its origin's own tasks")
         stream = _location(parent.input_uri) if parent.input_uri else None
-        if stream is None or (stream.url, stream.participant) != (where.url, where.participant):
-            raise Invalid(f"task #{parent.id} does not read the stream {where.url}/{where.participant}")
+        if stream is None or (stream.url, stream.participant, stream.input) != (where.url, where.participant, where.input):
+            raise Invalid(f"task #{parent.id} does not read the stream {where.url}/{where.participant}, input {where.input}")
         groups.append(stream.prefix)
     try:
         ok = where.prefix in halves(groups[0]) if len(groups) == 1 else merged(*groups) == where.prefix

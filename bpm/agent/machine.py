@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bpm.costs.base import CostFunction
-from bpm.keygroups import BITS, check_prefix
+from bpm.keygroups import BITS, MAIN, check_input, check_prefix
 from bpm.negotiation import (
     DEFAULT_HYSTERESIS,
     DEFAULT_MARGIN,
@@ -89,7 +89,7 @@ class View:
         offerable: the tasks it may offer (`bpm.federation.views.offerable_tasks`).
         outstanding: whether an offer of its own waits for an answer.
         handing_over: whether tasks it gave away still run here (its load still counts them).
-        split: the key-group prefixes of its own tasks that were split, whose halves may
+        split: the shares (input, key-group prefix) of its own tasks that were split, whose halves may
             merge back (`bpm.negotiation.choose_merge`).
         unreachable: the partners of its contracts in force that count as failed, whose
             contracts `contracts` leaves out (`bpm.ha.failed_partners`).
@@ -104,7 +104,7 @@ class View:
     offerable: tuple[Task, ...] = ()
     outstanding: bool = False
     handing_over: bool = False
-    split: tuple[str, ...] = ()
+    split: tuple[tuple[str, str], ...] = ()
     unreachable: tuple[str, ...] = ()
 
 
@@ -273,7 +273,7 @@ class Mechanism:
         refused_splits: splits made because a partner refused, since an offer of its was last
             accepted: at most `REFUSED_SPLITS` (near saturation no partner has room at any
             size, and splitting on would only add fixed costs).
-        refusal_split: the key groups of the tasks it split because a partner refused: what
+        refusal_split: the shares (input, key groups) of the tasks it split because a partner refused: what
             such a split made does not split again on a refusal (an acceptance of a small
             piece elsewhere would otherwise let it halve on down to single key groups).
         changed_s: when the tasks running here last changed.
@@ -303,7 +303,7 @@ class Mechanism:
     unanswered: dict[str, float] = field(default_factory=dict)
     split_s: float = -math.inf
     refused_splits: int = 0
-    refusal_split: frozenset[str] = frozenset()
+    refusal_split: frozenset[tuple[str, str]] = frozenset()
     changed_s: float = -math.inf
     warm_from_s: float = -math.inf
     ended: dict[str, str] = field(default_factory=dict)
@@ -370,7 +370,7 @@ class Mechanism:
         agent takes it back (`SplitsRemembered`) so that it does not split on refusals again
         what it had bounded (the answers it reads again, `Answered`, are older than its last
         split and reset no count)."""
-        return {"refused_splits": self.refused_splits, "refusal_split": sorted(self.refusal_split),
+        return {"refused_splits": self.refused_splits, "refusal_split": [list(s) for s in sorted(self.refusal_split)],
                 "split_s": None if self.split_s == -math.inf else self.split_s}
 
     def _remember_splits(self, memory: Mapping) -> None:
@@ -380,11 +380,11 @@ class Mechanism:
         if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= REFUSED_SPLITS:
             raise ValueError(f"refused_splits is a count from 0 to {REFUSED_SPLITS}, not {count!r}")
         if not isinstance(prefixes, list) or len(prefixes) > 2 ** (BITS + 1):
-            raise ValueError("refusal_split is a list of key-group prefixes")
+            raise ValueError("refusal_split is a list of [input, key-group prefix] pairs")
         split_s = memory.get("split_s")
         if split_s is not None and (isinstance(split_s, bool) or not isinstance(split_s, (int, float)) or not math.isfinite(split_s)):
             raise ValueError(f"split_s is a time in seconds or null, not {split_s!r}")
-        self.refusal_split = frozenset(check_prefix(p) for p in prefixes)
+        self.refusal_split = frozenset(_share(s) for s in prefixes)
         self.refused_splits = count
         self.split_s = -math.inf if split_s is None else float(split_s)
 
@@ -496,10 +496,10 @@ class Mechanism:
             # the tasks are too large for the room the partners have at the price.
             split = None
             if self.refused.get(offer.partner, -math.inf) > self.split_s and self.refused_splits < REFUSED_SPLITS:
-                split = self._split(view, load, [t for t in tasks if not _within(t.groups, self.refusal_split)])
+                split = self._split(view, load, [t for t in tasks if not _within(t, self.refusal_split)])
                 if split is not None:
                     self.refused_splits += 1
-                    self.refusal_split = self.refusal_split | {split.task.groups}
+                    self.refusal_split = self.refusal_split | {split.task.share}
             self.waiting = None
             return [split or MakeOffer(offer)]
         cause, message = why_no_offer(load=load, cost=view.cost, tasks=tasks, contracts=view.contracts,
@@ -537,9 +537,19 @@ class Mechanism:
         return [Wait(cause, message)]
 
 
-def _within(groups: str | None, prefixes: frozenset[str]) -> bool:
-    """Whether key groups `groups` lie within one of `prefixes` (a task a split of them made)."""
-    return groups is not None and any(groups.startswith(p) for p in prefixes)
+def _within(task: Task, shares: frozenset[tuple[str, str]]) -> bool:
+    """Whether the key groups of `task` lie within one of `shares` (a task a split of them made)."""
+    return task.groups is not None and any(task.input == i and task.groups.startswith(p) for i, p in shares)
+
+
+def _share(item: object) -> tuple[str, str]:
+    """An [input, key-group prefix] pair of the split memory, checked (a prefix alone, as an
+    agent that knew one input only kept it: of the main input)."""
+    if isinstance(item, str):
+        return MAIN, check_prefix(item)
+    if not isinstance(item, (list, tuple)) or len(item) != 2:
+        raise ValueError(f"refusal_split holds [input, key-group prefix] pairs, not {item!r}")
+    return check_input(item[0]), check_prefix(item[1])
 
 
 # ---- the journal -------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ def offerable_tasks(
             continue
         if t["origin"] == me or pass_on:
             out.append(Task(id=str(t["id"]), load=load, origin=t["origin"], ha_mode=modes.get(key, t.get("ha_mode", "none")),
-                            groups=key_groups(t) if t["origin"] == me else None))
+                            **_groups_of(t) if t["origin"] == me else {}))
     return out
 
 
@@ -69,6 +69,15 @@ def key_groups(task: Mapping) -> str | None:
     return parse_location(uri).prefix if is_location(uri) else None
 
 
+def _groups_of(task: Mapping) -> dict[str, str]:
+    """A task's key groups and the input they are of, as `bpm.negotiation.Task` takes them ({}: no broker stream)."""
+    uri = task.get("input_uri") or ""
+    if not is_location(uri):
+        return {}
+    where = parse_location(uri)
+    return {"groups": where.prefix, "input": where.input}
+
+
 def passing_load(me: str, tasks: Iterable[Mapping], loads: Mapping[str, float], fixed_cost: float = 0.0) -> float:
     """What my load holds of the tasks a split or merge ended that still run here, above the
     fixed cost of each (`loads`: per task key): it leaves as they complete their windows. An
@@ -79,14 +88,14 @@ def passing_load(me: str, tasks: Iterable[Mapping], loads: Mapping[str, float], 
                for t in tasks if t["host"] == me and ending(t) and not t.get("retired"))
 
 
-def split_groups(me: str, tasks: Iterable[Mapping]) -> tuple[str, ...]:
-    """The key groups of my tasks that were split and whose halves may merge back: those
-    whose half runs on as a task a split made (`bpm.negotiation.choose_merge`)."""
+def split_groups(me: str, tasks: Iterable[Mapping]) -> tuple[tuple[str, str], ...]:
+    """The shares (input, key groups) of my tasks that were split and whose halves may merge
+    back: those whose half runs on as a task a split made (`bpm.negotiation.choose_merge`)."""
     out = set()
     for t in tasks:
-        groups = key_groups(t)
-        if t["origin"] == me and groups and len(t.get("from_tasks") or ()) == 1 and not ending(t):
-            out.add(groups[:-1])
+        share = _groups_of(t)
+        if t["origin"] == me and share.get("groups") and len(t.get("from_tasks") or ()) == 1 and not ending(t):
+            out.add((share["input"], share["groups"][:-1]))
     return tuple(sorted(out))
 
 

@@ -133,14 +133,14 @@ def choose_merge(
     cost: CostFunction,
     tasks: Sequence[Task],
     contracts: Sequence[Contract],
-    split: Collection[str],
+    split: Collection[tuple[str, str]],
     margin: float = DEFAULT_MARGIN,
     hysteresis: float = DEFAULT_HYSTERESIS,
     me: str = "",
 ) -> tuple[Task, Task] | None:
     """Two halves of a split task of `me`'s that both run here, to merge back into one, or None.
 
-    `split` holds the key-group prefixes of `me`'s tasks that were split (halves of an
+    `split` holds the (input, key-group prefix) shares of `me`'s tasks that were split (halves of an
     original task, never two original tasks, merge). Merging saves one task's fixed cost;
     it is made when the participant does not shed: its marginal cost times 1 + `hysteresis`
     is at most the lowest price with margin (without contracts, always). So a merge never
@@ -151,9 +151,9 @@ def choose_merge(
         lowest = min(c.price_min for c in contracts) * margin_factor(margin)
         if cost.marginal(load) * margin_factor(hysteresis) > lowest:
             return None
-    mine = {t.groups: t for t in tasks if t.origin == me and t.groups}
-    for groups in sorted(mine, key=lambda g: (-len(g), g)):
+    mine = {t.share: t for t in tasks if t.origin == me and t.groups}
+    for input, groups in sorted(mine, key=lambda s: (-len(s[1]), s)):
         parent = groups[:-1]
-        if groups[-1] == "0" and parent in split and parent + "1" in mine:
-            return mine[groups], mine[parent + "1"]
+        if groups[-1] == "0" and (input, parent) in split and (input, parent + "1") in mine:
+            return mine[input, groups], mine[input, parent + "1"]
     return None

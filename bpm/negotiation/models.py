@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-from bpm.keygroups import check_prefix
+from bpm.keygroups import MAIN, check_input, check_prefix
 
 DEFAULT_HYSTERESIS = 0.1
 """Relative margin on ending movements (Borealis used 0.1); see `bpm.negotiation.decisions`."""
@@ -85,6 +85,8 @@ class Task:
         groups: the key groups of its origin's stream it covers, as a prefix
             (`bpm.keygroups`: "" all, "0" the first half, ...), when it may split and merge
             over them (`bpm.negotiation.granularity`); None when it does not.
+        input: which input of its origin's stream those key groups are of (`bpm.keygroups`):
+            halves of two inputs never merge.
         query: the query it runs and the digest of its definition (`bpm.query`), as the
             registry records them; None for a task of no query (a simulated one).
         unrunnable: why the participant it is offered to cannot run it although it has its
@@ -96,6 +98,7 @@ class Task:
     origin: str = ""
     ha_mode: str = "none"
     groups: str | None = None
+    input: str = MAIN
     query: tuple[str, str] | None = None
     unrunnable: str | None = None
 
@@ -104,6 +107,12 @@ class Task:
             raise ValueError(f"task {self.id}: load must be a finite number > 0, got {self.load!r}")
         if self.groups is not None:
             check_prefix(self.groups)
+            check_input(self.input)
+
+    @property
+    def share(self) -> tuple[str, str] | None:
+        """(input, key groups) when it splits and merges over them (`groups`), else None."""
+        return None if self.groups is None else (self.input, self.groups)
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,7 +56,7 @@ class Participant:
         min_price: the lowest `price_min` of its contracts (below it no offer can pay).
         ha: its side of high availability (decides its tasks' failovers).
         failed: whether it failed (it no longer trades; its partners fail its tasks over).
-        split: key-group prefixes of its own tasks that were split (their halves may merge).
+        split: shares (input, key-group prefix) of its own tasks that were split (their halves may merge).
     """
 
     name: str
@@ -75,7 +75,7 @@ class Participant:
     min_price: float = math.inf
     ha: HAMachine | None = None
     failed: bool = False
-    split: set[str] = field(default_factory=set)
+    split: set[tuple[str, str]] = field(default_factory=set)
 
     def add_contract(self, contract: Contract) -> None:
         self.contracts.append(contract)
@@ -359,13 +359,13 @@ class Federation:
         if isinstance(instruction, Split):
             old = [instruction.task]
             new = [self.task_over(p.name, g) for g in halves(instruction.task.groups or "")]
-            p.split.add(instruction.task.groups or "")
+            p.split.add((instruction.task.input, instruction.task.groups or ""))
             self.split_count += 1
         else:
             old = list(instruction.tasks)
             parent = (old[0].groups or "")[:-1]
             new = [self.task_over(p.name, parent)]
-            p.split.discard(parent)
+            p.split.discard((old[0].input, parent))
             self.merge_count += 1
         for t in old:
             del p.home[t.id]

@@ -286,7 +286,7 @@ class HASide(Side):
         from spark_agents.broker.retention import Retention
         from spark_agents.broker.inputs import OwnAcks, TaskInput
 
-        return TaskInput(source, OwnAcks(Retention(source.connection(), source.participant), source.prefix))
+        return TaskInput(source, OwnAcks(Retention(source.connection(), source.participant), source.prefix, source.input))
 
     def _start_duties(self, task_id: str, mode: str, source: JetStreamInput, query: Query, params: Params,
                       interval_s: float, ship: Callable[[bytes], Any] | None = None) -> None:

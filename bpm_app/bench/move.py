@@ -587,6 +587,7 @@ def run_move_bench(settings: MoveSettings, work_dir: str | Path, progress: Calla
     `progress(what, rounds_done)` is called as the run goes; rounds count floor and movement
     rounds, warm-up included (`2 * (warmup + moves)` in all).
     """
+    from bpm.keygroups import MAIN
     from spark_agents.broker.results import broker_outputs
     from spark_agents.broker.server import NatsServer, User
     from spark_agents.broker.subjects import partner_user
@@ -599,7 +600,7 @@ def run_move_bench(settings: MoveSettings, work_dir: str | Path, progress: Calla
     step_limit = step_limits(settings.timeout_s, settings.step_timeout_s, MoveBenchError)
     load_before = load_average()
 
-    origin, partner = User("a", secrets.token_urlsafe(16)), partner_user("b", secrets.token_urlsafe(16), [(TASK_ID, "", True)])
+    origin, partner = User("a", secrets.token_urlsafe(16)), partner_user("b", secrets.token_urlsafe(16), [(TASK_ID, (MAIN, ""), True)])
     workload = settings.workload
     server: NatsServer | None = None
     broker: Broker | None = None

@@ -20,7 +20,7 @@ def replay_command(
     query_ref: str | None = typer.Option(None, "--query", help="Publish records of this query (module:attribute or path/to/file.py:attribute, bpm.query) instead of Zeek connections."),
     params: list[str] = typer.Option(None, "--param", help="With --query: one of its parameters, name=value (repeat for several); its lateness and grain size the end of input."),
     fmt: str | None = typer.Option(None, "--format", help="With --query: the files' format, jsonl or csv (default: by each file's name, .csv or else JSON lines)."),
-    stream: str = typer.Option(..., "--stream", help="The participant's stream on its broker: nats://HOST:PORT/PARTICIPANT (password in BPM_NATS_PASSWORD)."),
+    stream: str = typer.Option(..., "--stream", help="The participant's stream on its broker: nats://HOST:PORT/PARTICIPANT, or nats://HOST:PORT/PARTICIPANT/INPUT for one of its named inputs, the input of a query in its agent's [[queries]] (password in BPM_NATS_PASSWORD)."),
     user: str | None = typer.Option(None, "--user", help="The broker's user (default: the participant)."),
     broker_cert: BrokerCert = None,
     insecure: InsecureBroker = False,
@@ -51,7 +51,7 @@ def replay_command(
     import sys
     import threading
 
-    from bpm.keygroups import PASSWORD_ENV, KeyGroupError, groups, parse_location
+    from bpm.keygroups import MAIN, PASSWORD_ENV, KeyGroupError, groups, parse_location
     from bpm.records import BadRecords, Records
     from bpm.zeek.definitions import stream_values
     from bpm.zeek.generator import amplified
@@ -66,10 +66,10 @@ def replay_command(
     say = teller(log_format.value, "bpm.replay", console=err)
     try:
         if not stream.startswith("nats://"):
-            raise ValueError(f"{stream}: a participant's stream is on its broker, nats://HOST:PORT/PARTICIPANT")
+            raise ValueError(f"{stream}: a participant's stream is on its broker, nats://HOST:PORT/PARTICIPANT[/INPUT]")
         located = parse_location(stream)
         if located.prefix:
-            raise ValueError(f"{stream}: a replay publishes to a participant's whole stream, not to key groups {located.prefix!r}")
+            raise ValueError(f"{stream}: a replay publishes to a whole input of a participant's stream, not to key groups {located.prefix!r}")
         fed_groups = {g for prefix in feed for g in groups(prefix)} if feed or feed_from_stdin else None
         password = os.environ.get(PASSWORD_ENV)
         if not password:
@@ -81,7 +81,8 @@ def replay_command(
             raise ValueError(str(exc)) from None
     except ValueError as exc:
         fail(exc)
-    target, where = BrokerStream(broker, located.participant), f"{located.participant}'s stream at {located.url}"
+    target = BrokerStream(broker, located.participant, located.input)
+    where = f"{located.participant}'s stream at {located.url}" + (f", input {located.input}" if located.input != MAIN else "")
     if query_ref is None:
         recorded, stats = read_input(files, err)
         items = amplified(recorded, amplify)  # copied as they are fed, never all held at once

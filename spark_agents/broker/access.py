@@ -23,7 +23,7 @@ from pathlib import Path
 
 import nats
 
-from bpm.keygroups import StreamLocation
+from bpm.keygroups import MAIN, StreamLocation
 from bpm.names import check_participant
 from spark_agents.broker.server import NatsServer, User
 from spark_agents.broker.subjects import consumer_tag, partner_user
@@ -32,8 +32,10 @@ from spark_agents.credentials import write_private
 from spark_agents.races import Refused
 from spark_agents.tls import OwnCertificate
 
-# partner -> (task key, key-group prefix, whether it writes the task's results: it hosts it) it may read
-Grants = Mapping[str, Iterable[tuple[str, str, bool]]]
+# A task's share of its origin's stream: (input, key-group prefix) (`bpm.keygroups.StreamLocation.share`).
+Share = tuple[str, str]
+# partner -> (task key, share, whether it writes the task's results: it hosts it) it may read
+Grants = Mapping[str, Iterable[tuple[str, Share, bool]]]
 CONSUMERS_PER_TASK = 8  # a partner's readers of one task's key groups at once: the driver's and each partition's
 
 
@@ -56,7 +58,7 @@ class OwnBroker:
         self.url = f"nats://{advertise or host}:{port}"
         self.tls = None if tls is None else tls.pem
         self.server = NatsServer(name, self.folder / "store", port=port, http_port=http_port, users=[self._owner()], host=host, tls=tls)
-        self._grants: dict[str, frozenset[tuple[str, str, bool]]] = {}
+        self._grants: dict[str, frozenset[tuple[str, Share, bool]]] = {}
         self._readers: frozenset[str] = frozenset()  # partners that read the alerts this participant shares
         self._lock = threading.RLock()  # over the grants, the partners' passwords and the owner's connection
         self._owner_connection = None
@@ -106,13 +108,13 @@ class OwnBroker:
             self.connection()
             return self._retention
 
-    def location(self, prefix: str = "") -> str:
-        """The location of key groups `prefix` of this participant's stream, as a task record holds it."""
-        return str(StreamLocation(self.url, self.name, prefix))
+    def location(self, prefix: str = "", input: str = MAIN) -> str:
+        """The location of key groups `prefix` of input `input` of this participant's stream, as a task record holds it."""
+        return str(StreamLocation(self.url, self.name, prefix, input))
 
     def own_input(self, where: StreamLocation) -> JetStreamInput:
         """A task of this participant's reads its own stream as the owner."""
-        return JetStreamInput(where.url, self.name, self.password, where.participant, where.prefix, tls=self.tls)
+        return JetStreamInput.at(where, self.name, self.password, tls=self.tls)
 
     def grant(self, hosted: Grants, readers: Iterable[str] | None = None) -> bool:
         """Let each partner read the key groups and write the results of exactly the tasks it
@@ -165,7 +167,7 @@ class OwnBroker:
             grants = dict(self._grants)
             tags = {consumer_tag(p, pw): p for p, pw in self._passwords().items()}
         own = consumer_tag(self.name, self.password)
-        filters = {p: {subject_filter(self.name, prefix) for _, prefix, _ in tasks} for p, tasks in grants.items()}
+        filters = {p: {subject_filter(self.name, prefix, input) for _, (input, prefix), _ in tasks} for p, tasks in grants.items()}
         doomed, kept = [], {}
         for info in sorted(consumers, key=lambda i: i.created.timestamp() if i.created else 0.0):
             tag = info.name.partition("-")[0]
@@ -192,7 +194,7 @@ class OwnBroker:
             broker.call(delete())
         return doomed
 
-    def granted(self) -> dict[str, frozenset[tuple[str, str, bool]]]:
+    def granted(self) -> dict[str, frozenset[tuple[str, Share, bool]]]:
         with self._lock:
             return dict(self._grants)
 

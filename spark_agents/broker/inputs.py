@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from bpm.keygroups import MAIN
 from bpm.query import Params, Query
 from spark_agents.broker.results import broker_sink
 from spark_agents.ha.fence import FencedSink
@@ -40,17 +41,18 @@ class Acks(Protocol):
 
 @dataclasses.dataclass
 class OwnAcks:
-    """The acknowledgements of key groups `prefix` on the origin's own `Retention` (at the origin)."""
+    """The acknowledgements of key groups `prefix` of input `input` on the origin's own `Retention` (at the origin)."""
 
     retention: Retention
     prefix: str
+    input: str = MAIN
 
     def register(self, consumer: str) -> None:
         if consumer not in self.retention.acks():
-            self.retention.register(consumer, self.prefix)
+            self.retention.register(consumer, self.prefix, self.input)
 
     def ack(self, consumer: str, seq: int) -> None:
-        self.retention.ack(consumer, self.prefix, seq)
+        self.retention.ack(consumer, self.prefix, seq, self.input)
 
     def acked(self, consumer: str) -> int | None:
         ack = self.retention.acks().get(consumer)

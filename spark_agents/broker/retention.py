@@ -2,7 +2,7 @@
 
 The key-value bucket `ACKS` on the participant's own server holds, per consumer (a task at a
 participant: a task, its passive replica, the origin keeping what upstream backup may
-replay), the key groups it reads (a prefix, `bpm.keygroups`) and the stream sequence up
+replay), the key groups it reads (an input and a prefix, `bpm.keygroups`) and the stream sequence up
 to which it needs nothing more. An acknowledgement never moves back (compare-and-set on
 the entry's revision). `trim` purges, per key group, the messages at or below the
 smallest acknowledgement of the consumers that read that group, and nothing of a group
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import nats
 
-from bpm.keygroups import KEY_GROUPS, check_prefix, groups, subject
+from bpm.keygroups import MAIN, check_input, check_prefix, groups, subject
 from bpm.names import check_name
 from spark_agents.broker.stream import Broker
 from spark_agents.broker.subjects import INPUT
@@ -28,6 +28,7 @@ BUCKET = "ACKS"
 class Ack:
     prefix: str
     seq: int  # every message up to this sequence is no longer needed (0: all are)
+    input: str = MAIN
 
 
 class Retention:
@@ -56,23 +57,25 @@ class Retention:
         if entry is None or entry.value is None:
             return None, 0
         body = json.loads(entry.value)
-        return Ack(body["prefix"], body["seq"]), entry.revision
+        return Ack(body["prefix"], body["seq"], body.get("input", MAIN)), entry.revision
 
-    def register(self, consumer: str, prefix: str) -> None:
-        """`consumer` reads the key groups `prefix`: hold all of them until its first acknowledgement."""
-        self._set(consumer, check_prefix(prefix), 0, only_up=False)
+    def register(self, consumer: str, prefix: str, input: str = MAIN) -> None:
+        """`consumer` reads the key groups `prefix` of input `input`: hold all of them until its first acknowledgement."""
+        self._set(consumer, Ack(check_prefix(prefix), 0, check_input(input)), only_up=False)
 
-    def ack(self, consumer: str, prefix: str, seq: int) -> None:
-        """`consumer` needs nothing up to sequence `seq` of key groups `prefix` any more (never moves back)."""
+    def ack(self, consumer: str, prefix: str, seq: int, input: str = MAIN) -> None:
+        """`consumer` needs nothing up to sequence `seq` of key groups `prefix` of input
+        `input` any more (never moves back)."""
         if seq < 0:
             raise ValueError(f"a stream sequence is not negative: {seq}")
-        self._set(consumer, check_prefix(prefix), seq, only_up=True)
+        self._set(consumer, Ack(check_prefix(prefix), seq, check_input(input)), only_up=True)
 
-    def _set(self, consumer: str, prefix: str, seq: int, *, only_up: bool, attempts: int = 20) -> None:
-        value = json.dumps({"prefix": prefix, "seq": seq}).encode()
+    def _set(self, consumer: str, ack: Ack, *, only_up: bool, attempts: int = 20) -> None:
+        value = json.dumps({"prefix": ack.prefix, "seq": ack.seq, "input": ack.input}).encode()
         for _ in range(attempts):
             current, revision = self._get(consumer)
-            if current is not None and only_up and current.prefix == prefix and current.seq >= seq:
+            if (current is not None and only_up and (current.prefix, current.input) == (ack.prefix, ack.input)
+                    and current.seq >= ack.seq):
                 return
             try:
                 if revision:
@@ -105,18 +108,17 @@ class Retention:
                 out[consumer] = ack
         return out
 
-    def floors(self) -> dict[int, int]:
-        """Per key group that some consumer reads, the sequence up to which nobody needs it."""
-        floors: dict[int, int] = {}
+    def floors(self) -> dict[tuple[str, int], int]:
+        """Per (input, key group) that some consumer reads, the sequence up to which nobody needs it."""
+        floors: dict[tuple[str, int], int] = {}
         for ack in self.acks().values():
             for g in groups(ack.prefix):
-                floors[g] = min(floors.get(g, ack.seq), ack.seq)
+                floors[ack.input, g] = min(floors.get((ack.input, g), ack.seq), ack.seq)
         return floors
 
-    def trim(self) -> dict[int, int]:
+    def trim(self) -> dict[tuple[str, int], int]:
         """Purge every key group below its floor; returns the floors purged to."""
-        floors = {g: seq for g, seq in self.floors().items() if seq > 0}
-        for g in range(KEY_GROUPS):
-            if g in floors:
-                self.broker.call(self.broker.js.purge_stream(INPUT, seq=floors[g] + 1, subject=subject(self.participant, g)))
+        floors = {share: seq for share, seq in self.floors().items() if seq > 0}
+        for (input, g), seq in sorted(floors.items()):
+            self.broker.call(self.broker.js.purge_stream(INPUT, seq=seq + 1, subject=subject(self.participant, g, input)))
         return floors

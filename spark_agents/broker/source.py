@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from bpm.keygroups import StreamLocation, check_prefix, subject_filter
+from bpm.keygroups import MAIN, StreamLocation, check_prefix
 from bpm.negotiation.granularity import split_time
 from bpm.records import MARK_END, mark_and_time
 from spark_agents.broker.stream import Broker
@@ -263,7 +263,7 @@ def register(spark) -> None:
 
 @dataclass(frozen=True)
 class JetStreamInput:
-    """A task's input: the key groups `prefix` of `participant`'s stream on the server at `url`,
+    """A task's input: the key groups `prefix` of input `input` of `participant`'s stream on the server at `url`,
     read as `user` (the password never shows in its repr), over TLS pinned to the server's
     certificate `tls` (PEM; None: plain text), after sequence `start_seq` for a fresh task;
     of its rows, those with event time in [`since_s`, `until_s`) (epoch seconds, window
@@ -279,11 +279,21 @@ class JetStreamInput:
     since_s: int | None = None
     until_s: int | None = None
     tls: str | None = field(default=None, repr=False)
+    input: str = MAIN
+
+    @classmethod
+    def at(cls, where: StreamLocation, user: str, password: str, tls: str | None = None) -> JetStreamInput:
+        """The input of the key groups `where` names, read as `user`."""
+        return cls(where.url, user, password, where.participant, where.prefix, tls=tls, input=where.input)
+
+    @property
+    def where(self) -> StreamLocation:
+        return StreamLocation(self.url, self.participant, self.prefix, self.input)
 
     @property
     def location(self) -> str:
         """Where it reads, without the credential (`bpm.keygroups.StreamLocation`)."""
-        return str(StreamLocation(self.url, self.participant, self.prefix))
+        return str(self.where)
 
     def connection(self) -> Broker:
         """This process's connection to the server as the input's user."""
@@ -293,7 +303,7 @@ class JetStreamInput:
         """(sequence, payload) of the newest message in its key groups, read as a partner reads,
         through a consumer on them (None: none yet)."""
         broker = self.connection()
-        return broker.read(lambda: _newest(broker, INPUT, subject_filter(self.participant, self.prefix)))
+        return broker.read(lambda: _newest(broker, INPUT, self.where.filter))
 
     def newest_seq(self) -> int:
         """The sequence of the newest message in its key groups (0: none yet)."""
@@ -309,32 +319,40 @@ class JetStreamInput:
     def pending(self, after: int) -> int:
         """How many messages of its key groups the stream holds after sequence `after`."""
         broker = self.connection()
-        return broker.read(lambda: _pending(broker, INPUT, subject_filter(self.participant, self.prefix), after))
+        return broker.read(lambda: _pending(broker, INPUT, self.where.filter, after))
 
     def present_end(self, look_back: int = 256) -> tuple[int, int | None]:
-        """(the stream's newest sequence, the newest event time it holds then, None when empty):
-        from its last message that holds rows, which the feeder ends each flush with a tick
-        at the newest event time it admitted; up to `look_back` messages back (a split on a
-        stream of 3,600 connections a second once read no rows in its last message, and
-        ended the old task at time 0).
+        """(the stream's newest sequence, the newest event time its input holds then, None when
+        empty): from the input's last message that holds rows, which the feeder ends each flush
+        with a tick at the newest event time it admitted; up to `look_back` of the input's
+        messages back (a split on a stream of 3,600 connections a second once read no rows in
+        its last message, and ended the old task at time 0). The input's messages are read
+        through a consumer on its subjects, from ever further back: the other inputs of the
+        stream, however busy, are neither read nor counted.
 
         Raises `InputEnded` when that message is an end-of-input mark: the input is closed,
         and no time hands key groups over (the old task would wait for windows past its
         last, and new tasks reading after the mark would never see their input end)."""
         broker = self.connection()
         last = broker.last_seq()
-        for seq in range(last, max(0, last - look_back), -1):
-            data = broker.message(seq)
-            marks = _marks_and_times(data) if data else []
-            if marks:
-                if _is_end(data):
-                    raise InputEnded(f"{self.participant}'s stream has ended (an end-of-input mark at sequence {seq})")
-                return last, max(ts for _, ts in marks)
-        return last, None
+        whole = replace(self.where, prefix="").filter  # every key group of the input
+        span = look_back
+        while True:
+            after = max(0, last - span)
+            tail = broker.read(lambda: _fetch(broker, INPUT, whole, after, last))[-look_back:]
+            for data in reversed(tail):
+                marks = _marks_and_times(data) if data else []
+                if marks:
+                    if _is_end(data):
+                        raise InputEnded(f"input {self.input} of {self.participant}'s stream has ended (an end-of-input mark)")
+                    return last, max(ts for _, ts in marks)
+            if after == 0 or len(tail) >= look_back:
+                return last, None
+            span *= 4
 
     def options(self, owed_batch: bool = False) -> dict[str, str]:
         options = {"url": self.url, "user": self.user, "password": self.password,
-                   "filter": subject_filter(self.participant, self.prefix), "startSeq": str(self.start_seq)}
+                   "filter": self.where.filter, "startSeq": str(self.start_seq)}
         if self.tls is not None:
             options["tls"] = self.tls
         if self.max_messages is not None:
@@ -364,8 +382,8 @@ def hand_over(old: Sequence[JetStreamInput], prefixes: Sequence[str], window_s: 
     the time; the new ones start fresh. A stream whose input has ended hands nothing over
     (`InputEnded`)."""
     first = old[0]
-    if any((o.url, o.participant, o.until_s) != (first.url, first.participant, None) for o in old):
-        raise ValueError("only running tasks of one stream hand their key groups over, each once")
+    if any((o.url, o.participant, o.input, o.until_s) != (first.url, first.participant, first.input, None) for o in old):
+        raise ValueError("only running tasks of one input of one stream hand their key groups over, each once")
     after, newest = first.present_end()
     if newest is None and after:
         raise ValueError(f"the last messages of {first.participant}'s stream hold no event time: no time to hand key groups over at")

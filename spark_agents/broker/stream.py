@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import nats
 from nats.js.api import StorageType, StreamConfig
 
-from bpm.keygroups import KEY_GROUPS, stream_subjects, subject
+from bpm.keygroups import KEY_GROUPS, MAIN, stream_subjects, subject
 from spark_agents.broker.server import BrokerError
 from spark_agents.broker.subjects import INPUT, consumer_tag, inbox_prefix
 
@@ -156,10 +156,16 @@ class Broker:
 
     def message(self, seq: int, stream: str = INPUT) -> bytes | None:
         """The payload of the stream's message `seq` (None when it holds none there)."""
+        stored = self.stored(seq, stream)
+        return None if stored is None else stored[1]
+
+    def stored(self, seq: int, stream: str = INPUT) -> tuple[str, bytes] | None:
+        """(subject, payload) of the stream's message `seq` (None when it holds none there)."""
         try:
-            return self.call(self.js.get_msg(stream, seq)).data
+            msg = self.call(self.js.get_msg(stream, seq))
         except nats.js.errors.NotFoundError:
             return None
+        return msg.subject, msg.data
 
     def publish(self, subject_: str, payload: bytes) -> int:
         """Publish and wait for the stream's acknowledgement; returns the message's sequence."""
@@ -193,15 +199,15 @@ class Broker:
 
 
 class BrokerStream:
-    """`participant`'s input stream as the feeder writes it: `append(k, lines)` publishes
-    one message of key group `k`'s lines (`bpm.records`)."""
+    """Input `input` of `participant`'s stream as the feeder writes it: `append(k, lines)`
+    publishes one message of key group `k`'s lines (`bpm.records`)."""
 
     partitions = KEY_GROUPS
 
-    def __init__(self, broker: Broker, participant: str) -> None:
+    def __init__(self, broker: Broker, participant: str, input: str = MAIN) -> None:
         self.broker = broker
         self.participant = participant
-        self.subjects = [subject(participant, k) for k in range(KEY_GROUPS)]
+        self.subjects = [subject(participant, k, input) for k in range(KEY_GROUPS)]
         broker.ensure_stream(participant)
 
     def append(self, k: int, lines: Iterable[str]) -> int:

@@ -28,7 +28,7 @@ def results_subject(task_id: str) -> str:
 def partner_user(name: str, password: str, granted: Iterable[tuple[str, str, bool]], *, alerts: bool = False) -> User:
     """The user a contract partner connects as: it reads only the key groups of the tasks it
     hosts or replicates and writes only the results of those it hosts. `granted` holds
-    (task key, key-group prefix, whether it writes the results) triples. With `alerts` it
+    (task key, (input, key-group prefix), whether it writes the results) triples. With `alerts` it
     also reads the alerts this participant shares (`spark_agents.correlation`): the state
     and the messages of the stream `ALERTS`, nothing it could write.
 
@@ -41,9 +41,9 @@ def partner_user(name: str, password: str, granted: Iterable[tuple[str, str, boo
     read. Replies come to the user's own inboxes only.
     """
     publish = [f"$JS.API.CONSUMER.MSG.NEXT.{INPUT}.*", f"$JS.API.CONSUMER.DELETE.{INPUT}.*", f"$JS.API.CONSUMER.INFO.{INPUT}.*"]
-    for task, prefix, writes in granted:
+    for task, (input, prefix), writes in granted:
         origin = task.partition(".")[0]
-        publish += [f"$JS.API.CONSUMER.CREATE.{INPUT}.*.{subject_filter(origin, prefix)}"]
+        publish += [f"$JS.API.CONSUMER.CREATE.{INPUT}.*.{subject_filter(origin, prefix, input)}"]
         if writes:
             publish += [results_subject(task), f"$JS.API.DIRECT.GET.{RESULTS}.{results_subject(task)}"]
     if alerts:

@@ -45,6 +45,7 @@ def test_lineage_that_is_not_a_split_or_a_merge_is_refused_with_a_reason(registr
         ({"name": "x", "from_tasks": [whole["id"]]}, 422, "input_uri is required"),
         ({"name": "x", "input_uri": "nats://127.0.0.1:4223/a/0", "from_tasks": [whole["id"]]}, 422, "does not read the stream"),
         ({"name": "x", "input_uri": f"{STREAM}/0", "from_tasks": [no_input["id"]]}, 422, "does not read the stream"),
+        ({"name": "x", "input_uri": f"{STREAM}/readings/0", "from_tasks": [whole["id"]]}, 422, "input readings"),  # another input of a's stream
         ({"name": "x", "input_uri": f"{STREAM}/0", "from_tasks": [theirs["id"]]}, 403, "b's"),
         ({"name": "x", "input_uri": f"{STREAM}/0", "from_tasks": [999_999]}, 404, "no task"),
         ({"name": "x", "input_uri": f"{STREAM}/0", "from_tasks": [1, 2, 3]}, 422, "at most 2"),

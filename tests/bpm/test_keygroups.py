@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from bpm.keygroups import (
     KEY_GROUPS,
+    MAIN,
     KeyGroupError,
     StreamLocation,
     groups,
@@ -39,10 +40,12 @@ def test_every_source_prefix_has_one_key_group(prefix):
     assert key_group(prefix) == key_group(prefix)
 
 
-@given(st.text("01", max_size=6), st.integers(0, KEY_GROUPS - 1))
-def test_a_share_s_filter_selects_exactly_its_key_groups(prefix, group):
-    assert _matches(subject_filter("a", prefix), subject("a", group)) == (group in groups(prefix))
-    assert _matches(stream_subjects("a"), subject("a", group))
+@given(st.text("01", max_size=6), st.integers(0, KEY_GROUPS - 1), st.sampled_from([MAIN, "sensors", "s-2"]),
+       st.sampled_from([MAIN, "sensors", "s-2"]))
+def test_a_share_s_filter_selects_exactly_its_key_groups_of_its_input(prefix, group, input, other):
+    assert _matches(subject_filter("a", prefix, input), subject("a", group, other)) == (group in groups(prefix) and input == other)
+    assert _matches(stream_subjects("a"), subject("a", group, other))
+    assert subject_filter("a", prefix) == subject_filter("a", prefix, MAIN)
 
 
 def test_halves_partition_a_share_and_one_group_does_not_split():
@@ -56,8 +59,11 @@ def test_halves_partition_a_share_and_one_group_does_not_split():
 
 
 def test_names_with_dots_stay_one_token_and_bad_input_is_refused():
-    assert subject("org.a", 5) == "in.org~a.0.0.0.1.0.1"
+    assert subject("org.a", 5) == "in.org~a.main.0.0.0.1.0.1"
     assert not _matches(subject_filter("org", ""), subject("org.a", 5))
+    for bad in ("0", "1x", "", "in.put", "a>", "*", "x" * 33, None):
+        with pytest.raises(KeyGroupError, match="input name"):
+            subject("a", 5, bad)
     for bad in ("2", "0101010", "0 1", None):
         with pytest.raises(KeyGroupError):
             subject_filter("a", bad)
@@ -81,9 +87,16 @@ def test_a_location_names_a_server_a_participant_and_key_groups_and_never_a_cred
     assert parse_location(str(StreamLocation("nats://h:1", "a"))) == StreamLocation("nats://h:1", "a", "")
     assert is_location("nats://h:1/a") and not is_location("/streams/a")
     assert parse_location("nats://[::1]:4222/a/1") == StreamLocation("nats://[::1]:4222", "a", "1")
+    # A named input sits between the participant and the key groups; the main one is not written.
+    assert str(StreamLocation("nats://h:1", "a", "01", MAIN)) == "nats://h:1/a/01"
+    for text, where in [("nats://h:1/a/sensors/01", StreamLocation("nats://h:1", "a", "01", "sensors")),
+                        ("nats://h:1/a/sensors", StreamLocation("nats://h:1", "a", "", "sensors"))]:
+        assert parse_location(text) == where and str(where) == text
+        assert where.filter == subject_filter("a", where.prefix, "sensors") and where.share == ("sensors", where.prefix)
     for bad, why in [("nats://h/a", "HOST:PORT"), ("http://h:1/a", "HOST:PORT"), ("nats://u:p@h:1/a", "no credentials"),
                      ("nats://h:1/a?x=1", "no credentials"), ("nats://h:1/../etc", "participant"), ("nats://h:1/a.b/0", "participant"), ("nats://h:1/a/012", "key-group"),
                      ("nats://h:1/a/0/1", "key-group"), ("nats://h:99999/a", "HOST:PORT"), ("nats://h:0/a", "HOST:PORT"),
-                     ("nats://h h:1/a", "HOST:PORT"), ("nats://h:1", "participant")]:
+                     ("nats://h h:1/a", "HOST:PORT"), ("nats://h:1", "participant"), ("nats://h:1/a/s.x/0", "input name"),
+                     ("nats://h:1/a/sensors/0/1", "more than one"), ("nats://h:1/a/sensors/x", "key-group")]:
         with pytest.raises(ValueError, match=why):
             parse_location(bad)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bpm.costs import MM1Cost
+from bpm.keygroups import MAIN
 from bpm.federation.views import MIN_TASK_LOAD, offerable_tasks, passing_load, reconcile, split_groups
 from bpm.negotiation import Contract, choose_offer, not_offerable
 
@@ -62,12 +63,16 @@ def test_own_tasks_over_key_groups_may_split_and_those_that_handed_them_over_nei
         {**task(7, "b", "b", "g1"), "input_uri": f"{stream}/1", "until_s": 60},  # ending: its halves took over
         {**task(8, "a", "b", "g"), "input_uri": "nats://10.0.0.2:4222/a"},  # a's: its key groups are a's to split
         {**task(9, "b", "b", "g-2"), "input_uri": stream, "from_tasks": [2, 3], "since_s": 120, "retired": True},
+        # The halves of a task over another input of b's stream (`--queries`).
+        {**task(10, "b", "b", "s-g0-5"), "input_uri": f"{stream}/s/0", "from_tasks": [5], "since_s": 60},
+        {**task(11, "b", "b", "s-g1-5"), "input_uri": f"{stream}/s/1", "from_tasks": [5], "since_s": 60},
     ]
-    running = {"b.g0", "b.g10-1", "b.g11-1", "b.g1", "a.g", "b.g-2"}
+    running = {"b.g0", "b.g10-1", "b.g11-1", "b.g1", "a.g", "b.g-2", "b.s-g0-5", "b.s-g1-5"}
     measured = dict.fromkeys(running, 0.1)
     offered = offerable_tasks("b", tasks, measured, running, pass_on=True)
-    assert [(t.id, t.groups) for t in offered] == [("1", "0"), ("2", "10"), ("3", "11"), ("8", None)]
-    assert split_groups("b", tasks) == ("1",), "the halves of g1 may merge back; a merge's task is no half"
+    assert [(t.id, t.input, t.groups) for t in offered] == [("1", MAIN, "0"), ("2", MAIN, "10"), ("3", MAIN, "11"), ("8", MAIN, None),
+                                                            ("10", "s", "0"), ("11", "s", "1")]
+    assert split_groups("b", tasks) == ((MAIN, "1"), ("s", "")), "the halves of g1 and of s may merge back; a merge's task is no half"
     catching_up = {**measured, "b.g1": 0.4}
     assert passing_load("b", tasks, catching_up, fixed_cost=0.05) == pytest.approx(0.35), \
         "only the ended g1 passes (a retired task runs nowhere), down to its fixed cost"

@@ -8,6 +8,7 @@ import json
 import nats
 import pytest
 
+from bpm.keygroups import MAIN
 from bpm_app.bench.partition import PartitionSettings, run_partition_bench
 from spark_agents.broker.server import NatsServer, User
 from spark_agents.broker.stream import Broker
@@ -166,13 +167,13 @@ def test_an_own_broker_lets_the_partners_it_names_read_its_alerts_beside_the_tas
         with Broker(own.server.url, "b", "owner-pass") as owner:
             ensure_streams(owner, correlated=False)
             share_alerts(owner, "b", (0, 60), ["10.0.0.1"])
-        assert own.grant({"a": [("b.t0", "0", True)]}, readers=["a", "c"])
-        assert not own.grant({"a": [("b.t0", "0", True)]}), "readers kept: nothing to reload"
+        assert own.grant({"a": [("b.t0", (MAIN, "0"), True)]}, readers=["a", "c"])
+        assert not own.grant({"a": [("b.t0", (MAIN, "0"), True)]}), "readers kept: nothing to reload"
         for partner in ("a", "c"):
             creds = own.credentials(partner)
             with Broker(creds["url"], creds["user"], creds["password"], timeout_s=2) as theirs:
                 assert len(read_stream(theirs, ALERTS)) == 1
-        assert own.grant({"a": [("b.t0", "0", True)]}, readers=["c"])
+        assert own.grant({"a": [("b.t0", (MAIN, "0"), True)]}, readers=["c"])
         creds = own.credentials("a")
         with Broker(creds["url"], creds["user"], creds["password"], timeout_s=2) as theirs, pytest.raises(BrokerError, match="(?i)permissions"):
             read_stream(theirs, ALERTS)

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from bpm.keygroups import StreamLocation, subject, subject_filter
+from bpm.keygroups import MAIN, StreamLocation, subject, subject_filter
 from bpm.results import Result
 from spark_agents import handover
 from spark_agents.broker.access import OwnBroker
@@ -95,7 +95,7 @@ def test_a_partner_s_read_of_the_stream_and_write_of_results_cross_the_path_unre
     try:
         row = b"1,1600000000000000,10.99.88.77,secret-row\n"
         origin.connection().publish(subject("a", 0), row)
-        origin.grant({"b": [("a.t0", "0", True)]})
+        origin.grant({"b": [("a.t0", (MAIN, "0"), True)]})
         password = origin.credentials("b")["password"]
         registry = {"a": {"endpoint": "https://127.0.0.1:9" if tls else "http://127.0.0.1:9", "certificate": origin_tls.pem if tls else None}}
         pinned = Peers(registry.__getitem__, insecure=not tls).broker_tls("a")

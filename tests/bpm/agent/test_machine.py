@@ -28,6 +28,7 @@ from bpm.agent.machine import (
     Wait,
 )
 from bpm.costs import MM1Cost
+from bpm.keygroups import MAIN
 from bpm.negotiation import REFUSED_SPLITS, Contract, Movement, Offer, Task
 
 COST = MM1Cost(a=0.25, c=1.0)  # threshold 0.5 at price 1
@@ -202,7 +203,7 @@ def test_where_partners_refuse_every_size_a_participant_stops_splitting_until_on
 
 def test_halves_of_a_split_merge_back_where_the_participant_no_longer_sheds():
     halves = _shares({"00": 0.05, "01": 0.06, "1": 0.1})
-    view = View(now_s=0.0, load=0.21, cost=COST, contracts=(B, C), offerable=halves, split=("0",))
+    view = View(now_s=0.0, load=0.21, cost=COST, contracts=(B, C), offerable=halves, split=((MAIN, "0"),))
     [merge] = Mechanism("a", fixed_cost=0.01).handle(Period(view))
     assert isinstance(merge, Merge) and {t.groups for t in merge.tasks} == {"00", "01"}
     assert [w.cause for w in Mechanism("a", fixed_cost=0.01).handle(Period(View(now_s=0.0, load=0.21, cost=COST, contracts=(B, C),
@@ -217,11 +218,11 @@ def test_halves_wait_to_merge_while_a_partner_under_contract_is_cut_off():
     is back, they merge as before."""
     halves = _shares({"00": 0.05, "01": 0.06, "1": 0.1})
     for contracts, unreachable in (((), ("b",)), ((C,), ("b",))):
-        view = View(now_s=0.0, load=0.21, cost=COST, contracts=contracts, offerable=halves, split=("0",), unreachable=unreachable)
+        view = View(now_s=0.0, load=0.21, cost=COST, contracts=contracts, offerable=halves, split=((MAIN, "0"),), unreachable=unreachable)
         out = Mechanism("a", fixed_cost=0.01).handle(Period(view))
         assert not any(isinstance(i, Merge) for i in out), (contracts, out)
     [merge] = Mechanism("a", fixed_cost=0.01).handle(Period(View(now_s=0.0, load=0.21, cost=COST, contracts=(B, C), offerable=halves,
-                                                                 split=("0",))))
+                                                                 split=((MAIN, "0"),))))
     assert isinstance(merge, Merge)
 
 
@@ -239,7 +240,7 @@ def test_once_its_input_has_ended_a_participant_neither_splits_nor_merges_and_sa
     assert machine.handle(InputEnded(2.0, "a's stream has ended")) == [], "said once"
     assert [w.cause for w in machine.handle(Period(View(now_s=3.0, load=0.52, cost=COST, contracts=centred, offerable=tasks)))] == ["no_task"]
     halves = _shares({"00": 0.05, "01": 0.06, "1": 0.1})
-    assert machine.handle(Period(View(now_s=4.0, load=0.21, cost=COST, contracts=(B, C), offerable=halves, split=("0",)))) == [], \
+    assert machine.handle(Period(View(now_s=4.0, load=0.21, cost=COST, contracts=(B, C), offerable=halves, split=((MAIN, "0"),)))) == [], \
         "no merge either (the same cause, recorded once)"
 
 
@@ -318,10 +319,15 @@ def test_halves_split_again_merge_back_deepest_first_into_the_first_task():
 
 
 def test_the_memory_of_splits_on_refusals_goes_out_and_comes_back_whole_or_not_at_all():
-    m = Mechanism("a", fixed_cost=0.01, refused_splits=REFUSED_SPLITS, refusal_split=frozenset({"01", "1"}), split_s=100.0)
+    shares = frozenset({(MAIN, "01"), ("sensors", "1")})
+    m = Mechanism("a", fixed_cost=0.01, refused_splits=REFUSED_SPLITS, refusal_split=shares, split_s=100.0)
     again = Mechanism("a", fixed_cost=0.01)
     again.handle(SplitsRemembered(json.loads(json.dumps(m.split_memory()))))
-    assert (again.refused_splits, again.refusal_split, again.split_s) == (REFUSED_SPLITS, frozenset({"01", "1"}), 100.0)
+    assert (again.refused_splits, again.refusal_split, again.split_s) == (REFUSED_SPLITS, shares, 100.0)
+    # What an agent of one input kept: prefixes of its main input.
+    older = Mechanism("a", fixed_cost=0.01)
+    older.handle(SplitsRemembered({"refused_splits": 1, "refusal_split": ["01"], "split_s": 100.0}))
+    assert older.refusal_split == {(MAIN, "01")}
     # A restarted agent reads its offers' answers again: one decided before its last split resets no count.
     again.handle(Answered("b", True, 90.0))
     assert again.refused_splits == REFUSED_SPLITS
@@ -332,6 +338,7 @@ def test_the_memory_of_splits_on_refusals_goes_out_and_comes_back_whole_or_not_a
     assert never.split_memory() == {"refused_splits": 0, "refusal_split": [], "split_s": None}
     for bad in ({"refused_splits": REFUSED_SPLITS + 1, "refusal_split": []}, {"refused_splits": True, "refusal_split": []},
                 {"refused_splits": 1, "refusal_split": ["2"]}, {"refused_splits": 1, "refusal_split": "01"}, {"refused_splits": 1}, ["01"],
+                {"refused_splits": 1, "refusal_split": [["s.x", "0"]]}, {"refused_splits": 1, "refusal_split": [["s", "0", "1"]]},
                 {"refused_splits": 1, "refusal_split": [], "split_s": "soon"}, {"refused_splits": 1, "refusal_split": [], "split_s": float("nan")}):
         fresh = Mechanism("a", fixed_cost=0.01)
         with pytest.raises(ValueError):

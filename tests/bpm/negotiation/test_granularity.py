@@ -3,11 +3,14 @@ never free, and a merge only of a split task's halves where the participant does
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bpm.costs import MM1Cost, QuadraticCost
+from bpm.keygroups import MAIN
 from bpm.negotiation import Contract, Task, choose_merge, choose_offer, choose_split, piece_load, reference_price, split_depth, why_no_offer
 
 COST = MM1Cost.with_threshold(0.8, 1.0)
@@ -67,16 +70,23 @@ def test_a_fixed_cost_as_large_as_the_piece_makes_splitting_pointless():
 
 def test_halves_merge_back_only_where_the_participant_does_not_shed_and_only_halves_of_a_split():
     halves = [own("010", 0.05), own("011", 0.04), own("00", 0.1), own("10", 0.1), own("11", 0.1)]
-    merged = choose_merge(load=0.39, cost=COST, tasks=halves, contracts=CONTRACTS, split={"01"}, me="A")
+    merged = choose_merge(load=0.39, cost=COST, tasks=halves, contracts=CONTRACTS, split={(MAIN, "01")}, me="A")
     assert merged is not None and {t.groups for t in merged} == {"010", "011"}
     assert choose_merge(load=0.39, cost=COST, tasks=halves, contracts=CONTRACTS, split=set(), me="A") is None, \
         "the original tasks 10 and 11 never merge"
     # Near the threshold, where it would shed again after merging (within the hysteresis), it keeps them.
-    assert choose_merge(load=0.79, cost=COST, tasks=halves, contracts=CONTRACTS, split={"01"}, me="A") is None
+    assert choose_merge(load=0.79, cost=COST, tasks=halves, contracts=CONTRACTS, split={(MAIN, "01")}, me="A") is None
     # A half that runs elsewhere (here only a task of another origin has those groups) does not merge.
     away = [own("010", 0.05), own("011", 0.04, origin="B")]
-    assert choose_merge(load=0.39, cost=COST, tasks=away, contracts=CONTRACTS, split={"01"}, me="A") is None
-    assert choose_merge(load=0.85, cost=COST, tasks=halves, contracts=[], split={"01"}, me="A") is not None, "no contract: nothing to shed to"
+    assert choose_merge(load=0.39, cost=COST, tasks=away, contracts=CONTRACTS, split={(MAIN, "01")}, me="A") is None
+    assert choose_merge(load=0.85, cost=COST, tasks=halves, contracts=[], split={(MAIN, "01")}, me="A") is not None, "no contract: nothing to shed to"
+    # Halves of two inputs of one stream are two tasks' halves, not one's.
+    mixed = [own("010", 0.05), replace(own("011", 0.04), input="sensors"), own("00", 0.1)]
+    assert choose_merge(load=0.39, cost=COST, tasks=mixed, contracts=CONTRACTS, split={(MAIN, "01")}, me="A") is None
+    assert choose_merge(load=0.39, cost=COST, tasks=mixed, contracts=CONTRACTS, split={("sensors", "01")}, me="A") is None
+    both = [*mixed, replace(own("010", 0.05), id="s010", input="sensors")]
+    pair = choose_merge(load=0.39, cost=COST, tasks=both, contracts=CONTRACTS, split={("sensors", "01")}, me="A")
+    assert pair is not None and {(t.input, t.groups) for t in pair} == {("sensors", "010"), ("sensors", "011")}
 
 
 @settings(max_examples=200, deadline=None)
@@ -96,8 +106,8 @@ def test_a_split_never_undoes_itself_and_a_merge_never_calls_for_a_split(thresho
     split = choose_split(load=threshold + over, cost=cost, tasks=tasks, contracts=CONTRACTS, fixed_cost=fixed, me="A")
     pairs = [own("0000", 0.02), own("0001", 0.02)]
     if split is not None:
-        assert choose_merge(load=threshold + over, cost=cost, tasks=[*tasks, *pairs], contracts=CONTRACTS, split={"000"}, me="A") is None
-    merged = choose_merge(load=load, cost=cost, tasks=[*tasks, *pairs], contracts=CONTRACTS, split={"000"}, me="A")
+        assert choose_merge(load=threshold + over, cost=cost, tasks=[*tasks, *pairs], contracts=CONTRACTS, split={(MAIN, "000")}, me="A") is None
+    merged = choose_merge(load=load, cost=cost, tasks=[*tasks, *pairs], contracts=CONTRACTS, split={(MAIN, "000")}, me="A")
     if merged is not None:
         assert choose_split(load=max(load - fixed, 0.0), cost=cost, tasks=tasks, contracts=CONTRACTS, fixed_cost=fixed, me="A") is None
 

@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from bpm.costs import MM1Cost
+from bpm.keygroups import MAIN
 from bpm.zeek.definitions import QueryParams
 from bpm.zeek.generator import TrafficProfile, generate
 from examples.network_monitoring import expected
@@ -58,7 +59,7 @@ def _clients(operator, a, names):
     return clients
 
 
-def _reads(broker: OwnBroker, user: str, password: str, filter_: str = "in.a.>") -> int:
+def _reads(broker: OwnBroker, user: str, password: str, filter_: str = "in.a.main.>") -> int:
     """How many messages `user` reads of a's stream through `filter_` (BrokerError when refused):
     all it holds there (a partner may not ask for the stream's newest sequence)."""
     with Broker(broker.url, user, password, timeout_s=2) as theirs:
@@ -104,10 +105,10 @@ def test_the_origin_lets_in_only_its_task_s_host_and_only_for_that_task(tmp_path
             assert ack(stream_token, 10**9).status_code == 422  # past the stream's end
             assert ack(stream_token, 3, epoch=2).status_code in (401, 403)  # the token is for epoch 1
             assert ack(clients["b"].call_token(task["id"], "handover", "a", 1)["token"], 3).status_code == 403
-        assert broker.granted() == {"b": frozenset({("a.g", "", True)})}
+        assert broker.granted() == {"b": frozenset({("a.g", (MAIN, ""), True)})}
         assert _reads(broker, "b", body["password"]) > 0
         with pytest.raises(BrokerError, match="(?i)permissions violation"):
-            _reads(broker, "b", body["password"], "in.z.>")
+            _reads(broker, "b", body["password"], "in.z.main.>")
         # The task comes back to a: a's next read of its tasks lets b in no more.
         clock.advance(6.0)  # past the contract's minimum duration
         clients["a"].end_movement(clients["a"].movements(state="active")[0]["id"])

@@ -8,7 +8,7 @@ import pytest
 
 from bpm.costs import MM1Cost
 from bpm.federation.views import regrains
-from bpm.keygroups import BITS, check_prefix
+from bpm.keygroups import BITS, MAIN, check_prefix
 from bpm.zeek.definitions import MICROS
 from spark_agents.broker.stream import BrokerStream
 from spark_agents.streams.feed import write_end
@@ -207,11 +207,11 @@ def test_a_restarted_agent_keeps_its_bounds_on_splits_on_refusals_and_refuses_a_
 
     with stepped_federation(tmp_path, lambda now: _KeyGroupsHost(MM1Cost(a=0.25, c=1.0)), fixed_cost={"a": FIXED_COST}) as (_, _, add, _):
         a = add("a", 2)
-        a.machine.refused_splits, a.machine.refusal_split = 1, frozenset({"01"})
+        a.machine.refused_splits, a.machine.refusal_split = 1, frozenset({(MAIN, "01")})
         a.mechanism()
         assert (tmp_path / "a" / SPLITS_FILE).exists()
         a = add("a", 2)  # restarted: a new process, the same folder
-        assert (a.machine.refused_splits, a.machine.refusal_split) == (1, frozenset({"01"}))
+        assert (a.machine.refused_splits, a.machine.refusal_split) == (1, frozenset({(MAIN, "01")}))
         for bad in ("not json", '{"refused_splits": 7, "refusal_split": []}', '{"refused_splits": 1, "refusal_split": ["../x"]}', "[]"):
             (tmp_path / "a" / SPLITS_FILE).write_text(bad)
             a = add("a", 2)

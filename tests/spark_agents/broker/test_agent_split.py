@@ -10,6 +10,7 @@ import pytest
 
 from bpm.agent.machine import Merge, Split
 from bpm.federation.views import key_groups, split_groups
+from bpm.keygroups import MAIN
 from bpm.negotiation import Task
 from bpm.zeek.definitions import QueryParams
 from bpm.zeek.generator import TrafficProfile, generate
@@ -69,7 +70,7 @@ def test_an_agent_splits_a_task_moves_a_half_and_merges_the_halves_with_each_win
             assert hosts["a"].host._task("a.g").source.until_s == split_at, "g runs on over its ended input"
             assert {hosts["a"].host._task(f"a.{t['name']}").source.start_seq for t in (low, high)} == {mine.last_seq()}, \
                 "the halves read the stream after its end at the split"
-            assert split_groups("a", split.values()) == ("",)
+            assert split_groups("a", split.values()) == ((MAIN, ""),)
             feeder.feed(conns[third:2 * third], rows_per_flush=500)
             for key in hosts["a"].running():
                 _drain(hosts["a"], key)

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from bpm import certificates
-from bpm.keygroups import StreamLocation, subject
+from bpm.keygroups import MAIN, StreamLocation, subject
 from spark_agents.broker.access import OwnBroker
 from spark_agents.broker.server import BrokerError, free_port
 from spark_agents.broker.source import JetStreamInput
@@ -41,7 +41,7 @@ def test_an_agent_s_broker_serves_its_certificate_to_the_owner_and_to_a_partner_
         mine = own.own_input(where)
         assert mine.tls == origin.pem and "BEGIN" not in repr(mine), "the owner's tasks pin it too; a repr shows no certificate"
         own.connection().publish(subject("a", 0), b"1,0\n")
-        own.grant({"b": [("a.g0", "0", True)]})
+        own.grant({"b": [("a.g0", (MAIN, "0"), True)]})
         user = own.credentials("b")
         registry = {"a": {"endpoint": "https://127.0.0.1:9", "certificate": origin.pem}}
         pinned = Peers(registry.__getitem__).broker_tls("a")

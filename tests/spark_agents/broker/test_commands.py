@@ -23,7 +23,7 @@ FIXTURES = Path(__file__).parents[2] / "fixtures" / "zeek"
 def _records(server, owner):
     """Every record of participant a's stream, in order."""
     with Broker(server.url, owner.name, owner.password) as broker:
-        chunks = broker.call(_fetch(broker, INPUT, "in.a.>", 0, broker.last_seq()))
+        chunks = broker.call(_fetch(broker, INPUT, "in.a.main.>", 0, broker.last_seq()))
     return [StreamRecord.from_line(line) for chunk in chunks for line in chunk.decode().splitlines()]
 
 
@@ -122,7 +122,7 @@ async def _messages(js):
     """Every message of participant a's stream, with its subject."""
     import nats.errors
 
-    sub = await js.subscribe("in.a.>", ordered_consumer=True)
+    sub = await js.subscribe("in.a.main.>", ordered_consumer=True)
     out = []
     try:
         while True:
@@ -289,8 +289,9 @@ def test_replay_and_broker_tell_in_json_lines_with_json_logs(nats_server, tmp_pa
 
 @pytest.mark.slow
 def test_a_replay_of_any_query_s_records_reads_back_through_the_stream_as_the_batch_computation(spark, nats_server, tmp_path):
-    """Sensor readings (a schema of no Zeek) published with --query, then read by the query
-    through the source a task reads with: the results of the plain batch computation."""
+    """Sensor readings (a schema of no Zeek) published with --query into an input of the
+    participant's stream of their own (`readings`), then read by the query through the source
+    a task reads with: the results of the plain batch computation, and nothing in the main input."""
     import os
     import subprocess
     import sys
@@ -314,16 +315,17 @@ def test_a_replay_of_any_query_s_records_reads_back_through_the_stream_as_the_ba
         broker.ensure_stream("a")
     bpm = str(Path(sys.executable).with_name("bpm"))
     done = subprocess.run([bpm, "replay", str(source), "--query", "examples.sensors:query", "--param", "window_s=20",
-                           "--stream", f"{server.url}/a", "--insecure", "--rate", "0", "--fed-log", str(tmp_path / "fed.jsonl")],
+                           "--stream", f"{server.url}/a/readings", "--insecure", "--rate", "0", "--fed-log", str(tmp_path / "fed.jsonl")],
                           capture_output=True, text=True, timeout=120, env={**os.environ, "BPM_NATS_PASSWORD": owner.password})
     assert done.returncode == 0, done.stderr
     said = " ".join(done.stderr.split())
     assert "1 records did not fit query 'sensors'" in said and "line 8: ts: 'later'" in said
+    assert "input readings" in said and _records(server, owner) == [], "nothing went into the main input"
     fed = list(parse_lines(wire, (tmp_path / "fed.jsonl").read_text().splitlines(), "jsonl", BadRecords()))
     assert fed == list(parse_lines(wire, lines, "jsonl", BadRecords())), "the fed log holds the records published"
 
     collected = []
-    task = JetStreamInput(server.url, owner.name, owner.password, "a")
+    task = JetStreamInput(server.url, owner.name, owner.password, "a", input="readings")
     checkpoint = tmp_path / "checkpoint"
     running = (query.compute(events(task.read(spark, wire.wire_ddl), query, params), params).writeStream.outputMode("append")
                .option("checkpointLocation", str(checkpoint))

@@ -7,7 +7,7 @@ import secrets
 
 import pytest
 
-from bpm.keygroups import groups, key_group
+from bpm.keygroups import MAIN, groups, key_group
 from bpm.zeek.definitions import QueryParams, ResultRow
 from spark_agents.broker.results import BrokerFence, ensure_results, read_results
 from spark_agents.broker.server import BrokerError, User
@@ -26,20 +26,21 @@ def test_a_partner_reads_its_share_and_writes_its_results_only(nats_server):
     server, owner = nats_server
     with Broker(server.url, owner.name, owner.password) as mine:
         Feeder(BrokerStream(mine, "a"), QueryParams()).feed(_conns(300))
+        Feeder(BrokerStream(mine, "a", "readings"), QueryParams()).feed(_conns(300))  # another input of a's stream
         ensure_results(mine)
         last = mine.last_seq()
-        newest_in_share = mine.call(_newest(mine, INPUT, "in.a.0.>"))[0]
-    b = partner_user("b", secrets.token_urlsafe(12), [("a.t0", "0", True)])
+        newest_in_share = mine.call(_newest(mine, INPUT, "in.a.main.0.>"))[0]
+    b = partner_user("b", secrets.token_urlsafe(12), [("a.t0", (MAIN, "0"), True)])
     server.reload([owner, b])
     with Broker(server.url, b.name, b.password, timeout_s=2) as theirs:
         with pytest.raises(BrokerError, match="(?i)refused by .*permissions violation"):
             theirs.last_seq()  # the stream's own state (its size, its newest sequence over every key group) is a's
         assert 0 < newest_in_share < last
         assert JetStreamInput(server.url, b.name, b.password, "a", "0").newest_seq() == newest_in_share
-        share = theirs.call(_fetch(theirs, INPUT, "in.a.0.>", 0, last))
+        share = theirs.call(_fetch(theirs, INPUT, "in.a.main.0.>", 0, last))
         prefixes = [r.prefix for chunk in share for r in map(StreamRecord.from_line, chunk.decode().splitlines()) if r.mark == MARK_DATA]
         assert prefixes and all(key_group(p) in groups("0") for p in prefixes)
-        for outside in ("in.a.1.>", "in.a.>"):
+        for outside in ("in.a.main.1.>", "in.a.main.>", "in.a.>", "in.a.readings.0.>", "in.a.readings.>", "in.a.*.0.>"):
             with pytest.raises(BrokerError, match="(?i)refused by .*permissions violation"):
                 theirs.call(_fetch(theirs, INPUT, outside, 0, last))
         BrokerFence(theirs, "a.t0").write(1, 0, [ResultRow("ports", 0, 10, "10.0.0.9", 31).as_result()], "b")
@@ -51,15 +52,19 @@ def test_a_partner_reads_its_share_and_writes_its_results_only(nats_server):
 
 def test_a_partner_user_s_subjects_come_from_checked_names():
     with pytest.raises(ValueError):
-        partner_user("b", "pw", [("a.t0", "2", True)])
+        partner_user("b", "pw", [("a.t0", (MAIN, "2"), True)])
     with pytest.raises(ValueError):
-        partner_user("b", "pw", [("a>.t0", "", True)])
-    user = partner_user("b", "pw", [("a.t0", "", True)])
-    assert "$JS.API.CONSUMER.CREATE.INPUT.*.in.a.>" in user.publish and "out.a.t0" in user.publish
+        partner_user("b", "pw", [("a>.t0", (MAIN, ""), True)])
+    with pytest.raises(ValueError, match="input name"):
+        partner_user("b", "pw", [("a.t0", ("s.x", ""), True)])
+    user = partner_user("b", "pw", [("a.t0", (MAIN, ""), True), ("a.s-g01", ("readings", "01"), True)])
+    creates = {p for p in user.publish if p.startswith("$JS.API.CONSUMER.CREATE.")}
+    assert creates == {"$JS.API.CONSUMER.CREATE.INPUT.*.in.a.main.>", "$JS.API.CONSUMER.CREATE.INPUT.*.in.a.readings.0.1.>"}
+    assert "out.a.t0" in user.publish
     assert user.subscribe == ("_INBOX.b.>",)
     assert isinstance(user, User)
-    replica = partner_user("b", "pw", [("a.t0", "", False)])
-    assert "$JS.API.CONSUMER.CREATE.INPUT.*.in.a.>" in replica.publish and "out.a.t0" not in replica.publish, \
+    replica = partner_user("b", "pw", [("a.t0", (MAIN, ""), False)])
+    assert "$JS.API.CONSUMER.CREATE.INPUT.*.in.a.main.>" in replica.publish and "out.a.t0" not in replica.publish, \
         "a replica holder reads the task's key groups and writes no results"
 
 
@@ -75,7 +80,7 @@ def test_a_partner_reads_no_result_but_its_own_task_s_fence(nats_server):
     secret = ResultRow("ports", 0, 10, "10.0.0.7", 99).as_result()
     with Broker(server.url, owner.name, owner.password) as mine:
         BrokerFence(mine, "a.t1").write(1, 0, [secret], "c")  # another partner's task's results
-    with _partner(server, owner, "b", [("a.t0", "0", True)]) as theirs:
+    with _partner(server, owner, "b", [("a.t0", (MAIN, "0"), True)]) as theirs:
         fence = BrokerFence(theirs, "a.t0")
         fence.write(1, 0, [ResultRow("ports", 0, 10, "10.0.0.9", 31).as_result()], "b")
         assert fence.state().epoch == 1
@@ -99,12 +104,12 @@ def test_a_claim_beyond_the_registry_s_newest_epoch_jams_no_later_host(nats_serv
     with Broker(server.url, owner.name, owner.password) as mine:
         ensure_results(mine)
     registry = {"a.t0": 1}
-    with _partner(server, owner, "b", [("a.t0", "0", True)]) as hostile:
+    with _partner(server, owner, "b", [("a.t0", (MAIN, "0"), True)]) as hostile:
         fence = BrokerFence(hostile, "a.t0")
         _, seq = fence._last()
         assert fence._publish({"kind": "claim", "epoch": 10**9, "written_us": None}, seq) is not None
     registry["a.t0"] = 2  # the task moves on to c
-    with _partner(server, owner, "c", [("a.t0", "0", True)]) as theirs:
+    with _partner(server, owner, "c", [("a.t0", (MAIN, "0"), True)]) as theirs:
         with pytest.raises(FencedError, match="epoch 1000000000 holds"):
             BrokerFence(theirs, "a.t0").write(2, 0, [ResultRow("ports", 0, 10, "10.0.0.9", 31).as_result()], "c")  # believed: jammed
         bounded = BrokerFence(theirs, "a.t0", registry.get)
@@ -134,9 +139,9 @@ def test_a_partner_s_consumers_outlive_neither_its_grant_nor_the_origin_s_limits
     try:
         with Broker(origin.url, "a", origin.password) as mine:
             Feeder(BrokerStream(mine, "a"), QueryParams()).feed(_conns(300))
-            own = mine.call(mine.js.add_consumer(INPUT, ConsumerConfig(name=f"{mine.tag}-mine", filter_subject="in.a.>",
+            own = mine.call(mine.js.add_consumer(INPUT, ConsumerConfig(name=f"{mine.tag}-mine", filter_subject="in.a.main.>",
                                                                         ack_policy=AckPolicy.NONE, inactive_threshold=30.0)))
-        origin.grant({"b": [("a.t0", "0", True), ("a.t1", "1", True)]})
+        origin.grant({"b": [("a.t0", (MAIN, "0"), True), ("a.t1", (MAIN, "1"), True)]})
         password = origin.credentials("b")["password"]
         with Broker(origin.url, "b", password, timeout_s=2) as theirs:
             def make(name, filter_, **config):
@@ -152,21 +157,21 @@ def test_a_partner_s_consumers_outlive_neither_its_grant_nor_the_origin_s_limits
                         await sub.unsubscribe()
                 return theirs.call(one())
 
-            kept = make(f"{theirs.tag}-kept", "in.a.0.>")
-            stranger = make("c0ffee-mine", "in.a.1.>")  # in nobody's name
-            lingering = make(f"{theirs.tag}-linger", "in.a.1.>", inactive_threshold=3600.0)
-            many = [make(f"{theirs.tag}-{i}", "in.a.1.>") for i in range(3 * CONSUMERS_PER_TASK)]
+            kept = make(f"{theirs.tag}-kept", "in.a.main.0.>")
+            stranger = make("c0ffee-mine", "in.a.main.1.>")  # in nobody's name
+            lingering = make(f"{theirs.tag}-linger", "in.a.main.1.>", inactive_threshold=3600.0)
+            many = [make(f"{theirs.tag}-{i}", "in.a.main.1.>") for i in range(3 * CONSUMERS_PER_TASK)]
             swept = set(origin.sweep())
             assert {stranger, lingering} <= swept and kept not in swept and own.name not in swept
             assert len(set(many) - swept) == CONSUMERS_PER_TASK, "at most CONSUMERS_PER_TASK over one task's key groups"
             assert pull(kept) == 1
-            origin.grant({"b": [("a.t1", "1", True)]})  # the registry moves t0 away from b
+            origin.grant({"b": [("a.t1", (MAIN, "1"), True)]})  # the registry moves t0 away from b
             assert pull(kept) == 1, "the server alone keeps delivering through a consumer made before"
             assert kept in origin.sweep()
             with pytest.raises(Exception):
                 pull(kept)
             with pytest.raises(BrokerError, match="(?i)permissions violation"):
-                make(f"{theirs.tag}-again", "in.a.0.>")
+                make(f"{theirs.tag}-again", "in.a.main.0.>")
         with Broker(origin.url, "a", origin.password) as mine:
             names = {i.name for i in mine.call(mine.js.consumers_info(INPUT))}
             assert own.name in names, "the owner's consumers stay"

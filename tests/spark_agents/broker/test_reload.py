@@ -12,6 +12,7 @@ import time
 import nats
 import pytest
 
+from bpm.keygroups import MAIN
 from bpm.zeek.definitions import QueryParams, ResultRow
 from spark_agents.broker.results import BrokerFence, ensure_results, read_results
 from spark_agents.broker.source import _pending
@@ -70,7 +71,7 @@ def test_reads_go_on_while_the_server_reloads_its_accounts(nats_server, broker):
     stop, reloads = threading.Event(), [0]
 
     def reload() -> None:
-        partner = partner_user("b", secrets.token_urlsafe(12), [("a.t0", "0", True)])
+        partner = partner_user("b", secrets.token_urlsafe(12), [("a.t0", (MAIN, "0"), True)])
         while not stop.is_set() and reloads[0] < 40:
             server.reload([owner, partner] if reloads[0] % 2 else [owner])
             reloads[0] += 1
@@ -82,7 +83,7 @@ def test_reads_go_on_while_the_server_reloads_its_accounts(nats_server, broker):
     try:
         while thread.is_alive():
             assert len(read_results(broker, "a.t0")) == 1
-            assert broker.read(lambda: _pending(broker, INPUT, "in.a.>", 0)) > 0
+            assert broker.read(lambda: _pending(broker, INPUT, "in.a.main.>", 0)) > 0
             reads += 1
     finally:
         stop.set()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bpm.keygroups import groups, key_group
+from bpm.keygroups import MAIN, groups, key_group
 from bpm.zeek.definitions import QueryParams
 from spark_agents.broker.retention import Ack, Retention
 from spark_agents.broker.source import _fetch
@@ -26,10 +26,14 @@ def test_acknowledged_messages_are_purged_and_the_rest_stays(nats_server):
     server, owner = nats_server
     with Broker(server.url, owner.name, owner.password) as broker:
         feeder = Feeder(BrokerStream(broker, "a"), QueryParams())
+        other = Feeder(BrokerStream(broker, "a", "readings"), QueryParams())  # another input of a's stream
         feeder.feed(_conns(300))
+        other.feed(_conns(300))
         middle = broker.last_seq()
         feeder.feed(_conns(300, start_ts=1_700_000_050.0))
-        before = {p: _prefixes(broker, f"in.a.{p}.>") for p in "01"}
+        other.feed(_conns(300, start_ts=1_700_000_050.0))
+        before = {p: _prefixes(broker, f"in.a.main.{p}.>") for p in "01"}
+        readings = _prefixes(broker, "in.a.readings.>")
         retention = Retention(broker, "a")
         assert retention.trim() == {}, "nobody reads anything yet: nothing goes"
         retention.register("a.t0.b", "0")
@@ -38,15 +42,28 @@ def test_acknowledged_messages_are_purged_and_the_rest_stays(nats_server):
         retention.ack("a.t0.b", "0", middle)
         retention.ack("a.t0.b", "0", 1)  # never moves back
         assert retention.acks()["a.t0.b"] == Ack("0", middle)
-        assert set(retention.trim()) == set(groups("0"))
-        after = {p: _prefixes(broker, f"in.a.{p}.>") for p in "01"}
+        assert set(retention.trim()) == {(MAIN, g) for g in groups("0")}
+        after = {p: _prefixes(broker, f"in.a.main.{p}.>") for p in "01"}
+        assert _prefixes(broker, "in.a.readings.>") == readings, "nobody reads the other input: it stays whole"
         assert after["1"] == before["1"], "c has acknowledged nothing: its key groups stay whole"
         assert 0 < len(after["0"]) < len(before["0"]) and all(key_group(p) in groups("0") for p in after["0"])
-        assert after["0"] == _prefixes(broker, "in.a.0.>", middle), "exactly what comes after b's acknowledgement"
+        assert after["0"] == _prefixes(broker, "in.a.main.0.>", middle), "exactly what comes after b's acknowledgement"
         retention.release("a.t1.c")
         assert set(retention.acks()) == {"a.t0.b"}
         retention.register("a.t1.c", "1")  # registered again after a release
         assert retention.acks()["a.t1.c"] == Ack("1", 0)
+        # A consumer of key groups 1 of the other input holds back those, not main's.
+        retention.register("a.s-g1.b", "1", "readings")
+        retention.ack("a.s-g1.b", "1", middle, "readings")
+        assert retention.acks()["a.s-g1.b"] == Ack("1", middle, "readings")
+        retention.release("a.t1.c")
+        assert set(retention.trim()) == {(MAIN, g) for g in groups("0")} | {("readings", g) for g in groups("1")}
+        assert _prefixes(broker, "in.a.main.1.>") == before["1"], "main's key groups 1: nobody reads them now, they stay"
+        kept = _prefixes(broker, "in.a.readings.1.>")
+        assert 0 < len(kept) < len([p for p in readings if key_group(p) in groups("1")])
+        assert kept == _prefixes(broker, "in.a.readings.1.>", middle)
+        with pytest.raises(ValueError, match="input name"):
+            retention.register("a.t3.d", "0", "in.put")
         with pytest.raises(ValueError):
             retention.ack("../x", "0", 5)
         with pytest.raises(ValueError):

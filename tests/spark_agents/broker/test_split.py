@@ -50,7 +50,18 @@ def test_the_split_time_comes_from_the_newest_message_with_rows(nats_server, bro
     empty = broker.publish(subject("a", 0), b"")  # a last message without rows
     assert whole.present_end() == (empty, newest), "read from the message before it"
     assert whole.present_end(look_back=1) == (empty, None)
-    monkeypatch.setattr(JetStreamInput, "present_end", lambda self: (empty, None))
+    # Another input of the stream, ended and later in time: it says nothing of this input's time.
+    other = Feeder(BrokerStream(broker, "a", "readings"), QueryParams())
+    other.feed(list(generate(TrafficProfile(start_ts=1_900_000_000.0, duration_s=30.0, rate=20.0), seed=6)), 100)
+    other.close()
+    last_other, _ = whole.present_end()
+    assert last_other > empty and whole.present_end() == (last_other, newest)
+    readings = replace(whole, input="readings")
+    with pytest.raises(InputEnded, match="has ended"):
+        readings.present_end()
+    with pytest.raises(ValueError, match="one input of one stream"):
+        hand_over([replace(whole, prefix="0"), replace(readings, prefix="1")], [""], 10)
+    monkeypatch.setattr(JetStreamInput, "present_end", lambda self: (last_other, None))
     with pytest.raises(ValueError, match="no event time"):
         hand_over([whole], halves(""), 10)
 

@@ -1,5 +1,6 @@
 """Two different queries in one federation: a's task runs the network-monitoring query over a's
-stream, b's task the sensors query over b's. Each agent can run both; each task moves to the
+stream, b's task the sensors query over an input of b's stream of its own, `readings` (beside
+b's main input, which holds other readings that no task of this test reads). Each agent can run both; each task moves to the
 other participant through the same path whatever its query (the checkpoint handed over, the
 origin's stream read as a partner, the results through the fence on the origin's broker), and
 each origin's results are its query's plain computation, each result once."""
@@ -55,26 +56,30 @@ def test_tasks_of_two_queries_move_between_agents_and_each_origin_gets_its_query
         return hosts[name]
 
     readings = sensors.query
-    b_task = OwnTask("g", brokers["b"].location(""), dict(SENSORS), readings.name, readings.digest)
+    b_task = OwnTask("readings-g", brokers["b"].location("", "readings"), dict(SENSORS), readings.name, readings.digest)
     settings = {"a": {"queries": QUERIES}, "b": {"queries": QUERIES, "tasks": [b_task]}}
     conns = list(generate(TrafficProfile(duration_s=120, rate=40, scanners=2), 7))
     wire = Records(readings)
     records = [wire.parse(r) for r in sensors.generate(seconds=120, devices=20, rate=20.0, seed=3)]
+    others = [wire.parse(r) for r in sensors.generate(seconds=120, devices=30, rate=20.0, seed=4)]
     try:
         with Broker(brokers["a"].url, "a", brokers["a"].password) as at_a, Broker(brokers["b"].url, "b", brokers["b"].password) as at_b, \
                 stepped_federation(tmp_path, make_host, task_params=ZEEK.to_dict(), brokers=brokers, settings=settings) as (operator, agents, add, clock):
             zeek_feed = Feeder(BrokerStream(at_a, "a"), ZEEK)
-            sensor_feed = RecordFeeder(BrokerStream(at_b, "b"), readings, readings.bind(SENSORS))
+            sensor_feed = RecordFeeder(BrokerStream(at_b, "b", "readings"), readings, readings.bind(SENSORS))
+            main_feed = RecordFeeder(BrokerStream(at_b, "b"), readings, readings.bind(SENSORS))
+            main_feed.feed(others, rows_per_flush=500)
+            main_feed.close()
             a, b = add("a", 1), add("b", 1)
             zeek_feed.feed(conns[: len(conns) // 2], rows_per_flush=500)
             sensor_feed.feed(records[: len(records) // 2], rows_per_flush=500)
             for agent in (a, b):
                 agent.sync()
-            assert (a.host.running(), b.host.running()) == ({"a.g"}, {"b.g"})
+            assert (a.host.running(), b.host.running()) == ({"a.g"}, {"b.readings-g"})
             assert {(t["origin"], t["query"], t["query_digest"]) for t in operator.tasks()} == {
                 ("a", MONITORING.name, MONITORING.digest), ("b", readings.name, readings.digest)}
             _drain(hosts["a"], "a.g")
-            _drain(hosts["b"], "b.g")
+            _drain(hosts["b"], "b.readings-g")
 
             # A contract between a and b; each offers its task to the other, who accepts.
             contract = a.client.propose("b", 1.0, 2.0, 5.0)
@@ -86,18 +91,18 @@ def test_tasks_of_two_queries_move_between_agents_and_each_origin_gets_its_query
                 for agent in (a, b):
                     agent.reads.mark(["task"])
                     agent.sync()
-            assert (a.host.running(), b.host.running()) == ({"b.g"}, {"a.g"})
-            assert hosts["a"].host._task("b.g").definition is readings and hosts["b"].host._task("a.g").definition is MONITORING
+            assert (a.host.running(), b.host.running()) == ({"b.readings-g"}, {"a.g"})
+            assert hosts["a"].host._task("b.readings-g").definition is readings and hosts["b"].host._task("a.g").definition is MONITORING
 
             zeek_feed.feed(conns[len(conns) // 2:], rows_per_flush=500)
             zeek_feed.close()
             sensor_feed.feed(records[len(records) // 2:], rows_per_flush=500)
             sensor_feed.close()
             _drain(hosts["b"], "a.g")
-            _drain(hosts["a"], "b.g")
+            _drain(hosts["a"], "b.readings-g")
             hosts["b"].stop_task("a.g")
-            hosts["a"].stop_task("b.g")
-            zeek_out, sensor_out = broker_outputs(at_a, ["a.g"]), broker_outputs(at_b, ["b.g"])
+            hosts["a"].stop_task("b.readings-g")
+            zeek_out, sensor_out = broker_outputs(at_a, ["a.g"]), broker_outputs(at_b, ["b.readings-g"])
     finally:
         for tasks in hosts.values():
             tasks.host.close(stop_tasks=True)

@@ -1,6 +1,6 @@
 """Two different queries in one federation, their tasks failed over and split: a's task runs the
-network-monitoring query over a's stream, b's the sensors query over b's, on Spark, with the
-real agents and registry (`tests.spark_agents.stepped`).
+network-monitoring query over a's stream, b's the sensors query over an input of b's stream of
+its own (`readings`), on Spark, with the real agents and registry (`tests.spark_agents.stepped`).
 
 - Failover: both tasks move to c under a contract with an HA mode; c runs on past what its
   mode kept, then crashes (its queries and duties stop dead, its agent goes silent); each
@@ -20,7 +20,7 @@ from collections import Counter
 import pytest
 
 from bpm.agent.machine import Split
-from bpm.federation.views import key_groups
+from bpm.keygroups import parse_location
 from bpm.negotiation import Task
 from bpm.records import Records
 from bpm.results import Result
@@ -48,6 +48,13 @@ READINGS = sensors.query
 # The agents trade nothing by themselves: every move, failover and split here is the test's doing
 # (offers accepted by hand, the registry's detection, `Split` executed), none the mechanism's.
 QUIET = {"queries": QUERIES, "warmup_s": 1e9}
+# Each origin's own task: a's over its main input, b's over its input `readings`.
+NAMES = {"a": "g", "b": "readings-g"}
+KEYS = {o: f"{o}.{n}" for o, n in NAMES.items()}
+
+
+def _b_task(brokers) -> OwnTask:
+    return OwnTask(NAMES["b"], brokers["b"].location("", "readings"), dict(SENSORS), READINGS.name, READINGS.digest)
 
 
 def _inputs():
@@ -67,7 +74,7 @@ def _parts(records: list, n: int) -> list[list]:
 def _feeding(at_a: Broker, at_b: Broker, zeek_parts: list[list], sensor_parts: list[list]):
     """(the feeders of a's and b's streams, `feed(part)`: part `part` of each query's input into its origin's stream)."""
     feeders = {"a": RecordFeeder(BrokerStream(at_a, "a"), MONITORING, network_monitoring.bind(ZEEK)),
-               "b": RecordFeeder(BrokerStream(at_b, "b"), READINGS, READINGS.bind(SENSORS))}
+               "b": RecordFeeder(BrokerStream(at_b, "b", "readings"), READINGS, READINGS.bind(SENSORS))}
 
     def feed(part: int) -> None:
         feeders["a"].feed(zeek_parts[part], rows_per_flush=500)
@@ -145,13 +152,13 @@ MODES = [
 def test_tasks_of_two_queries_fail_over_from_a_crashed_host_and_each_origin_gets_its_query_s_results_once(tmp_path, brokers, spark, modes,
                                                                                                           replica_query_ids):
     hosts: dict[str, SparkTasks] = {}
-    b_task = OwnTask("g", brokers["b"].location(""), dict(SENSORS), READINGS.name, READINGS.digest)
+    b_task = _b_task(brokers)
     # c's duties run only when the test steps them: the copy (passive standby) or the
     # acknowledgement (upstream backup) is taken at a known point, and c runs on past it.
     settings = {"a": QUIET, "b": {**QUIET, "tasks": [b_task]}, "c": {**QUIET, "ha_interval_s": 3600.0}}
     conns, zeek_records, readings = _inputs()
     zeek_parts, sensor_parts = _parts(zeek_records, 4), _parts(readings, 4)
-    keys = {"a": "a.g", "b": "b.g"}
+    keys = KEYS
     try:
         with Broker(brokers["a"].url, "a", brokers["a"].password) as at_a, Broker(brokers["b"].url, "b", brokers["b"].password) as at_b, \
                 stepped_federation(tmp_path, _hosts(spark, tmp_path, hosts, "active_standby" in modes.values()), task_params=ZEEK.to_dict(),
@@ -162,8 +169,8 @@ def test_tasks_of_two_queries_fail_over_from_a_crashed_host_and_each_origin_gets
             for agent in (a, b, c):
                 agent.peers.transport = delta_http(agents)  # deltas between agents in process; a health probe gets no answer
             feed(0)
-            _until_running(a, {"a.g"})
-            _until_running(b, {"b.g"})
+            _until_running(a, {KEYS["a"]})
+            _until_running(b, {KEYS["b"]})
             for origin, key in keys.items():
                 _drain(hosts[origin], key)
 
@@ -181,7 +188,7 @@ def test_tasks_of_two_queries_fail_over_from_a_crashed_host_and_each_origin_gets
                     break
             assert ready, ([(r.kind, r.message) for r in c.records][-10:], c.hosting(), c.ha.duties)
             assert {t["host"] for t in operator.tasks()} == {"c"} and not any(x.host.running() - x.ha.standby_keys() for x in (a, b))
-            assert hosts["c"].host._task("a.g").definition is MONITORING and hosts["c"].host._task("b.g").definition is READINGS
+            assert hosts["c"].host._task(KEYS["a"]).definition is MONITORING and hosts["c"].host._task(KEYS["b"]).definition is READINGS
             assert {k: d.mode for k, d in c.ha.duties.items()} == {keys[o]: modes[o] for o in "ab"}
             moved_epochs = {f"{t['origin']}.{t['name']}": t["epoch"] for t in operator.tasks()}
 
@@ -222,7 +229,7 @@ def test_tasks_of_two_queries_fail_over_from_a_crashed_host_and_each_origin_gets
                 start = None if modes[origin] == "active_standby" else kept[key]
                 assert f"({modes[origin]}) at epoch {moved_epochs[key] + 1}: start position {start}," in took.message, took.message
                 assert bool(failovers[key]["details"]["promoted_replica_ids"]) == (modes[origin] != "upstream_backup"), failovers[key]
-            assert {f"{t['origin']}.{t['name']}": t["host"] for t in operator.tasks()} == {"a.g": "a", "b.g": "b"}
+            assert {f"{t['origin']}.{t['name']}": t["host"] for t in operator.tasks()} == {KEYS["a"]: "a", KEYS["b"]: "b"}
 
             feed(3)
             for feeder in feeders.values():
@@ -231,8 +238,8 @@ def test_tasks_of_two_queries_fail_over_from_a_crashed_host_and_each_origin_gets
                 _drain(hosts[origin], key)
             for origin, key in keys.items():
                 hosts[origin].stop_task(key)
-            zeek_out, zeek_batches = _written(at_a, ["a.g"])
-            sensor_out, sensor_batches = _written(at_b, ["b.g"])
+            zeek_out, zeek_batches = _written(at_a, [KEYS["a"]])
+            sensor_out, sensor_batches = _written(at_b, [KEYS["b"]])
             epochs = {f"{t['origin']}.{t['name']}": t["epoch"] for t in operator.tasks()}
     finally:
         for tasks in hosts.values():
@@ -240,7 +247,7 @@ def test_tasks_of_two_queries_fail_over_from_a_crashed_host_and_each_origin_gets
 
     # Results came from c before the crash and from the origin after it, at its new epoch:
     # the crash fell in the middle of each task's output.
-    for key, batches in (("a.g", zeek_batches["a.g"]), ("b.g", sensor_batches["b.g"])):
+    for key, batches in ((KEYS["a"], zeek_batches[KEYS["a"]]), (KEYS["b"], sensor_batches[KEYS["b"]])):
         by_epoch = Counter()
         for batch in batches:
             by_epoch[batch.epoch] += len(batch.rows)
@@ -257,12 +264,13 @@ def _own(agent) -> dict[str, dict]:
 
 def _as_task(record: dict) -> Task:
     """The task as the state machine names it in a `Split`."""
-    return Task(str(record["id"]), 0.1, record["origin"], groups=key_groups(record))
+    where = parse_location(record["input_uri"])
+    return Task(str(record["id"]), 0.1, record["origin"], groups=where.prefix, input=where.input)
 
 
 def test_tasks_of_two_queries_split_at_their_grain_and_each_origin_gets_its_query_s_results_once(tmp_path, brokers, spark):
     hosts: dict[str, SparkTasks] = {}
-    b_task = OwnTask("g", brokers["b"].location(""), dict(SENSORS), READINGS.name, READINGS.digest)
+    b_task = _b_task(brokers)
     settings = {"a": QUIET, "b": {**QUIET, "tasks": [b_task]}}
     conns, zeek_records, readings = _inputs()
     zeek_parts, sensor_parts = _parts(zeek_records, 3), _parts(readings, 3)
@@ -274,28 +282,29 @@ def test_tasks_of_two_queries_split_at_their_grain_and_each_origin_gets_its_quer
 
             a, b = add("a", 1), add("b", 1)
             feed(0)
-            _until_running(a, {"a.g"})
-            _until_running(b, {"b.g"})
+            _until_running(a, {KEYS["a"]})
+            _until_running(b, {KEYS["b"]})
             for origin in "ab":
-                _drain(hosts[origin], f"{origin}.g")
+                _drain(hosts[origin], KEYS[origin])
 
             # Each origin splits its task: g ends at the split time; its halves take the rows from it on.
             wholes, halves, split_at = {}, {}, {}
             for agent in (a, b):
                 origin = agent.config.name
-                wholes[origin] = _own(agent)["g"]
+                wholes[origin] = _own(agent)[NAMES[origin]]
                 agent._execute(Split(_as_task(wholes[origin])))
                 split = _own(agent)
                 halves[origin] = [split[f"g{i}-{wholes[origin]['id']}"] for i in (0, 1)]
-                split_at[origin] = split["g"]["until_s"]
+                split_at[origin] = split[NAMES[origin]]["until_s"]
                 assert all(h["since_s"] == split_at[origin] and h["from_tasks"] == [wholes[origin]["id"]] for h in halves[origin])
                 assert all((h["query"], h["query_digest"]) == (wholes[origin]["query"], wholes[origin]["query_digest"]) for h in halves[origin])
             assert split_at["a"] % ZEEK.window_s == 0 and split_at["b"] % SENSORS["window_s"] == 0, "at the query's grain"
             half_keys = {o: {f"{o}.{h['name']}" for h in halves[o]} for o in "ab"}
-            _until_running(a, {"a.g"} | half_keys["a"])
-            _until_running(b, {"b.g"} | half_keys["b"])
+            _until_running(a, {KEYS["a"]} | half_keys["a"])
+            _until_running(b, {KEYS["b"]} | half_keys["b"])
             for origin in "ab":
-                assert hosts[origin].host._task(f"{origin}.g").source.until_s == split_at[origin], "g runs on over its ended input"
+                assert hosts[origin].host._task(KEYS[origin]).source.until_s == split_at[origin], "g runs on over its ended input"
+                assert {hosts[origin].host._task(k).source.input for k in half_keys[origin]} == {"main" if origin == "a" else "readings"}
                 assert all(hosts[origin].host._task(k).definition is QUERIES[wholes[origin]["query"]] for k in half_keys[origin])
 
             feed(1)
@@ -304,7 +313,7 @@ def test_tasks_of_two_queries_split_at_their_grain_and_each_origin_gets_its_quer
                     _drain(hosts[origin], key)
             _until_running(a, half_keys["a"])  # g's windows are out: it retires
             _until_running(b, half_keys["b"])
-            assert _own(a)["g"]["retired"] and _own(b)["g"]["retired"]
+            assert _own(a)[NAMES["a"]]["retired"] and _own(b)[NAMES["b"]]["retired"]
 
             feed(2)
             for feeder in feeders.values():
@@ -313,8 +322,8 @@ def test_tasks_of_two_queries_split_at_their_grain_and_each_origin_gets_its_quer
                 for key in half_keys[origin]:
                     _drain(hosts[origin], key)
                     hosts[origin].stop_task(key)
-            zeek_out, zeek_batches = _written(at_a, {"a.g"} | half_keys["a"])
-            sensor_out, sensor_batches = _written(at_b, {"b.g"} | half_keys["b"])
+            zeek_out, zeek_batches = _written(at_a, {KEYS["a"]} | half_keys["a"])
+            sensor_out, sensor_batches = _written(at_b, {KEYS["b"]} | half_keys["b"])
             events = [e["kind"] for e in operator.events()]
     finally:
         for tasks in hosts.values():
@@ -323,7 +332,7 @@ def test_tasks_of_two_queries_split_at_their_grain_and_each_origin_gets_its_quer
     # The old task wrote every result final by the split time, the halves every one after it.
     for origin, batches in (("a", zeek_batches), ("b", sensor_batches)):
         at_us = split_at[origin] * 1_000_000
-        old = [r for batch in batches[f"{origin}.g"] for r in batch.rows]
+        old = [r for batch in batches[KEYS[origin]] for r in batch.rows]
         new = [r for key in half_keys[origin] for batch in batches[key] for r in batch.rows]
         assert old and all(r.time_us <= at_us for r in old), f"{origin}.g wrote only windows before the split"
         assert new and all(r.time_us > at_us for r in new), f"{origin}'s halves wrote only windows from the split on"
