@@ -9,6 +9,12 @@ named as the option without its leading dashes:
     contract = ["b:0.5:1:1200", "c:0.5:1:1200"]
     correlate = true
 
+    [[queries]]                # a further query of the participant's own, over an input of its own
+    input = "sensors"
+    query = "examples.sensors:query"
+    param = { window_s = 10 }
+    shares = 2                 # its input in two shares, tasks sensors-g0 and sensors-g1
+
 An option on the command line, or its environment variable, overrides the file; the file
 overrides the defaults here. `AgentConfig`'s defaults are these too (`default`).
 """
@@ -19,9 +25,10 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettingsSource
 
+from bpm.keygroups import MAIN, KeyGroupError, check_input, shares as key_shares
 from bpm.negotiation import DEFAULT_MARGIN
 
 # Spark settings the agent sets from options of its own (`spark_conf` may not): why not.
@@ -42,6 +49,69 @@ def _option(name: str) -> str:
 def _env(var: str) -> dict[str, Any]:
     """A setting that its environment variable `var` also sets (below the command line, above the file)."""
     return {"envvar": var}
+
+
+def _texts(value: Any) -> Any:
+    """`name=value` strings (the command line) or a table (the file), as `name=value` strings."""
+    if isinstance(value, dict):
+        return [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in value.items()]
+    return value
+
+
+class InputQuery(BaseModel):
+    """A further query of the participant's own tasks, over an input of its stream of its own
+    (`bpm.keygroups`): in the file a `[[queries]]` table, on the command line
+    `--queries 'INPUT=REFERENCE[;shares=N][;partitions=SPEC][;NAME=VALUE...]'`."""
+
+    model_config = ConfigDict(alias_generator=_option, validate_by_name=True, validate_by_alias=True, extra="forbid", frozen=True)
+
+    input: str = Field(description="The input's name: a letter, then letters, digits, '_' or '-'; not main.")
+    query: str = Field(description="The query, module:attribute or path/to/file.py:attribute.")
+    param: list[str] = Field(default_factory=list, description="Its parameters, name=value (in the file also a table).")
+    shares: int = Field(1, ge=1, le=64, description="Its input in N equal shares of its 64 key groups (a power of two), one task each.")
+    partitions: str | None = Field(None, description="The shares that are the participant's own tasks, e.g. 0-1 (default: all).")
+
+    @field_validator("input")
+    @classmethod
+    def _input(cls, value: str) -> str:
+        if check_input(value) == MAIN:
+            raise ValueError(f"{MAIN} is the input of --query: name another")
+        return value
+
+    @field_validator("param", mode="before")
+    @classmethod
+    def _param(cls, value: Any) -> Any:
+        return _texts(value)
+
+    @field_validator("shares")
+    @classmethod
+    def _shares(cls, value: int) -> int:
+        try:
+            key_shares(value)
+        except KeyGroupError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _spec(cls, value: Any) -> Any:
+        """The command line's `INPUT=REFERENCE;shares=N;partitions=SPEC;NAME=VALUE` form, as a table."""
+        if not isinstance(value, str):
+            return value
+        head, *rest = value.split(";")
+        input, sep, reference = head.partition("=")
+        if not sep:
+            raise ValueError(f"{value!r}: give INPUT=REFERENCE[;shares=N][;partitions=SPEC][;NAME=VALUE...]")
+        table: dict[str, Any] = {"input": input.strip(), "query": reference.strip(), "param": []}
+        for item in filter(None, (r.strip() for r in rest)):
+            name, sep, setting = item.partition("=")
+            if not sep:
+                raise ValueError(f"{item!r} in {value!r}: give NAME=VALUE")
+            if name.strip() in ("shares", "partitions"):
+                table[name.strip()] = setting.strip()
+            else:
+                table["param"].append(item)
+        return table
 
 
 class SettingsError(ValueError):
@@ -77,6 +147,7 @@ class AgentSettings(BaseSettings):
     partitions: str = Field("", description="Shares of the participant's broker stream (--shares) that are its own tasks, e.g. 0-3.")
     query: str = Field("examples.network_monitoring:query", description="The query of this participant's own tasks over its stream (bpm.query): module:attribute, or path/to/file.py:attribute.")
     param: list[str] | None = Field(None, description="A parameter of that query, name=value (repeatable), e.g. window_s=10: checked against the query when the agent starts (an unknown or badly typed one is an error).")
+    queries: list[InputQuery] | None = Field(None, description="A further query of this participant's own tasks, each over an input of its stream of its own, INPUT=REFERENCE[;shares=N][;partitions=SPEC][;NAME=VALUE...] (repeatable; in the file [[queries]] tables with input, query, param, shares and partitions). Publish its records with bpm replay --stream nats://HOST:PORT/PARTICIPANT/INPUT; its tasks are named INPUT-g<bits>.")
     can_run: list[str] | None = Field(None, description="Another query this participant runs for its partners, module:attribute (repeatable): it refuses to host a task of a query it does not have, or of another version of one.")
     trigger: float = Field(1.0, gt=0, description="Micro-batch trigger interval, seconds; each task adds up to a tenth, fixed by its name, so that batches do not all start at once.")
     period: float = Field(7.0, gt=0, description="Mechanism period: offers, answers, ends (Borealis: 7 s).")
@@ -130,6 +201,16 @@ class AgentSettings(BaseSettings):
             if not key.startswith("spark.") or key in SPARK_OWN_SETTINGS:
                 raise ValueError(f"{key}: " + (SPARK_OWN_SETTINGS[key] if key in SPARK_OWN_SETTINGS else "not a Spark setting (spark.*)"))
         return table
+
+    @field_validator("queries")
+    @classmethod
+    def _inputs(cls, value: list[InputQuery] | None) -> list[InputQuery] | None:
+        seen = set()
+        for query in value or []:
+            if query.input in seen:
+                raise ValueError(f"input {query.input!r} is named twice: one query per input")
+            seen.add(query.input)
+        return value
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):

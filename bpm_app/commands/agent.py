@@ -63,8 +63,8 @@ def _options() -> list[inspect.Parameter]:
     params = []
     for name, field in AgentSettings.model_fields.items():
         annotation, default, required = field.annotation, field.default, field.is_required()
-        if dict in {get_origin(a) for a in (annotation, *get_args(annotation))}:
-            annotation = list[str] | None  # a table in the file, KEY=VALUE options here (the setting's validator reads both)
+        if dict in {get_origin(a) for a in (annotation, *get_args(annotation))} or _of_tables(annotation):
+            annotation = list[str] | None  # tables in the file, texts here (the setting's validators read both)
         elif get_origin(annotation) is Literal:
             annotation = choice(f"Setting_{name}", get_args(annotation))
             default = annotation(default)
@@ -83,6 +83,14 @@ def _options() -> list[inspect.Parameter]:
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None if required else default,
                                         annotation=Annotated[(annotation | None) if required else annotation, option]))
     return params
+
+
+def _of_tables(annotation: object) -> bool:
+    """Whether a setting is a list of tables (`spark_agents.settings.InputQuery`)."""
+    from pydantic import BaseModel
+
+    lists = [a for a in (annotation, *get_args(annotation)) if get_origin(a) is list]
+    return any(isinstance(t, type) and issubclass(t, BaseModel) for a in lists for t in get_args(a))
 
 
 def _given(ctx: typer.Context, name: str) -> bool:
@@ -128,10 +136,12 @@ run.__annotations__ = {p.name: p.annotation for p in run.__signature__.parameter
 agent_app.command("run")(run)
 
 
-def agent_queries(reference: str, params: list[str] | None, can_run: list[str] | None):
-    """(the query of the participant's own tasks, its parameters bound, every query it can run by
-    name) from its settings; a query that does not load, a parameter it does not take, or two
-    queries of one name are a BadParameter naming them."""
+def agent_queries(reference: str, params: list[str] | None, can_run: list[str] | None, inputs=()):
+    """(the query of the participant's own tasks over its main input, its parameters bound,
+    every query it can run by name, and per further input of its own (`inputs`:
+    `spark_agents.settings.InputQuery`) its query and parameters bound) from its settings; a
+    query that does not load, a parameter it does not take, or two queries of one name are a
+    BadParameter naming them."""
     from bpm.query import QueryError, parse_values
     from bpm_app.commands.query import load_query
 
@@ -141,20 +151,57 @@ def agent_queries(reference: str, params: list[str] | None, can_run: list[str] |
         others = [load_query(r) for r in can_run or []]
     except QueryError as exc:
         raise typer.BadParameter(str(exc), param_hint="--query/--param/--can-run") from None
+    per_input = {}
+    for spec in inputs:
+        try:
+            query = load_query(spec.query)
+            per_input[spec.input] = (query, dict(query.bind(parse_values(spec.param))))
+        except QueryError as exc:
+            raise typer.BadParameter(f"input {spec.input}: {exc}", param_hint="--queries") from None
     queries = {}
-    for query in (own, *others):
+    for query in (own, *others, *(q for q, _ in per_input.values())):
         if query.name in queries and queries[query.name].digest != query.digest:
-            raise typer.BadParameter(f"two different queries are named {query.name!r}", param_hint="--can-run")
+            raise typer.BadParameter(f"two different queries are named {query.name!r}", param_hint="--query/--queries/--can-run")
         queries[query.name] = query
-    return own, dict(bound), queries
+    return own, dict(bound), queries, per_input
+
+
+def own_tasks(settings, broker, own_query, params: dict, per_input: dict, trigger_s: float) -> list:
+    """The participant's own tasks (`spark_agents.agent.OwnTask`): the shares `--partitions` of
+    its main input running `own_query`, and every share (or those its `partitions` name) of
+    each further input of `--queries` running its query, named `INPUT-g<bits>`."""
+    from bpm.keygroups import MAIN
+    from bpm.keygroups import shares as key_shares
+    from spark_agents.agent import OwnTask
+
+    def tasks(input: str, count: int, spec: str, query, bound: dict, where: str) -> list[OwnTask]:
+        try:
+            prefixes = key_shares(count)
+        except ValueError as exc:
+            raise typer.BadParameter(f"{where}{exc}") from None
+        picked = parse_partitions(spec)
+        if any(k >= len(prefixes) for k in picked):
+            raise typer.BadParameter(f"{where}partitions {spec} name shares beyond the {count} of its shares")
+        name = "g{}" if input == MAIN else f"{input}-g{{}}"
+        return [OwnTask(name.format(prefixes[k]), broker.location(prefixes[k], input), {**bound, "trigger_s": trigger_s},
+                        query.name, query.digest) for k in picked]
+
+    if broker is None and (settings.partitions or per_input):
+        raise typer.BadParameter(f"{'--partitions' if settings.partitions else '--queries'} needs --broker-port: "
+                                 "a participant's own tasks read its own broker's stream")
+    own = tasks(MAIN, settings.shares or 1, settings.partitions, own_query, params, "") if settings.partitions else []
+    for spec in settings.queries or []:
+        query, bound = per_input[spec.input]
+        every = f"0-{spec.shares - 1}"
+        own += tasks(spec.input, spec.shares, every if spec.partitions is None else spec.partitions, query, bound, f"--queries {spec.input}: ")
+    return own
 
 
 def _run(s) -> None:
     """Run the agent with settings `s` (`spark_agents.settings.AgentSettings`)."""
     from bpm.costs import MM1Cost
     from bpm.federation.views import AgreedTerms
-    from bpm.keygroups import shares as key_shares
-    from spark_agents.agent import AgentConfig, OwnTask
+    from spark_agents.agent import AgentConfig
     from spark_agents.broker.access import OwnBroker
     from bpm.load import default_warmup_s
     from spark_agents.runtime import participant_key, run_agent
@@ -169,8 +216,7 @@ def _run(s) -> None:
     if urlsplit(endpoint).scheme != ("http" if s.insecure else "https"):
         raise typer.BadParameter(f"{endpoint} is plain HTTP: use https://, or --insecure" if not s.insecure
                                  else f"{endpoint} is not http://, which --insecure serves", param_hint="--endpoint")
-    own_query, bound, queries = agent_queries(s.query, s.param, s.can_run)
-    params = {**bound, "trigger_s": s.trigger}
+    own_query, bound, queries, per_input = agent_queries(s.query, s.param, s.can_run, s.queries or ())
     if s.shares is not None and s.broker_port is None:
         raise typer.BadParameter("--shares needs --broker-port")
     password = broker_password(workdir) if s.broker_port else ""  # checked before anything is written
@@ -185,18 +231,7 @@ def _run(s) -> None:
             raise typer.BadParameter(str(exc), param_hint="--tls-cert") from None
     broker = OwnBroker(s.name, workdir / "broker", password, host=s.host, port=s.broker_port, http_port=s.broker_http_port or s.broker_port + 1,
                        advertise=s.broker_address, tls=tls) if s.broker_port else None
-    own = []
-    if s.partitions and broker is not None:
-        try:
-            prefixes = key_shares(s.shares or 1)
-            own = [OwnTask(f"g{prefixes[k]}", broker.location(prefixes[k]), params, own_query.name, own_query.digest)
-                   for k in parse_partitions(s.partitions)]
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--shares") from None
-        except IndexError:
-            raise typer.BadParameter(f"--partitions {s.partitions} names shares beyond the {s.shares or 1} of --shares") from None
-    elif s.partitions:
-        raise typer.BadParameter("--partitions needs --broker-port: a participant's own tasks read its own broker's stream")
+    own = own_tasks(s, broker, own_query, bound, per_input, s.trigger)
     if s.correlate and s.broker_port is None:
         raise typer.BadParameter("--correlate needs --broker-port: alerts are shared on the participant's own broker")
     try:

@@ -115,33 +115,35 @@ def list_queries(
     references: list[str] = typer.Option(None, "--query", help="A query to list (repeat for several); without --config or --query: the project's examples."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per query."),
 ) -> None:
-    """List queries: what an agent with a configuration file can run (its own tasks' query with
-    its parameters, and the others it runs for partners), or the queries named, with their
-    digests: a partner hosts a task only with the same digest."""
+    """List queries: what an agent with a configuration file can run (its own tasks' queries with
+    their parameters and inputs, and the others it runs for partners), or the queries named,
+    with their digests: a partner hosts a task only with the same digest."""
+    from bpm.keygroups import MAIN
     from spark_agents.settings import AgentSettings, SettingsError
 
-    own_params: dict[str, str] = {}
     if config is not None:
         try:
             settings = AgentSettings.load(config)
         except SettingsError as exc:
             fail(str(exc))
-        refs = [settings.query, *(settings.can_run or [])]
-        own_params = parse_params(settings.param)
+        # (reference, its parameters, the input of the participant's own it runs over; None: for partners)
+        listed = [(settings.query, settings.param, MAIN), *((q.query, q.param, q.input) for q in settings.queries or []),
+                  *((ref, None, None) for ref in settings.can_run or [])]
     else:
-        refs = list(references or EXAMPLES)
+        listed = [(ref, None, None) for ref in references or EXAMPLES]
     rows = []
-    for n, ref in enumerate(refs):
-        query, bound = load_bound(ref, [f"{k}={v}" for k, v in own_params.items()] if n == 0 and config is not None else None)
+    for ref, params, input in listed:
+        query, bound = load_bound(ref, params)
         rows.append({"reference": ref, "name": query.name, "version": query.version, "digest": query.digest,
-                     "own": config is not None and n == 0, "params": dict(bound), "description": query.description})
+                     "own": input is not None, "input": input, "params": dict(bound), "description": query.description})
     if as_json:
         for row in rows:
             print(json.dumps(row))
         return
     table = Table("query", "version", "digest", "parameters")
     for row in rows:
-        table.add_row(f"{row['name']}{' (own tasks)' if row['own'] else ''}\n[dim]{row['reference']}[/]", row["version"], row["digest"],
+        own = "" if not row["own"] else " (own tasks)" if row["input"] == MAIN else f" (own tasks, input {row['input']})"
+        table.add_row(f"{row['name']}{own}\n[dim]{row['reference']}[/]", row["version"], row["digest"],
                       "\n".join(f"{k}={v}" for k, v in row["params"].items()))
     out = Console()
     out.print(table)

@@ -103,13 +103,17 @@ def test_list_shows_what_an_agent_runs_with_its_parameters_and_digests(meters, t
 
     config = tmp_path / "agent.toml"
     config.write_text(f'name = "north"\nquery = "{meters[0]}"\nparam = ["window_s=30"]\n'
-                      'can-run = ["examples.sensors:query"]\n')
+                      'can-run = ["examples.sensors:query"]\n\n[[queries]]\ninput = "clicks"\nquery = "examples.sessions:query"\n'
+                      'param = {gap_s = 60}\n')
     listed = run("list", "--config", str(config), "--json")
     assert listed.exit_code == 0, listed.output
     rows = [json.loads(line) for line in listed.stdout.splitlines()]
-    assert [(r["name"], r["own"], r["params"]) for r in rows] == [
-        ("meters", True, {"window_s": 30, "floor": 0.0}), ("sensors", False, {"window_s": 60, "lateness_s": 30})]
-    assert rows[1]["digest"] == sensors.digest
+    assert [(r["name"], r["own"], r["input"], r["params"]) for r in rows] == [
+        ("meters", True, "main", {"window_s": 30, "floor": 0.0}), ("sessions", True, "clicks", {"gap_s": 60, "lateness_s": 10}),
+        ("sensors", False, None, {"window_s": 60, "lateness_s": 30})]
+    assert rows[2]["digest"] == sensors.digest
+    shown = CliRunner().invoke(app, ["query", "list", "--config", str(config)], env={"COLUMNS": "200"})
+    assert "sessions (own tasks, input clicks)" in shown.stdout, shown.stdout
     assert {r["name"] for r in map(json.loads, run("list", "--json").stdout.splitlines())} == {"network-monitoring", "sensors", "sessions"}
     config.write_text('name = "north"\nparam = ["windows=3"]\n')
     wrong = run("list", "--config", str(config))

@@ -163,3 +163,63 @@ def test_a_spark_table_in_the_file_with_a_nested_value_is_refused(tmp_path):
     config.write_text('name = "a"\n\n[spark-conf]\n"spark.driver.port" = [1, 2]\n')
     code, printed = _effective("--config", str(config))
     assert code == 2 and "spark.driver.port: a Spark setting's value is a string, a number or a boolean" in " ".join(printed.split()), printed
+
+
+def test_further_queries_each_over_an_input_of_its_own_come_from_tables_in_the_file_or_options_and_make_their_tasks(tmp_path, monkeypatch):
+    """`[[queries]]` (or `--queries INPUT=REFERENCE;...`): a participant runs several queries
+    of its own, each over an input of its stream; its tasks read that input's shares, run that
+    query with its parameters, and are named after the input."""
+    import spark_agents.runtime as runtime
+    from bpm.keygroups import parse_location
+    from examples import network_monitoring, sensors, sessions
+
+    config = tmp_path / "a.toml"
+    config.write_text('name = "a"\npartitions = "0"\nshares = 2\n\n'
+                      '[[queries]]\ninput = "readings"\nquery = "examples.sensors:query"\nparam = { window_s = 10 }\nshares = 2\n\n'
+                      '[[queries]]\ninput = "clicks"\nquery = "examples.sessions:query"\nshares = 4\npartitions = "1,3"\n')
+    s = _settings("--config", str(config))
+    assert [(q.input, q.query, q.param, q.shares, q.partitions) for q in s.queries] == [
+        ("readings", "examples.sensors:query", ["window_s=10"], 2, None), ("clicks", "examples.sessions:query", [], 4, "1,3")]
+    assert AgentSettings.load(config, queries=["readings=examples.sensors:query;shares=4;partitions=0-1;window_s=20"]).queries[0] == \
+        s.queries[0].model_copy(update={"param": ["window_s=20"], "shares": 4, "partitions": "0-1"}), "an option overrides the file's list"
+
+    ran = {}
+    monkeypatch.setattr(runtime, "participant_key", lambda *args: "key")
+    monkeypatch.setattr(runtime, "run_agent", lambda config, **kw: ran.update(config=config))
+    out = CliRunner().invoke(app, ["agent", "run", "--config", str(config), "--workdir", str(tmp_path), "--key", "k",
+                                   "--broker-port", "4999", "--insecure"])
+    assert out.exit_code == 0, out.output
+    config = ran["config"]
+    tasks = {t.name: (parse_location(t.input_uri).share, t.query, t.params.get("window_s")) for t in config.tasks}
+    assert tasks == {"g0": (("main", "0"), network_monitoring.query.name, 60),
+                     "readings-g0": (("readings", "0"), sensors.query.name, 10), "readings-g1": (("readings", "1"), sensors.query.name, 10),
+                     "clicks-g01": (("clicks", "01"), sessions.query.name, None), "clicks-g11": (("clicks", "11"), sessions.query.name, None)}
+    assert {network_monitoring.query.name, sensors.query.name, sessions.query.name} <= set(config.queries), "it can run each"
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--queries", "main=examples.sensors:query"], "main is the input of --query: name another"),
+    (["--queries", "s.x=examples.sensors:query"], "bad input name 's.x'"),
+    (["--queries", "examples.sensors:query"], "give INPUT=REFERENCE"),
+    (["--queries", "r=examples.sensors:query;shares=3"], "a power of two"),
+    (["--queries", "r=examples.sensors:query", "--queries", "r=examples.sessions:query"], "input 'r' is named twice"),
+])
+def test_a_bad_further_query_is_refused_naming_what_is_wrong(args, says):
+    code, printed = _effective("--name", "a", *args)
+    assert code == 2 and says in " ".join(printed.split()), printed
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--queries", "r=examples.sensors:query;width_s=3"], "width_s"),
+    (["--queries", "r=examples.nothing:query"], "input r:"),
+    (["--queries", "r=examples.sensors:query;partitions=0-2"], "beyond the 1 of its shares"),
+    (["--queries", "r=examples.sensors:query"], "--queries needs --broker-port"),
+])
+def test_a_further_query_that_does_not_load_or_bind_or_fit_its_shares_stops_the_agent_before_it_starts(tmp_path, monkeypatch, args, says):
+    import spark_agents.runtime as runtime
+
+    monkeypatch.setattr(runtime, "run_agent", lambda config, **kw: pytest.fail("the agent started"))
+    port = [] if "needs --broker-port" in says else ["--broker-port", "4999"]
+    out = CliRunner().invoke(app, ["agent", "run", "--name", "a", "--workdir", str(tmp_path), "--key", "k", "--insecure", *port, *args],
+                             env={"COLUMNS": "1000"})
+    assert out.exit_code == 2 and says in " ".join(out.output.split()), out.output
