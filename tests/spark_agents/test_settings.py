@@ -214,6 +214,7 @@ def test_a_bad_further_query_is_refused_naming_what_is_wrong(args, says):
     (["--queries", "r=examples.nothing:query"], "input r:"),
     (["--queries", "r=examples.sensors:query;partitions=0-2"], "beyond the 1 of its shares"),
     (["--queries", "r=examples.sensors:query"], "--queries needs --broker-port"),
+    (["--queries", "r=examples.sensors:query", "--correlate"], "it takes no --queries"),
 ])
 def test_a_further_query_that_does_not_load_or_bind_or_fit_its_shares_stops_the_agent_before_it_starts(tmp_path, monkeypatch, args, says):
     import spark_agents.runtime as runtime
