@@ -72,7 +72,7 @@ class SparkTasks:
         from spark_agents.broker.results import broker_sink
 
         definition, bound, trigger_s = self.bind(task_id, query, params)
-        sink = broker_sink(source.connection(), task_id, epoch, self.registry_epoch)
+        sink = broker_sink(source.connection(), task_id, epoch, self.registry_epoch, source.newest_time_us)
         sink.until_s = source.until_s
         self._sinks[task_id] = sink
         self.host.start_task(task_id, source, checkpoint_dir, definition, bound, trigger_s=trigger_s, sink=sink)

@@ -129,7 +129,7 @@ class TaskInput:
 
     def sink(self, task_id: str, epoch: int | None) -> FencedSink:
         """The task's sink through the fence on its origin's broker (None: a standby's, held back)."""
-        return broker_sink(self.source.connection(), task_id, epoch, self.registry_epoch)
+        return broker_sink(self.source.connection(), task_id, epoch, self.registry_epoch, self.source.newest_time_us)
 
     def start(self, host: Any, task_id: str, checkpoint_dir: Path | None, query: Query, params: Params, trigger_s: float | None,
               sink: FencedSink, position: int | None = None) -> None:

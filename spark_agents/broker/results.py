@@ -23,6 +23,16 @@ and a host learns its epoch from the registry before it claims, so a claim beyon
 registry's newest is no placement at all: a host that claimed an epoch of 10^9 while it held
 the task jams nobody, and the registry's newest host claims over it.
 
+A batch's `written_us` is written by its host too: one that held the task could write a
+time years ahead, and every later host would drop every result as written. No result is
+final before the watermark reaches its time (`bpm.query`), and the watermark never passes
+the newest event time the task's input holds, which only the origin's feeder writes (its
+ticks and end-of-input marks): a `written_us` past that (`input_end`, read of the task's key
+groups then) is no writing at all. The fence then counts nothing as written: the new
+writer writes every result it computes, and a result the jamming host had written may come
+twice, which a reader tells by its key; nothing is lost. (A feeder restarted on older input
+than it fed before can make an honest fence look so, with the same outcome.)
+
 Partners read the fence as the last message of their task's subject only (JetStream's
 direct get with the subject in the request's own subject, `partner_user`), never another
 message of the stream by its sequence.
@@ -31,6 +41,7 @@ message of the stream by its sequence.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -43,6 +54,7 @@ from spark_agents.broker.subjects import RESULTS, results_subject
 from spark_agents.ha.fence import FencedError, FencedSink, FenceState, unwritten
 
 _WRONG_LAST_SEQUENCE = 10071
+log = logging.getLogger(__name__)
 
 
 def ensure_results(broker: Broker) -> None:
@@ -64,21 +76,28 @@ def ensure_results(broker: Broker) -> None:
 
 # task key -> the newest epoch the registry has given the task (None: it does not know the task)
 RegistryEpoch = Callable[[str], "int | None"]
+# The newest event time the task's input holds, microseconds (None: it holds nothing);
+# `spark_agents.broker.source.JetStreamInput.newest_time_us`.
+InputEnd = Callable[[], "int | None"]
 
 
 class BrokerFence:
     """Task `task_id`'s output fence on its origin's broker (`broker`: a connection to it; the
     origin makes the results stream if it is not there, a partner finds it made).
 
-    `registry_epoch` bounds the claims this fence believes (see the module text); without
-    it every claim is believed, as in a test with no registry.
+    `registry_epoch` bounds the claims this fence believes, and `input_end` the time written
+    (see the module text); without them every claim and time is believed, as in a test with
+    no registry.
     """
 
-    def __init__(self, broker: Broker, task_id: str, registry_epoch: RegistryEpoch | None = None) -> None:
+    def __init__(self, broker: Broker, task_id: str, registry_epoch: RegistryEpoch | None = None,
+                 input_end: InputEnd | None = None) -> None:
         self.broker = broker
         self.task_id = task_id
         self.subject = results_subject(task_id)
         self.registry_epoch = registry_epoch
+        self.input_end = input_end
+        self._input_end_us: int | None = None  # the newest `input_end` read: a time at or before it is believed unread
         if broker.user == task_id.partition(".")[0]:
             ensure_results(broker)
 
@@ -95,7 +114,21 @@ class BrokerFence:
         if msg is None:
             return FenceState(None, None), 0
         body = json.loads(msg.data)
-        return FenceState(body["epoch"], body["written_us"]), msg.seq
+        return FenceState(body["epoch"], self._believed(body["written_us"], body["epoch"])), msg.seq
+
+    def _believed(self, written_us: int | None, epoch: int | None) -> int | None:
+        """`written_us`, or None when it lies past the newest event time the task's input holds."""
+        if written_us is None or self.input_end is None or (self._input_end_us is not None and written_us <= self._input_end_us):
+            return written_us
+        end = self.input_end()
+        if end is None:  # nothing in the input to bound it by (not fed yet, or trimmed)
+            return written_us
+        self._input_end_us = end if self._input_end_us is None else max(self._input_end_us, end)
+        if written_us <= self._input_end_us:
+            return written_us
+        log.warning("task %s: epoch %s wrote results up to %d us, past the newest event time its input holds (%d us): "
+                    "nothing counts as written", self.task_id, epoch, written_us, self._input_end_us)
+        return None
 
     def state(self) -> FenceState:
         return self._last()[0]
@@ -170,11 +203,12 @@ class BrokerFence:
                 return
 
 
-def broker_sink(broker: Broker, task_id: str, epoch: int | None, registry_epoch: RegistryEpoch | None = None) -> FencedSink:
+def broker_sink(broker: Broker, task_id: str, epoch: int | None, registry_epoch: RegistryEpoch | None = None,
+                input_end: InputEnd | None = None) -> FencedSink:
     """Task `task_id`'s sink writing through its fence on its origin's broker (`broker`: a
     connection to it) at `epoch`; None: an active-standby replica's, its rows held back.
     `registry_epoch`: what bounds the claims the fence believes (`BrokerFence`)."""
-    return FencedSink(BrokerFence(broker, task_id, registry_epoch), epoch)
+    return FencedSink(BrokerFence(broker, task_id, registry_epoch, input_end), epoch)
 
 
 @dataclass(frozen=True)

@@ -305,6 +305,13 @@ class JetStreamInput:
         broker = self.connection()
         return broker.read(lambda: _newest(broker, INPUT, self.where.filter))
 
+    def newest_time_us(self) -> int | None:
+        """The newest event time its key groups hold, microseconds: the time of the last line
+        of their newest message, the feeder's tick or end-of-input mark (None: they hold
+        nothing). No result of a task over them is final past it (`BrokerFence`)."""
+        last = self._newest()
+        return max((ts for _, ts in _marks_and_times(last[1])), default=None) if last else None
+
     def newest_seq(self) -> int:
         """The sequence of the newest message in its key groups (0: none yet)."""
         last = self._newest()

@@ -127,6 +127,48 @@ def test_a_claim_beyond_the_registry_s_newest_epoch_jams_no_later_host(nats_serv
         assert [b.epoch for b in read_results(mine, "a.t0")] == [2, 2]
 
 
+def test_a_written_time_past_the_task_s_input_jams_no_later_host(nats_server):
+    """A host that held the task writes a batch whose time is years past anything the task's
+    input holds; the next host counts nothing as written, so it drops none of its results;
+    the host after it still drops what that one wrote (no result twice)."""
+    server, owner = nats_server
+    with Broker(server.url, owner.name, owner.password) as mine:
+        Feeder(BrokerStream(mine, "a"), QueryParams()).feed(_conns(300))
+        ensure_results(mine)
+    registry = {"a.t0": 1}
+
+    def host(name: str):
+        """(a connection as partner `name` granted a.t0, the newest event time of the task's input as it reads it)."""
+        user = partner_user(name, secrets.token_urlsafe(12), [("a.t0", (MAIN, "0"), True)])
+        server.reload([owner, user])
+        return (Broker(server.url, user.name, user.password, timeout_s=2),
+                JetStreamInput(server.url, user.name, user.password, "a", "0").newest_time_us)
+
+    hostile, _ = host("b")
+    with hostile:
+        years_ahead = ResultRow("ports", 4_000_000_000, 4_000_000_010, "10.0.0.6", 31).as_result()
+        assert BrokerFence(hostile, "a.t0").write(1, 0, [years_ahead], "b")[0] is not None
+    registry["a.t0"] = 2
+    theirs, input_end = host("c")
+    with theirs:
+        end = input_end()
+        assert end is not None and end < years_ahead.time_us
+        window = end // 1_000_000 - 30
+        rows = [ResultRow("ports", window, window + 10, f"10.0.0.{i}", 31).as_result() for i in range(3)]
+        assert BrokerFence(theirs, "a.t0", registry.get).write(2, 0, rows, "c") == (None, 3), "believed: every result dropped"
+        seq, dropped = BrokerFence(theirs, "a.t0", registry.get, input_end).write(2, 0, rows, "c")
+        assert seq is not None and dropped == 0
+    registry["a.t0"] = 3
+    later, input_end = host("d")
+    with later:
+        fence = BrokerFence(later, "a.t0", registry.get, input_end)
+        assert fence.state().written_us == rows[0].time_us
+        assert fence.write(3, 0, rows, "d") == (None, 3), "what c wrote is written"
+        assert fence.write(3, 1, [ResultRow("ports", window + 10, window + 20, "10.0.0.9", 31).as_result()], "d")[0] is not None
+    with Broker(server.url, owner.name, owner.password) as mine:
+        assert [(b.epoch, len(b.rows)) for b in read_results(mine, "a.t0")] == [(1, 1), (2, 3), (3, 1)]
+
+
 def test_a_partner_s_consumers_outlive_neither_its_grant_nor_the_origin_s_limits(tmp_path):
     """The server keeps a consumer a partner made after its grant ends; the origin's sweep deletes
     it then, and at once those named in nobody's name, kept beyond a reader's life or too many."""
