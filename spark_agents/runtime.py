@@ -69,10 +69,10 @@ class SparkTasks:
                    query: str | None = None) -> None:
         """Start (resume) a task of query `query` over its share of a broker stream, its output
         through the output fence on the origin's broker at `epoch`."""
-        from spark_agents.broker.results import broker_sink
+        from spark_agents.broker.results import broker_sink, final_bound
 
         definition, bound, trigger_s = self.bind(task_id, query, params)
-        sink = broker_sink(source.connection(), task_id, epoch, self.registry_epoch, source.newest_time_us)
+        sink = broker_sink(source.connection(), task_id, epoch, self.registry_epoch, final_bound(source, definition.lateness_s(bound)))
         sink.until_s = source.until_s
         self._sinks[task_id] = sink
         self.host.start_task(task_id, source, checkpoint_dir, definition, bound, trigger_s=trigger_s, sink=sink)

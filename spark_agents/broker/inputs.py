@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from bpm.keygroups import MAIN
 from bpm.query import Params, Query
-from spark_agents.broker.results import broker_sink
+from spark_agents.broker.results import broker_sink, final_bound
 from spark_agents.ha.fence import FencedSink
 from spark_agents.ha.upstream import processed_ack_seq, replay_seq
 
@@ -127,9 +127,10 @@ class TaskInput:
         align = query.align_s(params)
         return None if align is None else replay_seq(checkpoint_dir, align, query.lateness_s(params))
 
-    def sink(self, task_id: str, epoch: int | None) -> FencedSink:
-        """The task's sink through the fence on its origin's broker (None: a standby's, held back)."""
-        return broker_sink(self.source.connection(), task_id, epoch, self.registry_epoch, self.source.newest_time_us)
+    def sink(self, task_id: str, epoch: int | None, lateness_s: int) -> FencedSink:
+        """The task's sink through the fence on its origin's broker (None: a standby's, held
+        back), for a query of watermark delay `lateness_s` (`final_bound`)."""
+        return broker_sink(self.source.connection(), task_id, epoch, self.registry_epoch, final_bound(self.source, lateness_s))
 
     def start(self, host: Any, task_id: str, checkpoint_dir: Path | None, query: Query, params: Params, trigger_s: float | None,
               sink: FencedSink, position: int | None = None) -> None:

@@ -27,11 +27,13 @@ A batch's `written_us` is written by its host too: one that held the task could 
 time years ahead, and every later host would drop every result as written. No result is
 final before the watermark reaches its time (`bpm.query`), and the watermark never passes
 the newest event time the task's input holds, which only the origin's feeder writes (its
-ticks and end-of-input marks): a `written_us` past that (`input_end`, read of the task's key
-groups then) is no writing at all. The fence then counts nothing as written: the new
-writer writes every result it computes, and a result the jamming host had written may come
-twice, which a reader tells by its key; nothing is lost. (A feeder restarted on older input
-than it fed before can make an honest fence look so, with the same outcome.)
+ticks and end-of-input marks), less the query's lateness: a `written_us` past that
+(`final_bound`, read of the task's key groups then) is no writing at all. The fence then
+counts nothing as written: the new writer writes every result it computes, and a result
+the jamming host had written may come twice, which a reader tells by its key; nothing is
+lost. A `written_us` within the bound drops only results that were final while the jamming
+host held the task, which it could have left unwritten anyway. (A feeder restarted on older
+input than it fed before can make an honest fence look forged, with the same outcome.)
 
 Partners read the fence as the last message of their task's subject only (JetStream's
 direct get with the subject in the request's own subject, `partner_user`), never another
@@ -44,6 +46,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import nats
 from nats.js.api import StorageType, StreamConfig
@@ -52,6 +55,9 @@ from bpm.results import OutputSet, Result
 from spark_agents.broker.stream import Broker
 from spark_agents.broker.subjects import RESULTS, results_subject
 from spark_agents.ha.fence import FencedError, FencedSink, FenceState, unwritten
+
+if TYPE_CHECKING:
+    from spark_agents.broker.source import JetStreamInput
 
 _WRONG_LAST_SEQUENCE = 10071
 log = logging.getLogger(__name__)
@@ -76,28 +82,38 @@ def ensure_results(broker: Broker) -> None:
 
 # task key -> the newest epoch the registry has given the task (None: it does not know the task)
 RegistryEpoch = Callable[[str], "int | None"]
-# The newest event time the task's input holds, microseconds (None: it holds nothing);
-# `spark_agents.broker.source.JetStreamInput.newest_time_us`.
-InputEnd = Callable[[], "int | None"]
+# The newest time a result of the task can be final at, microseconds (None: nothing bounds it): `final_bound`.
+FinalBound = Callable[[], "int | None"]
+
+
+def final_bound(source: JetStreamInput, lateness_s: int) -> FinalBound:
+    """The bound of the results of a task over `source` whose query's watermark delay is
+    `lateness_s`: the newest event time its key groups hold less that delay."""
+
+    def bound() -> int | None:
+        end = source.newest_time_us()
+        return None if end is None else end - lateness_s * 1_000_000
+
+    return bound
 
 
 class BrokerFence:
     """Task `task_id`'s output fence on its origin's broker (`broker`: a connection to it; the
     origin makes the results stream if it is not there, a partner finds it made).
 
-    `registry_epoch` bounds the claims this fence believes, and `input_end` the time written
-    (see the module text); without them every claim and time is believed, as in a test with
-    no registry.
+    `registry_epoch` bounds the claims this fence believes, and `bound` the time written
+    (`final_bound`; see the module text); without them every claim and time is believed, as
+    in a test with no registry.
     """
 
     def __init__(self, broker: Broker, task_id: str, registry_epoch: RegistryEpoch | None = None,
-                 input_end: InputEnd | None = None) -> None:
+                 bound: FinalBound | None = None) -> None:
         self.broker = broker
         self.task_id = task_id
         self.subject = results_subject(task_id)
         self.registry_epoch = registry_epoch
-        self.input_end = input_end
-        self._input_end_us: int | None = None  # the newest `input_end` read: a time at or before it is believed unread
+        self.bound = bound
+        self._bound_us: int | None = None  # the newest `bound` read: a time at or before it is believed without reading again
         if broker.user == task_id.partition(".")[0]:
             ensure_results(broker)
 
@@ -117,17 +133,17 @@ class BrokerFence:
         return FenceState(body["epoch"], self._believed(body["written_us"], body["epoch"])), msg.seq
 
     def _believed(self, written_us: int | None, epoch: int | None) -> int | None:
-        """`written_us`, or None when it lies past the newest event time the task's input holds."""
-        if written_us is None or self.input_end is None or (self._input_end_us is not None and written_us <= self._input_end_us):
+        """`written_us`, or None when it lies past the newest time a result can be final at (`bound`)."""
+        if written_us is None or self.bound is None or (self._bound_us is not None and written_us <= self._bound_us):
             return written_us
-        end = self.input_end()
-        if end is None:  # nothing in the input to bound it by (not fed yet, or trimmed)
+        bound = self.bound()
+        if bound is None:  # nothing in the input to bound it by (not fed yet, or trimmed)
             return written_us
-        self._input_end_us = end if self._input_end_us is None else max(self._input_end_us, end)
-        if written_us <= self._input_end_us:
+        self._bound_us = bound if self._bound_us is None else max(self._bound_us, bound)
+        if written_us <= self._bound_us:
             return written_us
-        log.warning("task %s: epoch %s wrote results up to %d us, past the newest event time its input holds (%d us): "
-                    "nothing counts as written", self.task_id, epoch, written_us, self._input_end_us)
+        log.warning("task %s: epoch %s wrote results up to %d us, past the newest time its input lets a result be final at "
+                    "(%d us): nothing counts as written", self.task_id, epoch, written_us, self._bound_us)
         return None
 
     def state(self) -> FenceState:
@@ -204,11 +220,11 @@ class BrokerFence:
 
 
 def broker_sink(broker: Broker, task_id: str, epoch: int | None, registry_epoch: RegistryEpoch | None = None,
-                input_end: InputEnd | None = None) -> FencedSink:
+                bound: FinalBound | None = None) -> FencedSink:
     """Task `task_id`'s sink writing through its fence on its origin's broker (`broker`: a
     connection to it) at `epoch`; None: an active-standby replica's, its rows held back.
     `registry_epoch`: what bounds the claims the fence believes (`BrokerFence`)."""
-    return FencedSink(BrokerFence(broker, task_id, registry_epoch, input_end), epoch)
+    return FencedSink(BrokerFence(broker, task_id, registry_epoch, bound), epoch)
 
 
 @dataclass(frozen=True)

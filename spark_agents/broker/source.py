@@ -308,7 +308,7 @@ class JetStreamInput:
     def newest_time_us(self) -> int | None:
         """The newest event time its key groups hold, microseconds: the time of the last line
         of their newest message, the feeder's tick or end-of-input mark (None: they hold
-        nothing). No result of a task over them is final past it (`BrokerFence`)."""
+        nothing): what bounds the time of a task's results (`spark_agents.broker.results.final_bound`)."""
         last = self._newest()
         return max((ts for _, ts in _marks_and_times(last[1])), default=None) if last else None
 

@@ -183,7 +183,7 @@ def start_primary(host: Any, task_id: str, stream: TaskInput, epoch: int, query:
                   trigger_s: float | None = 1.0, checkpoint_dir: str | Path | None = None,
                   start_position: int | None = None) -> FencedSink:
     """Start the task as its host at `epoch`, writing through the output fence; returns its sink."""
-    sink = stream.sink(task_id, epoch)
+    sink = stream.sink(task_id, epoch, query.lateness_s(params))
     stream.start(host, task_id, checkpoint_dir, query, params, trigger_s, sink, start_position)
     return sink
 
@@ -197,7 +197,7 @@ def start_replica(host: Any, task_id: str, stream: TaskInput, query: Query, para
     handover pack) in `checkpoint_dir`, and its consumer must be registered before that
     copy is taken, so that the stream keeps what the copy has not read.
     """
-    sink = stream.sink(task_id, None)
+    sink = stream.sink(task_id, None, query.lateness_s(params))
     stream.start(host, task_id, checkpoint_dir, query, params, trigger_s, sink)
     return sink
 
@@ -265,7 +265,7 @@ def take_over(host: Any, task_id: str, mode: str, *, epoch: int, stream: TaskInp
             else:
                 start = stream.acked(failed_consumer or "") or 0
         stream.ack(consumer, start)
-        sink = stream.sink(task_id, epoch)
+        sink = stream.sink(task_id, epoch, query.lateness_s(params))
         sink.fence.claim(epoch)  # fence the failed host before anything else runs
         restart_from_copy = mode == "passive_standby" and backup is not None and backup.applied is not None
         stream.start(host, task_id, folder, query, params, trigger_s, sink, None if restart_from_copy else start)

@@ -47,7 +47,7 @@ def test_a_takeover_from_what_the_mode_keeps_is_exact_on_the_broker(spark, tmp_p
         stream.register("a.t.a")
         third = len(traffic) // 3
         feed(feeder, traffic[:third])
-        primary = stream.sink(TASK, 1)
+        primary = stream.sink(TASK, 1, MONITORING.lateness_s(bind(PARAMS)))
         query = start_query(spark, TASK, source, tmp_path / "a", MONITORING, bind(PARAMS), primary)
         try:
             query.processAllAvailable()

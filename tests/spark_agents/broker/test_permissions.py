@@ -9,7 +9,7 @@ import pytest
 
 from bpm.keygroups import MAIN, groups, key_group
 from bpm.zeek.definitions import QueryParams, ResultRow
-from spark_agents.broker.results import BrokerFence, ensure_results, read_results
+from spark_agents.broker.results import BrokerFence, ensure_results, final_bound, read_results
 from spark_agents.broker.server import BrokerError, User
 from spark_agents.broker.source import JetStreamInput, _fetch, _newest
 from spark_agents.broker.stream import Broker, BrokerStream
@@ -138,30 +138,30 @@ def test_a_written_time_past_the_task_s_input_jams_no_later_host(nats_server):
     registry = {"a.t0": 1}
 
     def host(name: str):
-        """(a connection as partner `name` granted a.t0, the newest event time of the task's input as it reads it)."""
+        """(a connection as partner `name` granted a.t0, the bound of the task's results as it reads it, at a lateness of 5 s)."""
         user = partner_user(name, secrets.token_urlsafe(12), [("a.t0", (MAIN, "0"), True)])
         server.reload([owner, user])
         return (Broker(server.url, user.name, user.password, timeout_s=2),
-                JetStreamInput(server.url, user.name, user.password, "a", "0").newest_time_us)
+                final_bound(JetStreamInput(server.url, user.name, user.password, "a", "0"), 5))
 
     hostile, _ = host("b")
     with hostile:
         years_ahead = ResultRow("ports", 4_000_000_000, 4_000_000_010, "10.0.0.6", 31).as_result()
         assert BrokerFence(hostile, "a.t0").write(1, 0, [years_ahead], "b")[0] is not None
     registry["a.t0"] = 2
-    theirs, input_end = host("c")
+    theirs, bound = host("c")
     with theirs:
-        end = input_end()
+        end = bound()
         assert end is not None and end < years_ahead.time_us
         window = end // 1_000_000 - 30
         rows = [ResultRow("ports", window, window + 10, f"10.0.0.{i}", 31).as_result() for i in range(3)]
         assert BrokerFence(theirs, "a.t0", registry.get).write(2, 0, rows, "c") == (None, 3), "believed: every result dropped"
-        seq, dropped = BrokerFence(theirs, "a.t0", registry.get, input_end).write(2, 0, rows, "c")
+        seq, dropped = BrokerFence(theirs, "a.t0", registry.get, bound).write(2, 0, rows, "c")
         assert seq is not None and dropped == 0
     registry["a.t0"] = 3
-    later, input_end = host("d")
+    later, bound = host("d")
     with later:
-        fence = BrokerFence(later, "a.t0", registry.get, input_end)
+        fence = BrokerFence(later, "a.t0", registry.get, bound)
         assert fence.state().written_us == rows[0].time_us
         assert fence.write(3, 0, rows, "d") == (None, 3), "what c wrote is written"
         assert fence.write(3, 1, [ResultRow("ports", window + 10, window + 20, "10.0.0.9", 31).as_result()], "d")[0] is not None
