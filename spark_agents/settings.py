@@ -51,10 +51,15 @@ def _env(var: str) -> dict[str, Any]:
     return {"envvar": var}
 
 
+def _text(value: str | int | float | bool) -> str:
+    """A TOML value as the command line writes it (a boolean as true or false)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def _texts(value: Any) -> Any:
     """`name=value` strings (the command line) or a table (the file), as `name=value` strings."""
     if isinstance(value, dict):
-        return [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in value.items()]
+        return [f"{k}={_text(v)}" for k, v in value.items()]
     return value
 
 
@@ -196,7 +201,7 @@ class AgentSettings(BaseSettings):
         for key, setting in pairs:
             if not isinstance(setting, (str, int, float, bool)):
                 raise ValueError(f"{key}: a Spark setting's value is a string, a number or a boolean")
-            table[str(key)] = str(setting).lower() if isinstance(setting, bool) else str(setting)
+            table[str(key)] = _text(setting)
         for key in table:
             if not key.startswith("spark.") or key in SPARK_OWN_SETTINGS:
                 raise ValueError(f"{key}: " + (SPARK_OWN_SETTINGS[key] if key in SPARK_OWN_SETTINGS else "not a Spark setting (spark.*)"))
