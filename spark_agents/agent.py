@@ -861,9 +861,9 @@ class Agent:
         if ended:
             self.broker.grant(self.broker_grants(), readers=readers)
         if self.correlation is None:
-            window_s, alert = self._alerts()
+            window_s, alert, lateness_s = self._alerts()
             self.correlation = Correlation(self.config.name, self.broker.url, self.broker.password, window_s=window_s, alert=alert,
-                                           bound_s=self.config.availability_bound_s, tls=self.broker.tls)
+                                           bound_s=self.config.availability_bound_s, tls=self.broker.tls, lateness_s=lateness_s)
             self.note("correlation.started", f"{self.config.name} shares its alerts with its partners and correlates theirs "
                       f"(availability bound {self.config.availability_bound_s:g} s)")
         # A retired task's windows are all out: it holds no window back (`spark_agents.correlation.OwnAlerts`).
@@ -877,9 +877,11 @@ class Agent:
 
         self.correlation.step(mine, partners, now, ask)
 
-    def _alerts(self) -> tuple[int, Alert]:
-        """The window and the `alert` of the one query my tasks run, which correlation needs;
-        RuntimeError when they run several, or one that declares no alerts."""
+    def _alerts(self) -> tuple[int, Alert, int]:
+        """The window, the `alert` and the least lateness of the one query my tasks run, which
+        correlation needs; RuntimeError when they run several, or one that declares no alerts."""
+        from spark_agents.query import bind_task
+
         queries = {t.query for t in self.config.tasks}
         windows = {self.align_s(t.name, t.query, t.params) for t in self.config.tasks}
         if len(queries) != 1 or len(windows) != 1:
@@ -889,7 +891,8 @@ class Agent:
         window_s = windows.pop()
         if definition is None or definition.alert is None or window_s is None:
             raise RuntimeError(f"{self.config.name} correlates alerts: its tasks' query must declare `alert` and `align`")
-        return window_s, definition.alert
+        lateness_s = min(definition.lateness_s(bind_task(self.config.queries or {}, t.name, t.query, t.params)[1]) for t in self.config.tasks)
+        return window_s, definition.alert, lateness_s
 
     def alerts_credentials_to_caller(self, token: str | None) -> dict[str, str]:
         """The credentials of my broker with which a contract partner reads the alerts I share:

@@ -109,6 +109,13 @@ class OwnAlerts:
     partner does not wait for this participant's alerts of earlier windows
     (`bpm.dpc.Correlator.started`).
 
+    A task's host writes what it likes on the task's results subject: a progress mark years
+    ahead, or a result at time 0, would have the participant share every window up to it, or
+    from it, without end. With `span` (`input_span`: what the participant's own input allows,
+    read when there is something new), a mark counts up to the newest window its input can
+    have closed, and a result of a window older than its input by more than the lateness and
+    a window counts for nothing.
+
     Attributes:
         after: per task, the results sequence read up to.
         closed: per task, the end of the newest window it closed (None: none yet).
@@ -116,10 +123,12 @@ class OwnAlerts:
         next_end: the end of the next window to return (None: not known yet).
     """
 
-    def __init__(self, broker: Broker, window_s: int, alert: Alert, shared_end: int | None = None) -> None:
+    def __init__(self, broker: Broker, window_s: int, alert: Alert, shared_end: int | None = None,
+                 span: Span | None = None) -> None:
         self.broker = broker
         self.window_s = window_s
         self.alert = alert
+        self.span = span
         self.after: dict[str, int] = {}
         self.closed: dict[str, int | None] = {}
         self.sources: dict[tuple[int, int], set[str]] = {}
@@ -132,19 +141,27 @@ class OwnAlerts:
 
         tasks = list(tasks)
         first = None  # the earliest window end written, while the first window is not known
+        span: tuple[int | None, int | None] | None = None  # read once per poll, when something is new
         for task in tasks:
             for seq, body, _ in read_messages(self.broker, task, self.after.get(task, 0)):
                 self.after[task] = seq
                 self.closed.setdefault(task, None)
+                if span is None:
+                    span = self.span() if self.span is not None else (None, None)
+                low, high = span
                 ends = []
                 if body.get("kind") == "batch":
                     for result in map(Result.from_wire, body["rows"]):
+                        if low is not None and result.time_us // 1_000_000 < low:
+                            continue
                         ends.append(result.time_us // 1_000_000)
                         raised = alert_of(result, self.alert, self.window_s)
                         if raised is not None and (self.next_end is None or raised[0][1] >= self.next_end):
                             self.sources.setdefault(raised[0], set()).add(raised[1])
                 elif body.get("kind") == "progress":
                     closed = body["closed_us"] // 1_000_000  # a window end: the tasks' query aligns at its window
+                    if high is not None:  # an honest mark is a window end at or before it
+                        closed = min(closed, high - high % self.window_s)
                     ends.append(closed)
                     self.closed[task] = max(self.closed[task] or closed, closed)
                 if ends and self.next_end is None:
@@ -162,6 +179,25 @@ class OwnAlerts:
             out.append((window, frozenset(self.sources.pop(window, ()))))
             self.next_end += self.window_s
         return out
+
+
+# (the oldest, the newest) window end a result of the participant's input can have, seconds (None: not known)
+Span = Callable[[], "tuple[int | None, int | None]"]
+
+
+def input_span(source, lateness_s: int, window_s: int) -> Span:
+    """What `source` (`spark_agents.broker.source.JetStreamInput`, the participant's own input,
+    read as its owner) allows its tasks' results: no window closes before the watermark, which
+    never passes the newest event time less the lateness; and a result's window holds records
+    no older than the oldest the input held, which a trim of acknowledged records can have
+    made newer than it was by the lateness and a window at most while results were owed."""
+
+    def span() -> tuple[int | None, int | None]:
+        oldest, newest = source.oldest_time_us(), source.newest_time_us()
+        return (None if oldest is None else oldest // 1_000_000 - lateness_s - window_s,
+                None if newest is None else newest // 1_000_000 - lateness_s)
+
+    return span
 
 
 def parse_alerts(data: bytes, owner: str, at: float, window_s: int | None = None) -> Alerts:
@@ -411,13 +447,17 @@ class Correlation:
     """
 
     def __init__(self, me: str, url: str, password: str, *, window_s: int, alert: Alert, bound_s: float = 10.0, retry_s: float = 30.0,
-                 tls: str | None = None) -> None:
+                 tls: str | None = None, lateness_s: int | None = None) -> None:
+        from spark_agents.broker.source import JetStreamInput
+
         self.me = me
         self.retry_s = retry_s
         self.owner = Broker(url, me, password, tls=tls)
         ensure_streams(self.owner, correlated=True)
         shared = read_stream(self.owner, ALERTS, last=True)  # an agent restarted goes on after what it shared
-        self.alerts = OwnAlerts(self.owner, window_s, alert, json.loads(shared[0])["window_end"] if shared else None)
+        # With the tasks' lateness, what the participant's own input allows bounds what its tasks' hosts write.
+        span = None if lateness_s is None else input_span(JetStreamInput(url, me, password, me, tls=tls), lateness_s, window_s)
+        self.alerts = OwnAlerts(self.owner, window_s, alert, json.loads(shared[0])["window_end"] if shared else None, span)
         self.own = Endpoint(url, me, password, tls)
         self.bound_s = bound_s
         self.live: LiveCorrelator | None = None

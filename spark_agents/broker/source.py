@@ -137,11 +137,12 @@ async def _pending(broker: Broker, stream: str, filter_subject: str, after: int)
     return info.num_pending
 
 
-async def _newest(broker: Broker, stream: str, filter_subject: str) -> tuple[int, bytes] | None:
-    """(sequence, payload) of the newest message that `filter_subject` selects (None: none).
-    Read through a consumer, as a partner reads: the stream's own state (its newest sequence
-    over every key group, its size) is the origin's, and no partner may ask for it."""
-    js, config = broker.js, _reader(broker, filter_subject, None)
+async def _newest(broker: Broker, stream: str, filter_subject: str, *, oldest: bool = False) -> tuple[int, bytes] | None:
+    """(sequence, payload) of the newest message that `filter_subject` selects, or with
+    `oldest` the oldest it still holds (None: none). Read through a consumer, as a partner
+    reads: the stream's own state (its newest sequence over every key group, its size) is
+    the origin's, and no partner may ask for it."""
+    js, config = broker.js, _reader(broker, filter_subject, 0 if oldest else None)
     info = await js.add_consumer(stream, config)
     try:
         if not info.num_pending:
@@ -299,11 +300,11 @@ class JetStreamInput:
         """This process's connection to the server as the input's user."""
         return connection(self.url, self.user, self.password, self.tls)
 
-    def _newest(self) -> tuple[int, bytes] | None:
-        """(sequence, payload) of the newest message in its key groups, read as a partner reads,
-        through a consumer on them (None: none yet)."""
+    def _newest(self, oldest: bool = False) -> tuple[int, bytes] | None:
+        """(sequence, payload) of the newest message in its key groups (with `oldest`, the
+        oldest they still hold), read as a partner reads, through a consumer on them (None: none yet)."""
         broker = self.connection()
-        return broker.read(lambda: _newest(broker, INPUT, self.where.filter))
+        return broker.read(lambda: _newest(broker, INPUT, self.where.filter, oldest=oldest))
 
     def newest_time_us(self) -> int | None:
         """The newest event time its key groups hold, microseconds: the time of the last line
@@ -311,6 +312,12 @@ class JetStreamInput:
         nothing): what bounds the time of a task's results (`spark_agents.broker.results.final_bound`)."""
         last = self._newest()
         return max((ts for _, ts in _marks_and_times(last[1])), default=None) if last else None
+
+    def oldest_time_us(self) -> int | None:
+        """The oldest event time its key groups still hold, microseconds: of the first line of
+        their oldest message (None: they hold nothing)."""
+        first = self._newest(oldest=True)
+        return min((ts for _, ts in _marks_and_times(first[1])), default=None) if first else None
 
     def newest_seq(self) -> int:
         """The sequence of the newest message in its key groups (0: none yet)."""

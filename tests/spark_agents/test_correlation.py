@@ -115,7 +115,7 @@ def test_a_participant_s_alerts_come_from_its_tasks_results_window_by_window_onc
     from spark_agents.broker.results import BrokerFence
     from spark_agents.broker.source import JetStreamInput
     from spark_agents.broker.stream import BrokerStream
-    from spark_agents.correlation import OwnAlerts
+    from spark_agents.correlation import OwnAlerts, input_span
     from spark_agents.ha.fence import FencedSink
     from spark_agents.query import start_query
     from tests.spark_agents.conns import Feeder
@@ -136,7 +136,9 @@ def test_a_participant_s_alerts_come_from_its_tasks_results_window_by_window_onc
             finally:
                 query.stop()
 
-    own = OwnAlerts(broker, params.window_s, MONITORING.alert)
+    # Bounded by what a's input allows (`input_span`), as an agent bounds them: no honest window is cut.
+    span = input_span(JetStreamInput(server.url, owner.name, owner.password, "a"), params.lateness_s, params.window_s)
+    own = OwnAlerts(broker, params.window_s, MONITORING.alert, span=span)
     assert own.poll(tasks) == [], "nothing written yet"
     feeder.feed(conns[: len(conns) // 2], 2000)
     run()
@@ -154,6 +156,34 @@ def test_a_participant_s_alerts_come_from_its_tasks_results_window_by_window_onc
     assert windows == [(e - 30, e) for e in range(windows[0][1], windows[-1][1] + 1, 30)], "every window in order, none twice"
     assert windows[0] <= min(expected) and max(expected) <= windows[-1], "from the first window written to the last"
     assert {w: s for w, s in first + rest if s} == expected
+
+
+@pytest.mark.slow
+def test_a_host_s_marks_and_results_outside_what_the_input_allows_share_no_window_outside_it(nats_server, broker):
+    """The host of a's task writes a progress mark 30 million years ahead and a result of a
+    window at the epoch's start; a's alerts are shared only for the windows its input allows
+    (without the bound it would share windows from 1970 to the mark, one by one, without end)."""
+    from bpm.zeek.definitions import QueryParams, ResultRow
+    from bpm.zeek.generator import TrafficProfile, generate
+    from spark_agents.broker.results import BrokerFence
+    from spark_agents.broker.source import JetStreamInput
+    from spark_agents.broker.stream import BrokerStream
+    from spark_agents.correlation import OwnAlerts, input_span
+    from tests.spark_agents.conns import Feeder
+
+    server, owner = nats_server
+    params = QueryParams(window_s=30, lateness_s=10)
+    Feeder(BrokerStream(broker, "a"), params).feed(generate(TrafficProfile(duration_s=120.0, rate=50.0), seed=3), 2000)
+    source = JetStreamInput(server.url, owner.name, owner.password, "a")
+    low, high = input_span(source, params.lateness_s, params.window_s)()
+    assert low is not None and high is not None and low < source.oldest_time_us() // 1_000_000 <= high
+    fence = BrokerFence(broker, "a.t0")
+    fence.write(1, 0, [ResultRow("ports", 0, 30, "10.0.0.9", 31).as_result()], "b")
+    fence.progress(1, 10**21)
+    own = OwnAlerts(broker, params.window_s, MONITORING.alert, span=input_span(source, params.lateness_s, params.window_s))
+    windows = [w for w, _ in own.poll(["a.t0"])]
+    assert windows and all(low <= end <= high and end % params.window_s == 0 for _, end in windows), (low, high, windows[:3], windows[-3:])
+    assert len(windows) <= (high - low) // params.window_s + 1
 
 
 @pytest.mark.slow
