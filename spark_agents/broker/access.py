@@ -14,6 +14,7 @@ participant's stream but as a user the registry vouched for.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import secrets
 import ssl
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import nats
 
-from bpm.keygroups import MAIN, StreamLocation
+from bpm.keygroups import MAIN, StreamLocation, token
 from bpm.names import check_participant
 from spark_agents.broker.server import NatsServer, User
 from spark_agents.broker.subjects import consumer_tag, partner_user
@@ -32,6 +33,7 @@ from spark_agents.credentials import write_private
 from spark_agents.races import Refused
 from spark_agents.tls import OwnCertificate
 
+log = logging.getLogger(__name__)
 # A task's share of its origin's stream: (input, key-group prefix) (`bpm.keygroups.StreamLocation.share`).
 Share = tuple[str, str]
 # partner -> (task key, share, whether it writes the task's results: it hosts it) it may read
@@ -79,9 +81,13 @@ class OwnBroker:
             with Broker(self.server.url, self.name, self.password, tls=self.tls) as owner:
                 owner.ensure_stream(self.name)
                 ensure_results(owner)
+                unread = unnamed_input_messages(owner, self.name)
         except BaseException:
             self.server.stop()
             raise
+        if unread:
+            log.warning("%s: its stream holds %d messages published before its inputs had names (in.%s.<bits>): no task reads "
+                        "them; publish that input again (bpm replay --stream %s)", self.name, unread, token(self.name), self.location())
         return self
 
     def stop(self) -> None:
@@ -220,6 +226,17 @@ class OwnBroker:
 
 
 _PASSWORD = re.compile(r"^[A-Za-z0-9_-]{8,200}$")
+
+
+def unnamed_input_messages(owner, participant: str) -> int:
+    """How many messages `participant`'s stream holds on the subjects of a stream of one
+    unnamed input (`in.<participant>.<bit>...`, before `bpm.keygroups` named inputs), which
+    no filter of a named input selects (`owner`: its owner's connection)."""
+    from spark_agents.broker.subjects import INPUT
+
+    counts = [owner.call(owner.js.stream_info(INPUT, subjects_filter=f"in.{token(participant)}.{bit}.>")).state.subjects or {}
+              for bit in "01"]
+    return sum(n for subjects in counts for n in subjects.values())
 
 
 def ask_agent(endpoint: str, path: str, token: str, what: str, me: str, *, params: Mapping[str, object] | None = None,

@@ -234,3 +234,24 @@ def test_the_origin_keeps_its_stream_for_the_host_of_a_replicated_task_and_takes
         a.reads.mark(["task"])
         a.sync()
         assert retention.acks() == {}
+
+
+def test_a_broker_whose_stream_holds_input_of_before_named_inputs_says_so_when_it_starts(tmp_path, caplog):
+    """Messages on the subjects of a stream of one unnamed input (`in.a.<bits>`) are read by
+    no task: the participant's broker says how many, and how to publish them again."""
+    import logging
+
+    password = secrets.token_urlsafe(16)
+    broker = OwnBroker("a", tmp_path / "broker", password, port=free_port(), http_port=free_port()).start()
+    try:
+        with Broker(broker.url, "a", password) as owner:
+            owner.publish("in.a.0.1.1.0.1.0", b"1,0,x\n")
+            owner.publish("in.a.1.0.0.0.0.0", b"1,0,y\n")
+            BrokerStream(owner, "a").append(3, ["1,0,z\n"])  # the main input: read as ever
+    finally:
+        broker.stop()
+    with caplog.at_level(logging.WARNING, logger="spark_agents.broker.access"):
+        broker = OwnBroker("a", tmp_path / "broker", password, port=free_port(), http_port=free_port()).start()
+        broker.stop()
+    said = [r.getMessage() for r in caplog.records if r.name == "spark_agents.broker.access"]
+    assert len(said) == 1 and "holds 2 messages published before its inputs had names" in said[0], said
