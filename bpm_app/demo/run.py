@@ -103,6 +103,7 @@ MEMBERS = (
 # identical contracts; D with C only, cheaper (0.8 p). Each contract's range reaches down
 # from its price (`DemoSettings.spread`).
 CONTRACTS = {("a", "b"): 1.0, ("a", "c"): 1.0, ("b", "c"): 1.0, ("c", "d"): 0.8}
+FEED_STEP = 2  # shares a `Feeding` feeds at most at one poll while far short of its target
 SHARED_SEED = 1  # of the addresses of the scanners that probe every participant (`DemoSettings.shared_scanners`)
 
 
@@ -600,7 +601,7 @@ class Demo:
 
     # The run
 
-    fill_step = 2  # phase 3's feeding: at most so many shares a poll (`Feeding`)
+    fill_step = FEED_STEP  # phase 3's feeding: at most so many shares a poll (`Feeding`)
     join_partners: Collection[str] | None = None  # D's contracts it signs in phase 4 (None: all it agreed)
 
     def run(self) -> dict:
@@ -904,7 +905,7 @@ class Feeding:
             whether, at the last poll, they were as near it as a share allows).
     """
 
-    def __init__(self, demo: Demo, name: str, names: list[str], share: float, until_held: bool = False, step: int = 2,
+    def __init__(self, demo: Demo, name: str, names: list[str], share: float, until_held: bool = False, step: int = FEED_STEP,
                  below: bool = False) -> None:
         self.demo, self.name, self.names, self.share, self.until_held, self.step = demo, name, names, share, until_held, step
         self.below = below

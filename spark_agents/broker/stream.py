@@ -154,19 +154,6 @@ class Broker:
         """The sequence of the newest message of the stream (0 when empty)."""
         return self.call(self.js.stream_info(stream)).state.last_seq
 
-    def message(self, seq: int, stream: str = INPUT) -> bytes | None:
-        """The payload of the stream's message `seq` (None when it holds none there)."""
-        stored = self.stored(seq, stream)
-        return None if stored is None else stored[1]
-
-    def stored(self, seq: int, stream: str = INPUT) -> tuple[str, bytes] | None:
-        """(subject, payload) of the stream's message `seq` (None when it holds none there)."""
-        try:
-            msg = self.call(self.js.get_msg(stream, seq))
-        except nats.js.errors.NotFoundError:
-            return None
-        return msg.subject, msg.data
-
     def publish(self, subject_: str, payload: bytes) -> int:
         """Publish and wait for the stream's acknowledgement; returns the message's sequence."""
         return self.call(self.js.publish(subject_, payload, stream=INPUT)).seq
