@@ -111,10 +111,10 @@ class OwnAlerts:
 
     A task's host writes what it likes on the task's results subject: a progress mark years
     ahead, or a result at time 0, would have the participant share every window up to it, or
-    from it, without end. With `span` (`input_span`: what the participant's own input allows,
-    read when there is something new), a mark counts up to the newest window its input can
-    have closed, and a result of a window older than its input by more than the lateness and
-    a window counts for nothing.
+    from it, without end. With `span` (`input_span`: what the participant's own input allows),
+    a mark counts up to the newest window its input can have closed (read again only when a
+    mark passes it), and while the first window is not known, a result of a window older than
+    its input by more than the lateness and a window counts for nothing.
 
     Attributes:
         after: per task, the results sequence read up to.
@@ -125,10 +125,12 @@ class OwnAlerts:
 
     def __init__(self, broker: Broker, window_s: int, alert: Alert, shared_end: int | None = None,
                  span: Span | None = None) -> None:
+        from spark_agents.broker.results import Ceiling
+
         self.broker = broker
         self.window_s = window_s
         self.alert = alert
-        self.span = span
+        self.floor, self.ceiling = (None, None) if span is None else (span.floor, Ceiling(span.bound))
         self.after: dict[str, int] = {}
         self.closed: dict[str, int | None] = {}
         self.sources: dict[tuple[int, int], set[str]] = {}
@@ -141,14 +143,13 @@ class OwnAlerts:
 
         tasks = list(tasks)
         first = None  # the earliest window end written, while the first window is not known
-        span: tuple[int | None, int | None] | None = None  # read once per poll, when something is new
+        low, floor_read = None, False  # `floor`, read at the first message of a poll that looks for the first window
         for task in tasks:
             for seq, body, _ in read_messages(self.broker, task, self.after.get(task, 0)):
                 self.after[task] = seq
                 self.closed.setdefault(task, None)
-                if span is None:
-                    span = self.span() if self.span is not None else (None, None)
-                low, high = span
+                if self.next_end is None and self.floor is not None and not floor_read:
+                    low, floor_read = self.floor(), True
                 ends = []
                 if body.get("kind") == "batch":
                     for result in map(Result.from_wire, body["rows"]):
@@ -160,8 +161,9 @@ class OwnAlerts:
                             self.sources.setdefault(raised[0], set()).add(raised[1])
                 elif body.get("kind") == "progress":
                     closed = body["closed_us"] // 1_000_000  # a window end: the tasks' query aligns at its window
-                    if high is not None:  # an honest mark is a window end at or before it
-                        closed = min(closed, high - high % self.window_s)
+                    if self.ceiling is not None and self.ceiling.passed_by(body["closed_us"]):
+                        high = self.ceiling.value // 1_000_000  # an honest mark is a window end at or before it
+                        closed = high - high % self.window_s
                     ends.append(closed)
                     self.closed[task] = max(self.closed[task] or closed, closed)
                 if ends and self.next_end is None:
@@ -181,23 +183,32 @@ class OwnAlerts:
         return out
 
 
-# (the oldest, the newest) window end a result of the participant's input can have, seconds (None: not known)
-Span = Callable[[], "tuple[int | None, int | None]"]
+@dataclass(frozen=True)
+class Span:
+    """What a participant's own input allows its tasks' results (`input_span`).
+
+    Attributes:
+        floor: the oldest window end a result can have, seconds (None: not known).
+        bound: the newest time a result can be final at, microseconds (`final_bound`).
+    """
+
+    floor: Callable[[], "int | None"]
+    bound: Callable[[], "int | None"]
 
 
 def input_span(source, lateness_s: int, window_s: int) -> Span:
     """What `source` (`spark_agents.broker.source.JetStreamInput`, the participant's own input,
-    read as its owner) allows its tasks' results: no window closes before the watermark, which
-    never passes the newest event time less the lateness; and a result's window holds records
-    no older than the oldest the input held, which a trim of acknowledged records can have
-    made newer than it was by the lateness and a window at most while results were owed."""
+    read as its owner) allows its tasks' results: no window closes before the watermark
+    (`spark_agents.broker.results.final_bound`); and a result's window holds records no older
+    than the oldest the input held, which a trim of acknowledged records can have made newer
+    than it was by the lateness and a window at most while results were owed."""
+    from spark_agents.broker.results import final_bound
 
-    def span() -> tuple[int | None, int | None]:
-        oldest, newest = source.oldest_time_us(), source.newest_time_us()
-        return (None if oldest is None else oldest // 1_000_000 - lateness_s - window_s,
-                None if newest is None else newest // 1_000_000 - lateness_s)
+    def floor() -> int | None:
+        oldest = source.oldest_time_us()
+        return None if oldest is None else oldest // 1_000_000 - lateness_s - window_s
 
-    return span
+    return Span(floor, final_bound(source, lateness_s))
 
 
 def parse_alerts(data: bytes, owner: str, at: float, window_s: int | None = None) -> Alerts:

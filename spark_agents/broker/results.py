@@ -97,6 +97,25 @@ def final_bound(source: JetStreamInput, lateness_s: int) -> FinalBound:
     return bound
 
 
+class Ceiling:
+    """A `FinalBound` read again only when a time passes the one read before (the bound only
+    grows): a writer's times stay below it, and one read serves until the input moves on."""
+
+    def __init__(self, read: FinalBound) -> None:
+        self.read = read
+        self.value: int | None = None  # the newest bound read (None: none yet)
+
+    def passed_by(self, time_us: int) -> bool:
+        """Whether `time_us` lies past the bound (False while nothing bounds it: no input yet, or trimmed)."""
+        if self.value is not None and time_us <= self.value:
+            return False
+        bound = self.read()
+        if bound is None:
+            return False
+        self.value = bound if self.value is None else max(self.value, bound)
+        return time_us > self.value
+
+
 class BrokerFence:
     """Task `task_id`'s output fence on its origin's broker (`broker`: a connection to it; the
     origin makes the results stream if it is not there, a partner finds it made).
@@ -112,8 +131,7 @@ class BrokerFence:
         self.task_id = task_id
         self.subject = results_subject(task_id)
         self.registry_epoch = registry_epoch
-        self.bound = bound
-        self._bound_us: int | None = None  # the newest `bound` read: a time at or before it is believed without reading again
+        self.ceiling = None if bound is None else Ceiling(bound)
         if broker.user == task_id.partition(".")[0]:
             ensure_results(broker)
 
@@ -134,16 +152,10 @@ class BrokerFence:
 
     def _believed(self, written_us: int | None, epoch: int | None) -> int | None:
         """`written_us`, or None when it lies past the newest time a result can be final at (`bound`)."""
-        if written_us is None or self.bound is None or (self._bound_us is not None and written_us <= self._bound_us):
-            return written_us
-        bound = self.bound()
-        if bound is None:  # nothing in the input to bound it by (not fed yet, or trimmed)
-            return written_us
-        self._bound_us = bound if self._bound_us is None else max(self._bound_us, bound)
-        if written_us <= self._bound_us:
+        if written_us is None or self.ceiling is None or not self.ceiling.passed_by(written_us):
             return written_us
         log.warning("task %s: epoch %s wrote results up to %d us, past the newest time its input lets a result be final at "
-                    "(%d us): nothing counts as written", self.task_id, epoch, written_us, self._bound_us)
+                    "(%d us): nothing counts as written", self.task_id, epoch, written_us, self.ceiling.value)
         return None
 
     def state(self) -> FenceState:

@@ -175,7 +175,8 @@ def test_a_host_s_marks_and_results_outside_what_the_input_allows_share_no_windo
     params = QueryParams(window_s=30, lateness_s=10)
     Feeder(BrokerStream(broker, "a"), params).feed(generate(TrafficProfile(duration_s=120.0, rate=50.0), seed=3), 2000)
     source = JetStreamInput(server.url, owner.name, owner.password, "a")
-    low, high = input_span(source, params.lateness_s, params.window_s)()
+    span = input_span(source, params.lateness_s, params.window_s)
+    low, high = span.floor(), span.bound() // 1_000_000
     assert low is not None and high is not None and low < source.oldest_time_us() // 1_000_000 <= high
     fence = BrokerFence(broker, "a.t0")
     fence.write(1, 0, [ResultRow("ports", 0, 30, "10.0.0.9", 31).as_result()], "b")
