@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from bpm.clock import seconds
 from bpm.ha.decisions import HA_MODES, task_mode
-from bpm.keygroups import is_location, parse_location
+from bpm.keygroups import MAIN, is_location, parse_location
 from bpm.names import task_key
 from bpm.negotiation.models import Contract, Movement, Offer, Task
 
@@ -52,8 +52,9 @@ def offerable_tasks(
         if t["host"] != me or key not in running or load < MIN_TASK_LOAD or ending(t):
             continue
         if t["origin"] == me or pass_on:
+            input, groups = (task_share(t) if t["origin"] == me else None) or (MAIN, None)
             out.append(Task(id=str(t["id"]), load=load, origin=t["origin"], ha_mode=modes.get(key, t.get("ha_mode", "none")),
-                            **_groups_of(t) if t["origin"] == me else {}))
+                            groups=groups, input=input))
     return out
 
 
@@ -63,19 +64,16 @@ def ending(task: Mapping) -> bool:
     return task.get("until_s") is not None or bool(task.get("retired"))
 
 
+def task_share(task: Mapping) -> tuple[str, str] | None:
+    """(the input, the key groups) a task reads of its origin's stream (None: it reads no broker stream)."""
+    uri = task.get("input_uri") or ""
+    return parse_location(uri).share if is_location(uri) else None
+
+
 def key_groups(task: Mapping) -> str | None:
     """The key groups a task reads of its origin's stream (None: it reads no broker stream)."""
-    uri = task.get("input_uri") or ""
-    return parse_location(uri).prefix if is_location(uri) else None
-
-
-def _groups_of(task: Mapping) -> dict[str, str]:
-    """A task's key groups and the input they are of, as `bpm.negotiation.Task` takes them ({}: no broker stream)."""
-    uri = task.get("input_uri") or ""
-    if not is_location(uri):
-        return {}
-    where = parse_location(uri)
-    return {"groups": where.prefix, "input": where.input}
+    share = task_share(task)
+    return None if share is None else share[1]
 
 
 def passing_load(me: str, tasks: Iterable[Mapping], loads: Mapping[str, float], fixed_cost: float = 0.0) -> float:
@@ -93,9 +91,9 @@ def split_groups(me: str, tasks: Iterable[Mapping]) -> tuple[tuple[str, str], ..
     back: those whose half runs on as a task a split made (`bpm.negotiation.choose_merge`)."""
     out = set()
     for t in tasks:
-        share = _groups_of(t)
-        if t["origin"] == me and share.get("groups") and len(t.get("from_tasks") or ()) == 1 and not ending(t):
-            out.add((share["input"], share["groups"][:-1]))
+        input, groups = task_share(t) or (MAIN, "")
+        if t["origin"] == me and groups and len(t.get("from_tasks") or ()) == 1 and not ending(t):
+            out.add((input, groups[:-1]))
     return tuple(sorted(out))
 
 
