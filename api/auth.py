@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from api.errors import Forbidden, NotFound, Unauthorized
 from api.models import Participant
+from api.quotas import Quotas
 
 _bearer = HTTPBearer(auto_error=False, description="The operator's key or a participant's key")
 # The key a request carries (`Authorization: Bearer`), if any.
@@ -87,25 +88,42 @@ def authenticate(session: Session, admin_key: str, key: str | None) -> Principal
     return Principal(participant=participant)
 
 
-def principal_dependency(session_dependency):
-    """A FastAPI dependency resolving the caller with the given session dependency."""
+@dataclass(frozen=True)
+class KeyToCheck:
+    """A participant's key that the request carries, looked up in the thread turn that runs
+    the endpoint (`api.routing`) rather than in a turn of its own."""
 
-    def _principal(
+    session: Session
+    admin_key: str
+    key: str
+    quotas: Quotas
+    address: str
+
+    def principal(self) -> Principal:
+        try:
+            return authenticate(self.session, self.admin_key, self.key)
+        except Unauthorized:
+            self.quotas.take("bad_keys", self.address)
+            raise
+
+
+def principal_dependency(session_dependency):
+    """A FastAPI dependency resolving the caller with the given session dependency: the
+    operator's key (or none) at once, a participant's as a `KeyToCheck`."""
+
+    async def _principal(
         request: Request,
         credentials: Bearer,
         session: Session = Depends(session_dependency, scope="function"),
-    ) -> Principal:
+    ) -> Principal | KeyToCheck:
         key = credentials.credentials if credentials else None
-        if not key:
-            return authenticate(session, request.app.state.admin_key, key)
+        admin_key = request.app.state.admin_key
+        if not key or hmac.compare_digest(key.encode(), admin_key.encode()):
+            return authenticate(session, admin_key, key)
         # An address that sent too many keys the registry does not know gets 429 before its
         # next key is looked up (`api.quotas`).
         quotas, address = request.app.state.quotas, request.client.host if request.client else "unknown"
         quotas.check("bad_keys", address)
-        try:
-            return authenticate(session, request.app.state.admin_key, key)
-        except Unauthorized:
-            quotas.take("bad_keys", address)
-            raise
+        return KeyToCheck(session, admin_key, key, quotas, address)
 
     return _principal

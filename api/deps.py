@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from datetime import datetime
 from typing import Annotated
 
+import anyio
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from api.auth import Principal, principal_dependency
 from api.quotas import Quotas
@@ -36,17 +38,44 @@ async def _turn(request: Request) -> AsyncIterator[None]:
         yield
 
 
-def _session(request: Request, _turn: None = Depends(_turn, scope="function")) -> Iterator[Session]:
-    """Commit when the endpoint returns, roll back when it raises: services only flush."""
+async def _session(request: Request, _turn: None = Depends(_turn, scope="function")) -> AsyncIterator[Session]:
+    """Commit when the endpoint returns, roll back when it raises: services only flush.
+
+    Opening a session does no I/O, so it happens on the event loop. A blocking endpoint
+    commits in its own thread turn (`api.routing`); otherwise the commit, and any rollback,
+    takes a turn here, shielded from the request's cancellation so that a client that hangs
+    up never leaves a connection in a transaction. Closing a session that has ended does no I/O.
+    """
     state = request.app.state
     factory = state.read_session if request.method in _READ_METHODS else state.write_session
     session = factory()
     try:
         yield session
-        session.commit()
     except BaseException:
-        session.rollback()
+        with anyio.CancelScope(shield=True):
+            await run_in_threadpool(_end, session, False)
         raise
+    if not session.info.get(_COMMITTED):
+        with anyio.CancelScope(shield=True):
+            await run_in_threadpool(_end, session, True)
+    session.close()
+
+
+_COMMITTED = "committed"
+
+
+def commit(session: Session) -> None:
+    """Commit the request's session, in the thread that ran its endpoint."""
+    session.commit()
+    session.info[_COMMITTED] = True
+
+
+def _end(session: Session, keep: bool) -> None:
+    try:
+        if keep:
+            session.commit()
+        else:
+            session.rollback()
     finally:
         session.close()
 
@@ -56,7 +85,7 @@ DbSession = Annotated[Session, Depends(_session, scope="function")]
 Caller = Annotated[Principal, Depends(principal_dependency(_session), scope="function")]
 
 
-def _now(request: Request):
+async def _now(request: Request):
     """The registry's clock; tests replace `app.state.clock` to step time without sleeping."""
     return request.app.state.clock()
 
@@ -64,7 +93,7 @@ def _now(request: Request):
 Now = Annotated[datetime, Depends(_now)]
 
 
-def _quotas(request: Request) -> Quotas:
+async def _quotas(request: Request) -> Quotas:
     return request.app.state.quotas
 
 

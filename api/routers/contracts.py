@@ -1,13 +1,14 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import Response
 
 from api import schemas
 from api.deps import Caller, DbSession, Now, Quota
 from api.pages import Page
 from api.services import contracts as service
+from api.routing import Router
 
-router = APIRouter(prefix="/contracts", tags=["contracts"])
+router = Router(prefix="/contracts", tags=["contracts"])
 
 
 @router.post("", status_code=201, response_model=schemas.ContractOut)

@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import StreamingResponse
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.background import BackgroundTask
@@ -18,10 +18,11 @@ from api.auth import Bearer, authenticate, hash_key
 from api.deps import Caller
 from api.errors import Unauthorized
 from api.services import feed
+from api.routing import Router
 
 log = logging.getLogger("api.feed")
 
-router = APIRouter(tags=["change feed"])
+router = Router(tags=["change feed"])
 
 # A message at least this often, seconds, so that proxies keep the connection and the page
 # knows the registry's clock and that the stream lives.

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 
 from api import schemas
 from api.deps import Caller, DbSession, Now
 from api.services import ha as service
+from api.routing import Router
 
-router = APIRouter(tags=["high availability"])
+router = Router(tags=["high availability"])
 
 
 @router.get("/replicas", response_model=list[schemas.ReplicaOut])

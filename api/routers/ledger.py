@@ -1,14 +1,15 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Query
+from fastapi import Query
 
 from api import schemas
 from api.deps import Caller, DbSession, Now, Quota
 from api.services import events as event_service
 from api.services import ledger as service
 from api.services import participants as participant_service
+from api.routing import Router
 
-router = APIRouter(tags=["ledger and events"])
+router = Router(tags=["ledger and events"])
 
 
 @router.get("/ledger", response_model=schemas.LedgerOut)

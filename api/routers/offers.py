@@ -1,13 +1,14 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import Response
 
 from api import schemas
 from api.deps import Caller, DbSession, Now
 from api.pages import Page
 from api.services import offers as service
+from api.routing import Router
 
-router = APIRouter(tags=["offers and movements"])
+router = Router(tags=["offers and movements"])
 
 
 @router.post("/offers", status_code=201, response_model=schemas.OfferOut)

@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import Query, Request, Response
 
 from api import schemas
 from api.deps import Caller, DbSession, Now
@@ -15,9 +15,10 @@ from api.services import heartbeats
 from api.services import offers as offer_service
 from api.services import participants as service
 from api.services import tasks as task_service
+from api.routing import Router
 
-router = APIRouter(prefix="/participants", tags=["participants"])
-me_router = APIRouter(tags=["participants"])
+router = Router(prefix="/participants", tags=["participants"])
+me_router = Router(tags=["participants"])
 
 
 def _out(request: Request, participant: Participant, hosted: list[int], now: datetime, cls=schemas.ParticipantOut, **extra):

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 
 from api import schemas
 from api.deps import Caller, DbSession, Now
 from api.services import tokens as service
+from api.routing import Router
 
-router = APIRouter(tags=["tokens"])
+router = Router(tags=["tokens"])
 
 
 @router.post("/tokens", status_code=201, response_model=schemas.TokenOut)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from api.app import create_app
 from api.db import Base, make_engine
@@ -95,4 +96,21 @@ def registry(database_url) -> Iterator[Registry]:
     clock = Clock()
     app = create_app(Settings(database_url=database_url), admin_key=ADMIN_KEY, migrate=False, clock=clock)
     with TestClient(app) as client:
+        on_loop = _statements_on_the_event_loop(client.app.state.engine)
         yield Registry(client=client, clock=clock, url=database_url)
+    assert not on_loop, f"statements ran on the event loop, where they block every request: {on_loop[:3]}"
+
+
+def _statements_on_the_event_loop(engine) -> list[str]:
+    """The statements `engine` runs from a thread with a running event loop, from now on."""
+    ran: list[str] = []
+
+    def check(_conn, _cursor, statement, *_args) -> None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        ran.append(statement)
+
+    event.listen(engine, "before_cursor_execute", check)
+    return ran
