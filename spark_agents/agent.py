@@ -46,8 +46,9 @@ from bpm.federation.views import (
     contract_steps,
     key_groups,
     reconcile,
+    task_input,
 )
-from bpm.keygroups import is_location, parse_location
+from bpm.keygroups import MAIN, is_location, parse_location
 from bpm.load import default_warmup_s
 from bpm.names import inside, task_key
 from bpm.agent.reads import KEYS, Reads
@@ -866,9 +867,7 @@ class Agent:
                                            bound_s=self.config.availability_bound_s, tls=self.broker.tls, lateness_s=lateness_s)
             self.note("correlation.started", f"{self.config.name} shares its alerts with its partners and correlates theirs "
                       f"(availability bound {self.config.availability_bound_s:g} s)")
-        # A retired task's windows are all out: it holds no window back (`spark_agents.correlation.OwnAlerts`).
-        retired = {task_key(t) for t in self.seen.tasks if t.get("retired")}
-        mine = [key for key in self._task_ids if key.partition(".")[0] == self.config.name and key not in retired]
+        mine = self._correlated_tasks()
 
         def ask(partner: str) -> Endpoint:
             # Its broker shows the certificate its agent registered.
@@ -877,22 +876,37 @@ class Agent:
 
         self.correlation.step(mine, partners, now, ask)
 
+    def _correlated_tasks(self) -> list[str]:
+        """The keys of my tasks whose alerts I share and correlate: those over my main input
+        (the query of `--query`), not the tasks of my further inputs' queries; nor a retired
+        task, whose windows are all out, so that it holds no window back
+        (`spark_agents.correlation.OwnAlerts`). A task not read from the registry yet counts
+        until its input is known."""
+        me = self.config.name
+        inputs = {task_key(t): task_input(t) for t in self.seen.tasks}
+        inputs.update({f"{me}.{t.name}": task_input(vars(t)) for t in self.config.tasks})
+        retired = {task_key(t) for t in self.seen.tasks if t.get("retired")}
+        return [key for key in self._task_ids
+                if key.partition(".")[0] == me and key not in retired and inputs.get(key, MAIN) == MAIN]
+
     def _alerts(self) -> tuple[int, Alert, int]:
-        """The window, the `alert` and the least lateness of the one query my tasks run, which
-        correlation needs; RuntimeError when they run several, or one that declares no alerts."""
+        """The window, the `alert` and the least lateness of the query of my main input's
+        tasks, which correlation needs; RuntimeError when they run several, or one that
+        declares no alerts."""
         from spark_agents.query import bind_task
 
-        queries = {t.query for t in self.config.tasks}
-        windows = {self.align_s(t.name, t.query, t.params) for t in self.config.tasks}
+        tasks = [t for t in self.config.tasks if task_input(vars(t)) == MAIN]
+        queries = {t.query for t in tasks}
+        bound = [bind_task(self.config.queries or {}, t.name, t.query, t.params)[:2] for t in tasks]
+        windows = {definition.align_s(params) for definition, params in bound}
         if len(queries) != 1 or len(windows) != 1:
-            raise RuntimeError(f"{self.config.name} correlates the alerts of one query over one window; its tasks run "
+            raise RuntimeError(f"{self.config.name} correlates the alerts of one query over one window; its main input's tasks run "
                                f"{', '.join(sorted(map(str, queries))) or 'none'} over windows of {sorted(map(str, windows))} s")
-        definition = (self.config.queries or {}).get(queries.pop() or "")
+        definition = bound[0][0]
         window_s = windows.pop()
-        if definition is None or definition.alert is None or window_s is None:
-            raise RuntimeError(f"{self.config.name} correlates alerts: its tasks' query must declare `alert` and `align`")
-        lateness_s = min(definition.lateness_s(bind_task(self.config.queries or {}, t.name, t.query, t.params)[1]) for t in self.config.tasks)
-        return window_s, definition.alert, lateness_s
+        if definition.alert is None or window_s is None:
+            raise RuntimeError(f"{self.config.name} correlates alerts: its main input's query must declare `alert` and `align`")
+        return window_s, definition.alert, min(definition.lateness_s(params) for _, params in bound)
 
     def alerts_credentials_to_caller(self, token: str | None) -> dict[str, str]:
         """The credentials of my broker with which a contract partner reads the alerts I share:

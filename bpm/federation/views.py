@@ -70,6 +70,13 @@ def task_share(task: Mapping) -> tuple[str, str] | None:
     return parse_location(uri).share if is_location(uri) else None
 
 
+def task_input(task: Mapping) -> str:
+    """The input of its origin's stream a task reads (`bpm.keygroups.MAIN` for one that reads
+    no broker stream, as a simulated task)."""
+    share = task_share(task)
+    return MAIN if share is None else share[0]
+
+
 def key_groups(task: Mapping) -> str | None:
     """The key groups a task reads of its origin's stream (None: it reads no broker stream)."""
     share = task_share(task)

@@ -234,8 +234,9 @@ def _run(s) -> None:
     own = own_tasks(s, broker, own_query, bound, per_input, s.trigger)
     if s.correlate and s.broker_port is None:
         raise typer.BadParameter("--correlate needs --broker-port: alerts are shared on the participant's own broker")
-    if s.correlate and s.queries:
-        raise typer.BadParameter("--correlate shares the alerts of one query, the one of --query: it takes no --queries")
+    if s.correlate and (own_query.alert is None or own_query.align_s(own_query.bind(bound)) is None):
+        raise typer.BadParameter(f"--correlate shares the alerts of the query of --query, and {own_query.name} declares "
+                                 "no `alert` and `align` (the queries of --queries are not correlated)")
     try:
         agreed = [AgreedTerms.parse(spec) for spec in s.contract or []]
     except ValueError as exc:

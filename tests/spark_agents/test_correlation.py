@@ -381,3 +381,34 @@ def test_a_partner_that_cannot_be_asked_yet_is_waited_for_and_one_that_shares_no
             assert rows == {"10.0.0.1", "10.0.0.2"}, "each source seen at two participants"
         finally:
             correlation.close()
+
+
+def test_an_agent_with_further_queries_correlates_the_alerts_of_its_main_input_s_tasks_only(tmp_path):
+    """A participant's tasks over a further input run a query of their own, which has no
+    alerts: correlation counts only the tasks of its main input, whose query's window,
+    `alert` and lateness it takes, before and after it has read its tasks from the registry."""
+    from bpm.costs import MM1Cost
+    from examples.sensors import query as SENSORS
+    from spark_agents.agent import OwnTask
+    from spark_agents.broker.access import OwnBroker
+    from spark_agents.broker.server import free_port
+    from tests.spark_agents.stepped import stepped_federation
+    from tests.spark_agents.test_agent import SteppedHost
+
+    own = OwnBroker("a", tmp_path / "a" / "broker", "owner-pass", port=free_port(), http_port=free_port()).start()
+    params = {"window_s": 30, "lateness_s": 10, "min_connections": 5, "min_ports": 2}
+    tasks = [OwnTask("g0", own.location("0"), dict(params), MONITORING.name, MONITORING.digest),
+             OwnTask("g1", own.location("1"), dict(params), MONITORING.name, MONITORING.digest),
+             OwnTask("r-g", own.location("", "r"), {"window_s": 5, "lateness_s": 50}, SENSORS.name, SENSORS.digest)]
+    settings = {"a": {"tasks": tasks, "queries": {MONITORING.name: MONITORING, SENSORS.name: SENSORS}}}
+    try:
+        with stepped_federation(tmp_path, lambda now: SteppedHost(MM1Cost(a=0.25, c=1.0)), brokers={"a": own}, correlate=True,
+                                settings=settings) as (_, _agents, add, _clock):
+            a = add("a", 1)
+            assert sorted(a._correlated_tasks()) == ["a.g0", "a.g1"]
+            assert a._alerts() == (30, MONITORING.alert, 10)
+            a.sync()
+            assert {t["name"] for t in a.seen.tasks} == {"g0", "g1", "r-g"}
+            assert sorted(a._correlated_tasks()) == ["a.g0", "a.g1"]
+    finally:
+        own.stop()

@@ -214,7 +214,7 @@ def test_a_bad_further_query_is_refused_naming_what_is_wrong(args, says):
     (["--queries", "r=examples.nothing:query"], "input r:"),
     (["--queries", "r=examples.sensors:query;partitions=0-2"], "beyond the 1 of its shares"),
     (["--queries", "r=examples.sensors:query"], "--queries needs --broker-port"),
-    (["--queries", "r=examples.sensors:query", "--correlate"], "it takes no --queries"),
+    (["--query", "examples.sensors:query", "--correlate"], "sensors declares no `alert` and `align`"),
 ])
 def test_a_further_query_that_does_not_load_or_bind_or_fit_its_shares_stops_the_agent_before_it_starts(tmp_path, monkeypatch, args, says):
     import spark_agents.runtime as runtime
@@ -224,3 +224,16 @@ def test_a_further_query_that_does_not_load_or_bind_or_fit_its_shares_stops_the_
     out = CliRunner().invoke(app, ["agent", "run", "--name", "a", "--workdir", str(tmp_path), "--key", "k", "--insecure", *port, *args],
                              env={"COLUMNS": "1000"})
     assert out.exit_code == 2 and says in " ".join(out.output.split()), out.output
+
+
+def test_an_agent_correlates_its_main_query_s_alerts_beside_further_queries(tmp_path, monkeypatch):
+    """`--correlate` with `--queries`: the agent starts, correlating the alerts of the query of
+    `--query` only (`Agent._correlated_tasks`)."""
+    import spark_agents.runtime as runtime
+
+    started = []
+    monkeypatch.setattr(runtime, "run_agent", lambda config, **kw: started.append(config))
+    out = CliRunner().invoke(app, ["agent", "run", "--name", "a", "--workdir", str(tmp_path), "--key", "k", "--insecure", "--broker-port", "4999",
+                                   "--partitions", "0", "--queries", "r=examples.sensors:query", "--correlate"], env={"COLUMNS": "1000"})
+    assert out.exit_code == 0 and started, out.output
+    assert started[0].correlate and {t.name for t in started[0].tasks} == {"g", "r-g"}
