@@ -103,7 +103,11 @@ class KeyToCheck:
         try:
             return authenticate(self.session, self.admin_key, self.key)
         except Unauthorized:
-            self.quotas.take("bad_keys", self.address)
+            # The request's transaction will not be kept: the key it cost is taken in one of
+            # its own, after the request's ends (on SQLite it may hold the write lock).
+            self.session.rollback()
+            with self.session.get_bind().begin() as conn:
+                self.quotas.take(conn, "bad_keys", self.address)
             raise
 
 
@@ -123,7 +127,7 @@ def principal_dependency(session_dependency):
         # An address that sent too many keys the registry does not know gets 429 before its
         # next key is looked up (`api.quotas`).
         quotas, address = request.app.state.quotas, request.client.host if request.client else "unknown"
-        quotas.check("bad_keys", address)
+        quotas.check_address(address)
         return KeyToCheck(session, admin_key, key, quotas, address)
 
     return _principal

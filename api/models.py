@@ -314,3 +314,15 @@ class SigningKey(Base):
     public_pem: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     retired_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class QuotaBucket(Base):
+    """A token bucket of a quota (`api.quotas`): what `who` (a participant's name, or an
+    address) has left of `action` at `at` (wall-clock seconds), refilled at the quota's rate."""
+
+    __tablename__ = "quota_buckets"
+
+    action: Mapped[str] = mapped_column(String(16), primary_key=True)
+    who: Mapped[str] = mapped_column(String(128), primary_key=True)
+    tokens: Mapped[float] = mapped_column(Float)
+    at: Mapped[float] = mapped_column(Float)

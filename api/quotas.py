@@ -4,12 +4,15 @@ does the work.
 
 - `events`: events a participant reports (`POST /events`), per second, with a burst;
 - `proposals`: contracts a participant proposes (`POST /contracts`), per second, with a burst;
-- `bad_keys`: requests with a missing or unknown key from one address, per second, with a
-  burst; past it the address gets 429 before any key it sends is looked up;
+- `bad_keys`: requests with an unknown key from one address, per second, with a burst; past
+  it the address gets 429, and a worker that refused it refuses it again before it looks up
+  any key it sends, until a key is free again;
 - `FEED_STREAMS`: change-feed streams (`GET /changes/stream`) open at once with one key.
 
-The buckets live in the worker's memory: with several workers, each enforces its own, so a
-participant gets up to that many times the rate. They hold no state another worker needs.
+The rates are token buckets kept in the database (`quota_buckets`), each taken from in one
+statement, so that every worker of the registry, on one machine or several, counts against
+the same bucket. The change-feed streams are counted in the worker that serves them: with
+several workers a key may hold that many times `FEED_STREAMS`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sqlalchemy import bindparam, case, delete, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session
+
 from api.errors import TooManyRequests
+from api.models import QuotaBucket
 
 
 @dataclass(frozen=True)
@@ -35,49 +44,80 @@ RATES = {
     "bad_keys": Rate(per_s=2.0, burst=20.0),
 }
 FEED_STREAMS = 16  # a person with a page open in several tabs, and the streams of pages just closed
-_MAX_BUCKETS = 100_000  # forgotten oldest first: a full bucket is the same as none
+_WHO_LENGTH = QuotaBucket.who.type.length
+_MAX_REMEMBERED = 100_000  # addresses a worker remembers refusing: forgotten oldest first
+PRUNE_S = 60.0  # how often a worker deletes the buckets that have filled up again (a full bucket is the same as none)
+
+_buckets = QuotaBucket.__table__
+_now, _per_s, _burst = bindparam("now"), bindparam("per_s"), bindparam("burst")
+_level = _buckets.c.tokens + (_now - _buckets.c.at) * _per_s  # of the stored bucket, refilled until now
+_refilled = case((_level > _burst, _burst), else_=_level)
+_LEVEL = select(_buckets.c.tokens, _buckets.c.at).where(_buckets.c.action == bindparam("action"), _buckets.c.who == bindparam("who"))
+
+
+def _take(dialect: str):
+    """One token of the bucket (action, who), made full, refilled and taken from in one
+    statement: it returns the tokens left, or no row when none was there to take."""
+    insert = (postgresql if dialect == "postgresql" else sqlite).insert(_buckets)
+    return (insert.values(action=bindparam("action"), who=bindparam("who"), tokens=_burst - 1, at=_now)
+            .on_conflict_do_update(index_elements=[_buckets.c.action, _buckets.c.who], set_={"tokens": _refilled - 1, "at": _now},
+                                   where=_refilled >= 1)
+            .returning(_buckets.c.tokens))
+
+
+_TAKE = {dialect: _take(dialect) for dialect in ("postgresql", "sqlite")}
 
 
 class Quotas:
-    """Token buckets per (action, who), and the change-feed streams open per key."""
+    """Token buckets per (action, who) in the database; in this worker, the addresses it
+    refused for unknown keys and the change-feed streams open per key. `clock`: wall-clock
+    seconds, the same on every worker."""
 
-    def __init__(self, rates: dict[str, Rate] | None = None, clock: Callable[[], float] = time.monotonic, feed_streams: int = FEED_STREAMS) -> None:
+    def __init__(self, rates: dict[str, Rate] | None = None, clock: Callable[[], float] = time.time, feed_streams: int = FEED_STREAMS) -> None:
         self.rates = dict(RATES if rates is None else rates)
         self.clock = clock
         self.feed_streams = feed_streams
-        self._buckets: dict[tuple[str, str], tuple[float, float]] = {}  # (tokens, at)
+        self._refused: dict[str, float] = {}  # address -> until when it waits (bad keys)
         self._streams: dict[str, int] = {}
+        self._pruned_at = 0.0
         self._lock = threading.Lock()
 
-    def _level(self, action: str, who: str, now: float) -> float:
-        rate = self.rates[action]
-        tokens, at = self._buckets.get((action, who), (rate.burst, now))
-        return min(rate.burst, tokens + (now - at) * rate.per_s)
+    def take(self, db: Session | Connection, action: str, who: str) -> None:
+        """Take one `action` for `who` in `db`'s transaction, or 429 with how long until one is free."""
+        rate, now = self.rates[action], self.clock()
+        values = {"action": action, "who": who[:_WHO_LENGTH], "now": now, "per_s": rate.per_s, "burst": rate.burst}
+        if db.execute(_TAKE[db.get_bind().dialect.name if isinstance(db, Session) else db.dialect.name], values).first() is None:
+            stored = db.execute(_LEVEL, values).one()
+            free_in_s = (1.0 - min(rate.burst, stored.tokens + (now - stored.at) * rate.per_s)) / rate.per_s
+            wait = max(1, math.ceil(free_in_s))
+            if action == "bad_keys":
+                self._remember(who, now + free_in_s)
+            raise TooManyRequests(f"{who} is over its quota of {action}: {rate.per_s:g} a second (bursts of {rate.burst:g}); retry in {wait} s",
+                                  retry_after_s=wait)
+        if now - self._pruned_at >= PRUNE_S:
+            self._pruned_at = now
+            for name, each in self.rates.items():  # full again by now: the same as no bucket
+                db.execute(delete(_buckets).where(_buckets.c.action == name, _buckets.c.at < now - each.burst / each.per_s))
 
-    def check(self, action: str, who: str) -> None:
-        """429 if `who` has no `action` left now (takes none)."""
+    def check_address(self, address: str) -> None:
+        """429 if this worker refused `address` for unknown keys and no key is free for it yet (takes none)."""
         with self._lock:
-            if self._level(action, who, self.clock()) < 1.0:
-                raise self._refusal(action, who)
+            until = self._refused.get(address)
+            if until is None:
+                return
+            wait = until - self.clock()
+            if wait <= 0:
+                del self._refused[address]
+                return
+        rate = self.rates["bad_keys"]
+        raise TooManyRequests(f"{address} is over its quota of bad_keys: {rate.per_s:g} a second (bursts of {rate.burst:g}); "
+                              f"retry in {math.ceil(wait)} s", retry_after_s=math.ceil(wait))
 
-    def take(self, action: str, who: str) -> None:
-        """Take one `action` for `who`, or 429 with how long until one is free."""
+    def _remember(self, address: str, until: float) -> None:
         with self._lock:
-            now = self.clock()
-            tokens = self._level(action, who, now)
-            if tokens < 1.0:
-                raise self._refusal(action, who)
-            if len(self._buckets) >= _MAX_BUCKETS:
-                self._buckets.pop(next(iter(self._buckets)))
-            self._buckets.pop((action, who), None)
-            self._buckets[(action, who)] = (tokens - 1.0, now)
-
-    def _refusal(self, action: str, who: str) -> TooManyRequests:
-        rate = self.rates[action]
-        tokens = self._level(action, who, self.clock())
-        wait = max(1, math.ceil((1.0 - tokens) / rate.per_s))
-        return TooManyRequests(f"{who} is over its quota of {action}: {rate.per_s:g} a second (bursts of {rate.burst:g}); retry in {wait} s",
-                               retry_after_s=wait)
+            if len(self._refused) >= _MAX_REMEMBERED:
+                self._refused.pop(next(iter(self._refused)))
+            self._refused[address] = until
 
     def open_stream(self, key_id: str, who: str) -> Callable[[], None]:
         """Count a change-feed stream open for a key (`key_id`, its hash); 429 past `feed_streams`.

@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import pytest
 
+from fastapi.testclient import TestClient
+
+from api.app import create_app
 from api.auth import hash_key
 from api.quotas import FEED_STREAMS, RATES, Quotas
+from api.settings import Settings
+from tests.api.conftest import ADMIN_KEY
 
 
 @pytest.fixture
@@ -54,6 +59,29 @@ def test_an_address_sending_unknown_keys_is_refused_before_its_next_key_is_looke
     assert registry.call("GET", "/me", None).status_code == 401, "no key at all costs no lookup and counts for nothing"
     clock[0] += 1.0 / RATES["bad_keys"].per_s
     assert registry.call("GET", "/me", a).status_code == 200
+
+
+def test_the_workers_of_one_registry_take_from_the_same_quotas(registry, clock):
+    """Two workers (two apps on one database): a participant's events and an address's unknown
+    keys count against one bucket, whichever worker each request reaches."""
+    a = registry.participant("a")
+    event = {"kind": "agent.note", "message": "m"}
+    with TestClient(create_app(Settings(database_url=registry.url), admin_key=ADMIN_KEY, migrate=False, clock=registry.clock)) as other:
+        other.app.state.quotas = Quotas(clock=lambda: clock[0])
+        workers = [registry.client, other]
+
+        def call(i: int, method: str, path: str, key: str, **kwargs):
+            return workers[i % 2].request(method, "/api/v1" + path, headers=registry.as_key(key), **kwargs)
+
+        assert {call(i, "POST", "/events", a, json=event).status_code for i in range(int(RATES["events"].burst))} == {201}
+        _refused(call(0, "POST", "/events", a, json=event))
+        _refused(call(1, "POST", "/events", a, json=event))
+        assert {call(i, "GET", "/me", f"made-up-{i}").status_code for i in range(int(RATES["bad_keys"].burst))} == {401}
+        _refused(call(0, "GET", "/me", "made-up-again"))
+        _refused(call(1, "GET", "/me", "made-up-again"))
+        _refused(call(1, "GET", "/me", a))  # each worker that refused the address refuses it before any lookup
+        clock[0] += 1.0 / RATES["bad_keys"].per_s
+        assert call(0, "GET", "/me", a).status_code == 200
 
 
 def test_one_key_holds_a_few_change_feed_streams_at_once(registry):
