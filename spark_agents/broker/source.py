@@ -137,9 +137,9 @@ async def _pending(broker: Broker, stream: str, filter_subject: str, after: int)
     return info.num_pending
 
 
-async def _newest(broker: Broker, stream: str, filter_subject: str, *, oldest: bool = False) -> tuple[int, bytes] | None:
-    """(sequence, payload) of the newest message that `filter_subject` selects, or with
-    `oldest` the oldest it still holds (None: none). Read through a consumer, as a partner
+async def _end_message(broker: Broker, stream: str, filter_subject: str, *, oldest: bool = False) -> tuple[int, bytes] | None:
+    """(sequence, payload) of the message at one end of what `filter_subject` selects: the
+    newest, or with `oldest` the oldest it still holds (None: none). Read through a consumer, as a partner
     reads: the stream's own state (its newest sequence over every key group, its size) is
     the origin's, and no partner may ask for it."""
     js, config = broker.js, _reader(broker, filter_subject, 0 if oldest else None)
@@ -220,7 +220,7 @@ class JetStreamReader(DataSourceStreamReader):
         # Whether anything is new first (a consumer's count, the cheaper read), then where it ends.
         if start is not None and not broker.read(lambda: _pending(broker, self.stream, self.filter, int(start["seq"]))):
             return {**start, "resumed": int(start.get("resumed", 0)) + 1} if owed else start
-        last = broker.read(lambda: _newest(broker, self.stream, self.filter))
+        last = broker.read(lambda: _end_message(broker, self.stream, self.filter))
         newest = self.start if last is None else last[0]
         if start is not None:  # never back (what was new may be trimmed by the time its end is read)
             newest = max(newest, int(start["seq"]))
@@ -300,34 +300,34 @@ class JetStreamInput:
         """This process's connection to the server as the input's user."""
         return connection(self.url, self.user, self.password, self.tls)
 
-    def _newest(self, oldest: bool = False) -> tuple[int, bytes] | None:
-        """(sequence, payload) of the newest message in its key groups (with `oldest`, the
-        oldest they still hold), read as a partner reads, through a consumer on them (None: none yet)."""
+    def _end_message(self, oldest: bool = False) -> tuple[int, bytes] | None:
+        """(sequence, payload) of the message at one end of its key groups: the newest (with
+        `oldest`, the oldest they still hold), read as a partner reads, through a consumer on them (None: none yet)."""
         broker = self.connection()
-        return broker.read(lambda: _newest(broker, INPUT, self.where.filter, oldest=oldest))
+        return broker.read(lambda: _end_message(broker, INPUT, self.where.filter, oldest=oldest))
 
     def newest_time_us(self) -> int | None:
         """The newest event time its key groups hold, microseconds: the time of the last line
         of their newest message, the feeder's tick or end-of-input mark (None: they hold
         nothing): what bounds the time of a task's results (`spark_agents.broker.results.final_bound`)."""
-        last = self._newest()
+        last = self._end_message()
         return max((ts for _, ts in _marks_and_times(last[1])), default=None) if last else None
 
     def oldest_time_us(self) -> int | None:
         """The oldest event time its key groups still hold, microseconds: of the first line of
         their oldest message (None: they hold nothing)."""
-        first = self._newest(oldest=True)
+        first = self._end_message(oldest=True)
         return min((ts for _, ts in _marks_and_times(first[1])), default=None) if first else None
 
     def newest_seq(self) -> int:
         """The sequence of the newest message in its key groups (0: none yet)."""
-        last = self._newest()
+        last = self._end_message()
         return 0 if last is None else last[0]
 
     def has_ended(self) -> bool:
         """Whether the newest message of its key groups is an end-of-input mark (the feeder ends
         each key group's input with one): a host asks it of the stream of a task it hosts for another."""
-        last = self._newest()
+        last = self._end_message()
         return last is not None and _is_end(last[1])
 
     def pending(self, after: int) -> int:

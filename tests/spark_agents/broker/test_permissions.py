@@ -11,7 +11,7 @@ from bpm.keygroups import MAIN, groups, key_group
 from bpm.zeek.definitions import QueryParams, ResultRow
 from spark_agents.broker.results import BrokerFence, ensure_results, final_bound, read_results
 from spark_agents.broker.server import BrokerError, User
-from spark_agents.broker.source import JetStreamInput, _fetch, _newest
+from spark_agents.broker.source import JetStreamInput, _end_message, _fetch
 from spark_agents.broker.stream import Broker, BrokerStream
 from spark_agents.broker.subjects import INPUT, RESULTS, partner_user
 from spark_agents.ha.fence import FencedError
@@ -29,7 +29,7 @@ def test_a_partner_reads_its_share_and_writes_its_results_only(nats_server):
         Feeder(BrokerStream(mine, "a", "readings"), QueryParams()).feed(_conns(300))  # another input of a's stream
         ensure_results(mine)
         last = mine.last_seq()
-        newest_in_share = mine.call(_newest(mine, INPUT, "in.a.main.0.>"))[0]
+        newest_in_share = mine.call(_end_message(mine, INPUT, "in.a.main.0.>"))[0]
     b = partner_user("b", secrets.token_urlsafe(12), [("a.t0", (MAIN, "0"), True)])
     server.reload([owner, b])
     with Broker(server.url, b.name, b.password, timeout_s=2) as theirs:
