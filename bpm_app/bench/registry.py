@@ -75,10 +75,41 @@ async def _client_loop(http: httpx.AsyncClient, pair: Pair, latencies: list[floa
         latencies.append(time.perf_counter() - started)
 
 
-async def _measured(url: str, clients: int, rounds: int, server_cpu: Callable[[], float | None], setup, play, after=None) -> dict:
+async def _request_durations(http: httpx.AsyncClient, admin_key: str) -> collections.Counter | None:
+    """The registry's request durations so far (`bpm_registry_request_duration_seconds` of the
+    process that answers `/metrics`): requests at most each bucket's bound, seconds, summed
+    over routes; None when it serves none."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    response = await http.get("/metrics", headers=_headers(admin_key))
+    if response.status_code != 200:
+        return None
+    buckets: collections.Counter = collections.Counter()
+    for family in text_string_to_metric_families(response.text):
+        if family.name == "bpm_registry_request_duration_seconds":
+            for sample in family.samples:
+                if sample.name.endswith("_bucket"):
+                    buckets[float(sample.labels["le"])] += sample.value
+    return buckets or None
+
+
+def request_p99_bound_ms(before: collections.Counter | None, after: collections.Counter | None) -> float | None:
+    """The bound, milliseconds, of the registry's histogram bucket that holds the 99th
+    percentile of the requests it answered between two readings (None: unknown, or past
+    the largest bound)."""
+    if before is None or after is None:
+        return None
+    counts = sorted((bound, after[bound] - before.get(bound, 0)) for bound in after)  # at most each bound
+    total = counts[-1][1]
+    bound = next((bound for bound, n in counts if n >= 0.99 * total), None) if total > 0 else None
+    return None if bound is None or bound == float("inf") else 1000 * bound
+
+
+async def _measured(url: str, admin_key: str, clients: int, rounds: int, server_cpu: Callable[[], float | None], setup, play,
+                    after=None) -> dict:
     """One run: `setup(http)` makes what the clients need (timed apart), `play(http, made,
-    latencies, errors)` runs them, timed with the server's CPU; `after(http, made)` adds its
-    figures once they are done."""
+    latencies, errors)` runs them, timed with the server's CPU and its own request timer;
+    `after(http, made)` adds its figures once they are done."""
     limits = httpx.Limits(max_connections=clients + 10, max_keepalive_connections=clients + 10)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60.0) as http:
         setup_started = time.perf_counter()
@@ -86,13 +117,18 @@ async def _measured(url: str, clients: int, rounds: int, server_cpu: Callable[[]
         setup_s = time.perf_counter() - setup_started
         latencies: list[float] = []
         errors: list[str] = []
+        durations_before = await _request_durations(http, admin_key)
         cpu_before = server_cpu()
         started = time.perf_counter()
         await play(http, made, latencies, errors)
         elapsed = time.perf_counter() - started
         cpu_after = server_cpu()
+        durations_after = await _request_durations(http, admin_key)
         extra = {} if after is None else await after(http, made)
-    return {**_figures(clients, rounds, latencies, errors, elapsed, setup_s, cpu_before, cpu_after), **extra}
+    # The registry's own timer, from the request reaching its app to its answer: what the
+    # clients wait beyond it is spent before the app or in the clients.
+    served = {"registry_request_p99_ms_at_most": request_p99_bound_ms(durations_before, durations_after)}
+    return {**_figures(clients, rounds, latencies, errors, elapsed, setup_s, cpu_before, cpu_after), **served, **extra}
 
 
 async def _run(url: str, admin_key: str, clients: int, rounds: int, progress, server_cpu: Callable[[], float | None]) -> dict:
@@ -112,7 +148,7 @@ async def _run(url: str, admin_key: str, clients: int, rounds: int, progress, se
     async def play(http: httpx.AsyncClient, pairs: list[Pair], latencies: list[float], errors: list[str]) -> None:
         await asyncio.gather(*(_client_loop(http, pair, latencies, errors) for pair in pairs))
 
-    return {**await _measured(url, clients, rounds, server_cpu, setup, play), "mode": "pairs"}
+    return {**await _measured(url, admin_key, clients, rounds, server_cpu, setup, play), "mode": "pairs"}
 
 
 def _figures(clients: int, rounds: int, latencies: list[float], errors: list[str], elapsed: float, setup_s: float,
@@ -271,7 +307,7 @@ async def _run_crowd(url: str, admin_key: str, clients: int, rounds: int, progre
         return {"mode": "contend", "participants": len(crowd.keys), "refused": dict(sorted(refused.items())),
                 "crowd_violations": await crowd_violations(http, admin_key, crowd)}
 
-    return await _measured(url, clients, rounds, server_cpu, setup, play, after)
+    return await _measured(url, admin_key, clients, rounds, server_cpu, setup, play, after)
 
 
 def bench_registry(url: str, admin_key: str, clients: int, rounds: int, progress=lambda phase, n: None,

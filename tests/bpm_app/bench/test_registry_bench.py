@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from bpm_app.bench.registry import request_p99_bound_ms
 from bpm_app.commands.bench_registry import local_database_pid, registry_goals
 from tests.conftest import free_port, require_postgres
 
@@ -28,6 +30,7 @@ def test_the_registry_benchmark_reports_round_trips_latency_and_server_cpu():
     assert result["server_cpu_s"] > 0, "the server did the work of twelve round trips"
     assert result["server_cpu_ms_per_round_trip"] == pytest.approx(1000 * result["server_cpu_s"] / 12, rel=0.05, abs=0.01)
     assert result["server_cpu_counts"] == ["registry"], "SQLite's work is the registry's own"
+    assert result["registry_request_p99_ms_at_most"] > 0, "the registry's own timer saw the 24 requests"
     assert result["goals"] == dict.fromkeys(["round_trips_per_s_at_least_1000", "p99_under_50_ms", "server_cpu_at_most_2_ms_per_round_trip"]), \
         "the goals are set for 100 clients on PostgreSQL"
 
@@ -59,3 +62,12 @@ def test_the_goals_are_judged_at_their_own_setting_only():
     assert set(registry_goals(fast).values()) == {True}
     assert set(registry_goals({**fast, "server_cpu_counts": ["registry"]}).values()) == {None}, "PostgreSQL's CPU must be counted"
     assert registry_goals({"mode": "contend", "crowd_violations": ["task #1 runs at a, but ..."]}) == {"invariants_kept": False}
+
+
+def test_the_registry_s_own_p99_is_the_bound_of_the_bucket_that_holds_it_between_two_readings():
+    before = Counter({0.01: 5.0, 0.1: 5.0, 1.0: 5.0, float("inf"): 5.0})
+    after = Counter({0.01: 905.0, 0.1: 1004.0, 1.0: 1005.0, float("inf"): 1005.0})  # 900, then 99, then 1 more
+    assert request_p99_bound_ms(before, after) == 100.0
+    assert request_p99_bound_ms(before, Counter({**after, 0.1: 990.0})) == 1000.0, "985 of 1000 within 0.1 s: not 99%"
+    assert request_p99_bound_ms(before, Counter({0.01: 5.0, 0.1: 5.0, 1.0: 5.0, float("inf"): 105.0})) is None, "past every bound"
+    assert request_p99_bound_ms(None, after) is None and request_p99_bound_ms(before, before) is None
