@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import DateTime, Engine, create_engine, event
+from sqlalchemy import DateTime, Engine, Table, create_engine, event
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
@@ -86,3 +87,8 @@ def session_factories(engine: Engine) -> tuple[sessionmaker, sessionmaker]:
     writer_engine = engine.execution_options(sqlite_begin="IMMEDIATE") if engine.dialect.name == "sqlite" else engine
     writer = sessionmaker(writer_engine, expire_on_commit=False)
     return reader, writer
+
+
+def insert_on_conflict(dialect: str, table: Table):
+    """INSERT into `table` with the `ON CONFLICT` clauses of `dialect` (PostgreSQL's or SQLite's)."""
+    return (postgresql if dialect == "postgresql" else sqlite).insert(table)

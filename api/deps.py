@@ -51,14 +51,15 @@ async def _session(request: Request, _turn: None = Depends(_turn, scope="functio
     session = factory()
     try:
         yield session
+        if not session.info.get(_COMMITTED):
+            with anyio.CancelScope(shield=True):
+                await run_in_threadpool(commit, session)
     except BaseException:
         with anyio.CancelScope(shield=True):
-            await run_in_threadpool(_end, session, False)
+            await run_in_threadpool(session.rollback)
         raise
-    if not session.info.get(_COMMITTED):
-        with anyio.CancelScope(shield=True):
-            await run_in_threadpool(_end, session, True)
-    session.close()
+    finally:
+        session.close()
 
 
 _COMMITTED = "committed"
@@ -68,16 +69,6 @@ def commit(session: Session) -> None:
     """Commit the request's session, in the thread that ran its endpoint."""
     session.commit()
     session.info[_COMMITTED] = True
-
-
-def _end(session: Session, keep: bool) -> None:
-    try:
-        if keep:
-            session.commit()
-        else:
-            session.rollback()
-    finally:
-        session.close()
 
 
 # "function" scope runs the commit before the response is sent, so a failed commit is never reported as success.

@@ -24,10 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import bindparam, case, delete, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
-from sqlalchemy.orm import Session
 
+from api.db import insert_on_conflict
 from api.errors import TooManyRequests
 from api.models import QuotaBucket
 
@@ -58,8 +57,7 @@ _LEVEL = select(_buckets.c.tokens, _buckets.c.at).where(_buckets.c.action == bin
 def _take(dialect: str):
     """One token of the bucket (action, who), made full, refilled and taken from in one
     statement: it returns the tokens left, or no row when none was there to take."""
-    insert = (postgresql if dialect == "postgresql" else sqlite).insert(_buckets)
-    return (insert.values(action=bindparam("action"), who=bindparam("who"), tokens=_burst - 1, at=_now)
+    return (insert_on_conflict(dialect, _buckets).values(action=bindparam("action"), who=bindparam("who"), tokens=_burst - 1, at=_now)
             .on_conflict_do_update(index_elements=[_buckets.c.action, _buckets.c.who], set_={"tokens": _refilled - 1, "at": _now},
                                    where=_refilled >= 1)
             .returning(_buckets.c.tokens))
@@ -82,11 +80,11 @@ class Quotas:
         self._pruned_at = 0.0
         self._lock = threading.Lock()
 
-    def take(self, db: Session | Connection, action: str, who: str) -> None:
+    def take(self, db: Connection, action: str, who: str) -> None:
         """Take one `action` for `who` in `db`'s transaction, or 429 with how long until one is free."""
         rate, now = self.rates[action], self.clock()
         values = {"action": action, "who": who[:_WHO_LENGTH], "now": now, "per_s": rate.per_s, "burst": rate.burst}
-        if db.execute(_TAKE[db.get_bind().dialect.name if isinstance(db, Session) else db.dialect.name], values).first() is None:
+        if db.execute(_TAKE[db.dialect.name], values).first() is None:
             stored = db.execute(_LEVEL, values).one()
             free_in_s = (1.0 - min(rate.burst, stored.tokens + (now - stored.at) * rate.per_s)) / rate.per_s
             wait = max(1, math.ceil(free_in_s))

@@ -15,7 +15,7 @@ router = Router(prefix="/contracts", tags=["contracts"])
 def propose_contract(body: schemas.ContractCreate, session: DbSession, caller: Caller, now: Now, quotas: Quota):
     """Propose a bounded-price contract to a counterparty (at most `api.quotas.RATES["proposals"]`
     a second: 429 past it)."""
-    quotas.take(session, "proposals", caller.name)
+    quotas.take(session.connection(), "proposals", caller.name)
     return service.to_out(service.propose(session, caller, body, now), now)
 
 

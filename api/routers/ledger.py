@@ -36,6 +36,6 @@ def list_events(
 def report_event(body: schemas.EventCreate, session: DbSession, caller: Caller, now: Now, quotas: Quota):
     """Record something a participant's agent did or suffered, in its own name (at most
     `api.quotas.RATES["events"]` a second: 429 past it)."""
-    quotas.take(session, "events", caller.name)
+    quotas.take(session.connection(), "events", caller.name)
     event = participant_service.report_event(session, caller, body.kind, body.message, body.subject, body.data, now)
     return schemas.EventOut.model_validate(event, from_attributes=True)

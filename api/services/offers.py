@@ -18,11 +18,11 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from sqlalchemy import and_, bindparam, case, func, insert, or_, select, text, union, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from api import schemas
 from api.auth import Principal, get_private, private
+from api.db import insert_on_conflict
 from api.errors import Conflict, Forbidden, Invalid, NotFound
 from api.limits import BILLED_LOAD_SLACK
 from api.models import Contract, Movement, Offer, Participant, Task
@@ -116,8 +116,7 @@ def _insert_pending(session: Session, values: dict):
     maker has one pending already (the partial unique index `uq_offers_one_pending`), on
     PostgreSQL and SQLite alike; a concurrent offer of the same maker waits for the first's
     transaction and then finds it there."""
-    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
-    return (dialect.insert(_offers).values(values)
+    return (insert_on_conflict(session.get_bind().dialect.name, _offers).values(values)
             .on_conflict_do_nothing(index_elements=[_offers.c.from_id], index_where=text(f"state = '{OfferState.PENDING}'"))
             .returning(*_offers.c))
 
