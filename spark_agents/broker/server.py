@@ -42,10 +42,25 @@ def binary() -> str:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port of `host` that nothing listens on now."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    """A TCP port of `host` that nothing listens on now, held back from other choosers until
+    a server binds it.
+
+    A port that is merely free can be chosen again, by another process of the same machine
+    (a parallel test worker, another benchmark), before the server it was chosen for binds
+    it; both servers then get one port, and the loser's callers talk to the winner. So the
+    port is left with a connection to itself in TIME_WAIT: for about a minute the kernel
+    gives it to no `bind` of port 0 and to no outgoing connection, while a server that
+    binds it by number with SO_REUSEADDR (uvicorn, nats-server, Python's HTTP servers) may.
+    """
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, 0))
+        listener.listen(1)
+        address = listener.getsockname()
+        with socket.create_connection(address[:2]) as client:
+            accepted, _ = listener.accept()
+            accepted.close()  # the side that closes first holds TIME_WAIT, on the port chosen
+        return address[1]
 
 
 def _die_with_parent() -> None:

@@ -3,10 +3,10 @@ own key: no agent holds the operator's key, even when the demo's own environment
 
 from __future__ import annotations
 
-import socket
 
 from bpm_app.demo.federation import Federation
 from spark_agents.hosts import Hosts
+from tests.conftest import free_port
 
 
 class _Operator:
@@ -24,12 +24,6 @@ class _Operator:
         return {"name": name, "api_key": f"key-of-{name}"}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.2", 0))
-        return sock.getsockname()[1]
-
-
 def test_an_agent_gets_its_own_key_and_never_the_operator_s(tmp_path, monkeypatch):
     monkeypatch.setenv("BPM_ADMIN_KEY", "the-operator-key")
     fed = Federation(tmp_path, hosts=Hosts(tmp_path / "hosts", None, None))
@@ -40,7 +34,7 @@ def test_an_agent_gets_its_own_key_and_never_the_operator_s(tmp_path, monkeypatc
     monkeypatch.setattr(fed, "operator", lambda: _Operator(registered))
     monkeypatch.setattr(fed.hosts, "popen", lambda name, args, env, **kwargs: started.append(env))
     for _ in range(2):  # started, then restarted after a crash
-        fed.start_agent("a", _free_port(), {})
+        fed.start_agent("a", free_port("127.0.0.2"), {})
     assert registered == ["a"], "registered once, by the operator"
     assert [env.get("BPM_KEY") for env in started] == ["key-of-a", "key-of-a"]
     assert not [env for env in started if "BPM_ADMIN_KEY" in env]

@@ -1,5 +1,6 @@
-"""A broker on ports it chose free chooses again when another process binds one first; one on
-ports it was told fails, naming the port."""
+"""A port chosen free is held back from other choosers until its server binds it; a broker on
+ports it chose free chooses again when another process binds one first; one on ports it was
+told fails, naming the port."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import socket
 
 import pytest
 
-from spark_agents.broker.server import BrokerError, NatsServer, User
+from spark_agents.broker.server import BrokerError, NatsServer, User, free_port
 
 
 @pytest.fixture
@@ -18,6 +19,20 @@ def taken():
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         yield sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2"])
+def test_a_port_chosen_free_is_held_from_other_choosers_and_a_server_binds_it(host):
+    port = free_port(host)
+    with socket.socket() as chooser:  # as another process choosing, or connecting, would
+        with pytest.raises(OSError, match="Address already in use"):
+            chooser.bind((host, port))
+    with socket.socket() as server:  # as uvicorn and nats-server bind
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind((host, port))
+        server.listen()
+    chosen = {free_port(host) for _ in range(200)}
+    assert port not in chosen and len(chosen) == 200, "no port given twice while held"
 
 
 def test_a_server_on_free_ports_chooses_again_when_one_was_taken_meanwhile(tmp_path, taken):
