@@ -888,11 +888,13 @@ class Feeding:
 
     With `until_held` (phase 3: the tasks of `names` run only at `names`, and the phase's
     verdict reads the participants' own loads), a lag after the target was reached, while the
-    phase's goal does not hold, one more share a lag: the highest of the tasks' loads within
-    the lag can pass the target while the participants' own loads stay short of it. The
-    participants' own loads do not size the steps: they show a share's load later than its
-    task does (`on_its_way` reads the tasks'), and feeding until they reach the target too
-    feeds every spare share.
+    phase's goal does not hold and nothing fed is on its way, as many more shares as the
+    participants' own loads, their median over the lag, fall short of the target (at least
+    one): the highest of the tasks' loads within the lag can pass the target while the
+    participants' own loads stay short of it. The participants' own loads size no step before
+    that: they show a share's load later than its task does (`on_its_way` reads the tasks'),
+    and feeding until they reach the target too feeds every spare share; a lag after the last
+    share, they show it.
 
     With `below` (phase 1: a load that `name` holds without shedding), it feeds only the
     shares that keep the loads below the target (rounded down, where the others round up),
@@ -911,13 +913,14 @@ class Feeding:
         self.below = below
         # per task fed: when (monotonic) and the load its task read then (0 before its first batch)
         self.fed: dict[str, tuple[float, float]] = {}
-        # (when, the tasks' loads) of the polls within the lag
+        # (when, the tasks' loads) and (when, the participants' own loads) of the polls within the lag
         self.totals: list[tuple[float, float]] = []
+        self.own_totals: list[tuple[float, float]] = []
         self.reached_at = math.inf  # when (monotonic) the loads first reached the target
 
     def poll(self, now: float, held: bool = True) -> None:
         """Feed what the loads call for; `held`: whether the phase's goal held at the last
-        poll (with `until_held`, a goal the loads reach only at times calls for one more share a lag)."""
+        poll (with `until_held`, a goal the loads reach only at times calls for more shares a lag)."""
         demo = self.demo
         own, thresholds = demo._measured(demo.state, self.names)
         lag_s = demo.s.trigger_s + 2 * default_load_window_s(demo.s.trigger_s)
@@ -930,6 +933,7 @@ class Feeding:
         total = max(v for _, v in self.totals)
         if len(thresholds) < len(self.names):
             return
+        self.own_totals = [x for x in self.own_totals if now - x[0] < lag_s] + [(now, sum(own.values()))]
         target = self.share * sum(thresholds.values())
         if not self.reached and total >= target and not self.below:
             self.reached_at = now
@@ -954,9 +958,14 @@ class Feeding:
         # The highest reading within the lag can pass the target while the participants' loads
         # stay below it most of the time, and the phase's verdict, which wants its goal to hold,
         # then never comes. A lag after the target was first reached, with nothing on its way (a share is
-        # for a lag at least), the goal not held feeds one more share (`until_held`).
+        # for a lag at least, so the participants' own loads show it), the goal not held feeds
+        # as many shares as their median over the lag falls short (`until_held`): one a lag took
+        # minutes where the shortfall was several shares.
+        short = ""
         if not count and self.until_held and now - self.reached_at >= lag_s and not held and spare and not on_its_way:
-            count = 1
+            typical = statistics.median(v for _, v in self.own_totals)
+            count = max(1, queries_to_add(target, [typical], measured, len(spare)))
+            short = f"; the participants' own loads typically {typical:.2f}"
         if own.get(self.name, 0.0) > FEED_CEILING:
             count = 0  # until it sheds: its readings understate what its tasks need
         if count:
@@ -966,7 +975,7 @@ class Feeding:
             keys = [f"{self.name}.{task}" for task in tasks]
             self.fed.update({key: (now, read.get(key, 0.0)) for key in keys})
             demo.say(f"  {self.name}'s traffic grows: its tasks {', '.join(tasks)} get input "
-                     f"(the loads add up to {total:.2f}, {coming:.2f} on its way, of {target:.2f})")
+                     f"(the loads add up to {total:.2f}, {coming:.2f} on its way, of {target:.2f}{short})")
 
     @property
     def reached(self) -> bool:
