@@ -57,7 +57,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         listener.bind((host, 0))
         listener.listen(1)
         address = listener.getsockname()
-        with socket.create_connection(address[:2]) as client:
+        with socket.create_connection(address[:2]):
             accepted, _ = listener.accept()
             accepted.close()  # the side that closes first holds TIME_WAIT, on the port chosen
         return address[1]
