@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import anyio
 from fastapi import Depends, Request
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -16,6 +17,7 @@ from api.auth import Principal, principal_dependency
 from api.quotas import Quotas
 
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+T = TypeVar("T")
 
 
 async def _turn(request: Request) -> AsyncIterator[None]:
@@ -63,6 +65,22 @@ async def _session(request: Request, _turn: None = Depends(_turn, scope="functio
 
 
 _COMMITTED = "committed"
+
+
+async def in_transaction(state, work: Callable[[Connection], T]) -> T:
+    """`work` on a connection, in a write transaction of its own outside any request (a
+    change-feed stream's slot, `api.routers.feed`): after SQLite's other writers (`_turn`),
+    in one thread turn, shielded from cancellation so that no connection is left in a
+    transaction."""
+    def run() -> T:
+        with state.write_session() as session, session.begin():
+            return work(session.connection())
+
+    with anyio.CancelScope(shield=True):
+        if state.write_lock is None:
+            return await run_in_threadpool(run)
+        async with state.write_lock:
+            return await run_in_threadpool(run)
 
 
 def commit(session: Session) -> None:

@@ -326,3 +326,17 @@ class QuotaBucket(Base):
     who: Mapped[str] = mapped_column(String(128), primary_key=True)
     tokens: Mapped[float] = mapped_column(Float)
     at: Mapped[float] = mapped_column(Float)
+
+
+class FeedStreamSlot(Base):
+    """One of the change-feed streams a key may hold open at once (`api.quotas.FEED_STREAMS`):
+    slot `slot` of the key whose hash is `key_id` is held by the stream `holder` (a random
+    name) until `until` (wall-clock seconds), which the worker serving the stream renews while
+    it lasts, so that a worker that died frees its streams' slots by then."""
+
+    __tablename__ = "feed_stream_slots"
+
+    key_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    slot: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    holder: Mapped[str] = mapped_column(String(32))
+    until: Mapped[float] = mapped_column(Float)

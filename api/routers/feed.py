@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
@@ -15,8 +15,9 @@ from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import Bearer, authenticate, hash_key
-from api.deps import Caller
+from api.deps import Caller, in_transaction
 from api.errors import Unauthorized
+from api.quotas import FEED_RENEW_S, FEED_SLOT_S, Slot
 from api.services import feed
 from api.routing import Router
 
@@ -51,11 +52,25 @@ async def change_stream(request: Request, caller: Caller, credentials: Bearer) -
     One key holds at most `api.quotas.FEED_STREAMS` streams open at once (429 past it)."""
     participant_id = None if caller.is_operator else caller.participant.id
     assert credentials is not None  # the caller was authenticated with them
-    closed = request.app.state.quotas.open_stream(hash_key(credentials.credentials), caller.name)
-    # Counted closed when the stream ends, and after the response in any case (a stream the
-    # client left before it began never runs its own end).
-    return StreamingResponse(_stream(request, credentials.credentials, participant_id, closed), media_type="text/event-stream",
+    quotas = request.app.state.quotas
+    slot = await in_transaction(request.app.state, lambda db: quotas.open_stream(db, hash_key(credentials.credentials), caller.name))
+    closed = _once(lambda: in_transaction(request.app.state, lambda db: quotas.close_stream(db, slot)))
+    # Freed when the stream ends, and after the response in any case (a stream the client left
+    # before it began never runs its own end); a worker that dies meanwhile frees it by expiry.
+    return StreamingResponse(_stream(request, credentials.credentials, participant_id, slot, closed), media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}, background=BackgroundTask(closed))
+
+
+def _once(end: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+    ended = False
+
+    async def once() -> None:
+        nonlocal ended
+        if not ended:
+            ended = True
+            await end()
+
+    return once
 
 
 def _marks(state, key: str, participant_id: int | None):
@@ -66,21 +81,31 @@ def _marks(state, key: str, participant_id: int | None):
         return now, feed.marks(session, participant_id, now, state.settings.heartbeat_timeout_s)
 
 
-async def _stream(request: Request, key: str, participant_id: int | None, closed: Callable[[], None]):
+async def _stream(request: Request, key: str, participant_id: int | None, slot: Slot, closed: Callable[[], Awaitable[None]]):
     try:
-        async for message in _messages(request, key, participant_id):
+        async for message in _messages(request, key, participant_id, slot):
             yield message
     finally:
-        closed()
+        await closed()
 
 
-async def _messages(request: Request, key: str, participant_id: int | None):
+async def _messages(request: Request, key: str, participant_id: int | None, slot: Slot):
     state = request.app.state
     settings = state.settings
-    began = time.monotonic()
+    began = renewed = time.monotonic()
     yield f"retry: {RETRY_MS}\n\n"
     before, said = None, 0.0
     while time.monotonic() - began < settings.feed_lifetime_s:
+        if time.monotonic() - renewed >= FEED_RENEW_S:
+            renewed = time.monotonic()
+            try:
+                held = await in_transaction(state, lambda db: state.quotas.renew_stream(db, slot))
+            except SQLAlchemyError:
+                log.warning("change feed: the database does not answer; the stream ends", exc_info=True)
+                return
+            if not held:  # the client connects again, and holds a slot again if one is free
+                log.warning("change feed: a stream lost its slot, unrenewed for %g s; it ends", FEED_SLOT_S)
+                return
         try:
             now, marks = await run_in_threadpool(_marks, state, key, participant_id)
         except Unauthorized as exc:

@@ -4,15 +4,21 @@ On SQLite and PostgreSQL, with the quotas' clock stopped so that nothing refills
 
 from __future__ import annotations
 
+import time
+from contextlib import ExitStack
+
+import httpx
 import pytest
 
 from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.auth import hash_key
-from api.quotas import FEED_STREAMS, RATES, Quotas
+from api.errors import TooManyRequests
+from api.quotas import FEED_SLOT_S, FEED_STREAMS, RATES, Quotas
 from api.settings import Settings
 from tests.api.conftest import ADMIN_KEY
+from tests.registry_server import running_registries
 
 
 @pytest.fixture
@@ -84,13 +90,42 @@ def test_the_workers_of_one_registry_take_from_the_same_quotas(registry, clock):
         assert call(0, "GET", "/me", a).status_code == 200
 
 
-def test_one_key_holds_a_few_change_feed_streams_at_once(registry):
+def test_one_key_holds_a_few_change_feed_streams_at_once_whichever_worker_serves_them(registry, tmp_path):
+    """Two registry processes on one database: a key's streams on both hold its slots, at most
+    `FEED_STREAMS` in all; a stream the client closes frees its slot for a stream on the other."""
     a = registry.participant("a")
+    with running_registries(tmp_path, registry.url, 2) as workers, ExitStack() as held:
+        clients = [held.enter_context(httpx.Client(base_url=w.url, headers=registry.as_key(a), timeout=10)) for w in workers]
+        streams = [held.enter_context(clients[i % 2].stream("GET", "/api/v1/changes/stream")) for i in range(FEED_STREAMS)]
+        assert [s.status_code for s in streams] == [200] * FEED_STREAMS
+        for client in clients:
+            _refused(client.get("/api/v1/changes/stream"))
+        streams[0].close()  # on the first worker, which frees its slot once it sees the client gone
+        deadline = time.monotonic() + 15
+        again = held.enter_context(clients[1].stream("GET", "/api/v1/changes/stream"))
+        while again.status_code == 429 and time.monotonic() < deadline:
+            again.close()
+            time.sleep(0.2)
+            again = held.enter_context(clients[1].stream("GET", "/api/v1/changes/stream"))
+        assert again.status_code == 200, again.read()
+        _refused(clients[0].get("/api/v1/changes/stream"))
+
+
+def test_a_stream_s_slot_is_free_again_when_it_ends_or_when_its_worker_stops_renewing_it(registry, clock):
+    a, b = hash_key(registry.participant("a")), hash_key(registry.participant("b"))
     quotas = registry.client.app.state.quotas
-    ends = [quotas.open_stream(hash_key(a), "a") for _ in range(FEED_STREAMS)]
-    _refused(registry.call("GET", "/changes/stream", a))
-    ends[0]()
-    ends[0]()  # counted closed once only
-    assert quotas.open_stream(hash_key(a), "a") is not None
-    with pytest.raises(Exception, match="streams open"):
-        quotas.open_stream(hash_key(a), "a")
+    with registry.client.app.state.engine.begin() as db:
+        slots = [quotas.open_stream(db, a, "a") for _ in range(FEED_STREAMS)]
+        assert sorted(s.slot for s in slots) == list(range(FEED_STREAMS))
+        with pytest.raises(TooManyRequests, match="streams open"):
+            quotas.open_stream(db, a, "a")
+        quotas.close_stream(db, slots[0])
+        slots[0] = quotas.open_stream(db, a, "a")
+        assert slots[0].slot == 0, "an ended stream's slot"
+        clock[0] += FEED_SLOT_S - 1
+        assert quotas.renew_stream(db, slots[1]), "renewed within its time"
+        clock[0] += 2  # the others, unrenewed past their time: a worker that died held them
+        again = [quotas.open_stream(db, a, "a") for _ in range(FEED_STREAMS - 1)]
+        assert slots[1].slot not in {s.slot for s in again}
+        assert not quotas.renew_stream(db, slots[2]), "a slot lost is not renewed: its stream ends"
+        assert quotas.open_stream(db, b, "b").slot == 0, "another key's slots are its own"
