@@ -35,12 +35,14 @@ def partner_user(name: str, password: str, granted: Iterable[tuple[str, str, boo
     Reading is creating a consumer on the input stream, which JetStream's API subject names
     with its filter (`$JS.API.CONSUMER.CREATE.INPUT.<consumer>.<filter>`), so a filter
     outside the hosted key groups is refused by the server; then pulling from a consumer and
-    deleting it. Writing results is publishing on the task's results subject and reading
+    deleting it, by its name, which begins with the user's secret tag and ends with a random
+    part (`spark_agents.broker.source`): no listing, and no other consumer's state, so no
+    partner learns another's consumer's name. Writing results is publishing on the task's results subject and reading
     that subject's last message (the fence), by a direct get whose request subject names the
     results subject: no other message of the results stream, by sequence or subject, can be
     read. Replies come to the user's own inboxes only.
     """
-    publish = [f"$JS.API.CONSUMER.MSG.NEXT.{INPUT}.*", f"$JS.API.CONSUMER.DELETE.{INPUT}.*", f"$JS.API.CONSUMER.INFO.{INPUT}.*"]
+    publish = [f"$JS.API.CONSUMER.MSG.NEXT.{INPUT}.*", f"$JS.API.CONSUMER.DELETE.{INPUT}.*"]
     for task, (input, prefix), writes in granted:
         origin = task.partition(".")[0]
         publish += [f"$JS.API.CONSUMER.CREATE.{INPUT}.*.{subject_filter(origin, prefix, input)}"]

@@ -30,6 +30,7 @@ def test_a_partner_reads_its_share_and_writes_its_results_only(nats_server):
         ensure_results(mine)
         last = mine.last_seq()
         newest_in_share = mine.call(_end_message(mine, INPUT, "in.a.main.0.>"))[0]
+        owners = mine.call(mine.js.add_consumer(INPUT, name="of-the-owner", filter_subject="in.a.main.>", inactive_threshold=60)).name
     b = partner_user("b", secrets.token_urlsafe(12), [("a.t0", (MAIN, "0"), True)])
     server.reload([owner, b])
     with Broker(server.url, b.name, b.password, timeout_s=2) as theirs:
@@ -43,6 +44,10 @@ def test_a_partner_reads_its_share_and_writes_its_results_only(nats_server):
         for outside in ("in.a.main.1.>", "in.a.main.>", "in.a.>", "in.a.readings.0.>", "in.a.readings.>", "in.a.*.0.>"):
             with pytest.raises(BrokerError, match="(?i)refused by .*permissions violation"):
                 theirs.call(_fetch(theirs, INPUT, outside, 0, last))
+        with pytest.raises(BrokerError, match="(?i)refused by .*permissions violation"):
+            theirs.call(theirs.js.consumer_info(INPUT, owners))  # another's consumer, even by its name: neither its state
+        with pytest.raises(BrokerError, match="(?i)refused by .*permissions violation"):
+            theirs.call(theirs.js.consumers_info(INPUT))  # nor the names of any
         BrokerFence(theirs, "a.t0").write(1, 0, [ResultRow("ports", 0, 10, "10.0.0.9", 31).as_result()], "b")
         with pytest.raises(BrokerError, match="(?i)refused by .*permissions violation for publish to \"?[^\"]*out.a.t1"):
             BrokerFence(theirs, "a.t1").write(1, 0, [ResultRow("ports", 0, 10, "10.0.0.9", 31).as_result()], "b")
