@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, nullcontext
 from datetime import datetime
 from typing import Annotated, TypeVar
 
@@ -33,11 +33,13 @@ async def _turn(request: Request) -> AsyncIterator[None]:
     poll with growing sleeps.
     """
     state = request.app.state
-    async with AsyncExitStack() as stack:
-        if state.write_lock is not None and request.method not in _READ_METHODS:
-            await stack.enter_async_context(state.write_lock)
-        await stack.enter_async_context(state.turns)
+    async with _writers_turn(state, request.method not in _READ_METHODS), state.turns:
         yield
+
+
+def _writers_turn(state, writes: bool = True) -> AbstractAsyncContextManager:
+    """On SQLite, a writer's turn after the other writers (`_turn`); otherwise, and for a reader, none."""
+    return state.write_lock if writes and state.write_lock is not None else nullcontext()
 
 
 async def _session(request: Request, _turn: None = Depends(_turn, scope="function")) -> AsyncIterator[Session]:
@@ -77,9 +79,7 @@ async def in_transaction(state, work: Callable[[Connection], T]) -> T:
             return work(session.connection())
 
     with anyio.CancelScope(shield=True):
-        if state.write_lock is None:
-            return await run_in_threadpool(run)
-        async with state.write_lock:
+        async with _writers_turn(state):
             return await run_in_threadpool(run)
 
 
