@@ -5,7 +5,9 @@ clients never contend for the same offer; what they share is the server and its
 database, which is what is measured. One round trip = POST /offers, then POST
 /offers/{id}/accept by the partner; latency is the time for both. Given a probe of the
 server's CPU seconds (a registry the command started itself), the run also reports the
-server's CPU per round trip.
+server's CPU per round trip. The clients run as coroutines in one process, or, with
+`processes`, split over that many processes started together, so that what the clients
+spend (reported as `client_cpu_ms_per_round_trip`) is not one interpreter's.
 
 With `contend`, the clients share a crowd of participants instead (one per five clients,
 at least four), all with contracts to each other and each with its own tasks. A client's
@@ -25,12 +27,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import multiprocessing
+import queue
 import random
 import statistics
 import time
+import traceback
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -105,36 +110,126 @@ def request_p99_bound_ms(before: collections.Counter | None, after: collections.
     return None if bound is None or bound == float("inf") else 1000 * bound
 
 
-async def _measured(url: str, admin_key: str, clients: int, rounds: int, server_cpu: Callable[[], float | None], setup, play,
-                    after=None) -> dict:
-    """One run: `setup(http)` makes what the clients need (timed apart), `play(http, made,
-    latencies, errors)` runs them, timed with the server's CPU and its own request timer;
-    `after(http, made)` adds its figures once they are done."""
+@dataclass
+class Played:
+    """What one process of clients saw in the timed phase: its round trips' latencies,
+    errors, refusals by kind (contention), accepts acknowledged, and its own CPU seconds."""
+
+    latencies: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    refused: collections.Counter = field(default_factory=collections.Counter)
+    accepted: int = 0
+    cpu_s: float = 0.0
+
+
+async def _play(url: str, mode: str, made: list[Pair] | Crowd, clients: list[int], rounds: int, connections: int) -> Played:
+    """Clients `clients` of a run, each its own coroutine over one connection pool: in
+    "pairs", `made[i]` is client i's pair; in "contend", every client acts in the crowd `made`
+    (this process's copy of it) with its own random stream."""
+    played = Played()
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60.0) as http:
+        cpu = time.process_time()
+        if mode == "pairs":
+            await asyncio.gather(*(_client_loop(http, made[i], played.latencies, played.errors) for i in clients))
+        else:
+            await asyncio.gather(*(_contend(http, made, random.Random(i), rounds, played) for i in clients))
+        played.cpu_s = time.process_time() - cpu
+    return played
+
+
+def _play_block(url: str, mode: str, made: list[Pair] | Crowd, clients: list[int], rounds: int, messages, go) -> None:
+    """One process of clients: says it is ready, plays once `go` is set, sends what it saw."""
+    try:
+        messages.put(("ready", None))
+        go.wait()
+        messages.put(("played", asyncio.run(_play(url, mode, made, clients, rounds, len(clients) + 10))))
+    except BaseException:
+        messages.put(("error", traceback.format_exc()))
+
+
+def _play_in_processes(url: str, mode: str, made: list[Pair] | Crowd, clients: int, rounds: int, processes: int,
+                       around: Callable[[], None]) -> tuple[list[Played], float]:
+    """The run's clients split over `processes` processes of their own (so that the clients'
+    CPU is not one interpreter's), started together once all are up; `around()` is called
+    just before the start. What each process saw, and the seconds from the start to the last
+    one's end."""
+    context = multiprocessing.get_context("spawn")  # the caller holds an event loop and sockets: no fork
+    messages, go = context.Queue(), context.Event()
+    blocks = [list(range(k * clients // processes, (k + 1) * clients // processes)) for k in range(processes)]
+    workers = [context.Process(target=_play_block, args=(url, mode, made, block, rounds, messages, go), daemon=True, name=f"bpm-bench-clients-{k}")
+               for k, block in enumerate(blocks)]
+    for worker in workers:
+        worker.start()
+    try:
+        _collect(messages, workers, "ready")
+        around()
+        started = time.perf_counter()
+        go.set()
+        played = _collect(messages, workers, "played")
+        return played, time.perf_counter() - started
+    finally:
+        for worker in workers:
+            worker.join(timeout=30)
+            if worker.is_alive():
+                worker.kill()
+
+
+def _collect(messages, workers: list, kind: str) -> list:
+    """One message of `kind` from each worker process; a worker's error or early exit raises."""
+    got = []
+    while len(got) < len(workers):
+        try:
+            what, payload = messages.get(timeout=1.0)
+        except queue.Empty:
+            dead = [w for w in workers if w.exitcode is not None]
+            if dead:
+                raise RuntimeError(f"{dead[0].name} exited ({dead[0].exitcode}) before it sent its {kind}") from None
+            continue
+        if what == "error":
+            raise RuntimeError(f"a process of the benchmark's clients failed:\n{payload}")
+        if what == kind:
+            got.append(payload)
+    return got
+
+
+async def _measured(url: str, admin_key: str, clients: int, rounds: int, server_cpu: Callable[[], float | None], setup, mode: str,
+                    processes: int, after=None) -> dict:
+    """One run: `setup(http)` makes what the clients need (timed apart), then the clients play
+    (`_play`: in this process, or split over `processes` processes), timed with the server's
+    CPU and its own request timer; `after(http, made, played)` adds its figures once they are done."""
     limits = httpx.Limits(max_connections=clients + 10, max_keepalive_connections=clients + 10)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60.0) as http:
         setup_started = time.perf_counter()
         made = await setup(http)
         setup_s = time.perf_counter() - setup_started
-        latencies: list[float] = []
-        errors: list[str] = []
         durations_before = await _request_durations(http, admin_key)
-        cpu_before = server_cpu()
-        started, own_cpu = time.perf_counter(), time.process_time()
-        await play(http, made, latencies, errors)
-        elapsed, own_cpu = time.perf_counter() - started, time.process_time() - own_cpu
-        cpu_after = server_cpu()
+        cpu: list[float | None] = []
+        if processes > 1:
+            parts, elapsed = await asyncio.to_thread(_play_in_processes, url, mode, made, clients, rounds, processes,
+                                                     lambda: cpu.append(server_cpu()))
+        else:
+            cpu.append(server_cpu())
+            started = time.perf_counter()
+            parts = [await _play(url, mode, made, list(range(clients)), rounds, clients + 10)]
+            elapsed = time.perf_counter() - started
+        cpu.append(server_cpu())
         durations_after = await _request_durations(http, admin_key)
-        extra = {} if after is None else await after(http, made)
+        latencies = [x for part in parts for x in part.latencies]
+        errors = [e for part in parts for e in part.errors]
+        extra = {} if after is None else await after(http, made, parts)
     # The registry's own timer, from the request reaching its app to its answer: what the
     # clients wait beyond it is spent before the app or in the clients.
     # The clients' own CPU: they share the machine with the registry and its database, so what
     # they spend is taken from the server, and a client loop that is busy reads its answers late.
-    served = {"registry_request_p99_ms_at_most": request_p99_bound_ms(durations_before, durations_after),
-              "client_cpu_ms_per_round_trip": round(1000 * own_cpu / len(latencies), 2) if latencies else None}
-    return {**_figures(clients, rounds, latencies, errors, elapsed, setup_s, cpu_before, cpu_after), **served, **extra}
+    client_cpu = sum(part.cpu_s for part in parts)
+    served = {"client_processes": len(parts),
+              "registry_request_p99_ms_at_most": request_p99_bound_ms(durations_before, durations_after),
+              "client_cpu_ms_per_round_trip": round(1000 * client_cpu / len(latencies), 2) if latencies else None}
+    return {**_figures(clients, rounds, latencies, errors, elapsed, setup_s, cpu[0], cpu[1]), **served, **extra}
 
 
-async def _run(url: str, admin_key: str, clients: int, rounds: int, progress, server_cpu: Callable[[], float | None]) -> dict:
+async def _run(url: str, admin_key: str, clients: int, rounds: int, progress, server_cpu: Callable[[], float | None], processes: int) -> dict:
     """Each client offers to a partner of its own, which accepts, `rounds` times: nothing contends."""
     run = uuid.uuid4().hex[:8]
     semaphore = asyncio.Semaphore(20)
@@ -148,10 +243,7 @@ async def _run(url: str, admin_key: str, clients: int, rounds: int, progress, se
 
         return await asyncio.gather(*(make(i) for i in range(clients)))
 
-    async def play(http: httpx.AsyncClient, pairs: list[Pair], latencies: list[float], errors: list[str]) -> None:
-        await asyncio.gather(*(_client_loop(http, pair, latencies, errors) for pair in pairs))
-
-    return {**await _measured(url, admin_key, clients, rounds, server_cpu, setup, play), "mode": "pairs"}
+    return {**await _measured(url, admin_key, clients, rounds, server_cpu, setup, "pairs", processes), "mode": "pairs"}
 
 
 def _figures(clients: int, rounds: int, latencies: list[float], errors: list[str], elapsed: float, setup_s: float,
@@ -211,9 +303,9 @@ async def _make_crowd(http: httpx.AsyncClient, admin_key: str, run: str, size: i
     return Crowd(keys, contracts, host, {})
 
 
-async def _contend(http: httpx.AsyncClient, crowd: Crowd, rng: random.Random, rounds: int, latencies: list[float],
-                   refused: collections.Counter, errors: list[str]) -> None:
+async def _contend(http: httpx.AsyncClient, crowd: Crowd, rng: random.Random, rounds: int, played: Played) -> None:
     names = sorted(crowd.keys)
+    latencies, refused, errors = played.latencies, played.refused, played.errors
 
     async def call(path: str, as_: str, body: dict | None = None) -> httpx.Response | None:
         try:
@@ -247,7 +339,7 @@ async def _contend(http: httpx.AsyncClient, crowd: Crowd, rng: random.Random, ro
             continue
         accept = await call(f"/offers/{offer.json()['id']}/accept", partner)
         if accept is not None and accept.status_code == 200:
-            crowd.accepted += 1
+            played.accepted += 1
             latencies.append(time.perf_counter() - started)
             crowd.host[task] = partner
             crowd.away.update({m: (task, me) for m in accept.json()["movements"]})
@@ -294,25 +386,27 @@ async def crowd_violations(http: httpx.AsyncClient, admin_key: str, crowd: Crowd
     return violations
 
 
-async def _run_crowd(url: str, admin_key: str, clients: int, rounds: int, progress, server_cpu: Callable[[], float | None]) -> dict:
+async def _run_crowd(url: str, admin_key: str, clients: int, rounds: int, progress, server_cpu: Callable[[], float | None],
+                     processes: int) -> dict:
     """The clients offer among a crowd of participants they share (`_contend`); the registry's
-    invariants are checked after (`crowd_violations`)."""
+    invariants are checked after (`crowd_violations`). Clients in several processes each see
+    their own process's copy of where tasks run: staler, so they race more."""
     run = uuid.uuid4().hex[:8]
-    refused: collections.Counter = collections.Counter()
 
     async def setup(http: httpx.AsyncClient) -> Crowd:
         return await _make_crowd(http, admin_key, run, crowd_size(clients), 5, progress)
 
-    async def play(http: httpx.AsyncClient, crowd: Crowd, latencies: list[float], errors: list[str]) -> None:
-        await asyncio.gather(*(_contend(http, crowd, random.Random(i), rounds, latencies, refused, errors) for i in range(clients)))
-
-    async def after(http: httpx.AsyncClient, crowd: Crowd) -> dict:
+    async def after(http: httpx.AsyncClient, crowd: Crowd, parts: list[Played]) -> dict:
+        crowd.accepted = sum(part.accepted for part in parts)
+        refused = sum((part.refused for part in parts), collections.Counter())
         return {"mode": "contend", "participants": len(crowd.keys), "refused": dict(sorted(refused.items())),
                 "crowd_violations": await crowd_violations(http, admin_key, crowd)}
 
-    return await _measured(url, admin_key, clients, rounds, server_cpu, setup, play, after)
+    return await _measured(url, admin_key, clients, rounds, server_cpu, setup, "contend", processes, after)
 
 
 def bench_registry(url: str, admin_key: str, clients: int, rounds: int, progress=lambda phase, n: None,
-                   server_cpu: Callable[[], float | None] = lambda: None, *, contend: bool = False) -> dict:
-    return asyncio.run((_run_crowd if contend else _run)(url, admin_key, clients, rounds, progress, server_cpu))
+                   server_cpu: Callable[[], float | None] = lambda: None, *, contend: bool = False, processes: int = 1) -> dict:
+    """Run the benchmark (see the module text) with its clients in `processes` processes."""
+    processes = max(1, min(processes, clients))
+    return asyncio.run((_run_crowd if contend else _run)(url, admin_key, clients, rounds, progress, server_cpu, processes))

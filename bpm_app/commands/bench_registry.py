@@ -86,6 +86,8 @@ def bench_registry_command(
     port: Annotated[int, typer.Option(help="Port of the registry started for the run.")] = 8799,
     contend: Annotated[bool, typer.Option("--contend", help="Clients share a crowd of participants (one per five clients) and race: "
                                           "refusals counted by kind, the registry's invariants checked after the run.")] = False,
+    processes: Annotated[int, typer.Option(min=1, help="Processes the clients run in (each a share of them): the clients' own CPU "
+                                           "is then not one interpreter's.")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Offer-and-accept round trips per second, p50 and p99 latency, with N concurrent clients;
@@ -109,7 +111,8 @@ def bench_registry_command(
             with progress("participants") as steps:
                 setup = steps.add("registering participants, contracts and tasks", crowd_size(clients) if contend else clients)
                 server_cpu, counted = server_cpu_probe(process, database_url)
-                result = bench_registry(url, key, clients, rounds, lambda phase, n: steps.update(setup, advance=n), server_cpu, contend=contend)
+                result = bench_registry(url, key, clients, rounds, lambda phase, n: steps.update(setup, advance=n), server_cpu, contend=contend,
+                                        processes=processes)
         finally:
             if process is not None:
                 process.terminate()

@@ -34,6 +34,18 @@ def test_the_registry_benchmark_reports_round_trips_latency_and_server_cpu():
     assert result["client_cpu_ms_per_round_trip"] > 0, "the clients' own CPU, which the machine's cores share with the server"
     assert result["goals"] == dict.fromkeys(["round_trips_per_s_at_least_1000", "p99_under_50_ms", "server_cpu_at_most_2_ms_per_round_trip"]), \
         "the goals are set for 100 clients on PostgreSQL"
+    assert result["client_processes"] == 1
+
+
+def test_clients_split_over_processes_play_every_round_trip_and_count_their_cpu():
+    out = subprocess.run([BPM, "bench", "registry", "--clients", "5", "--rounds", "3", "--processes", "2", "--port", str(free_port()), "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["client_processes"] == 2
+    assert result["errors"] == 0 and result["round_trips"] == 15, "each of the five clients, in one process or the other, played its three"
+    assert result["client_cpu_ms_per_round_trip"] > 0 and result["server_cpu_s"] > 0
+    assert result["elapsed_s"] > 0 and result["round_trips_per_s"] == pytest.approx(15 / result["elapsed_s"], rel=0.05)
 
 
 def test_the_server_s_cpu_counts_a_postgresql_server_on_this_machine_too():
@@ -43,12 +55,13 @@ def test_the_server_s_cpu_counts_a_postgresql_server_on_this_machine_too():
     assert local_database_pid("postgresql+psycopg://postgres@db.example:5432/x") is None, "a server elsewhere is not read"
 
 
-def test_clients_that_race_for_the_same_participants_are_refused_and_the_registry_keeps_its_invariants():
-    out = subprocess.run([BPM, "bench", "registry", "--contend", "--clients", "12", "--rounds", "8", "--port", str(free_port()), "--json"],
-                         capture_output=True, text=True, timeout=300)
+@pytest.mark.parametrize("processes", [1, 2])
+def test_clients_that_race_for_the_same_participants_are_refused_and_the_registry_keeps_its_invariants(processes):
+    out = subprocess.run([BPM, "bench", "registry", "--contend", "--clients", "12", "--rounds", "8", "--processes", str(processes),
+                          "--port", str(free_port()), "--json"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
-    assert result["mode"] == "contend" and result["participants"] == 4
+    assert result["mode"] == "contend" and result["participants"] == 4 and result["client_processes"] == processes
     assert result["errors"] == 0, result["first_errors"]
     assert result["crowd_violations"] == [] and result["goals"] == {"invariants_kept": True}
     assert sum(result["refused"].values()) > 0, "twelve clients acting as four participants raced"
