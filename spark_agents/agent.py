@@ -62,7 +62,6 @@ from bpm.agent.machine import (
     InputEnded,
     Instruction,
     MakeOffer,
-    Mechanism,
     Merge,
     Period,
     Refuse,
@@ -73,6 +72,7 @@ from bpm.agent.machine import (
     View,
     Wait,
 )
+from bpm.agent.participant import ParticipantMachine
 from bpm.negotiation import DEFAULT_HYSTERESIS
 from bpm.dpc import Alert
 from bpm.query import Query
@@ -171,9 +171,9 @@ KEY_FILE = "participant.key"  # in the agent's work folder: the key it registere
 SPLITS_FILE = "splits.json"  # in the agent's work folder: its state machine's memory of splits on refusals
 END_READ_WAIT_S = 1.0  # how long a period waits for the reads of whether inputs have ended (`Agent._inputs_ended`)
 STOP_WAIT_S = 1.0  # how long a sync waits for the stops of tasks that left (`Agent.release_all`)
-# How many events the state machine keeps with the instructions they gave (`bpm.agent.machine.Journal`):
-# about an hour of ticks, each a second, with the periods between them.
-JOURNAL_LENGTH = 5000
+# How many events the state machine keeps with the instructions they gave (`bpm.agent.participant.Journal`):
+# about an hour of ticks, each a second, with HA's observation of each and the periods between them.
+JOURNAL_LENGTH = 10_000
 
 
 def send_stream_ack(endpoint: str, key: str, epoch: int, seq: int, token: str, *, verify: ssl.SSLContext | bool = True) -> None:
@@ -338,10 +338,10 @@ class Agent:
         # next read of its tasks says so: (partner, task key, key-group prefix, writes results) -> when.
         self._stream_grants: dict[tuple[str, str, str, bool], float] = {}
         self._view_read_at = float("-inf")
-        self.machine = Mechanism(config.name, started_s=clock(), period_s=config.period_s, warmup_s=config.warmup_s,
-                                 settle_s=config.settle_s, margin=config.margin, hysteresis=config.hysteresis,
-                                 fixed_cost=config.fixed_cost, journal_length=JOURNAL_LENGTH,
-                                 queries=None if config.queries is None else frozenset((n, q.digest) for n, q in config.queries.items()))
+        self.machine = ParticipantMachine.named(
+            config.name, ha_interval_s=config.ha_interval_s, journal_length=JOURNAL_LENGTH, started_s=clock(), period_s=config.period_s,
+            warmup_s=config.warmup_s, settle_s=config.settle_s, margin=config.margin, hysteresis=config.hysteresis, fixed_cost=config.fixed_cost,
+            queries=None if config.queries is None else frozenset((n, q.digest) for n, q in config.queries.items()))
         self._split_memory = self._remembered_splits()
         self._answered: set[int] = set()  # my offers whose answer the machine has seen
         self.last_report: dict[str, Any] = {}
@@ -1009,7 +1009,7 @@ class Agent:
     def mechanism(self) -> None:
         """One turn of the participant's state machine (`bpm.agent.machine`): what it asks for, done."""
         self.decide(Tick(self.clock()))
-        memory = self.machine.split_memory()
+        memory = self.machine.mechanism.split_memory()
         if memory != self._split_memory:
             write_private(self.config.workdir / SPLITS_FILE, json.dumps(memory))
             self._split_memory = memory
@@ -1023,14 +1023,15 @@ class Agent:
                 self.decide(SplitsRemembered(json.loads(path.read_text())))
             except ValueError as exc:  # includes a file that is not JSON
                 self.note("agent.memory_unreadable", f"{path}: {exc}; splits on refusals are counted afresh")
-        return self.machine.split_memory()
+        return self.machine.mechanism.split_memory()
 
     def tasks_changed(self) -> None:
         self.decide(TasksChanged(self.clock()))
 
     def decide(self, event: Event) -> None:
         """Give the state machine `event` and carry out what it answers, and what that calls
-        for in turn: the one way events reach the mechanism's machine."""
+        for in turn: the one way the mechanism's events reach the participant's machine
+        (HA's observations reach it from `HADuties.act`)."""
         todo = deque(self.machine.handle(event))
         while todo:
             todo.extend(self._execute(todo.popleft()))
@@ -1121,7 +1122,7 @@ class Agent:
         """Per participant whose tasks run here and whose input has not ended yet, a stream
         input to read it by: for its own, any of its tasks over its key groups; for a partner's,
         what a task of its hosted here reads (with the credentials that task runs with)."""
-        me, running, ended = self.config.name, self.host.running(), self.machine.ended
+        me, running, ended = self.config.name, self.host.running(), self.machine.mechanism.ended
         out: dict[str, JetStreamInput] = {}
         for task in self.seen.tasks:
             origin, key = task["origin"], task_key(task)
@@ -1199,7 +1200,7 @@ class Agent:
             "errors": self.errors,
             "races": self.races.count,
             "running": sorted(self.host.running()),
-            "warming_up": self.machine.warming(self.clock()),
+            "warming_up": self.machine.mechanism.warming(self.clock()),
             "released": dict(self._released),
             "last_report": self.last_report,
             "partners": dict(self.seen.partners),

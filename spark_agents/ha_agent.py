@@ -1,6 +1,7 @@
 """The high-availability effects of a participant's agent (docs/ha.md, "In the federation").
 
-What to do is decided by `bpm.ha.machine.HAMachine` from what the agent last read of the
+What to do is decided by `bpm.ha.machine.HAMachine` (through the participant's one machine,
+`bpm.agent.participant`) from what the agent last read of the
 registry and what runs here; this module executes its instructions: registry calls
 (failover, replicas, repairs), the data-plane work of `spark_agents.ha`'s building blocks
 reached through the agent's task host (`SparkTasks` in `spark_agents.runtime`, a stepped
@@ -42,7 +43,6 @@ from bpm.ha.machine import (
     DropReplica,
     Duty,
     FailOver,
-    HAMachine,
     Here,
     Instruction,
     NoFailover,
@@ -114,7 +114,6 @@ class HADuties:
     def __init__(self, agent: Agent, *, interval_s: float = 2.0) -> None:
         self.agent = agent
         self.interval_s = interval_s
-        self.machine = HAMachine(agent.config.name, interval_s=interval_s)
         self.modes: dict[str, str] = {}
         self.duties: dict[str, Duty] = {}
         self.backups: dict[str, PassiveBackup] = {}
@@ -162,15 +161,17 @@ class HADuties:
     # -- the tick --------------------------------------------------------------------------
 
     def act(self) -> None:
-        """Decide with the machine (`bpm.ha.machine`), then execute each instruction on its own:
-        one that fails stops no other."""
+        """Decide with the participant's machine (`bpm.agent.participant`, which hands the
+        observation to `bpm.ha.machine`), then execute each instruction on its own: one that
+        fails stops no other."""
         guard = self.agent.guarded
         with self._lock:
             here = Here(running=frozenset(self.agent.hosting()), duties=dict(self.duties), standby=dict(self.standby),
                         backups={k: b.applied is not None for k, b in self.backups.items()})
-            seen = Observed(now_s=self.agent.clock(), tasks=self._view["tasks"], replicas=self._view["replicas"],
-                            failovers=self._view["failovers"], modes=self.modes, status=self._status(), partners=self._partners(), here=here)
-        for instruction in self.machine.handle(seen):
+            # Snapshots: the participant's journal keeps the observation as it was decided on.
+            seen = Observed(now_s=self.agent.clock(), tasks=tuple(self._view["tasks"]), replicas=tuple(self._view["replicas"]),
+                            failovers=tuple(self._view["failovers"]), modes=self.modes, status=self._status(), partners=self._partners(), here=here)
+        for instruction in self.agent.machine.handle(seen):
             guard(f"ha.{type(instruction).__name__}", functools.partial(self._execute, instruction))
         guard("ha.complete", self._complete)
 

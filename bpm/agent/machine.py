@@ -6,6 +6,8 @@ last time) and decides with `bpm.negotiation`. It does no I/O and reads no clock
 event carries its time. The live agent (`spark_agents.agent`) reads the registry and its
 Spark host, feeds the machine events and executes the instructions it returns; the
 simulator (`bpm.sim`) feeds the same machine from its own state, so both decide alike.
+Both reach it through a participant's one front door, `bpm.agent.participant`, which
+also routes HA's observations and journals both.
 
 Events:
     `Tick` — the agent's loop turned; when a period is due the machine asks for the contracts
@@ -35,9 +37,7 @@ Instructions: `Contracts`, `Gather`, `Accept`, `Refuse`, `End`, `MakeOffer`, `Sp
 
 from __future__ import annotations
 
-import copy
 import math
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -285,10 +285,6 @@ class Mechanism:
             (a simulated participant's tasks run no query).
         waiting: the cause of the last decision not taken (recorded once per change).
         next_period_s: when the next period is due (`Tick`).
-        journal_length: how many events, each with the instructions it gave, `journal` keeps
-            (0: no journal).
-        journal: the events handled so far and what the machine answered, with the machine as
-            it was before the first (`Journal`, `replay`).
     """
 
     name: str
@@ -310,19 +306,10 @@ class Mechanism:
     queries: frozenset[tuple[str, str]] | None = None
     waiting: str | None = None
     next_period_s: float = -math.inf
-    journal_length: int = 0
-    journal: Journal | None = field(default=None, repr=False, compare=False)
 
     def handle(self, event: Event) -> list[Instruction]:
-        """The one entry point: `event` in, the instructions it calls for out."""
-        if self.journal_length and self.journal is None:
-            self.journal = Journal(start=copy.deepcopy(self), length=self.journal_length)
-        out = self._handle(event)
-        if self.journal is not None:
-            self.journal.add(event, out)
-        return out
-
-    def _handle(self, event: Event) -> list[Instruction]:
+        """`event` in, the instructions it calls for out (a participant's events reach it
+        through `bpm.agent.participant.ParticipantMachine`)."""
         match event:
             case Tick(now_s):
                 return self._tick(now_s)
@@ -550,56 +537,3 @@ def _share(item: object) -> tuple[str, str]:
     if not isinstance(item, (list, tuple)) or len(item) != 2:
         raise ValueError(f"refusal_split holds [input, key-group prefix] pairs, not {item!r}")
     return check_input(item[0]), check_prefix(item[1])
-
-
-# ---- the journal -------------------------------------------------------------------------------
-
-
-@dataclass
-class Journal:
-    """What a machine was given and what it answered: `start`, the machine before its first
-    event (a copy), then each event with the instructions it gave, the newest `length` at
-    most (`dropped` counts those that went). A journal that dropped none replays
-    (`replay`): the machine reads no clock and does no I/O, so the same events give the same
-    instructions, on any machine, in a test."""
-
-    start: Mechanism
-    length: int
-    entries: deque[tuple[Event, tuple[Instruction, ...]]] = field(init=False)
-    dropped: int = 0
-
-    def __post_init__(self) -> None:
-        self.entries = deque(maxlen=self.length)
-
-    def add(self, event: Event, instructions: Sequence[Instruction]) -> None:
-        self.dropped += len(self.entries) == self.length
-        self.entries.append((event, tuple(instructions)))
-
-
-@dataclass(frozen=True)
-class Divergence:
-    """The first event at which a replay answered otherwise than the journal says."""
-
-    index: int
-    event: Event
-    journaled: tuple[Instruction, ...]
-    replayed: tuple[Instruction, ...]
-
-
-def replay(journal: Journal, **changes: object) -> Divergence | None:
-    """Feed a copy of the journal's first machine (with `changes` to its settings, if any:
-    another warm-up, margin or settling time) the journaled events; the first event it
-    answers otherwise, or None. ValueError when the journal dropped its first events (the
-    machine's state before the ones it kept is unknown)."""
-    if journal.dropped:
-        raise ValueError(f"the journal dropped its first {journal.dropped} events: it replays only whole")
-    machine = copy.deepcopy(journal.start)
-    for name, value in changes.items():
-        if name not in Mechanism.__dataclass_fields__ or name in ("journal", "journal_length"):
-            raise ValueError(f"{name!r} is not a setting of the machine")
-        setattr(machine, name, value)
-    for i, (event, journaled) in enumerate(journal.entries):
-        replayed = tuple(machine.handle(event))
-        if replayed != journaled:
-            return Divergence(i, event, journaled, replayed)
-    return None

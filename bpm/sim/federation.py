@@ -1,7 +1,7 @@
 """A federation stepped in discrete rounds, deciding with `bpm.negotiation` unchanged.
 
 One round is one offer period of the live agents (Borealis: 7 s). Every participant
-decides with the live agent's state machine (`bpm.agent.machine.Mechanism`). In each
+decides with the live agent's state machine (`bpm.agent.participant.ParticipantMachine`). In each
 round, participants whose movements may end decide which to end (`EndsDue`); then every
 participant, in a seeded random order, makes at most one offer (`OfferDue`; so there is
 never more than one outstanding), which the partner answers at once (`OfferReceived`)
@@ -10,8 +10,8 @@ loads are updated after every decision, as they would be in a live federation wh
 offers are spread over the period.
 
 A participant may fail (`fail`): it stops trading and its own tasks stop with it; the
-origin of every task it hosted decides where the task goes with the live agents' HA state
-machine (`bpm.ha.machine.HAMachine`), and the movements that carried it end. The simulator
+origin of every task it hosted decides where the task goes with the same machine (its HA
+part, `bpm.ha.machine.HAMachine`), and the movements that carried it end. The simulator
 keeps no replicas, so every task fails over to its origin, as under upstream backup.
 
 With a fixed cost per task (`fixed_cost`), tasks are made of key groups: each
@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bpm.agent.machine import Accept, Answered, End, EndsDue, Incoming, MakeOffer, Mechanism, Merge, OfferDue, OfferReceived, Split, TasksChanged, View
+from bpm.agent.machine import Accept, Answered, End, EndsDue, Incoming, MakeOffer, Merge, OfferDue, OfferReceived, Split, TasksChanged, View
+from bpm.agent.participant import ParticipantMachine
 from bpm.costs.base import CostFunction
 from bpm.ha import failed_partners, task_mode, with_live_partners
-from bpm.ha.machine import FailOver, HAMachine, Here, Observed
+from bpm.ha.machine import FailOver, Here, Observed
 from bpm.keygroups import groups as key_groups, halves
 from bpm.negotiation import DEFAULT_HYSTERESIS, DEFAULT_MARGIN, Contract, Movement, Task, is_acceptable
 
@@ -48,13 +49,13 @@ class Participant:
         load: the load it carries now (own tasks at home plus tasks it hosts).
         home: its own tasks running at home, by id.
         hosted: other participants' tasks running here, by id.
-        machine: its side of the mechanism (the refusal memory among it).
+        machine: its decisions, the live agent's (`bpm.agent.participant`): its side of the
+            mechanism (the refusal memory among it) and of high availability (its tasks' failovers).
         contracts: its contracts, seen from its side.
         movements_out / movements_in: active movements of its tasks elsewhere / of others' tasks here.
         paid, earned: payments so far (price x load x seconds).
         own_load: the total load of its own tasks wherever they run.
         min_price: the lowest `price_min` of its contracts (below it no offer can pay).
-        ha: its side of high availability (decides its tasks' failovers).
         failed: whether it failed (it no longer trades; its partners fail its tasks over).
         split: shares (input, key-group prefix) of its own tasks that were split (their halves may merge).
     """
@@ -62,7 +63,7 @@ class Participant:
     name: str
     cost: CostFunction
     threshold: float
-    machine: Mechanism
+    machine: ParticipantMachine
     load: float = 0.0
     home: dict[str, Task] = field(default_factory=dict)
     hosted: dict[str, Task] = field(default_factory=dict)
@@ -73,7 +74,6 @@ class Participant:
     earned: float = 0.0
     own_load: float = 0.0
     min_price: float = math.inf
-    ha: HAMachine | None = None
     failed: bool = False
     split: set[tuple[str, str]] = field(default_factory=set)
 
@@ -176,9 +176,9 @@ class Federation:
                 raise ValueError("give a threshold or a reference price")
             threshold = cost.threshold(reference_price)
         p = Participant(name=name, cost=cost, threshold=threshold,
-                        machine=Mechanism(name, started_s=self.now_s, period_s=self.period_s, warmup_s=self.warmup_s, settle_s=self.settle_s,
-                                          margin=self.margin, hysteresis=self.hysteresis, fixed_cost=self.fixed_cost),
-                        ha=HAMachine(name))
+                        machine=ParticipantMachine.named(name, started_s=self.now_s, period_s=self.period_s, warmup_s=self.warmup_s,
+                                                         settle_s=self.settle_s, margin=self.margin, hysteresis=self.hysteresis,
+                                                         fixed_cost=self.fixed_cost))
         self.index[name] = len(self.participants)
         self.participants.append(p)
         return p
@@ -352,7 +352,7 @@ class Federation:
 
     def _held(self, p: Participant) -> bool:
         """Whether `p` waits out its warm-up or a change of its tasks (it decides nothing now)."""
-        return p.machine.warming(self.now_s) or p.machine.settling(self.now_s)
+        return p.machine.mechanism.warming(self.now_s) or p.machine.mechanism.settling(self.now_s)
 
     def _regrain(self, p: Participant, instruction: Split | Merge) -> int:
         """Carry out a split or a merge of `p`'s own tasks at home; returns 1."""
@@ -486,8 +486,8 @@ class Federation:
                 modes[key] = task_mode("none", movement_state="active", contract_mode=contract.ha_mode)
                 records.append(record)
                 seen[key] = (t, m)
-            decided = o.ha.handle(Observed(now_s=self.now_s, tasks=records, replicas=(), failovers=(), modes=modes,
-                                           status=status, partners=(), here=Here()))
+            decided = o.machine.handle(Observed(now_s=self.now_s, tasks=tuple(records), replicas=(), failovers=(), modes=modes,
+                                                status=status, partners=(), here=Here()))
             for instruction in decided:
                 if not isinstance(instruction, FailOver) or instruction.to != origin:
                     continue

@@ -120,12 +120,12 @@ def test_an_offer_left_to_expire_by_a_settling_partner_sends_the_next_to_the_oth
     add("c", 1)
     _contract(agents, "a", "b")
     _contract(agents, "a", "c")
-    b.machine.settle_s, b.machine.changed_s = 1e6, clock.now.timestamp()  # b's tasks keep changing
+    b.machine.mechanism.settle_s, b.machine.mechanism.changed_s = 1e6, clock.now.timestamp()  # b's tasks keep changing
     for _ in range(3 + int(a.config.offer_ttl_s)):
         _round(agents, clock)
     offers = sorted(operator.offers(), key=lambda o: o["id"])
     assert [(o["to"], o["state"]) for o in offers[:2]] == [("b", "expired"), ("c", "accepted")], offers
-    assert a.machine.unanswered and set(a.machine.unanswered) == {"b"} and a.machine.refused_splits == 0
+    assert a.machine.mechanism.unanswered and set(a.machine.mechanism.unanswered) == {"b"} and a.machine.mechanism.refused_splits == 0
     assert [r.message for r in a.records if r.kind == "offer.expired"] == [
         f"my offer #{offers[0]['id']} to b expired unanswered: my next offers try my other partners first, until b answers one"]
 
@@ -342,7 +342,7 @@ def test_contracts_agreed_offline_become_active_once_both_sides_run(federation):
 def test_no_load_is_traded_while_the_agent_warms_up(federation):
     operator, agents, add, clock = federation
     a = add("a", 9)
-    a.machine.warmup_s = 10.0  # the state machine decides when trading starts
+    a.machine.mechanism.warmup_s = 10.0  # the state machine decides when trading starts
     add("b", 1)
     _contract(agents, "a", "b")
     for _ in range(5):
@@ -362,7 +362,7 @@ def test_trading_waits_for_a_load_window_that_saw_only_the_current_tasks(federat
     a = add("a", 9)  # 1.08 load against a 0.5 threshold
     b = add("b", 1)
     for agent in (a, b):
-        agent.machine.settle_s = 10.0
+        agent.machine.mechanism.settle_s = 10.0
     _contract(agents, "a", "b")
     for _ in range(9):
         _round(agents, clock)
@@ -478,7 +478,8 @@ def test_an_agent_s_decisions_replay_from_its_state_machine_s_journal(federation
     """What a live agent decided follows from the events its state machine was given alone:
     replayed into a copy of the machine as it started, they give the same instructions; with
     another setting (a warm-up that had not ended), the first decision that differs shows."""
-    from bpm.agent.machine import Gather, MakeOffer, Wait, replay
+    from bpm.agent.machine import Gather, MakeOffer, Wait
+    from bpm.agent.participant import replay
 
     _, agents, _, _ = federation
     shed_to_b_and_c(federation, 9)

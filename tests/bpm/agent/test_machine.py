@@ -382,21 +382,3 @@ def test_the_offer_view_carries_why_a_task_could_not_run_here():
     view = offer_view(offer, {"price_min": 1.0, "price_max": 1.2}, {7: 0.1, 8: 0.1}, {7: "a", 8: "a"},
                       {7: ("q", "d"), 8: ("q", "d")}, {8: "bad parameters"})
     assert [(t.id, t.unrunnable) for t in view.tasks] == [("7", None), ("8", "bad parameters")]
-
-
-def test_a_journal_replays_only_whole_and_only_the_machine_s_settings_change():
-    from bpm.agent.machine import replay
-
-    m = Mechanism("a", period_s=1.0, journal_length=3)
-    for t in range(3):
-        m.handle(Tick(float(t)))
-    assert replay(m.journal) is None
-    with pytest.raises(ValueError, match="not a setting"):
-        replay(m.journal, journal_length=0)
-    with pytest.raises(ValueError, match="not a setting"):
-        replay(m.journal, speed=2.0)
-    m.handle(Tick(3.0))
-    assert (len(m.journal.entries), m.journal.dropped) == (3, 1)
-    with pytest.raises(ValueError, match="dropped its first 1"):
-        replay(m.journal)
-    assert Mechanism("b").journal is None, "no journal unless asked for"

@@ -84,7 +84,7 @@ def test_an_offer_to_a_partner_still_warming_up_expires_unanswered():
     fed.add_contract("A", "B", 0.95, 1.05, min_duration_s=1e6)
     fed.step()
     assert fed.waiting == 1 and _moves(fed) == [], "at 20 s B waits: A's offer expires unanswered"
-    assert fed.participants[0].machine.unanswered == {"B": 20.0}
+    assert fed.participants[0].machine.mechanism.unanswered == {"B": 20.0}
     for _ in range(3):
         fed.step()
     assert _moves(fed) and min(_moves(fed)) >= 25.0

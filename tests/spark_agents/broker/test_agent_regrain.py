@@ -140,7 +140,7 @@ def test_an_agent_splits_nothing_once_its_input_has_ended(tmp_path, own_brokers)
         assert not a.counts["splits"] and not [t for t in operator.tasks(origin="a") if t["from_tasks"]]
         said = [r.message for r in a.records if "stream has ended" in r.message]
         assert len(said) == 1 and said[0].startswith("no split, merge or move of its own tasks from now on"), said
-        assert a.machine.input_ended is not None
+        assert a.machine.mechanism.input_ended is not None
         assert not a.errors
 
 
@@ -153,7 +153,7 @@ def test_an_overloaded_agent_whose_input_has_ended_moves_none_of_its_tasks(tmp_p
         operator, agents, _, _ = federation
         shed_to_b_and_c(federation, 8)
         a = agents["a"]
-        assert a.machine.input_ended is not None and not a.counts["offers_made"], a.counts
+        assert a.machine.mechanism.input_ended is not None and not a.counts["offers_made"], a.counts
         assert {t["host"] for t in operator.tasks(origin="a")} == {"a"}, "every task of a's drains where it ran"
         assert len([r for r in a.records if "stream has ended" in r.message]) == 1
         assert not a.errors
@@ -167,18 +167,18 @@ def test_partners_that_host_tasks_of_an_input_that_has_ended_learn_it_on_its_bro
         shed_to_b_and_c(federation, 8)
         hosts = {t["host"] for t in operator.tasks(origin="a")} - {"a"}
         assert hosts, "a shed while its input ran"
-        assert not any(agents[h].machine.ended for h in hosts), "nothing has ended yet"
+        assert not any(agents[h].machine.mechanism.ended for h in hosts), "nothing has ended yet"
         write_end(BrokerStream(own_brokers["a"].connection(), "a"), 60 * MICROS, range(2 ** BITS), Records(MONITORING))  # as the feeder ends it
         for _ in range(30):  # an agent reads at each period it may trade (not while it settles)
             _round(agents, clock)
-            if all(agents[h].machine.ended for h in hosts):
+            if all(agents[h].machine.mechanism.ended for h in hosts):
                 break
         for h in hosts:
-            assert set(agents[h].machine.ended) == {"a"}, (h, agents[h].machine.ended)
+            assert set(agents[h].machine.mechanism.ended) == {"a"}, (h, agents[h].machine.mechanism.ended)
             said = [r.message for r in agents[h].records if "stream has ended" in r.message]
             assert len(said) == 1 and said[0].startswith("no move of the tasks it hosts for a from now on"), said
             assert not agents[h].errors
-        assert agents["a"].machine.input_ended is not None
+        assert agents["a"].machine.mechanism.input_ended is not None
 
 
 def test_an_agent_that_stopped_between_the_two_halves_of_a_split_registers_the_missing_one(tmp_path, own_brokers):
@@ -207,15 +207,15 @@ def test_a_restarted_agent_keeps_its_bounds_on_splits_on_refusals_and_refuses_a_
 
     with stepped_federation(tmp_path, lambda now: _KeyGroupsHost(MM1Cost(a=0.25, c=1.0)), fixed_cost={"a": FIXED_COST}) as (_, _, add, _):
         a = add("a", 2)
-        a.machine.refused_splits, a.machine.refusal_split = 1, frozenset({(MAIN, "01")})
+        a.machine.mechanism.refused_splits, a.machine.mechanism.refusal_split = 1, frozenset({(MAIN, "01")})
         a.mechanism()
         assert (tmp_path / "a" / SPLITS_FILE).exists()
         a = add("a", 2)  # restarted: a new process, the same folder
-        assert (a.machine.refused_splits, a.machine.refusal_split) == (1, frozenset({(MAIN, "01")}))
+        assert (a.machine.mechanism.refused_splits, a.machine.mechanism.refusal_split) == (1, frozenset({(MAIN, "01")}))
         for bad in ("not json", '{"refused_splits": 7, "refusal_split": []}', '{"refused_splits": 1, "refusal_split": ["../x"]}', "[]"):
             (tmp_path / "a" / SPLITS_FILE).write_text(bad)
             a = add("a", 2)
-            assert (a.machine.refused_splits, a.machine.refusal_split) == (0, frozenset()), bad
+            assert (a.machine.mechanism.refused_splits, a.machine.mechanism.refusal_split) == (0, frozenset()), bad
             assert "agent.memory_unreadable" in [r.kind for r in a.records], bad
 
 
