@@ -7,6 +7,8 @@ import os
 import shutil
 import sys
 import tempfile
+import uuid
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -136,3 +138,30 @@ def make_session(master: str = "local[*]", app_name: str = "bpm", conf: dict[str
     for key, value in {**defaults, **(conf or {})}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+# Per session made from another: the names its Python data sources are read by there.
+_SOURCE_NAMES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def register_source(spark: SparkSession, source: type) -> str:
+    """Make the Python data source `source` known to `spark` (again is harmless); the name to
+    read it by there (`spark.readStream.format(name)`).
+
+    A session made from another (`newSession`) refuses a source its first session registered
+    (DATA_SOURCE_ALREADY_EXISTS) and does not find it either: there it is registered once
+    under a name of its own."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        spark.dataSource.register(source)
+        return source.name()
+    except AnalysisException as exc:
+        if exc.getCondition() != "DATA_SOURCE_ALREADY_EXISTS":
+            raise
+    names = _SOURCE_NAMES.setdefault(spark, {})
+    if source.name() not in names:
+        own = f"{source.name()}_{uuid.uuid4().hex[:12]}"
+        spark.dataSource.register(type(source.__name__, (source,), {"name": classmethod(lambda cls: own)}))
+        names[source.name()] = own
+    return names[source.name()]

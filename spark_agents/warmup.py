@@ -30,6 +30,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from bpm.query import Params, Query
 from bpm.records import MARK_DATA, Records
 from spark_agents.broker.source import parse
+from spark_agents.session import register_source
 
 NAME = "bpm_prime"
 ROWS_PER_BATCH = 400
@@ -116,9 +117,8 @@ class MadeUpInput:
         return cls(Records(query), step_s(query, params))
 
     def read(self, spark, ddl: str, owed_batch: bool = False):
-        spark.dataSource.register(PrimeSource)
         options = {"key": str(self.records.key_index), "step": str(self.step_s)}
-        return spark.readStream.format(NAME).schema(ddl).options(**options).load()
+        return spark.readStream.format(register_source(spark, PrimeSource)).schema(ddl).options(**options).load()
 
 
 class Discard:

@@ -33,6 +33,7 @@ from bpm.negotiation.granularity import split_time
 from bpm.records import MARK_END, mark_and_time
 from spark_agents.broker.stream import Broker
 from spark_agents.broker.subjects import INPUT
+from spark_agents.session import register_source
 
 NAME = "bpm_jetstream"
 FETCH = 256  # messages per pull request
@@ -257,9 +258,9 @@ class JetStreamSource(DataSource):
         return JetStreamReader(dict(self.options), [(f.name, f.dataType.simpleString().upper()) for f in schema.fields])
 
 
-def register(spark) -> None:
-    """Make `format("bpm_jetstream")` known to `spark` (once per session is enough; again is harmless)."""
-    spark.dataSource.register(JetStreamSource)
+def register(spark) -> str:
+    """Make the `bpm_jetstream` source known to `spark` (again is harmless); the name to read it by there (`register_source`)."""
+    return register_source(spark, JetStreamSource)
 
 
 @dataclass(frozen=True)
@@ -379,8 +380,7 @@ class JetStreamInput:
         """The streaming DataFrame of the rows, whose lines have the columns `ddl`
         (`bpm.records.Records.wire_ddl` of the task's query); `owed_batch`: the query resumes
         from a checkpoint that owes the batch of a new watermark."""
-        register(spark)
-        return spark.readStream.format(NAME).schema(ddl).options(**self.options(owed_batch)).load()
+        return spark.readStream.format(register(spark)).schema(ddl).options(**self.options(owed_batch)).load()
 
 
 class InputEnded(ValueError):

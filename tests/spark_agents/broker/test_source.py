@@ -68,6 +68,16 @@ def test_a_task_reads_its_key_groups_and_resumes_from_its_checkpoint(spark, nats
     assert _read(spark, server, owner, "", tmp_path / "newest", start_seq=newest) == [], "from the newest input: nothing old"
 
 
+def test_a_session_made_from_another_reads_the_stream_too(spark, nats_server, tmp_path):
+    """A second session of the same Spark (as a host's replica runs in) inherits the source
+    its first registered and refuses it again: reading there registers nothing twice."""
+    server, owner = nats_server
+    with Broker(server.url, owner.name, owner.password) as broker:
+        Feeder(BrokerStream(broker, "a"), QueryParams()).feed(_conns(50))
+    assert len(_read(spark, server, owner, "", tmp_path / "first")) == 50
+    assert len(_read(spark.newSession(), server, owner, "", tmp_path / "second")) == 50
+
+
 def test_a_task_whose_key_groups_get_nothing_runs_no_micro_batch(spark, nats_server, tmp_path):
     """The other key groups' input does not make it run (each batch has a fixed cost), past the
     query's first batch; its own does."""

@@ -89,8 +89,8 @@ def _hosts(spark, tmp_path, hosts: dict[str, SparkTasks], sessions: bool = False
     one Spark context, as each participant has its own Spark: a streaming query's name is its
     task's key, unique within a session only, and an active-standby replica runs at the origin
     under the key of the task its host runs. (A `newSession` of a context whose first session
-    registered the stream's data source cannot register it, nor find it: the second-tier
-    active-standby cases need a process where no test registered it first.)"""
+    registered the stream's data source registers it under a name of its own:
+    `spark_agents.session.register_source`.)"""
 
     def make_host(now):
         name = "abc"[len(hosts)]
