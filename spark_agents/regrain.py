@@ -14,6 +14,10 @@ at home; the agent carries it out at a window boundary (`spark_agents.broker.sou
 3. Once the old task's progress marks on the results stream say that its last window is
    out, the agent retires it in the registry, and its host stops it for good.
 
+Steps 2 and 3, and the registration of a half that is missing, are decided by the
+participant's machine (`bpm.agent.regrain`, through `bpm.agent.participant`) from what the
+sync read; this class carries them out.
+
 Each step is idempotent and resumes from what the registry and the broker say: an agent
 that restarts between steps registers the half of a split it had not registered yet,
 restarts the old task over its ended input (its record says where it ends) and retires
@@ -27,6 +31,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from bpm.agent import machine
+from bpm.agent.regrain import OwnTasksRead, RegisterMissing, Restart, Retire
 from bpm.federation.views import key_groups
 from bpm.keygroups import halves, merged, parse_location
 from bpm.names import task_key
@@ -134,41 +139,38 @@ class Regrain:
         self.ends.pop(key, None)
 
     def act(self, tasks: Sequence[Mapping]) -> None:
-        """Restart my tasks running here whose input ended since they started; retire those
-        whose last window is out."""
+        """What follows the splits and merges of my tasks, decided by the participant's machine
+        (`bpm.agent.regrain`) from what the sync read: each instruction carried out on its own."""
         agent = self.agent
-        me, running = agent.config.name, agent.hosting()
-        for t in tasks:
-            key = task_key(t)
-            if t["origin"] != me or t["host"] != me or t.get("until_s") is None or t.get("retired") or key not in running:
-                continue
-            agent.guarded(f"complete the split of {key}", lambda t=t: self._complete(t, tasks))
-            if self.ends.get(key, -1) != t["until_s"]:
-                agent.guarded(f"restart {key}", lambda t=t: self._restart(t))
-            elif agent.broker is not None:
-                agent.guarded(f"retire {key}", lambda t=t: self._retire(t))
+        read = OwnTasksRead(tuple(tasks), frozenset(agent.hosting()), dict(self.ends))
+        for instruction in agent.machine.handle(read):
+            match instruction:
+                case RegisterMissing(task, prefixes):
+                    agent.guarded(f"complete the split of {task_key(task)}", lambda t=task, p=prefixes: self._register_missing(t, p))
+                case Restart():
+                    agent.guarded(f"restart {instruction.key}", lambda i=instruction: self._restart(i))
+                case Retire(task):
+                    if agent.broker is not None:  # its results stream says when its windows are out
+                        agent.guarded(f"retire {task_key(task)}", lambda t=task: self._retire(t))
 
-    def _complete(self, task: Mapping, tasks: Sequence[Mapping]) -> None:
-        """Register the half of a split task that is missing: the agent stopped between its
-        two registrations (a merge registers its one task with both ends at once)."""
-        children = [t for t in tasks if task["id"] in (t.get("from_tasks") or ())]
-        if any(len(t["from_tasks"]) > 1 for t in children):
-            return
+    def _register_missing(self, task: Mapping, prefixes: Sequence[str]) -> None:
+        """Register the halves of a split task that are missing: the agent stopped between its
+        two registrations."""
         location = parse_location(task["input_uri"])
-        for prefix in sorted(set(halves(location.prefix)) - {key_groups(t) for t in children}):
+        for prefix in prefixes:
             made = self._register(task, str(replace(location, prefix=prefix)), prefix, [task["id"]], task["until_s"])
             self.agent.reads.mark(["task"])
             self.agent.note("task.split", f"registered #{made['id']} {made['name']}, the missing half of the split of {task_key(task)}")
 
-    def _restart(self, task: Mapping) -> None:
+    def _restart(self, restart: Restart) -> None:
         """Stop the task as a task that left stops (`Agent.release_all`: in the background once
         the sync has waited a second, so that the loop goes on), but to stay: the sync starts it
         again once stopped, over its input ending at `until_s` (`started` records that end)."""
-        agent, key = self.agent, task_key(task)
+        agent, key = self.agent, restart.key
         if key not in self.restarts:
-            agent.note("task.ending", f"restarting {key} over its input ending at {task['until_s']}: it completes its windows before that")
+            agent.note("task.ending", f"restarting {key} over its input ending at {restart.until_s}: it completes its windows before that")
         self.restarts.add(key)
-        agent.release_all([(key, task["epoch"])], leaving=False)
+        agent.release_all([(key, restart.epoch)], leaving=False)
 
     def _retire(self, task: Mapping) -> None:
         agent, key = self.agent, task_key(task)

@@ -7,7 +7,10 @@ routes it to the machine that decides on it:
   `Answered`, `TasksChanged`, `InputEnded`, ...) to its `Mechanism`: offers, answers,
   ends, splits and merges;
 - what it observed of its tasks' replicas and hosts (`bpm.ha.machine.Observed`) to its
-  `HAMachine`: failovers, replicas placed and dropped, the host's duties.
+  `HAMachine`: failovers, replicas placed and dropped, the host's duties;
+- what it read of its own tasks at a sync (`bpm.agent.regrain.OwnTasksRead`) to the rules
+  that follow a split or merge (`bpm.agent.regrain.regrain`): the missing halves
+  registered, the old tasks restarted over their ended input and retired.
 
 The live agent (`spark_agents.agent`) and the simulator (`bpm.sim`) both drive a
 participant through it, and it keeps one bounded journal of what it was given and what it
@@ -25,16 +28,19 @@ from dataclasses import dataclass, field
 from bpm.agent.machine import Event as MechanismEvent
 from bpm.agent.machine import Instruction as MechanismInstruction
 from bpm.agent.machine import Mechanism
+from bpm.agent.regrain import Instruction as RegrainInstruction
+from bpm.agent.regrain import OwnTasksRead, regrain
 from bpm.ha.machine import HAMachine, Observed
 from bpm.ha.machine import Instruction as HAInstruction
 
-Event = MechanismEvent | Observed
-Instruction = MechanismInstruction | HAInstruction
+Event = MechanismEvent | Observed | OwnTasksRead
+Instruction = MechanismInstruction | HAInstruction | RegrainInstruction
 
 
 @dataclass
 class ParticipantMachine:
-    """A participant's mechanism and HA machines, one entry point (see the module text).
+    """A participant's mechanism and HA machines and its rules after a split, one entry point
+    (see the module text).
 
     Attributes:
         mechanism: its side of the mechanism.
@@ -64,7 +70,13 @@ class ParticipantMachine:
         """The one entry point: `event` in, the instructions it calls for out."""
         if self.journal_length and self.journal is None:
             self.journal = Journal(start=copy.deepcopy(self), length=self.journal_length)
-        out: list[Instruction] = list(self.ha.handle(event) if isinstance(event, Observed) else self.mechanism.handle(event))
+        match event:
+            case Observed():
+                out: list[Instruction] = list(self.ha.handle(event))
+            case OwnTasksRead():
+                out = list(regrain(self.name, event))
+            case _:
+                out = list(self.mechanism.handle(event))
         if self.journal is not None:
             self.journal.add(event, out)
         return out
