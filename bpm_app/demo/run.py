@@ -864,6 +864,11 @@ class Demo:
 FEED_CEILING = 0.8
 
 
+def _within(readings: list[tuple[float, float]], now: float, lag_s: float, value: float) -> list[tuple[float, float]]:
+    """`readings` (when, value) of the last `lag_s` before `now`, and `value` read now."""
+    return [x for x in readings if now - x[0] < lag_s] + [(now, value)]
+
+
 class Feeding:
     """A phase's load rise: `name`'s replayer feeds its spare tasks' shares, a poll at a time,
     until the loads of the tasks of `names`, wherever they run, add up to `share` of the sum
@@ -927,13 +932,13 @@ class Feeding:
         read = demo._task_loads(self.names)
         on_its_way = self.on_its_way(read, now, lag_s)
         loads = self.estimated(read, on_its_way)
-        self.totals = [x for x in self.totals if now - x[0] < lag_s] + [(now, sum(loads.values()))]
+        self.totals = _within(self.totals, now, lag_s, sum(loads.values()))
         # Only feeding raises the total, so the highest reading within the lag stands for it:
         # readings dip while participants trade, and a dip is no reason to feed more.
         total = max(v for _, v in self.totals)
         if len(thresholds) < len(self.names):
             return
-        self.own_totals = [x for x in self.own_totals if now - x[0] < lag_s] + [(now, sum(own.values()))]
+        self.own_totals = _within(self.own_totals, now, lag_s, sum(own.values()))
         target = self.share * sum(thresholds.values())
         if not self.reached and total >= target and not self.below:
             self.reached_at = now
