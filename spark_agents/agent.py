@@ -172,8 +172,8 @@ SPLITS_FILE = "splits.json"  # in the agent's work folder: its state machine's m
 END_READ_WAIT_S = 1.0  # how long a period waits for the reads of whether inputs have ended (`Agent._inputs_ended`)
 STOP_WAIT_S = 1.0  # how long a sync waits for the stops of tasks that left (`Agent.release_all`)
 # How many events the state machine keeps with the instructions they gave (`bpm.agent.participant.Journal`):
-# about an hour of ticks, each a second, with HA's observation of each and the periods between them.
-JOURNAL_LENGTH = 10_000
+# about an hour of ticks, each a second, with the periods between them.
+JOURNAL_LENGTH = 5000
 
 
 def send_stream_ack(endpoint: str, key: str, epoch: int, seq: int, token: str, *, verify: ssl.SSLContext | bool = True) -> None:

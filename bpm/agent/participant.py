@@ -15,7 +15,7 @@ routes it to the machine that decides on it:
 The live agent (`spark_agents.agent`) and the simulator (`bpm.sim`) both drive a
 participant through it, and it keeps one bounded journal of what it was given and what it
 answered (`Journal`), with itself as it was before the first event, so that a test replays
-a live agent's decisions of both kinds (`replay`).
+a live agent's decisions of every kind (`replay`).
 """
 
 from __future__ import annotations
@@ -77,7 +77,10 @@ class ParticipantMachine:
                 out = list(regrain(self.name, event))
             case _:
                 out = list(self.mechanism.handle(event))
-        if self.journal is not None:
+        # An observation or a read of its own tasks that calls for nothing changes nothing
+        # either (HA remembers only what it asks for; the split's rules remember nothing): a
+        # replay would answer it with nothing again, and an agent sends one every tick.
+        if self.journal is not None and (out or not isinstance(event, Observed | OwnTasksRead)):
             self.journal.add(event, out)
         return out
 

@@ -32,8 +32,9 @@ def test_one_journal_replays_both_kinds_of_decision_only_whole_and_only_with_the
     for event in events:
         machine.handle(event)
     journal = machine.journal
-    assert [event for event, _ in journal.entries] == events and journal.dropped == 0
-    assert [len(out) for _, out in journal.entries] == [2, 1, 0, 2], "the failover is asked once per retry interval"
+    assert [event for event, _ in journal.entries] == [events[0], events[1], events[3]] and journal.dropped == 0, \
+        "the failover is asked once per retry interval; the observation that asked for nothing changed nothing, and is not kept"
+    assert [len(out) for _, out in journal.entries] == [2, 1, 2]
     assert replay(journal) is None
 
     held = replay(journal, warmup_s=10.0)  # still warming up: the first period would have waited
@@ -43,7 +44,8 @@ def test_one_journal_replays_both_kinds_of_decision_only_whole_and_only_with_the
     for name in ("journal_length", "name", "speed"):
         with pytest.raises(ValueError, match="not a setting"):
             replay(journal, **{name: 2.0})
-    machine.handle(failed_host(3.0))
+    machine.handle(Tick(2.0))
+    machine.handle(failed_host(3.0))  # asked again, past the retry interval
     assert (len(journal.entries), journal.dropped) == (4, 1)
     with pytest.raises(ValueError, match="dropped its first 1"):
         replay(journal)
@@ -52,7 +54,8 @@ def test_one_journal_replays_both_kinds_of_decision_only_whole_and_only_with_the
 
 def test_a_replay_starts_from_the_machine_as_it_was_before_its_first_event():
     machine = ParticipantMachine.named("a", journal_length=10, period_s=1.0)
-    machine.ha.asked[1] = (2, 0.0)  # it had asked for q's failover just before (its state when the journal starts)
-    machine.handle(failed_host(0.5))
-    assert machine.journal.entries[0][1] == (), "asked already: not again before the retry interval"
-    assert replay(machine.journal) is None, "the replay's machine had asked too"
+    machine.ha.asked[1] = (2, 0.0)  # it had asked for q's failover before the journal began
+    assert machine.handle(failed_host(2.5)) and replay(machine.journal) is None, "past the retry interval: asked again, in the replay too"
+    machine.journal.start.ha.asked[1] = (2, 1.0)
+    diverged = replay(machine.journal)
+    assert diverged is not None and diverged.replayed == (), "had it asked later, the replay would not ask again yet"

@@ -48,3 +48,5 @@ def test_the_participant_machine_routes_what_it_read_to_these_rules_and_journals
     read = OwnTasksRead((OLD, *HALVES), frozenset({"a.g0"}), {"a.g0": None})
     assert machine.handle(read) == [Restart("a.g0", 3, 1000)]
     assert machine.journal.entries[0] == (read, (Restart("a.g0", 3, 1000),)) and replay(machine.journal) is None
+    assert machine.handle(OwnTasksRead((record(6, "0"),), frozenset({"a.g0"}))) == [] and len(machine.journal.entries) == 1, \
+        "a read that calls for nothing changes nothing: not kept"
