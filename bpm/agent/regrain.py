@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bpm.federation.views import key_groups
-from bpm.keygroups import halves, parse_location
+from bpm.keygroups import BITS, halves
 from bpm.names import task_key
 
 
@@ -85,6 +85,7 @@ def missing_halves(task: Mapping, tasks: Sequence[Mapping]) -> tuple[str, ...]:
     """The halves of `task`'s key groups that no task registered from it covers: none when a
     merge made its successor (one task from two), else those of a split not registered yet."""
     children = [t for t in tasks if task["id"] in (t.get("from_tasks") or ())]
-    if any(len(t["from_tasks"]) > 1 for t in children):
-        return ()
-    return tuple(sorted(set(halves(parse_location(task["input_uri"]).prefix)) - {key_groups(t) for t in children}))
+    prefix = key_groups(task)
+    if any(len(t["from_tasks"]) > 1 for t in children) or prefix is None or len(prefix) == BITS:
+        return ()  # a merge's, or a task that never split (it reads no key groups, or one)
+    return tuple(sorted(set(halves(prefix)) - {key_groups(t) for t in children}))

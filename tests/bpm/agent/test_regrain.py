@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bpm.agent.participant import ParticipantMachine, replay
 from bpm.agent.regrain import OwnTasksRead, RegisterMissing, Restart, Retire, missing_halves, regrain
+from bpm.keygroups import BITS
 
 STREAM = "nats://127.0.0.1:4222/a/main"
 
@@ -31,6 +32,9 @@ def test_the_half_of_a_split_not_registered_yet_is_registered_first():
     assert missing_halves(OLD, [OLD]) == ("00", "01"), "an agent that stopped before either registration"
     merged = record(9, "0", from_tasks=[7, 8])
     assert missing_halves({**HALVES[0], "until_s": 1000}, [merged, *HALVES]) == (), "a merge's successor covers both: nothing is missing"
+    one = record(10, "0" * BITS, until_s=1000)
+    assert missing_halves(one, [one]) == () and missing_halves({**OLD, "input_uri": "file:///data"}, [OLD]) == (), \
+        "a task over one key group, or over no broker stream, never split: nothing is missing (nor an error)"
 
 
 def test_only_my_own_tasks_that_ended_and_run_at_home_are_acted_on():
