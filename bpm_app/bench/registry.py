@@ -170,6 +170,8 @@ def _play_in_processes(url: str, mode: str, made: list[Pair] | Crowd, clients: i
         return played, time.perf_counter() - started
     finally:
         for worker in workers:
+            if not go.is_set():
+                worker.kill()  # up but never to play: another process failed, or the run was interrupted
             worker.join(timeout=30)
             if worker.is_alive():
                 worker.kill()
