@@ -15,7 +15,8 @@ routes it to the machine that decides on it:
 The live agent (`spark_agents.agent`) and the simulator (`bpm.sim`) both drive a
 participant through it, and it keeps one bounded journal of what it was given and what it
 answered (`Journal`), with itself as it was before the first event, so that a test replays
-a live agent's decisions of every kind (`replay`).
+a live agent's decisions of all three kinds (`replay`). (The correlation of alerts,
+`bpm.dpc.machine`, runs on a thread of its own and keeps no journal.)
 """
 
 from __future__ import annotations
