@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import multiprocessing
-import queue
 import re
 import random
 import statistics
@@ -42,6 +41,7 @@ from typing import Any
 import httpx
 
 from bpm.costs import MM1Cost
+from bpm_app.bench.blocks import collect, stop
 from bpm.costs.base import CostFunction
 from bpm_http.client import RegistryClient
 from spark_agents.agent import Agent, AgentConfig, OwnTask
@@ -181,29 +181,20 @@ def run(url: str, admin_key: str, s: Settings, workdir: Path, progress: Callable
     totals = {"participants": s.agents, "contracts": sum(len(_ring(len(block), s.partners)) for block in blocks), "agents": s.agents}
     shown: dict[str, dict[int, int]] = {}  # per phase, per block: done
 
+    def show(k: int, what: str, payload: Any) -> None:
+        """A block's progress, shown for all of them."""
+        if what != "progress":
+            return
+        phase, done, total = payload
+        shown.setdefault(phase, {})[k] = done
+        if phase in totals:
+            progress(phase, sum(shown[phase].values()), totals[phase])
+        else:  # seconds, the same for every block: as far as the slowest
+            progress(phase, min(shown[phase].values()) if len(shown[phase]) == len(workers) else 0, total)
+
     def until(kind: str) -> list[dict]:
         """Show the blocks' progress until each has sent a message of `kind`; their payloads."""
-        got: dict[int, dict] = {}
-        while len(got) < len(workers):
-            try:
-                k, what, payload = messages.get(timeout=1.0)
-            except queue.Empty:
-                dead = [w for w in workers if w.exitcode is not None]
-                if dead:
-                    raise RuntimeError(f"{dead[0].name} exited ({dead[0].exitcode}) before it sent its {kind}")
-                continue
-            if what == "error":
-                raise RuntimeError(f"block {k} of the agents failed:\n{payload}")
-            if what == "progress":
-                phase, done, total = payload
-                shown.setdefault(phase, {})[k] = done
-                if phase in totals:
-                    progress(phase, sum(shown[phase].values()), totals[phase])
-                else:  # seconds, the same for every block: as far as the slowest
-                    progress(phase, min(shown[phase].values()) if len(shown[phase]) == len(workers) else 0, total)
-            elif what == kind:
-                got[k] = payload
-        return [got[k] for k in sorted(got)]
+        return collect(messages, workers, kind, "the agents", show)
 
     try:
         for worker in workers:
@@ -215,12 +206,7 @@ def run(url: str, admin_key: str, s: Settings, workdir: Path, progress: Callable
         cpu_after = server_cpu()
         counts_after = _counts(operator)
     finally:
-        for worker in workers:
-            if not go.is_set():
-                worker.kill()  # set up but never to run: a block failed or the run was interrupted
-            worker.join(timeout=30)
-            if worker.is_alive():
-                worker.kill()
+        stop(workers, go)
         operator.close()
     agent_s = s.agents * s.seconds
     registry_cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before

@@ -28,7 +28,6 @@ import asyncio
 import collections
 import itertools
 import multiprocessing
-import queue
 import random
 import statistics
 import time
@@ -38,6 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
+
+from bpm_app.bench.blocks import collect, stop
 
 
 @dataclass
@@ -138,14 +139,15 @@ async def _play(url: str, mode: str, made: list[Pair] | Crowd, clients: list[int
     return played
 
 
-def _play_block(url: str, mode: str, made: list[Pair] | Crowd, clients: list[int], rounds: int, messages, go) -> None:
-    """One process of clients: says it is ready, plays once `go` is set, sends what it saw."""
+def _play_block(k: int, url: str, mode: str, made: list[Pair] | Crowd, clients: list[int], rounds: int, messages, go) -> None:
+    """Block `k` of the clients, in a process of its own: says it is ready, plays once `go`
+    is set, sends what it saw (`bpm_app.bench.blocks`)."""
     try:
-        messages.put(("ready", None))
+        messages.put((k, "ready", None))
         go.wait()
-        messages.put(("played", asyncio.run(_play(url, mode, made, clients, rounds, len(clients) + 10))))
+        messages.put((k, "played", asyncio.run(_play(url, mode, made, clients, rounds, len(clients) + 10))))
     except BaseException:
-        messages.put(("error", traceback.format_exc()))
+        messages.put((k, "error", traceback.format_exc()))
 
 
 def _play_in_processes(url: str, mode: str, made: list[Pair] | Crowd, clients: int, rounds: int, processes: int,
@@ -157,42 +159,19 @@ def _play_in_processes(url: str, mode: str, made: list[Pair] | Crowd, clients: i
     context = multiprocessing.get_context("spawn")  # the caller holds an event loop and sockets: no fork
     messages, go = context.Queue(), context.Event()
     blocks = [list(range(k * clients // processes, (k + 1) * clients // processes)) for k in range(processes)]
-    workers = [context.Process(target=_play_block, args=(url, mode, made, block, rounds, messages, go), daemon=True, name=f"bpm-bench-clients-{k}")
-               for k, block in enumerate(blocks)]
+    workers = [context.Process(target=_play_block, args=(k, url, mode, made, block, rounds, messages, go), daemon=True,
+                               name=f"bpm-bench-clients-{k}") for k, block in enumerate(blocks)]
     for worker in workers:
         worker.start()
     try:
-        _collect(messages, workers, "ready")
+        collect(messages, workers, "ready", "the clients")
         around()
         started = time.perf_counter()
         go.set()
-        played = _collect(messages, workers, "played")
+        played = collect(messages, workers, "played", "the clients")
         return played, time.perf_counter() - started
     finally:
-        for worker in workers:
-            if not go.is_set():
-                worker.kill()  # up but never to play: another process failed, or the run was interrupted
-            worker.join(timeout=30)
-            if worker.is_alive():
-                worker.kill()
-
-
-def _collect(messages, workers: list, kind: str) -> list:
-    """One message of `kind` from each worker process; a worker's error or early exit raises."""
-    got = []
-    while len(got) < len(workers):
-        try:
-            what, payload = messages.get(timeout=1.0)
-        except queue.Empty:
-            dead = [w for w in workers if w.exitcode is not None]
-            if dead:
-                raise RuntimeError(f"{dead[0].name} exited ({dead[0].exitcode}) before it sent its {kind}") from None
-            continue
-        if what == "error":
-            raise RuntimeError(f"a process of the benchmark's clients failed:\n{payload}")
-        if what == kind:
-            got.append(payload)
-    return got
+        stop(workers, go)
 
 
 async def _measured(url: str, admin_key: str, clients: int, rounds: int, server_cpu: Callable[[], float | None], setup, mode: str,
