@@ -153,15 +153,16 @@ def register_source(spark: SparkSession, source: type) -> str:
     under a name of its own."""
     from pyspark.errors import AnalysisException
 
+    names = _SOURCE_NAMES.setdefault(spark, {})
+    if source.name() in names:  # refused here before: read by its own name
+        return names[source.name()]
     try:
         spark.dataSource.register(source)
         return source.name()
     except AnalysisException as exc:
         if exc.getCondition() != "DATA_SOURCE_ALREADY_EXISTS":
             raise
-    names = _SOURCE_NAMES.setdefault(spark, {})
-    if source.name() not in names:
-        own = f"{source.name()}_{uuid.uuid4().hex[:12]}"
-        spark.dataSource.register(type(source.__name__, (source,), {"name": classmethod(lambda cls: own)}))
-        names[source.name()] = own
-    return names[source.name()]
+    own = f"{source.name()}_{uuid.uuid4().hex[:12]}"
+    spark.dataSource.register(type(source.__name__, (source,), {"name": classmethod(lambda cls: own)}))
+    names[source.name()] = own
+    return own
